@@ -1,0 +1,32 @@
+# Two commands do all the set-up on a fresh machine:
+#   make run    create .venv, install Tally, serve http://127.0.0.1:8000
+#   make test   install the test extras too (torch CPU wheel, pytest, schemathesis), run the suite
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+PYTEST_ARGS ?=
+
+.PHONY: run test bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e .
+	touch $@
+
+$(VENV)/.installed-test: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $@ $(VENV)/.installed
+
+run: $(VENV)/.installed
+	$(BIN)/python -m app
+
+test: $(VENV)/.installed-test
+	$(BIN)/python -m pytest -n 2 $(PYTEST_ARGS)
+
+bench: $(VENV)/.installed-test
+	$(BIN)/python bench/api_throughput.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -1,0 +1,3 @@
+"""Tally: deep-learning resource accounting."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,198 @@
+"""FLOP counts. One multiply-add (MAC) is 2 FLOPs. Only matmuls are counted,
+as torch.utils.flop_counter.FlopCounterMode and the 6ND rule count them:
+norms, softmax, activations and residual adds are left out (well under 1%
+of a large model's total)."""
+
+from dataclasses import dataclass
+from typing import Literal
+
+from app.accounting.dtypes import lookup
+from app.accounting.errors import InvalidInput
+from app.accounting.models import ParamCount, TransformerConfig, count_params
+
+Causal = Literal["full", "halved"]
+
+
+@dataclass(frozen=True, slots=True)
+class MatmulFlops:
+    """(batch, m, k) @ (batch, k, n) -> (batch, m, n)."""
+
+    m: int
+    k: int
+    n: int
+    batch: int
+    flops: int
+    """2*batch*m*k*n: one multiply and one add per MAC."""
+    macs: int
+    """batch*m*k*n multiply-accumulates."""
+    flops_without_fma: int
+    """batch*m*n*(2k-1): k multiplies and k-1 adds per output, without fused multiply-add."""
+    dtype: str | None
+    bytes: int | None
+    """Least memory traffic with a dtype: read both operands once, write the result once."""
+    arithmetic_intensity: float | None
+    """flops / bytes: FLOPs per byte moved, the x-axis of a roofline."""
+
+    __pydantic_config__ = {"use_attribute_docstrings": True}
+
+
+def matmul(m: int, k: int, n: int, batch: int = 1, dtype: str | None = None) -> MatmulFlops:
+    macs = batch * m * k * n
+    nbytes = intensity = None
+    if dtype is not None:
+        nbytes = int(lookup(dtype).storage_bytes * batch * (m * k + k * n + m * n))
+        intensity = 2 * macs / nbytes
+    return MatmulFlops(
+        m=m, k=k, n=n, batch=batch, flops=2 * macs, macs=macs,
+        flops_without_fma=batch * m * n * (2 * k - 1),
+        dtype=None if dtype is None else lookup(dtype).name, bytes=nbytes,
+        arithmetic_intensity=intensity,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class LinearFlops:
+    """One bias-free linear layer y = x @ W with W of shape (d_in, d_out)."""
+
+    d_in: int
+    d_out: int
+    params: int
+    forward: int
+    """2*B*d_in*d_out."""
+    backward_weight: int
+    """dL/dW = x^T @ dL/dy: 2*B*d_in*d_out."""
+    backward_input: int
+    """dL/dx = dL/dy @ W^T: 2*B*d_in*d_out, or 0 when nothing upstream needs it."""
+    backward: int
+
+    __pydantic_config__ = {"use_attribute_docstrings": True}
+
+
+@dataclass(frozen=True, slots=True)
+class MlpFlops:
+    """The course's stack of bias-free linear layers, exact and approximate."""
+
+    batch: int
+    dims: list[int]
+    input_requires_grad: bool
+    layers: list[LinearFlops]
+    params: int
+    tokens: int
+    forward: int
+    backward: int
+    total: int
+    approx_forward: int
+    """2 x tokens x params."""
+    approx_backward: int
+    """4 x tokens x params."""
+    approx_total: int
+    """6 x tokens x params."""
+
+    __pydantic_config__ = {"use_attribute_docstrings": True}
+
+
+def mlp(batch: int, dims: list[int], input_requires_grad: bool = False) -> MlpFlops:
+    """FLOPs of x(B, D0) -> W1(D0, D1) -> ... -> W_n(D_{n-1}, D_n)."""
+    if len(dims) < 2:
+        raise InvalidInput("dims", "needs at least two widths (one layer)")
+    layers = []
+    for i, (d_in, d_out) in enumerate(zip(dims, dims[1:])):
+        f = 2 * batch * d_in * d_out
+        grad_in = f if (i > 0 or input_requires_grad) else 0
+        layers.append(LinearFlops(d_in=d_in, d_out=d_out, params=d_in * d_out, forward=f,
+                                  backward_weight=f, backward_input=grad_in, backward=f + grad_in))
+    params = sum(layer.params for layer in layers)
+    forward = sum(layer.forward for layer in layers)
+    backward = sum(layer.backward for layer in layers)
+    return MlpFlops(
+        batch=batch, dims=list(dims), input_requires_grad=input_requires_grad, layers=layers,
+        params=params, tokens=batch, forward=forward, backward=backward, total=forward + backward,
+        approx_forward=2 * batch * params, approx_backward=4 * batch * params,
+        approx_total=6 * batch * params,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class FlopsBreakdown:
+    """FLOPs by component, summed over all layers."""
+
+    attention_qkv: int
+    """Q, K and V projections."""
+    attention_scores: int
+    """Q @ K^T."""
+    attention_values: int
+    """softmax(scores) @ V."""
+    attention_output: int
+    """The output projection."""
+    mlp: int
+    lm_head: int
+    total: int
+
+    __pydantic_config__ = {"use_attribute_docstrings": True}
+
+    def scaled(self, factor: int) -> "FlopsBreakdown":
+        return FlopsBreakdown(*(factor * getattr(self, f) for f in self.__dataclass_fields__))
+
+
+def transformer_forward(cfg: TransformerConfig, batch_size: int, seq_len: int,
+                        causal: Causal = "full") -> FlopsBreakdown:
+    """Forward matmul FLOPs of a decoder-only transformer on batch_size x seq_len tokens."""
+    if cfg.position == "learned" and seq_len > cfg.max_seq_len:
+        raise InvalidInput("seq_len", f"{seq_len} exceeds the model's {cfg.max_seq_len} learned positions")
+    t, s, d, L = batch_size * seq_len, seq_len, cfg.d_model, cfg.n_layers
+    q_width, kv_width = cfg.n_heads * cfg.hd, cfg.kv_heads * cfg.hd
+    # (B, h, S, hd) @ (B, h, hd, S): every query head reads its (shared) K and V.
+    attend = 2 * batch_size * cfg.n_heads * s * s * cfg.hd
+    if causal == "halved":
+        attend //= 2  # only the lower triangle does useful work
+    mlp_matrices = 3 if cfg.mlp == "swiglu" else 2
+    parts = dict(
+        attention_qkv=L * 2 * t * d * (q_width + 2 * kv_width),
+        attention_scores=L * attend,
+        attention_values=L * attend,
+        attention_output=L * 2 * t * q_width * d,
+        mlp=L * 2 * t * d * cfg.ff * mlp_matrices,
+        lm_head=2 * t * d * cfg.vocab_size,
+    )
+    return FlopsBreakdown(**parts, total=sum(parts.values()))
+
+
+@dataclass(frozen=True, slots=True)
+class TransformerFlops:
+    """Exact matmul FLOPs of one training step, beside 6ND."""
+
+    model: TransformerConfig
+    batch_size: int
+    seq_len: int
+    tokens: int
+    causal: Causal
+    params: ParamCount
+    forward: FlopsBreakdown
+    backward: FlopsBreakdown
+    """2 x forward: every matmul needs the gradient of both operands."""
+    step: FlopsBreakdown
+    """forward + backward (the optimizer's elementwise update is not counted)."""
+    six_n_d: int
+    """6 x params.total x tokens."""
+    ratio_to_six_n_d: float
+    """step.total / six_n_d: above 1 where attention over long sequences adds FLOPs that
+    parameters do not count; below 1 where parameters (embeddings) do no matmul work."""
+    attention_fraction: float
+    """Share of forward FLOPs in Q @ K^T and softmax @ V."""
+
+    __pydantic_config__ = {"use_attribute_docstrings": True}
+
+
+def transformer(cfg: TransformerConfig, batch_size: int, seq_len: int,
+                causal: Causal = "full") -> TransformerFlops:
+    fwd = transformer_forward(cfg, batch_size, seq_len, causal)
+    params = count_params(cfg)
+    tokens = batch_size * seq_len
+    six_n_d = 6 * params.total * tokens
+    step = fwd.scaled(3)
+    return TransformerFlops(
+        model=cfg.resolved(), batch_size=batch_size, seq_len=seq_len, tokens=tokens, causal=causal,
+        params=params, forward=fwd, backward=fwd.scaled(2), step=step, six_n_d=six_n_d,
+        ratio_to_six_n_d=step.total / six_n_d,
+        attention_fraction=(fwd.attention_scores + fwd.attention_values) / fwd.total,
+    )

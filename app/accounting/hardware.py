@@ -1,0 +1,109 @@
+"""The accelerator catalogue (data/hardware.toml) and per-request overrides.
+
+Every peak is DENSE FLOP/s (int8: ops/s): no 2:4 structured sparsity.
+"""
+
+import tomllib
+from dataclasses import dataclass, field, replace
+from functools import cache
+from importlib import resources
+from typing import Annotated
+
+from annotated_types import Ge, Le
+
+from app.accounting.dtypes import PEAK_KEYS, peak_key
+from app.accounting.errors import InvalidInput
+
+# Floors keep every derived time and ratio finite.
+FlopRate = Annotated[float, Ge(1), Le(1e18)]
+
+
+@dataclass(frozen=True, slots=True)
+class Accelerator:
+    """One accelerator. Peaks are dense FLOP/s per dtype key (int8 in ops/s)."""
+
+    id: str
+    name: str
+    vendor: str
+    memory_bytes: int
+    """Device memory in bytes, decimal as the datasheet writes it ("80GB" is 80e9)."""
+    memory_bandwidth_bytes_per_sec: float
+    peak_flop_per_sec: dict[str, float]
+    """Dense peak per dtype key: float64, float32, tfloat32, bfloat16, float16, float8, int8."""
+    device_names: list[str]
+    """Names a live device reports for this part (torch.cuda.get_device_name, NVML)."""
+    source: str
+    notes: str
+
+    __pydantic_config__ = {"use_attribute_docstrings": True}
+
+
+@dataclass(frozen=True, slots=True)
+class PeakOverrides:
+    """Dense FLOP/s per dtype key to use instead of the catalogue's."""
+
+    float64: FlopRate | None = None
+    float32: FlopRate | None = None
+    tfloat32: FlopRate | None = None
+    bfloat16: FlopRate | None = None
+    float16: FlopRate | None = None
+    float8: FlopRate | None = None
+    int8: FlopRate | None = None
+
+    __pydantic_config__ = {"use_attribute_docstrings": True}
+
+
+@dataclass(frozen=True, slots=True)
+class GpuOverrides:
+    """Numbers to use instead of the catalogue's for this request."""
+
+    memory_bytes: Annotated[int, Ge(1), Le(10**15)] | None = None
+    memory_bandwidth_bytes_per_sec: Annotated[float, Ge(1), Le(1e15)] | None = None
+    peak_flop_per_sec: PeakOverrides = field(default_factory=PeakOverrides)
+
+    __pydantic_config__ = {"use_attribute_docstrings": True}
+
+
+@cache
+def catalogue() -> dict[str, Accelerator]:
+    text = resources.files("app.accounting").joinpath("data/hardware.toml").read_text()
+    table = {}
+    for row in tomllib.loads(text)["accelerator"]:
+        peaks = {k: float(v) for k, v in row.pop("peak_flop_per_sec").items()}
+        assert set(peaks) <= set(PEAK_KEYS), row["id"]
+        table[row["id"]] = Accelerator(peak_flop_per_sec=peaks, **row)
+    return table
+
+
+def gpu(gpu_id: str, overrides: GpuOverrides | None = None, *, field: str = "gpu") -> Accelerator:
+    """A catalogue entry with any overrides applied."""
+    try:
+        acc = catalogue()[gpu_id]
+    except KeyError:
+        raise InvalidInput(field, f"unknown gpu {gpu_id!r}") from None
+    if overrides is None:
+        return acc
+    peaks = dict(acc.peak_flop_per_sec)
+    for key in PEAK_KEYS:
+        value = getattr(overrides.peak_flop_per_sec, key)
+        if value is not None:
+            peaks[key] = value
+    return replace(
+        acc,
+        memory_bytes=overrides.memory_bytes or acc.memory_bytes,
+        memory_bandwidth_bytes_per_sec=(
+            overrides.memory_bandwidth_bytes_per_sec or acc.memory_bandwidth_bytes_per_sec),
+        peak_flop_per_sec=peaks,
+    )
+
+
+def peak_flop_per_sec(acc: Accelerator, dtype: str, *, field: str = "dtype") -> float:
+    """Dense peak for matmuls in `dtype` on one device."""
+    key = peak_key(dtype, field=field)
+    try:
+        return acc.peak_flop_per_sec[key]
+    except KeyError:
+        listed = ", ".join(acc.peak_flop_per_sec)
+        raise InvalidInput(
+            field, f"{acc.id} lists no {key} peak (it lists {listed}); "
+                   "give one in gpu_overrides.peak_flop_per_sec") from None

@@ -1,0 +1,52 @@
+"""Byte and time units. GB is 10^9 bytes, GiB is 2^30 bytes; both are reported."""
+
+from dataclasses import dataclass
+
+GB = 10**9
+GIB = 2**30
+SECONDS_PER_HOUR = 3600
+SECONDS_PER_DAY = 86_400
+
+_SI = ("B", "kB", "MB", "GB", "TB", "PB", "EB")
+_IEC = ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
+
+# The largest byte count a tensor or buffer can have: storage sizes are int64 in
+# PyTorch and CUDA, and JSON consumers lose integer precision beyond this anyway.
+MAX_BYTES = 2**63 - 1
+
+
+def human_bytes(n: int | float, *, binary: bool) -> str:
+    """Format a byte count with three significant figures: '2.42 GB' or '2.25 GiB'."""
+    base, names = (1024, _IEC) if binary else (1000, _SI)
+    value = float(n)
+    i = 0
+    while abs(value) >= base and i < len(names) - 1:
+        value /= base
+        i += 1
+    if i == 0:
+        return f"{int(n)} B"
+    return f"{value:.3g} {names[i]}" if value < 100 else f"{value:.0f} {names[i]}"
+
+
+@dataclass(frozen=True, slots=True)
+class ByteSize:
+    """A byte count with both decimal and binary readings."""
+
+    bytes: int
+    gb: float
+    gib: float
+    human_gb: str
+    human_gib: str
+
+    __pydantic_config__ = {"use_attribute_docstrings": True}
+
+
+def byte_size(n: int) -> ByteSize:
+    """Describe `n` bytes in GB (10^9) and GiB (2^30)."""
+    return ByteSize(
+        bytes=n,
+        gb=n / GB,
+        gib=n / GIB,
+        human_gb=human_bytes(n, binary=False),
+        human_gib=human_bytes(n, binary=True),
+    )

@@ -1,0 +1,51 @@
+"""Number formats: their layouts and limits, and exact encoding of a value."""
+
+from typing import Annotated
+
+from fastapi import APIRouter, Path
+from pydantic import Field, StringConstraints
+
+from app.accounting import dtypes, encode
+from app.accounting.errors import InvalidInput
+from app.api.errors import NOT_FOUND, UNPROCESSABLE, NotFound
+from app.api.schemas import DtypeName, Input, Page
+
+# Fixed paths come before "/{...}" ones, so OPTIONS and 405 answer with the
+# methods of the route the path names.
+router = APIRouter(prefix="/dtypes", tags=["number formats"])
+
+ValueText = Annotated[str, StringConstraints(pattern=encode.VALUE_PATTERN, max_length=80)]
+
+
+class EncodeRequest(Input):
+    value: float | ValueText = Field(
+        description="A finite JSON number, or a string: decimal (read exactly, e.g. '0.1'), "
+                    "C99 hex ('0x1.8p-3'), 'inf', '-inf' or 'nan'.",
+        examples=[0.15625])
+    dtype: DtypeName = Field(description="Format name or alias (fp32, bf16, fp16, fp8 ...).")
+    saturate: bool | None = Field(
+        None, description="Overflow: null follows the format's rule as PyTorch casts it (e4m3fn "
+                          "and fp4 saturate, others go to inf or NaN); true clamps to +-max; "
+                          "false goes to inf, or NaN where the format has no inf.")
+
+
+@router.get("", response_model=Page[dtypes.DtypeInfo])
+async def list_dtypes() -> Page[dtypes.DtypeInfo]:
+    """Every number format, with bits, range and precision."""
+    data = dtypes.list_dtypes()
+    return Page(data=data, count=len(data))
+
+
+@router.post("/encode", response_model=encode.Encoding, responses=UNPROCESSABLE)
+async def encode_value(body: EncodeRequest) -> encode.Encoding:
+    """Store a value in a format: rounded to nearest even, with its bits and errors."""
+    return encode.encode(body.value, body.dtype, saturate=body.saturate)
+
+
+@router.get("/{name}", response_model=dtypes.DtypeInfo, responses=NOT_FOUND)
+async def read_dtype(name: Annotated[str, Path(max_length=40)]) -> dtypes.DtypeInfo:
+    """One number format, by name or alias."""
+    try:
+        return dtypes.describe(dtypes.lookup(name, field="name"))
+    except InvalidInput as e:
+        raise NotFound(e.field, e.message) from None

@@ -1,0 +1,57 @@
+"""FLOP counts: a matmul, the course's linear stack, a transformer step."""
+
+from typing import Annotated
+
+from fastapi import APIRouter
+from pydantic import Field
+
+from app.accounting import flops
+from app.api.errors import UNPROCESSABLE
+from app.api.schemas import DtypeName, Input, ModelSpec, count, engine_model
+
+router = APIRouter(prefix="/flops", tags=["flops"])
+
+Size = count(1, 2**40)
+
+
+class MatmulRequest(Input):
+    m: Size
+    k: Size
+    n: Size
+    batch: Size = 1
+    dtype: DtypeName | None = Field(None, description="Adds bytes moved and arithmetic intensity.")
+
+
+class MlpRequest(Input):
+    batch: Size = Field(description="Rows of x: tokens or data points.")
+    dims: Annotated[list[Size], Field(min_length=2, max_length=1024)] = Field(
+        description="Widths D0, D1, ..., Dn: layer i maps D(i-1) to D(i).", examples=[[256, 256, 64]])
+    input_requires_grad: bool = Field(
+        False, description="Whether dL/dx of the first layer's input is computed.")
+
+
+class TransformerRequest(Input):
+    model: ModelSpec
+    batch_size: count(1, 2**31) = 1
+    seq_len: count(1, 10_000_000) = 1024
+    causal: flops.Causal = Field(
+        "full", description="full counts every score as FlopCounterMode does; halved counts "
+                            "the lower triangle only (causal masking skips the rest).")
+
+
+@router.post("/matmul", response_model=flops.MatmulFlops, responses=UNPROCESSABLE)
+async def matmul_flops(body: MatmulRequest) -> flops.MatmulFlops:
+    """FLOPs (2 per MAC), MACs, and the count without fused multiply-add."""
+    return flops.matmul(body.m, body.k, body.n, body.batch, body.dtype)
+
+
+@router.post("/mlp", response_model=flops.MlpFlops, responses=UNPROCESSABLE)
+async def mlp_flops(body: MlpRequest) -> flops.MlpFlops:
+    """Forward and backward FLOPs per layer, beside 2/4/6 x tokens x params."""
+    return flops.mlp(body.batch, body.dims, body.input_requires_grad)
+
+
+@router.post("/transformer", response_model=flops.TransformerFlops, responses=UNPROCESSABLE)
+async def transformer_flops(body: TransformerRequest) -> flops.TransformerFlops:
+    """Exact matmul FLOPs of a training step by component, beside 6ND."""
+    return flops.transformer(engine_model(body.model), body.batch_size, body.seq_len, body.causal)

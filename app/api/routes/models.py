@@ -1,0 +1,46 @@
+"""Model presets, and Hugging Face config.json import."""
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, Path
+
+from app.accounting import hf_import, models
+from app.api.errors import NOT_FOUND, UNPROCESSABLE, NotFound
+from app.api.schemas import Page
+
+# Fixed paths come before "/{...}" ones, so OPTIONS and 405 answer with the
+# methods of the route the path names.
+router = APIRouter(prefix="/models", tags=["models"])
+
+_LLAMA_EXAMPLE = {
+    "model_type": "llama", "hidden_size": 4096, "intermediate_size": 11008,
+    "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 32,
+    "vocab_size": 32000, "max_position_embeddings": 4096, "tie_word_embeddings": False,
+}
+
+
+@router.get("", response_model=Page[models.PresetSummary])
+async def list_models() -> Page[models.PresetSummary]:
+    """Every preset with its parameter count."""
+    data = [models.summarize(p) for p in models.presets().values()]
+    return Page(data=data, count=len(data))
+
+
+@router.post("/import", response_model=hf_import.ImportedModel, responses=UNPROCESSABLE)
+async def import_model(
+    config: Annotated[dict[str, Any], Body(
+        description="A Hugging Face config.json (model_type llama, mistral, qwen2, gpt2 or "
+                    "gpt_neox). Nothing is fetched; unknown keys are ignored.",
+        examples=[_LLAMA_EXAMPLE])],
+) -> hf_import.ImportedModel:
+    """Read a Hugging Face config.json into a TransformerConfig, with its parameters."""
+    return hf_import.import_config(config)
+
+
+@router.get("/{name}", response_model=models.PresetSummary, responses=NOT_FOUND)
+async def read_model(name: Annotated[str, Path(max_length=60)]) -> models.PresetSummary:
+    """One preset by name."""
+    try:
+        return models.summarize(models.presets()[name])
+    except KeyError:
+        raise NotFound("name", f"unknown preset {name!r}") from None

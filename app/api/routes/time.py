@@ -1,0 +1,70 @@
+"""Training time and MFU."""
+
+from typing import Annotated
+
+from fastapi import APIRouter
+from pydantic import Field
+
+from app.accounting import hardware, timing
+from app.accounting.errors import InvalidInput
+from app.api.errors import UNPROCESSABLE
+from app.api.schemas import GpuId, GpuInput, GpuOverridesIn, Input, PeakDtype, accelerator, count
+
+router = APIRouter(prefix="/time", tags=["time"])
+
+Flops = Annotated[float, Field(gt=0, le=1e35)]
+Gpus = count(1, 10_000_000)
+
+
+class TrainingTimeRequest(GpuInput):
+    flops: Flops | None = Field(None, description="Total training FLOPs; or give params and tokens.")
+    params: count(1, 10**15) | None = Field(
+        None, description="Parameters N, for 6*N*D FLOPs.")
+    tokens: count(1, 10**15) | None = Field(
+        None, description="Training tokens D, for 6*N*D FLOPs.")
+    dtype: PeakDtype = Field("bfloat16", description="Which dense peak to run at.")
+    num_gpus: Gpus = 1
+    mfu: Annotated[float, Field(ge=1e-6, le=1)] = Field(
+        0.5, description="Model FLOPs utilization: the fraction of the dense peak sustained.")
+    price_per_gpu_hour: Annotated[float, Field(ge=0, le=1e6)] | None = Field(
+        None, description="Currency per GPU-hour, for `cost`.")
+
+
+class MfuRequest(Input):
+    flops: Flops = Field(description="FLOPs done (model FLOPs, e.g. 6*N*D for training).")
+    seconds: Annotated[float, Field(ge=1e-9, le=1e12)] = Field(description="Wall-clock time.")
+    gpu: GpuId | None = Field(None, description="Take the peak from the catalogue; or give peak_flop_per_sec.")
+    gpu_overrides: GpuOverridesIn | None = None  # type: ignore[valid-type]
+    peak_flop_per_sec: Annotated[float, Field(ge=1, le=1e18)] | None = Field(
+        None, description="Dense peak of one GPU, instead of a catalogue gpu.")
+    dtype: PeakDtype = "bfloat16"
+    num_gpus: Gpus = 1
+
+
+@router.post("/training", response_model=timing.TrainingTime, responses=UNPROCESSABLE)
+async def training_time(body: TrainingTimeRequest) -> timing.TrainingTime:
+    """Days, GPU-hours and cost of a run at a given MFU."""
+    if body.flops is not None:
+        if body.params is not None or body.tokens is not None:
+            raise InvalidInput("flops", "give flops, or params and tokens, not both")
+        flops, source = body.flops, "given"
+    elif body.params is None or body.tokens is None:
+        raise InvalidInput("flops", "give flops, or both params and tokens")
+    else:
+        flops, source = timing.training_flops(body.params, body.tokens), "6*params*tokens"
+    acc = body.accelerator()
+    return timing.training_time(
+        flops=flops, flops_source=source,
+        peak_flop_per_sec=hardware.peak_flop_per_sec(acc, body.dtype), num_gpus=body.num_gpus,
+        mfu=body.mfu, price_per_gpu_hour=body.price_per_gpu_hour)
+
+
+@router.post("/mfu", response_model=timing.Utilization, responses=UNPROCESSABLE)
+async def model_flops_utilization(body: MfuRequest) -> timing.Utilization:
+    """Achieved FLOP/s over the dense peak."""
+    if (body.gpu is None) == (body.peak_flop_per_sec is None):
+        raise InvalidInput("gpu", "give a gpu or peak_flop_per_sec, not both or neither")
+    acc = accelerator(body.gpu, body.gpu_overrides)
+    peak = body.peak_flop_per_sec if acc is None else hardware.peak_flop_per_sec(acc, body.dtype)
+    return timing.mfu(flops=body.flops, seconds=body.seconds, peak_flop_per_sec=peak,
+                      num_gpus=body.num_gpus)

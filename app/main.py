@@ -1,0 +1,33 @@
+"""create_app(): the JSON API, the pages, static files and error handlers.
+
+This process never imports torch: GPU work runs in child processes.
+"""
+
+from fastapi import FastAPI
+from fastapi.staticfiles import StaticFiles
+
+from app import __version__
+from app.api import errors
+from app.api.router import api_router
+from app.paths import STATIC_DIR
+from app.web.pages import router as pages_router
+
+DESCRIPTION = """Deep-learning resource accounting: FLOPs, bytes and seconds.
+
+Conventions: one multiply-add is 2 FLOPs (MACs are reported separately); GPU peaks
+are dense (no 2:4 sparsity); byte counts are exact integers, with GB = 10^9 and
+GiB = 2^30 both given where a human reading helps. Every 4xx names its field.
+"""
+
+
+def create_app() -> FastAPI:
+    app = FastAPI(title="Tally", version=__version__, description=DESCRIPTION,
+                  docs_url=None, redoc_url=None)
+    errors.install(app)
+    app.include_router(api_router)
+    app.include_router(pages_router)
+    app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
+    return app
+
+
+app = create_app()

@@ -1,0 +1,52 @@
+"""Requests go through httpx's ASGI transport: the whole app, no socket."""
+
+import asyncio
+
+import httpx
+import pytest
+
+from app.main import create_app
+
+
+class Api:
+    """A synchronous face over an httpx.AsyncClient on the ASGI app."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        transport = httpx.ASGITransport(app=create_app())
+        self.client = httpx.AsyncClient(transport=transport, base_url="http://tally.test")
+
+    def request(self, method: str, path: str, **kwargs) -> httpx.Response:
+        return self.loop.run_until_complete(self.client.request(method, path, **kwargs))
+
+    def get(self, path: str, **kwargs) -> httpx.Response:
+        return self.request("GET", path, **kwargs)
+
+    def post(self, path: str, json=None, **kwargs) -> httpx.Response:
+        return self.request("POST", path, json=json, **kwargs)
+
+    def ok(self, path: str, body: dict) -> dict:
+        """POST and insist on 200."""
+        response = self.post(path, body)
+        assert response.status_code == 200, response.text
+        return response.json()
+
+    def close(self) -> None:
+        self.loop.run_until_complete(self.client.aclose())
+        self.loop.close()
+
+
+@pytest.fixture(scope="session")
+def api():
+    client = Api()
+    yield client
+    client.close()
+
+
+def assert_names_field(response: httpx.Response, field: str, status: int = 422) -> dict:
+    """A 4xx whose message names `field`."""
+    assert response.status_code == status, response.text
+    body = response.json()
+    assert any(item["field"] == field for item in body["detail"]), body
+    assert field in body["message"], body
+    return body

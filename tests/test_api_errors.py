@@ -1,0 +1,65 @@
+"""Bad input gets a 4xx naming the field: never a 500, never an unencodable echo."""
+
+import json
+
+import pytest
+
+from tests.conftest import assert_names_field
+
+RAW = {"content-type": "application/json"}
+
+
+@pytest.mark.parametrize("token", ["NaN", "Infinity", "-Infinity", "1e999"])
+def test_non_finite_numbers_are_refused_without_echo(api, token):
+    raw = '{"flops": %s, "gpu": "h100-sxm"}' % token
+    response = api.post("/api/v1/time/training", content=raw, headers=RAW)
+    body = assert_names_field(response, "flops")
+    json.loads(response.text)  # strict JSON: no NaN or Infinity tokens inside
+    assert "NaN" not in response.text and "Infinity" not in response.text
+    assert all("input" not in item for item in body["detail"])
+
+
+def test_malformed_json_names_the_body(api):
+    response = api.post("/api/v1/flops/matmul", content=b'{"m": 1, "k": ', headers=RAW)
+    assert_names_field(response, "body")
+    assert "malformed JSON" in response.json()["message"]
+
+
+@pytest.mark.parametrize("path,body,field", [
+    ("/api/v1/flops/matmul", {"m": -1, "k": 2, "n": 3}, "m"),
+    ("/api/v1/flops/matmul", {"m": 0, "k": 2, "n": 3}, "m"),
+    ("/api/v1/flops/matmul", {"m": "4", "k": 2, "n": 3}, "m"),
+    ("/api/v1/flops/matmul", {"m": 1.5, "k": 2, "n": 3}, "m"),
+    ("/api/v1/flops/matmul", {"m": True, "k": 2, "n": 3}, "m"),
+    ("/api/v1/flops/matmul", {"m": 1, "k": 2, "n": 3, "batchsize": 4}, "batchsize"),
+    ("/api/v1/flops/matmul", {"k": 2, "n": 3}, "m"),
+    ("/api/v1/tensors/memory", {"shape": [4, -2]}, "shape.1"),
+    ("/api/v1/tensors/memory", {"shape": [4], "dtype": "float128"}, "dtype"),
+    ("/api/v1/flops/transformer", {"model": "llama9"}, "model"),
+    ("/api/v1/flops/transformer", {"model": {"n_layers": 2}}, "model.d_model"),
+    ("/api/v1/flops/transformer", {"model": {"n_layers": 2, "d_model": 8, "n_heads": 2,
+                                             "vocab_size": 5, "mlp": "relu"}}, "model.mlp"),
+    ("/api/v1/memory/training", {"model": "gpt2", "precision": "fp64"}, "precision"),
+    ("/api/v1/memory/max-model", {"gpu": "h100-sxm", "num_gpus": 0}, "num_gpus"),
+    ("/api/v1/memory/max-model", {"gpu": "h100-sxm", "gpu_overrides": {"memory_bytes": -5}},
+     "gpu_overrides.memory_bytes"),
+    ("/api/v1/time/training", {"flops": -1, "gpu": "h100-sxm"}, "flops"),
+    ("/api/v1/dtypes/encode", {"value": "12abc", "dtype": "fp16"}, "value"),
+    ("/api/v1/dtypes/encode", {"value": "nan", "dtype": "fp4"}, "value"),
+])
+def test_out_of_bounds_fields_are_named(api, path, body, field):
+    assert_names_field(api.post(path, body), field)
+
+
+def test_no_route_answers_500_to_garbage(api):
+    for path in ("/api/v1/flops/matmul", "/api/v1/memory/training", "/api/v1/models/import",
+                 "/api/v1/dtypes/encode", "/api/v1/time/mfu", "/api/v1/tensors/layout"):
+        for raw in (b"", b"null", b"[]", b'"x"', b"{}", b"\xff\xfe", b'{"a":' * 50):
+            response = api.post(path, content=raw, headers=RAW)
+            assert 400 <= response.status_code < 500, (path, raw, response.text)
+            assert response.json()["message"]
+
+
+def test_unknown_route_is_a_json_404(api):
+    response = api.get("/api/v1/nothing")
+    assert response.status_code == 404 and response.json()["message"] == "Not Found"

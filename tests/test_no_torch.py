@@ -1,0 +1,54 @@
+"""The server process never imports torch (nor anything that would make a CUDA context)."""
+
+import subprocess
+import sys
+import textwrap
+
+SERVE_EVERY_ROUTE = textwrap.dedent("""
+    import asyncio, sys
+    import httpx
+    from app.main import create_app
+
+    async def main():
+        app = create_app()
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
+            for path in ("/", "/docs", "/openapi.json", "/api/v1/dtypes", "/api/v1/models",
+                         "/api/v1/hardware", "/api/v1/hardware/h100-sxm"):
+                assert (await c.get(path)).status_code == 200, path
+            calls = {
+                "/api/v1/dtypes/encode": {"value": 0.1, "dtype": "bf16"},
+                "/api/v1/tensors/memory": {"shape": [4, 4]},
+                "/api/v1/tensors/layout": {"shape": [4, 4], "view_shape": [16]},
+                "/api/v1/flops/matmul": {"m": 4, "k": 4, "n": 4},
+                "/api/v1/flops/mlp": {"batch": 4, "dims": [4, 4]},
+                "/api/v1/flops/transformer": {"model": "gpt2"},
+                "/api/v1/models/import": {"model_type": "gpt2"},
+                "/api/v1/memory/training": {"model": "gpt2", "gpu": "h100-sxm"},
+                "/api/v1/memory/max-model": {"gpu": "h100-sxm"},
+                "/api/v1/time/training": {"flops": 1e20, "gpu": "h100-sxm"},
+                "/api/v1/time/mfu": {"flops": 1e15, "seconds": 1, "gpu": "h100-sxm"},
+            }
+            for path, body in calls.items():
+                assert (await c.post(path, json=body)).status_code == 200, path
+        assert app.openapi()["paths"], "no routes"
+
+    asyncio.run(main())
+    banned = sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "numpy", "pynvml"))
+    print(",".join(banned))
+""")
+
+
+def test_serving_every_route_never_imports_torch():
+    result = subprocess.run([sys.executable, "-c", SERVE_EVERY_ROUTE], capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "", f"server imported: {result.stdout}"
+
+
+def test_the_check_would_notice_torch():
+    """The same probe reports torch when something does import it."""
+    probe = SERVE_EVERY_ROUTE.replace("import asyncio, sys", "import asyncio, sys, torch")
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "torch" in result.stdout.split(",")
