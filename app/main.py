@@ -8,7 +8,7 @@ from fastapi.staticfiles import StaticFiles
 
 from app import __version__
 from app.api import errors
-from app.api.router import api_router
+from app.api.router import include_api
 from app.paths import STATIC_DIR
 from app.web.pages import router as pages_router
 
@@ -23,11 +23,16 @@ GiB = 2^30 both given where a human reading helps. Every 4xx names its field.
 def create_app() -> FastAPI:
     app = FastAPI(title="Tally", version=__version__, description=DESCRIPTION,
                   docs_url=None, redoc_url=None)
+    install(app)
+    return app
+
+
+def install(app: FastAPI) -> None:
+    """Error handlers, the JSON API, the pages and static files, onto `app`."""
     errors.install(app)
-    app.include_router(api_router)
+    include_api(app)
     app.include_router(pages_router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
-    return app
 
 
 app = create_app()

@@ -16,6 +16,7 @@ from functools import cache
 from typing import Literal
 
 from app.accounting.errors import InvalidInput
+from app.accounting.records import RECORD
 
 NanStyle = Literal["ieee", "all_ones", "negative_zero", "none"]
 # What a cast does with a finite value beyond max, as PyTorch 2.13 casts it.
@@ -220,7 +221,7 @@ class DtypeInfo:
     torch_dtype: str | None
     notes: str
 
-    __pydantic_config__ = {"use_attribute_docstrings": True}
+    __pydantic_config__ = RECORD
 
 
 def describe(fmt: Format) -> DtypeInfo:

@@ -15,6 +15,7 @@ from typing import Literal
 
 from app.accounting.dtypes import FloatFormat, IntFormat, _pow2, lookup
 from app.accounting.errors import InvalidInput
+from app.accounting.records import RECORD
 
 Category = Literal["zero", "subnormal", "normal", "inf", "nan"]
 
@@ -36,7 +37,7 @@ class _Parsed:
     text: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Encoding:
     """A value as one format stores it."""
 
@@ -76,7 +77,7 @@ class Encoding:
     overflow_rule: str
     """What happened, or would happen, to an overflow: inf, saturate or nan."""
 
-    __pydantic_config__ = {"use_attribute_docstrings": True}
+    __pydantic_config__ = RECORD
 
 
 def parse_value(value: float | str) -> _Parsed:

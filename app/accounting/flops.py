@@ -9,11 +9,12 @@ from typing import Literal
 from app.accounting.dtypes import lookup
 from app.accounting.errors import InvalidInput
 from app.accounting.models import ParamCount, TransformerConfig, count_params
+from app.accounting.records import RECORD
 
 Causal = Literal["full", "halved"]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class MatmulFlops:
     """(batch, m, k) @ (batch, k, n) -> (batch, m, n)."""
 
@@ -33,7 +34,7 @@ class MatmulFlops:
     arithmetic_intensity: float | None
     """flops / bytes: FLOPs per byte moved, the x-axis of a roofline."""
 
-    __pydantic_config__ = {"use_attribute_docstrings": True}
+    __pydantic_config__ = RECORD
 
 
 def matmul(m: int, k: int, n: int, batch: int = 1, dtype: str | None = None) -> MatmulFlops:
@@ -50,7 +51,7 @@ def matmul(m: int, k: int, n: int, batch: int = 1, dtype: str | None = None) -> 
     )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class LinearFlops:
     """One bias-free linear layer y = x @ W with W of shape (d_in, d_out)."""
 
@@ -65,10 +66,10 @@ class LinearFlops:
     """dL/dx = dL/dy @ W^T: 2*B*d_in*d_out, or 0 when nothing upstream needs it."""
     backward: int
 
-    __pydantic_config__ = {"use_attribute_docstrings": True}
+    __pydantic_config__ = RECORD
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class MlpFlops:
     """The course's stack of bias-free linear layers, exact and approximate."""
 
@@ -88,7 +89,7 @@ class MlpFlops:
     approx_total: int
     """6 x tokens x params."""
 
-    __pydantic_config__ = {"use_attribute_docstrings": True}
+    __pydantic_config__ = RECORD
 
 
 def mlp(batch: int, dims: list[int], input_requires_grad: bool = False) -> MlpFlops:
@@ -112,7 +113,7 @@ def mlp(batch: int, dims: list[int], input_requires_grad: bool = False) -> MlpFl
     )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class FlopsBreakdown:
     """FLOPs by component, summed over all layers."""
 
@@ -128,7 +129,7 @@ class FlopsBreakdown:
     lm_head: int
     total: int
 
-    __pydantic_config__ = {"use_attribute_docstrings": True}
+    __pydantic_config__ = RECORD
 
     def scaled(self, factor: int) -> "FlopsBreakdown":
         return FlopsBreakdown(*(factor * getattr(self, f) for f in self.__dataclass_fields__))
@@ -157,7 +158,7 @@ def transformer_forward(cfg: TransformerConfig, batch_size: int, seq_len: int,
     return FlopsBreakdown(**parts, total=sum(parts.values()))
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class TransformerFlops:
     """Exact matmul FLOPs of one training step, beside 6ND."""
 
@@ -180,7 +181,7 @@ class TransformerFlops:
     attention_fraction: float
     """Share of forward FLOPs in Q @ K^T and softmax @ V."""
 
-    __pydantic_config__ = {"use_attribute_docstrings": True}
+    __pydantic_config__ = RECORD
 
 
 def transformer(cfg: TransformerConfig, batch_size: int, seq_len: int,

@@ -13,6 +13,7 @@ from annotated_types import Ge, Le
 
 from app.accounting.dtypes import PEAK_KEYS, peak_key
 from app.accounting.errors import InvalidInput
+from app.accounting.records import RECORD
 
 # Floors keep every derived time and ratio finite.
 FlopRate = Annotated[float, Ge(1), Le(1e18)]
@@ -35,7 +36,7 @@ class Accelerator:
     source: str
     notes: str
 
-    __pydantic_config__ = {"use_attribute_docstrings": True}
+    __pydantic_config__ = RECORD
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +51,7 @@ class PeakOverrides:
     float8: FlopRate | None = None
     int8: FlopRate | None = None
 
-    __pydantic_config__ = {"use_attribute_docstrings": True}
+    __pydantic_config__ = RECORD
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +62,7 @@ class GpuOverrides:
     memory_bandwidth_bytes_per_sec: Annotated[float, Ge(1), Le(1e15)] | None = None
     peak_flop_per_sec: PeakOverrides = field(default_factory=PeakOverrides)
 
-    __pydantic_config__ = {"use_attribute_docstrings": True}
+    __pydantic_config__ = RECORD
 
 
 @cache

@@ -10,6 +10,7 @@ from typing import Any
 
 from app.accounting.errors import InvalidInput
 from app.accounting.models import ParamCount, TransformerConfig, count_params
+from app.accounting.records import RECORD
 
 SUPPORTED = ("llama", "mistral", "qwen2", "gpt2", "gpt_neox")
 
@@ -25,7 +26,7 @@ _KEYS = {
 _KEYS["gpt_neox"] = {k: v for k, v in _KEYS["llama"].items() if k not in ("n_kv_heads", "head_dim")}
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ImportedModel:
     """A Hugging Face config read as a TransformerConfig."""
 
@@ -35,7 +36,7 @@ class ImportedModel:
     warnings: list[str]
     """What the import approximated or ignored."""
 
-    __pydantic_config__ = {"use_attribute_docstrings": True}
+    __pydantic_config__ = RECORD
 
 
 def _int(raw: dict, key: str, default: Any = ...) -> Any:

@@ -10,7 +10,8 @@ over data-parallel ranks, stage 2 also gradients, stage 3 also parameters.
 
 import math
 from dataclasses import dataclass
-from typing import Literal
+from functools import lru_cache
+from typing import Literal, NamedTuple
 
 from app.accounting import activations as act
 from app.accounting.errors import InvalidInput
@@ -18,6 +19,7 @@ from app.accounting.hardware import Accelerator
 from app.accounting.models import (TransformerConfig, attention_params, count_params, mlp_params,
                                    norm_params)
 from app.accounting.units import GIB
+from app.accounting.records import RECORD
 
 Precision = Literal["fp32", "bf16_mixed", "fp16_mixed", "bf16"]
 Optimizer = Literal["sgd", "sgd_momentum", "adagrad", "rmsprop", "adam", "adamw", "adamw_8bit"]
@@ -67,9 +69,10 @@ class StateBytes:
     master_weights: float
     total: float
 
-    __pydantic_config__ = {"use_attribute_docstrings": True}
+    __pydantic_config__ = RECORD
 
 
+@lru_cache(maxsize=64)
 def state_bytes_per_param(precision: str, optimizer: str) -> StateBytes:
     p = PRECISIONS[precision]
     opt = optimizer_bytes_per_param(optimizer, precision)
@@ -77,6 +80,7 @@ def state_bytes_per_param(precision: str, optimizer: str) -> StateBytes:
                       master_weights=p.master, total=p.param + p.grad + opt + p.master)
 
 
+@lru_cache(maxsize=1024)
 def _stage_params(cfg: TransformerConfig, tp: int, pp: int) -> dict[Stage, int]:
     """Parameters one GPU holds on the first and last pipeline stage (or the only one).
 
@@ -97,7 +101,7 @@ def _stage_params(cfg: TransformerConfig, tp: int, pp: int) -> dict[Stage, int]:
             "last": layers * per_layer + norm_params(cfg) + head}
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ActivationDetail:
     """Activation bytes on one GPU of the reported pipeline stage."""
 
@@ -113,13 +117,29 @@ class ActivationDetail:
     (last stage)."""
     total: int
 
-    __pydantic_config__ = {"use_attribute_docstrings": True}
+    __pydantic_config__ = RECORD
 
 
-def _stage_activations(cfg: TransformerConfig, stage: Stage, *, s: int, b: int, act_bytes: int,
-                       tp: int, pp: int, sp: bool, recompute: act.Recompute) -> ActivationDetail:
-    layer = act.per_layer(cfg, s=s, b=b, act_bytes=act_bytes, t=tp, sequence_parallel=sp,
-                          recompute=recompute)
+class _Plan(NamedTuple):
+    """What a request's memory depends on besides s and b, derived once per config."""
+
+    params: int
+    stage_params: dict[Stage, int]
+    layer: tuple
+    embedding: tuple
+    head: tuple
+
+
+@lru_cache(maxsize=1024)
+def _plan(cfg: TransformerConfig, tp: int, pp: int, act_bytes: int, recompute: act.Recompute) -> _Plan:
+    return _Plan(count_params(cfg).total, _stage_params(cfg, tp, pp),
+                 act.layer_recipe(cfg, act_bytes, recompute), act.embedding_recipe(cfg),
+                 act.head_recipe(cfg, act_bytes))
+
+
+def _stage_activations(cfg: TransformerConfig, plan: _Plan, stage: Stage, *, s: int, b: int,
+                       act_bytes: int, tp: int, pp: int, sp: bool) -> ActivationDetail:
+    layer = act.sized(plan.layer, s=s, b=b, t=tp, sequence_parallel=sp)
     outside: dict[str, int] = {}
     if stage == "only":
         held = cfg.n_layers
@@ -129,17 +149,17 @@ def _stage_activations(cfg: TransformerConfig, stage: Stage, *, s: int, b: int, 
         held = math.ceil(cfg.n_layers / pp)
     if stage in ("only", "first"):
         in_flight = pp if stage == "first" else 1
-        emb = act.embedding_items(cfg, s=s, b=b, t=tp, sequence_parallel=sp)
+        emb = act.sized(plan.embedding, s=s, b=b, t=tp, sequence_parallel=sp)
         outside |= {k: v * in_flight for k, v in emb.items()}
     if stage in ("only", "last"):
-        outside |= act.head_items(cfg, s=s, b=b, act_bytes=act_bytes, t=tp, sequence_parallel=sp)
+        outside |= act.sized(plan.head, s=s, b=b, t=tp, sequence_parallel=sp)
     layer_total = sum(layer.values())
     return ActivationDetail(
         bytes_per_element=act_bytes, per_layer=layer, per_layer_total=layer_total, layers_held=held,
         outside_layers=outside, total=layer_total * held + sum(outside.values()))
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class TrainingMemory:
     """Memory on one GPU of the busiest pipeline stage. Bytes unless named otherwise."""
 
@@ -175,7 +195,7 @@ class TrainingMemory:
     activation_detail: ActivationDetail | None
     assumptions: list[str]
 
-    __pydantic_config__ = {"use_attribute_docstrings": True}
+    __pydantic_config__ = RECORD
 
 
 def training_memory(
@@ -196,8 +216,8 @@ def training_memory(
         if model.position == "learned" and seq_len > model.max_seq_len:
             raise InvalidInput("seq_len", f"{seq_len} exceeds the model's {model.max_seq_len} "
                                "learned positions")
-        n_params = count_params(model).total
-        stage_params = _stage_params(model, tp, pp)
+        plan = _plan(model, tp, pp, PRECISIONS[precision].activation, recompute)
+        n_params, stage_params = plan.params, plan.stage_params
     else:
         n_params = params
         stage_params = {"only": math.ceil(params / (tp * pp))}
@@ -207,25 +227,21 @@ def training_memory(
         assumptions.append("ZeRO shards over data-parallel ranks; with data_parallel 1 it saves nothing")
 
     per = state_bytes_per_param(precision, optimizer)
-    prec = PRECISIONS[precision]
+    act_bytes = PRECISIONS[precision].activation
+    # ZeRO stage k divides these model states over the data-parallel ranks.
+    p_div, g_div, o_div = (dp if zero_stage >= k else 1 for k in (3, 2, 1))
 
-    def shard(nbytes: float, sharded: bool) -> int:
-        return math.ceil(nbytes / dp) if sharded else math.ceil(nbytes)
-
-    candidates = []
-    for stage, n in stage_params.items():
-        states = dict(
-            parameters=shard(n * per.parameters, zero_stage >= 3),
-            gradients=shard(n * per.gradients, zero_stage >= 2),
-            optimizer_state=shard(n * per.optimizer_state, zero_stage >= 1),
-            master_weights=shard(n * per.master_weights, zero_stage >= 1),
-        )
+    best = None
+    for stage, n in stage_params.items():  # one stage, or the first and the last
+        states = (math.ceil(n * per.parameters / p_div), math.ceil(n * per.gradients / g_div),
+                  math.ceil(n * per.optimizer_state / o_div), math.ceil(n * per.master_weights / o_div))
         detail = None if model is None else _stage_activations(
-            model, stage, s=seq_len, b=batch_size, act_bytes=prec.activation, tp=tp, pp=pp,
-            sp=sequence_parallel, recompute=recompute)
-        total = sum(states.values()) + (detail.total if detail else 0)
-        candidates.append((total, stage, n, states, detail))
-    total, stage, n_gpu, states, detail = max(candidates, key=lambda c: c[0])
+            model, plan, stage, s=seq_len, b=batch_size, act_bytes=act_bytes, tp=tp, pp=pp,
+            sp=sequence_parallel)
+        total = sum(states) + (detail.total if detail else 0)
+        if best is None or total > best[0]:
+            best = (total, stage, n, states, detail)
+    total, stage, n_gpu, (parameters, gradients, optimizer_state, master_weights), detail = best
 
     if precision in ("bf16_mixed", "fp16_mixed"):
         assumptions.append("gradients are kept in 16 bits (ZeRO's 2+2+12 accounting); fp32 "
@@ -235,7 +251,8 @@ def training_memory(
     assumptions.append("excludes the CUDA context, allocator fragmentation and communication buffers")
     return TrainingMemory(
         params=n_params, params_per_gpu=n_gpu, bytes_per_param=per.total,
-        bytes_per_param_detail=per, **states,
+        bytes_per_param_detail=per, parameters=parameters, gradients=gradients,
+        optimizer_state=optimizer_state, master_weights=master_weights,
         activations=None if detail is None else detail.total, total=total, total_gib=total / GIB,
         model_state_bytes=math.ceil(n_params * per.total),
         checkpoint_bytes=math.ceil(n_params * (per.parameters + per.master_weights + per.optimizer_state)),
@@ -247,7 +264,7 @@ def training_memory(
     )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class MaxModel:
     """The largest parameter count whose model state fits, activations aside."""
 
@@ -264,7 +281,7 @@ class MaxModel:
     bytes_per_param_detail: StateBytes
     assumptions: list[str]
 
-    __pydantic_config__ = {"use_attribute_docstrings": True}
+    __pydantic_config__ = RECORD
 
 
 def max_model(*, gpu: Accelerator, num_gpus: int, precision: Precision, optimizer: Optimizer,

@@ -6,14 +6,15 @@ import), so the API validates this very dataclass and its schema states them.
 
 import tomllib
 import typing
-from dataclasses import asdict, dataclass, fields, replace
-from functools import cache
+from dataclasses import asdict, dataclass, fields
+from functools import cache, lru_cache
 from importlib import resources
 from typing import Annotated, Literal
 
 from annotated_types import Ge, Le
 
 from app.accounting.errors import InvalidInput
+from app.accounting.records import RECORD
 
 Mlp = Literal["gelu", "swiglu"]
 Norm = Literal["layernorm", "rmsnorm"]
@@ -21,29 +22,29 @@ Position = Literal["learned", "rope"]
 
 
 @cache
-def _bounds(cls: type) -> dict[str, tuple[int | None, int | None]]:
-    """Ge/Le bounds of each field, read from its Annotated metadata."""
-    table = {}
+def _bounds(cls: type) -> tuple[tuple[str, int, int], ...]:
+    """(field, Ge, Le) of each bounded integer field, read from its Annotated metadata."""
+    table = []
     for name, hint in typing.get_type_hints(cls, include_extras=True).items():
         for arg in (hint, *typing.get_args(hint)):
             meta = getattr(arg, "__metadata__", ())
             lo = next((m.ge for m in meta if isinstance(m, Ge)), None)
             hi = next((m.le for m in meta if isinstance(m, Le)), None)
-            if lo is not None or hi is not None:
-                table[name] = (lo, hi)
-    return table
+            if lo is not None and hi is not None:
+                table.append((name, lo, hi))
+    return tuple(table)
 
 
 def check_bounds(obj: object) -> None:
     """Enforce a dataclass's Annotated bounds, so the engine never holds a config
     the API would refuse, however it was built."""
-    for name, (lo, hi) in _bounds(type(obj)).items():
+    for name, lo, hi in _bounds(type(obj)):
         value = getattr(obj, name)
         if value is None:
             continue
-        if isinstance(value, bool) or not isinstance(value, int):
+        if type(value) is not int:  # bool is an int subclass; refuse it too
             raise InvalidInput(name, f"must be an integer, got {value!r}")
-        if (lo is not None and value < lo) or (hi is not None and value > hi):
+        if not lo <= value <= hi:
             raise InvalidInput(name, f"{value} is outside [{lo}, {hi}]")
 
 
@@ -74,12 +75,12 @@ class TransformerConfig:
     position: Position = "learned"
     """learned adds a max_seq_len x d_model table; rope has no parameters."""
     max_seq_len: Annotated[int, Ge(1), Le(10_000_000)] = 1024
-    head_dim: Annotated[int, Ge(1), Le(4096)] | None = None
+    head_dim: Annotated[int, Ge(1), Le(131_072)] | None = None
     """Per-head width; null means d_model / n_heads."""
     dropout: bool = False
     """Dropout in training; it adds 1-byte masks to activation memory."""
 
-    __pydantic_config__ = {"use_attribute_docstrings": True}
+    __pydantic_config__ = RECORD
 
     def __post_init__(self) -> None:
         check_bounds(self)
@@ -111,8 +112,17 @@ class TransformerConfig:
 
     def resolved(self) -> "TransformerConfig":
         """The same model with every null default filled in."""
-        return replace(self, n_kv_heads=self.kv_heads, d_ff=self.ff, head_dim=self.hd,
-                       qkv_bias=self.has_qkv_bias)
+        return _resolved(self)
+
+
+@lru_cache(maxsize=1024)
+def _resolved(self: TransformerConfig) -> TransformerConfig:
+    return TransformerConfig(
+        n_layers=self.n_layers, d_model=self.d_model, n_heads=self.n_heads,
+        vocab_size=self.vocab_size, n_kv_heads=self.kv_heads, d_ff=self.ff, mlp=self.mlp,
+        norm=self.norm, bias=self.bias, qkv_bias=self.has_qkv_bias,
+        tied_embeddings=self.tied_embeddings, position=self.position,
+        max_seq_len=self.max_seq_len, head_dim=self.hd, dropout=self.dropout)
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,7 +145,7 @@ class ParamCount:
     """All per-layer norms plus the final norm."""
     per_layer: int
 
-    __pydantic_config__ = {"use_attribute_docstrings": True}
+    __pydantic_config__ = RECORD
 
 
 def attention_params(cfg: TransformerConfig) -> int:
@@ -157,6 +167,7 @@ def norm_params(cfg: TransformerConfig) -> int:
     return cfg.d_model * (2 if cfg.norm == "layernorm" and cfg.bias else 1)
 
 
+@lru_cache(maxsize=1024)
 def count_params(cfg: TransformerConfig) -> ParamCount:
     token = cfg.vocab_size * cfg.d_model
     position = cfg.max_seq_len * cfg.d_model if cfg.position == "learned" else 0
@@ -191,7 +202,7 @@ class PresetSummary:
     config: TransformerConfig
     params: ParamCount
 
-    __pydantic_config__ = {"use_attribute_docstrings": True}
+    __pydantic_config__ = RECORD
 
 
 def summarize(p: Preset) -> PresetSummary:

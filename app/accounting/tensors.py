@@ -11,9 +11,10 @@ from dataclasses import dataclass
 from app.accounting.dtypes import lookup
 from app.accounting.errors import InvalidInput
 from app.accounting.units import GB, GIB, MAX_BYTES, human_bytes
+from app.accounting.records import RECORD
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class TensorMemory:
     """What a dense tensor of this shape and dtype occupies."""
 
@@ -30,7 +31,7 @@ class TensorMemory:
     human_gb: str
     human_gib: str
 
-    __pydantic_config__ = {"use_attribute_docstrings": True}
+    __pydantic_config__ = RECORD
 
 
 def numel_of(shape: list[int], *, field: str = "shape") -> int:
@@ -120,7 +121,7 @@ def infer_view_shape(view_shape: list[int], numel: int) -> list[int]:
     return resolved
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ViewResult:
     """Whether `tensor.view(shape)` works without a copy."""
 
@@ -132,10 +133,10 @@ class ViewResult:
     reason: str | None
     """Why not, when impossible; reshape() would copy instead."""
 
-    __pydantic_config__ = {"use_attribute_docstrings": True}
+    __pydantic_config__ = RECORD
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class TensorLayout:
     """How a strided tensor maps onto its storage. Strides count elements."""
 
@@ -154,7 +155,7 @@ class TensorLayout:
     """storage_offset + sum(index[d] * stride[d]): where `index` lives in storage."""
     view: ViewResult | None
 
-    __pydantic_config__ = {"use_attribute_docstrings": True}
+    __pydantic_config__ = RECORD
 
 
 def layout(

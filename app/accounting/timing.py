@@ -7,9 +7,10 @@ peak for the dtype (PaLM, Chowdhery et al. 2022, appendix B).
 from dataclasses import dataclass
 
 from app.accounting.units import SECONDS_PER_DAY, SECONDS_PER_HOUR
+from app.accounting.records import RECORD
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class TrainingTime:
     """Wall-clock time for a training run at a given MFU."""
 
@@ -30,7 +31,7 @@ class TrainingTime:
     cost: float | None
     """gpu_hours x price_per_gpu_hour; null when no price is given."""
 
-    __pydantic_config__ = {"use_attribute_docstrings": True}
+    __pydantic_config__ = RECORD
 
 
 def training_flops(params: float, tokens: float) -> float:
@@ -53,7 +54,7 @@ def training_time(
     )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Utilization:
     """Achieved against promised FLOP/s."""
 
@@ -67,7 +68,7 @@ class Utilization:
     mfu: float
     warnings: list[str]
 
-    __pydantic_config__ = {"use_attribute_docstrings": True}
+    __pydantic_config__ = RECORD
 
 
 def mfu(*, flops: float, seconds: float, peak_flop_per_sec: float, num_gpus: int) -> Utilization:

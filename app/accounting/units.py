@@ -1,7 +1,5 @@
 """Byte and time units. GB is 10^9 bytes, GiB is 2^30 bytes; both are reported."""
 
-from dataclasses import dataclass
-
 GB = 10**9
 GIB = 2**30
 SECONDS_PER_HOUR = 3600
@@ -26,27 +24,3 @@ def human_bytes(n: int | float, *, binary: bool) -> str:
     if i == 0:
         return f"{int(n)} B"
     return f"{value:.3g} {names[i]}" if value < 100 else f"{value:.0f} {names[i]}"
-
-
-@dataclass(frozen=True, slots=True)
-class ByteSize:
-    """A byte count with both decimal and binary readings."""
-
-    bytes: int
-    gb: float
-    gib: float
-    human_gb: str
-    human_gib: str
-
-    __pydantic_config__ = {"use_attribute_docstrings": True}
-
-
-def byte_size(n: int) -> ByteSize:
-    """Describe `n` bytes in GB (10^9) and GiB (2^30)."""
-    return ByteSize(
-        bytes=n,
-        gb=n / GB,
-        gib=n / GIB,
-        human_gb=human_bytes(n, binary=False),
-        human_gib=human_bytes(n, binary=True),
-    )

@@ -1,12 +1,14 @@
 """Number formats: their layouts and limits, and exact encoding of a value."""
 
+import sys
 from typing import Annotated
 
-from fastapi import APIRouter, Path
+from fastapi import APIRouter, Path, Response
 from pydantic import Field, StringConstraints
 
 from app.accounting import dtypes, encode
 from app.accounting.errors import InvalidInput
+from app.api.responses import respond
 from app.api.errors import NOT_FOUND, UNPROCESSABLE, NotFound
 from app.api.schemas import DtypeName, Input, Page
 
@@ -15,10 +17,12 @@ from app.api.schemas import DtypeName, Input, Page
 router = APIRouter(prefix="/dtypes", tags=["number formats"])
 
 ValueText = Annotated[str, StringConstraints(pattern=encode.VALUE_PATTERN, max_length=80)]
+# Any finite float64; beyond this a JSON number parses as inf and is refused.
+FiniteNumber = Annotated[float, Field(ge=-sys.float_info.max, le=sys.float_info.max)]
 
 
 class EncodeRequest(Input):
-    value: float | ValueText = Field(
+    value: FiniteNumber | ValueText = Field(
         description="A finite JSON number, or a string: decimal (read exactly, e.g. '0.1'), "
                     "C99 hex ('0x1.8p-3'), 'inf', '-inf' or 'nan'.",
         examples=[0.15625])
@@ -30,22 +34,22 @@ class EncodeRequest(Input):
 
 
 @router.get("", response_model=Page[dtypes.DtypeInfo])
-async def list_dtypes() -> Page[dtypes.DtypeInfo]:
+async def list_dtypes() -> Response:
     """Every number format, with bits, range and precision."""
     data = dtypes.list_dtypes()
-    return Page(data=data, count=len(data))
+    return respond(Page(data=data, count=len(data)))
 
 
 @router.post("/encode", response_model=encode.Encoding, responses=UNPROCESSABLE)
-async def encode_value(body: EncodeRequest) -> encode.Encoding:
+async def encode_value(body: EncodeRequest) -> Response:
     """Store a value in a format: rounded to nearest even, with its bits and errors."""
-    return encode.encode(body.value, body.dtype, saturate=body.saturate)
+    return respond(encode.encode(body.value, body.dtype, saturate=body.saturate))
 
 
 @router.get("/{name}", response_model=dtypes.DtypeInfo, responses=NOT_FOUND)
-async def read_dtype(name: Annotated[str, Path(max_length=40)]) -> dtypes.DtypeInfo:
+async def read_dtype(name: Annotated[str, Path(max_length=40)]) -> Response:
     """One number format, by name or alias."""
     try:
-        return dtypes.describe(dtypes.lookup(name, field="name"))
+        return respond(dtypes.describe(dtypes.lookup(name, field="name")))
     except InvalidInput as e:
         raise NotFound(e.field, e.message) from None

@@ -2,10 +2,11 @@
 
 from typing import Annotated
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Response
 from pydantic import Field
 
 from app.accounting import flops
+from app.api.responses import respond
 from app.api.errors import UNPROCESSABLE
 from app.api.schemas import DtypeName, Input, ModelSpec, count, engine_model
 
@@ -39,19 +40,20 @@ class TransformerRequest(Input):
                             "the lower triangle only (causal masking skips the rest).")
 
 
+@router.post("/transformer", response_model=flops.TransformerFlops, responses=UNPROCESSABLE)
+async def transformer_flops(body: TransformerRequest) -> Response:
+    """Exact matmul FLOPs of a training step by component, beside 6ND."""
+    cfg = engine_model(body.model)
+    return respond(flops.transformer(cfg, body.batch_size, body.seq_len, body.causal))
+
+
 @router.post("/matmul", response_model=flops.MatmulFlops, responses=UNPROCESSABLE)
-async def matmul_flops(body: MatmulRequest) -> flops.MatmulFlops:
+async def matmul_flops(body: MatmulRequest) -> Response:
     """FLOPs (2 per MAC), MACs, and the count without fused multiply-add."""
-    return flops.matmul(body.m, body.k, body.n, body.batch, body.dtype)
+    return respond(flops.matmul(body.m, body.k, body.n, body.batch, body.dtype))
 
 
 @router.post("/mlp", response_model=flops.MlpFlops, responses=UNPROCESSABLE)
-async def mlp_flops(body: MlpRequest) -> flops.MlpFlops:
+async def mlp_flops(body: MlpRequest) -> Response:
     """Forward and backward FLOPs per layer, beside 2/4/6 x tokens x params."""
-    return flops.mlp(body.batch, body.dims, body.input_requires_grad)
-
-
-@router.post("/transformer", response_model=flops.TransformerFlops, responses=UNPROCESSABLE)
-async def transformer_flops(body: TransformerRequest) -> flops.TransformerFlops:
-    """Exact matmul FLOPs of a training step by component, beside 6ND."""
-    return flops.transformer(engine_model(body.model), body.batch_size, body.seq_len, body.causal)
+    return respond(flops.mlp(body.batch, body.dims, body.input_requires_grad))

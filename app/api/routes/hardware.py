@@ -2,9 +2,10 @@
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path
+from fastapi import APIRouter, Path, Response
 
 from app.accounting import hardware
+from app.api.responses import respond
 from app.api.errors import NOT_FOUND, NotFound
 from app.api.schemas import Page
 
@@ -12,16 +13,16 @@ router = APIRouter(prefix="/hardware", tags=["hardware"])
 
 
 @router.get("", response_model=Page[hardware.Accelerator])
-async def list_hardware() -> Page[hardware.Accelerator]:
+async def list_hardware() -> Response:
     """Every accelerator with dense peaks per dtype, memory and bandwidth."""
     data = list(hardware.catalogue().values())
-    return Page(data=data, count=len(data))
+    return respond(Page(data=data, count=len(data)))
 
 
 @router.get("/{gpu_id}", response_model=hardware.Accelerator, responses=NOT_FOUND)
-async def read_hardware(gpu_id: Annotated[str, Path(max_length=40)]) -> hardware.Accelerator:
+async def read_hardware(gpu_id: Annotated[str, Path(max_length=40)]) -> Response:
     """One accelerator by id."""
     try:
-        return hardware.catalogue()[gpu_id]
+        return respond(hardware.catalogue()[gpu_id])
     except KeyError:
         raise NotFound("gpu_id", f"unknown gpu {gpu_id!r}") from None

@@ -2,10 +2,11 @@
 
 from typing import Annotated
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Response
 from pydantic import Field
 
 from app.accounting import activations, memory
+from app.api.responses import respond
 from app.api.errors import UNPROCESSABLE
 from app.api.schemas import (GpuId, GpuInput, GpuOverridesIn, Input, ModelOrParams,
                              accelerator, count, engine_model)
@@ -51,23 +52,23 @@ class MaxModelRequest(GpuInput):
 
 
 @router.post("/training", response_model=memory.TrainingMemory, responses=UNPROCESSABLE)
-async def training_memory(body: TrainingMemoryRequest) -> memory.TrainingMemory:
+async def training_memory(body: TrainingMemoryRequest) -> Response:
     """Per-GPU bytes of parameters, gradients, optimizer state, master weights and activations."""
     gpu = accelerator(body.gpu, body.gpu_overrides)
     cfg = None if isinstance(body.model, int) else engine_model(body.model)
-    return memory.training_memory(
+    return respond(memory.training_memory(
         model=cfg, params=body.model if cfg is None else None, precision=body.precision,
         optimizer=body.optimizer, batch_size=body.batch_size,
         seq_len=body.seq_len or (cfg.max_seq_len if cfg else 1), recompute=body.recompute,
         zero_stage=body.zero_stage, data_parallel=body.data_parallel,
         tensor_parallel=body.tensor_parallel, pipeline_parallel=body.pipeline_parallel,
-        sequence_parallel=body.sequence_parallel, gpu=gpu)
+        sequence_parallel=body.sequence_parallel, gpu=gpu))
 
 
 @router.post("/max-model", response_model=memory.MaxModel, responses=UNPROCESSABLE)
-async def max_model(body: MaxModelRequest) -> memory.MaxModel:
+async def max_model(body: MaxModelRequest) -> Response:
     """The largest parameter count whose training state fits on num_gpus GPUs."""
-    return memory.max_model(
+    return respond(memory.max_model(
         gpu=body.accelerator(), num_gpus=body.num_gpus, precision=body.precision,
         optimizer=body.optimizer, zero_stage=body.zero_stage,
-        usable_memory_fraction=body.usable_memory_fraction)
+        usable_memory_fraction=body.usable_memory_fraction))

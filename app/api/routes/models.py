@@ -2,9 +2,10 @@
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Path
+from fastapi import APIRouter, Body, Path, Response
 
 from app.accounting import hf_import, models
+from app.api.responses import respond
 from app.api.errors import NOT_FOUND, UNPROCESSABLE, NotFound
 from app.api.schemas import Page
 
@@ -20,10 +21,10 @@ _LLAMA_EXAMPLE = {
 
 
 @router.get("", response_model=Page[models.PresetSummary])
-async def list_models() -> Page[models.PresetSummary]:
+async def list_models() -> Response:
     """Every preset with its parameter count."""
     data = [models.summarize(p) for p in models.presets().values()]
-    return Page(data=data, count=len(data))
+    return respond(Page(data=data, count=len(data)))
 
 
 @router.post("/import", response_model=hf_import.ImportedModel, responses=UNPROCESSABLE)
@@ -32,15 +33,15 @@ async def import_model(
         description="A Hugging Face config.json (model_type llama, mistral, qwen2, gpt2 or "
                     "gpt_neox). Nothing is fetched; unknown keys are ignored.",
         examples=[_LLAMA_EXAMPLE])],
-) -> hf_import.ImportedModel:
+) -> Response:
     """Read a Hugging Face config.json into a TransformerConfig, with its parameters."""
-    return hf_import.import_config(config)
+    return respond(hf_import.import_config(config))
 
 
 @router.get("/{name}", response_model=models.PresetSummary, responses=NOT_FOUND)
-async def read_model(name: Annotated[str, Path(max_length=60)]) -> models.PresetSummary:
+async def read_model(name: Annotated[str, Path(max_length=60)]) -> Response:
     """One preset by name."""
     try:
-        return models.summarize(models.presets()[name])
+        return respond(models.summarize(models.presets()[name]))
     except KeyError:
         raise NotFound("name", f"unknown preset {name!r}") from None

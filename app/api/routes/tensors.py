@@ -2,10 +2,11 @@
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Response
 from pydantic import Field
 
 from app.accounting import tensors
+from app.api.responses import respond
 from app.api.errors import UNPROCESSABLE
 from app.api.schemas import JSON_SAFE_INT, DtypeName, Input, count
 
@@ -35,12 +36,13 @@ class LayoutRequest(Input):
 
 
 @router.post("/memory", response_model=tensors.TensorMemory, responses=UNPROCESSABLE)
-async def tensor_memory(body: MemoryRequest) -> tensors.TensorMemory:
+async def tensor_memory(body: MemoryRequest) -> Response:
     """Bytes of a contiguous tensor, in GB and GiB."""
-    return tensors.memory(body.shape, body.dtype)
+    return respond(tensors.memory(body.shape, body.dtype))
 
 
 @router.post("/layout", response_model=tensors.TensorLayout, responses=UNPROCESSABLE)
-async def tensor_layout(body: LayoutRequest) -> tensors.TensorLayout:
+async def tensor_layout(body: LayoutRequest) -> Response:
     """Contiguity, the storage index of an element, and whether a view needs a copy."""
-    return tensors.layout(body.shape, body.stride, body.storage_offset, body.index, body.view_shape)
+    return respond(tensors.layout(body.shape, body.stride, body.storage_offset, body.index,
+                                  body.view_shape))

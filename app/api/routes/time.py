@@ -2,11 +2,12 @@
 
 from typing import Annotated
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Response
 from pydantic import Field
 
 from app.accounting import hardware, timing
 from app.accounting.errors import InvalidInput
+from app.api.responses import respond
 from app.api.errors import UNPROCESSABLE
 from app.api.schemas import GpuId, GpuInput, GpuOverridesIn, Input, PeakDtype, accelerator, count
 
@@ -42,7 +43,7 @@ class MfuRequest(Input):
 
 
 @router.post("/training", response_model=timing.TrainingTime, responses=UNPROCESSABLE)
-async def training_time(body: TrainingTimeRequest) -> timing.TrainingTime:
+async def training_time(body: TrainingTimeRequest) -> Response:
     """Days, GPU-hours and cost of a run at a given MFU."""
     if body.flops is not None:
         if body.params is not None or body.tokens is not None:
@@ -53,18 +54,18 @@ async def training_time(body: TrainingTimeRequest) -> timing.TrainingTime:
     else:
         flops, source = timing.training_flops(body.params, body.tokens), "6*params*tokens"
     acc = body.accelerator()
-    return timing.training_time(
+    return respond(timing.training_time(
         flops=flops, flops_source=source,
         peak_flop_per_sec=hardware.peak_flop_per_sec(acc, body.dtype), num_gpus=body.num_gpus,
-        mfu=body.mfu, price_per_gpu_hour=body.price_per_gpu_hour)
+        mfu=body.mfu, price_per_gpu_hour=body.price_per_gpu_hour))
 
 
 @router.post("/mfu", response_model=timing.Utilization, responses=UNPROCESSABLE)
-async def model_flops_utilization(body: MfuRequest) -> timing.Utilization:
+async def model_flops_utilization(body: MfuRequest) -> Response:
     """Achieved FLOP/s over the dense peak."""
     if (body.gpu is None) == (body.peak_flop_per_sec is None):
         raise InvalidInput("gpu", "give a gpu or peak_flop_per_sec, not both or neither")
     acc = accelerator(body.gpu, body.gpu_overrides)
     peak = body.peak_flop_per_sec if acc is None else hardware.peak_flop_per_sec(acc, body.dtype)
-    return timing.mfu(flops=body.flops, seconds=body.seconds, peak_flop_per_sec=peak,
-                      num_gpus=body.num_gpus)
+    return respond(timing.mfu(flops=body.flops, seconds=body.seconds, peak_flop_per_sec=peak,
+                      num_gpus=body.num_gpus))

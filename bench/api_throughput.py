@@ -1,0 +1,154 @@
+"""Requests/s and latency of calculator routes beside a trivial echo route.
+
+One uvicorn worker serves Tally plus POST /bench/echo (a FastAPI route that
+returns its JSON body, registered first, so it does the least routing) on loopback. wrk drives each route in turn with the same
+connections and duration, so the ratio route/echo measures what Tally's
+validation, arithmetic and serialisation cost over bare FastAPI.
+
+    make bench                      # or: .venv/bin/python bench/api_throughput.py
+    python bench/api_throughput.py --seconds 10 --connections 32
+
+Target (issue 2): each calculator route >= 0.8 x the echo's requests/s.
+Results, and where the remaining time goes, are in the README.
+Needs wrk (Debian: apt-get install wrk).
+"""
+
+import argparse
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+ROUTES = {
+    "echo": ("/bench/echo", {"model": "gpt2", "batch_size": 8, "seq_len": 1024}),
+    "echo-last": ("/bench/echo-last", {"model": "gpt2", "batch_size": 8, "seq_len": 1024}),
+    "flops/transformer": ("/api/v1/flops/transformer", {"model": "gpt2", "batch_size": 8, "seq_len": 1024}),
+    "memory/training": ("/api/v1/memory/training",
+                        {"model": "llama2-7b", "batch_size": 1, "seq_len": 4096, "zero_stage": 1,
+                         "data_parallel": 8, "gpu": "h100-sxm"}),
+}
+
+# "echo" is the app's first route, so it pays the least routing of any route: the
+# strict baseline the ratios use. "echo-last" is the same route added after Tally's,
+# as any add-on route would be; the two bracket what a route's table position costs.
+# Everything else is installed exactly as create_app() does.
+SERVER = """
+from typing import Any
+from fastapi import FastAPI
+from app.main import install
+
+app = FastAPI(docs_url=None, redoc_url=None)
+
+@app.post("/bench/echo")
+async def echo(body: dict[str, Any]) -> dict[str, Any]:
+    return body
+
+install(app)
+
+@app.post("/bench/echo-last")
+async def echo_last(body: dict[str, Any]) -> dict[str, Any]:
+    return body
+"""
+
+LUA = """wrk.method = "POST"
+wrk.body = [[{body}]]
+wrk.headers["Content-Type"] = "application/json"
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_until_up(port: int, timeout: float = 30) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise SystemExit("server did not start")
+
+
+def to_ms(text: str) -> float:
+    value, unit = re.fullmatch(r"([\d.]+)(us|ms|s)", text).groups()
+    return float(value) * {"us": 1e-3, "ms": 1.0, "s": 1e3}[unit]
+
+
+def run_wrk(url: str, body: dict, seconds: int, connections: int, threads: int, tmp: Path) -> dict:
+    script = tmp / "post.lua"
+    script.write_text(LUA.format(body=json.dumps(body)))
+    out = subprocess.run(
+        ["wrk", f"-t{threads}", f"-c{connections}", f"-d{seconds}s", "--latency", "-s", str(script), url],
+        capture_output=True, text=True, check=True).stdout
+    non_2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    errors = re.search(r"Socket errors: (.*)", out)
+    return {
+        "rps": float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1)),
+        "p50_ms": to_ms(re.search(r"\s50%\s+(\S+)", out).group(1)),
+        "p99_ms": to_ms(re.search(r"\s99%\s+(\S+)", out).group(1)),
+        "non_2xx": int(non_2xx.group(1)) if non_2xx else 0,
+        "socket_errors": errors.group(1).strip() if errors else "",
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seconds", type=int, default=10)
+    parser.add_argument("--connections", type=int, default=32)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--rounds", type=int, default=2, help="alternate the routes this many times")
+    args = parser.parse_args()
+    if shutil.which("wrk") is None:
+        raise SystemExit("wrk not found: apt-get install wrk")
+
+    port = free_port()
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        (tmp / "bench_server.py").write_text(SERVER)
+        env = {**os.environ, "PYTHONPATH": f"{tmp}{os.pathsep}{ROOT}"}
+        server = subprocess.Popen(
+            [sys.executable, "-m", "uvicorn", "bench_server:app", "--host", "127.0.0.1",
+             "--port", str(port), "--workers", "1", "--log-level", "warning", "--no-access-log"],
+            env=env, cwd=ROOT)
+        try:
+            wait_until_up(port)
+            for name, (path, body) in ROUTES.items():  # warm up each route
+                run_wrk(f"http://127.0.0.1:{port}{path}", body, 2, args.connections, args.threads, tmp)
+            results: dict[str, list[dict]] = {name: [] for name in ROUTES}
+            for _ in range(args.rounds):  # interleave, so drift hits every route alike
+                for name, (path, body) in ROUTES.items():
+                    results[name].append(run_wrk(f"http://127.0.0.1:{port}{path}", body, args.seconds,
+                                                 args.connections, args.threads, tmp))
+        finally:
+            server.terminate()
+            server.wait(timeout=10)
+
+    echo_rps = sum(r["rps"] for r in results["echo"]) / args.rounds
+    print(f"one uvicorn worker, wrk -t{args.threads} -c{args.connections}, "
+          f"{args.rounds} x {args.seconds}s per route, loopback")
+    print(f"{'route':<20} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'vs echo':>8} {'non-2xx':>8}")
+    for name, runs in results.items():
+        rps = sum(r["rps"] for r in runs) / len(runs)
+        p50 = sum(r["p50_ms"] for r in runs) / len(runs)
+        p99 = sum(r["p99_ms"] for r in runs) / len(runs)
+        bad = sum(r["non_2xx"] for r in runs)
+        print(f"{name:<20} {rps:>9.0f} {p50:>8.2f} {p99:>8.2f} {rps / echo_rps:>8.2f} {bad:>8d}")
+        for r in runs:
+            if r["socket_errors"]:
+                print(f"  {name}: socket errors {r['socket_errors']}")
+
+
+if __name__ == "__main__":
+    main()
