@@ -1,7 +1,8 @@
 """Requests/s and latency of calculator routes beside a trivial echo route.
 
 One uvicorn worker serves Tally plus POST /bench/echo (a FastAPI route that
-returns its JSON body, registered first, so it does the least routing) on loopback. wrk drives each route in turn with the same
+returns its JSON body, registered first, so it does the least routing) on
+loopback. wrk drives each route in turn with the same
 connections and duration, so the ratio route/echo measures what Tally's
 validation, arithmetic and serialisation cost over bare FastAPI.
 
@@ -104,7 +105,8 @@ def run_wrk(url: str, body: dict, seconds: int, connections: int, threads: int, 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=int, default=10)
     parser.add_argument("--connections", type=int, default=32)
     parser.add_argument("--threads", type=int, default=1)
@@ -124,7 +126,7 @@ def main() -> None:
             env=env, cwd=ROOT)
         try:
             wait_until_up(port)
-            for name, (path, body) in ROUTES.items():  # warm up each route
+            for path, body in ROUTES.values():  # warm up each route
                 run_wrk(f"http://127.0.0.1:{port}{path}", body, 2, args.connections, args.threads, tmp)
             results: dict[str, list[dict]] = {name: [] for name in ROUTES}
             for _ in range(args.rounds):  # interleave, so drift hits every route alike

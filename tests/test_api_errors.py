@@ -11,7 +11,7 @@ RAW = {"content-type": "application/json"}
 
 @pytest.mark.parametrize("token", ["NaN", "Infinity", "-Infinity", "1e999"])
 def test_non_finite_numbers_are_refused_without_echo(api, token):
-    raw = '{"flops": %s, "gpu": "h100-sxm"}' % token
+    raw = f'{{"flops": {token}, "gpu": "h100-sxm"}}'
     response = api.post("/api/v1/time/training", content=raw, headers=RAW)
     body = assert_names_field(response, "flops")
     json.loads(response.text)  # strict JSON: no NaN or Infinity tokens inside

@@ -37,7 +37,7 @@ def test_mlp_forward_and_backward_match_flop_counter(api, input_requires_grad):
     body = api.ok("/api/v1/flops/mlp", {"batch": batch, "dims": dims,
                                         "input_requires_grad": input_requires_grad})
     x = torch.randn(batch, dims[0], device="meta", requires_grad=input_requires_grad)
-    ws = [torch.randn(a, b, device="meta", requires_grad=True) for a, b in zip(dims, dims[1:])]
+    ws = [torch.randn(a, b, device="meta", requires_grad=True) for a, b in zip(dims, dims[1:], strict=False)]
     out = {}
 
     def forward():
@@ -48,7 +48,7 @@ def test_mlp_forward_and_backward_match_flop_counter(api, input_requires_grad):
 
     assert body["forward"] == counted(forward)
     assert body["backward"] == counted(lambda: out["loss"].backward())
-    params = sum(a * b for a, b in zip(dims, dims[1:]))
+    params = sum(a * b for a, b in zip(dims, dims[1:], strict=False))
     assert body["params"] == params
     assert (body["approx_forward"], body["approx_backward"], body["approx_total"]) == (
         2 * batch * params, 4 * batch * params, 6 * batch * params)

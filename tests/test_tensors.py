@@ -120,13 +120,15 @@ def test_storage_index_matches_torch_as_strided():
 
 
 def test_overflowing_shape_names_shape(api):
-    assert_names_field(api.post("/api/v1/tensors/memory", {"shape": [2**40, 2**40], "dtype": "fp32"}), "shape")
-    assert_names_field(api.post("/api/v1/tensors/memory", {"shape": [2**31, 2**31], "dtype": "fp64"}), "shape")
+    memory = "/api/v1/tensors/memory"
+    assert_names_field(api.post(memory, {"shape": [2**40, 2**40], "dtype": "fp32"}), "shape")
+    assert_names_field(api.post(memory, {"shape": [2**31, 2**31], "dtype": "fp64"}), "shape")
 
 
 def test_layout_rejections_name_their_field(api):
-    assert_names_field(api.post("/api/v1/tensors/layout", {"shape": [2, 3], "stride": [1]}), "stride")
-    assert_names_field(api.post("/api/v1/tensors/layout", {"shape": [2, 3], "index": [2, 0]}), "index")
-    assert_names_field(api.post("/api/v1/tensors/layout", {"shape": [2, 3], "view_shape": [4, -1]}), "view_shape")
-    assert_names_field(api.post("/api/v1/tensors/layout", {"shape": [2, 3], "view_shape": [-1, -1]}), "view_shape")
-    assert_names_field(api.post("/api/v1/tensors/layout", {"shape": [0, 3]}), "shape.0")
+    layout = "/api/v1/tensors/layout"
+    assert_names_field(api.post(layout, {"shape": [2, 3], "stride": [1]}), "stride")
+    assert_names_field(api.post(layout, {"shape": [2, 3], "index": [2, 0]}), "index")
+    assert_names_field(api.post(layout, {"shape": [2, 3], "view_shape": [4, -1]}), "view_shape")
+    assert_names_field(api.post(layout, {"shape": [2, 3], "view_shape": [-1, -1]}), "view_shape")
+    assert_names_field(api.post(layout, {"shape": [0, 3]}), "shape.0")

@@ -97,7 +97,7 @@ def mlp(batch: int, dims: list[int], input_requires_grad: bool = False) -> MlpFl
     if len(dims) < 2:
         raise InvalidInput("dims", "needs at least two widths (one layer)")
     layers = []
-    for i, (d_in, d_out) in enumerate(zip(dims, dims[1:])):
+    for i, (d_in, d_out) in enumerate(zip(dims, dims[1:], strict=False)):
         f = 2 * batch * d_in * d_out
         grad_in = f if (i > 0 or input_requires_grad) else 0
         layers.append(LinearFlops(d_in=d_in, d_out=d_out, params=d_in * d_out, forward=f,

@@ -16,10 +16,9 @@ from typing import Literal, NamedTuple
 from app.accounting import activations as act
 from app.accounting.errors import InvalidInput
 from app.accounting.hardware import Accelerator
-from app.accounting.models import (TransformerConfig, attention_params, count_params, mlp_params,
-                                   norm_params)
-from app.accounting.units import GIB
+from app.accounting.models import TransformerConfig, attention_params, count_params, mlp_params, norm_params
 from app.accounting.records import RECORD
+from app.accounting.units import GIB
 
 Precision = Literal["fp32", "bf16_mixed", "fp16_mixed", "bf16"]
 Optimizer = Literal["sgd", "sgd_momentum", "adagrad", "rmsprop", "adam", "adamw", "adamw_8bit"]

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 from app.accounting.dtypes import lookup
 from app.accounting.errors import InvalidInput
-from app.accounting.units import GB, GIB, MAX_BYTES, human_bytes
 from app.accounting.records import RECORD
+from app.accounting.units import GB, GIB, MAX_BYTES, human_bytes
 
 
 @dataclass(slots=True)
@@ -67,7 +67,7 @@ def contiguous_stride(shape: list[int]) -> list[int]:
 def is_contiguous(shape: list[int], stride: list[int]) -> bool:
     """c10's compute_contiguous: size-1 dimensions may have any stride."""
     expected = 1
-    for size, st in zip(reversed(shape), reversed(stride)):
+    for size, st in zip(reversed(shape), reversed(stride), strict=True):
         if size != 1:
             if st != expected:
                 return False
@@ -171,7 +171,7 @@ def layout(
     stride = contiguous if stride is None else list(stride)
     if len(stride) != len(shape):
         raise InvalidInput("stride", f"has {len(stride)} entries for a {len(shape)}-d shape")
-    extent = storage_offset + sum((n - 1) * s for n, s in zip(shape, stride)) + 1
+    extent = storage_offset + sum((n - 1) * s for n, s in zip(shape, stride, strict=True)) + 1
     if extent > MAX_BYTES:
         raise InvalidInput("stride", "the tensor would span more than 2^63 - 1 storage elements")
 
@@ -180,11 +180,11 @@ def layout(
         if len(index) != len(shape):
             raise InvalidInput("index", f"has {len(index)} entries for a {len(shape)}-d shape")
         resolved_index = []
-        for d, (i, n) in enumerate(zip(index, shape)):
+        for d, (i, n) in enumerate(zip(index, shape, strict=True)):
             if not -n <= i < n:
                 raise InvalidInput("index", f"index {i} is out of bounds for dimension {d} with size {n}")
             resolved_index.append(i + n if i < 0 else i)
-        storage_index = storage_offset + sum(i * s for i, s in zip(resolved_index, stride))
+        storage_index = storage_offset + sum(i * s for i, s in zip(resolved_index, stride, strict=True))
 
     view = None
     if view_shape is not None:

@@ -6,8 +6,8 @@ peak for the dtype (PaLM, Chowdhery et al. 2022, appendix B).
 
 from dataclasses import dataclass
 
-from app.accounting.units import SECONDS_PER_DAY, SECONDS_PER_HOUR
 from app.accounting.records import RECORD
+from app.accounting.units import SECONDS_PER_DAY, SECONDS_PER_HOUR
 
 
 @dataclass(slots=True)

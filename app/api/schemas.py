@@ -11,8 +11,16 @@ import dataclasses
 import typing
 from typing import Annotated, Any, Generic, Literal, TypeVar
 
-from pydantic import (BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag,
-                      TypeAdapter, create_model)
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    TypeAdapter,
+    create_model,
+)
 
 from app.accounting import dtypes, hardware, models
 from app.accounting.errors import InvalidInput

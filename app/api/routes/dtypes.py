@@ -8,8 +8,8 @@ from pydantic import Field, StringConstraints
 
 from app.accounting import dtypes, encode
 from app.accounting.errors import InvalidInput
-from app.api.responses import respond
 from app.api.errors import NOT_FOUND, UNPROCESSABLE, NotFound
+from app.api.responses import respond
 from app.api.schemas import DtypeName, Input, Page
 
 # Fixed paths come before "/{...}" ones, so OPTIONS and 405 answer with the

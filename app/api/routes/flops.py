@@ -6,8 +6,8 @@ from fastapi import APIRouter, Response
 from pydantic import Field
 
 from app.accounting import flops
-from app.api.responses import respond
 from app.api.errors import UNPROCESSABLE
+from app.api.responses import respond
 from app.api.schemas import DtypeName, Input, ModelSpec, count, engine_model
 
 router = APIRouter(prefix="/flops", tags=["flops"])

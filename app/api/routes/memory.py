@@ -6,10 +6,18 @@ from fastapi import APIRouter, Response
 from pydantic import Field
 
 from app.accounting import activations, memory
-from app.api.responses import respond
 from app.api.errors import UNPROCESSABLE
-from app.api.schemas import (GpuId, GpuInput, GpuOverridesIn, Input, ModelOrParams,
-                             accelerator, count, engine_model)
+from app.api.responses import respond
+from app.api.schemas import (
+    GpuId,
+    GpuInput,
+    GpuOverridesIn,
+    Input,
+    ModelOrParams,
+    accelerator,
+    count,
+    engine_model,
+)
 
 router = APIRouter(prefix="/memory", tags=["memory"])
 

@@ -5,8 +5,8 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Path, Response
 
 from app.accounting import hf_import, models
-from app.api.responses import respond
 from app.api.errors import NOT_FOUND, UNPROCESSABLE, NotFound
+from app.api.responses import respond
 from app.api.schemas import Page
 
 # Fixed paths come before "/{...}" ones, so OPTIONS and 405 answer with the

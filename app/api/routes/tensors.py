@@ -6,8 +6,8 @@ from fastapi import APIRouter, Response
 from pydantic import Field
 
 from app.accounting import tensors
-from app.api.responses import respond
 from app.api.errors import UNPROCESSABLE
+from app.api.responses import respond
 from app.api.schemas import JSON_SAFE_INT, DtypeName, Input, count
 
 router = APIRouter(prefix="/tensors", tags=["tensors"])

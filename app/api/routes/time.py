@@ -7,8 +7,8 @@ from pydantic import Field
 
 from app.accounting import hardware, timing
 from app.accounting.errors import InvalidInput
-from app.api.responses import respond
 from app.api.errors import UNPROCESSABLE
+from app.api.responses import respond
 from app.api.schemas import GpuId, GpuInput, GpuOverridesIn, Input, PeakDtype, accelerator, count
 
 router = APIRouter(prefix="/time", tags=["time"])
@@ -34,7 +34,8 @@ class TrainingTimeRequest(GpuInput):
 class MfuRequest(Input):
     flops: Flops = Field(description="FLOPs done (model FLOPs, e.g. 6*N*D for training).")
     seconds: Annotated[float, Field(ge=1e-9, le=1e12)] = Field(description="Wall-clock time.")
-    gpu: GpuId | None = Field(None, description="Take the peak from the catalogue; or give peak_flop_per_sec.")
+    gpu: GpuId | None = Field(
+        None, description="Take the peak from the catalogue; or give peak_flop_per_sec.")
     gpu_overrides: GpuOverridesIn | None = None  # type: ignore[valid-type]
     peak_flop_per_sec: Annotated[float, Field(ge=1, le=1e18)] | None = Field(
         None, description="Dense peak of one GPU, instead of a catalogue gpu.")
