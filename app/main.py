@@ -20,9 +20,21 @@ GiB = 2^30 both given where a human reading helps. Every 4xx names its field.
 """
 
 
+# The order /docs shows; routes themselves are matched hottest-first (app/api/router.py).
+TAGS = [
+    {"name": "number formats", "description": "Bit layouts, limits and exact encoding."},
+    {"name": "tensors", "description": "Bytes, strides, contiguity and views."},
+    {"name": "flops", "description": "Matmul, linear stack and transformer FLOPs."},
+    {"name": "models", "description": "Presets and Hugging Face config import."},
+    {"name": "memory", "description": "Training memory per GPU; the largest model that fits."},
+    {"name": "time", "description": "Training time, cost and MFU."},
+    {"name": "hardware", "description": "Accelerator catalogue: dense peaks, memory, bandwidth."},
+]
+
+
 def create_app() -> FastAPI:
     app = FastAPI(title="Tally", version=__version__, description=DESCRIPTION,
-                  docs_url=None, redoc_url=None)
+                  openapi_tags=TAGS, docs_url=None, redoc_url=None)
     install(app)
     return app
 

@@ -154,3 +154,11 @@ def test_memory_rejections_name_their_field(api):
     assert_names_field(api.post(TRAINING, {"model": 0}), "model")
     assert_names_field(api.post(TRAINING, {"model": "gpt2", "zero_stage": 4}), "zero_stage")
     assert_names_field(api.post("/api/v1/memory/max-model", {"gpu": "h100"}), "gpu")
+
+
+def test_byte_counts_stay_exact_at_the_largest_parameter_count(api):
+    body = api.ok(TRAINING, {"model": 10**14, "precision": "fp32", "optimizer": "adamw_8bit"})
+    n = 10**14
+    assert body["parameters"] == 4 * n and body["gradients"] == 4 * n
+    assert body["optimizer_state"] == 2 * n + n // 1024 * 4  # 2 one-byte states + fp32 absmax per 2048
+    assert_names_field(api.post(TRAINING, {"model": 10**14 + 1}), "model")

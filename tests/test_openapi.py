@@ -50,3 +50,10 @@ def test_every_request_model_forbids_unknown_fields():
     for name, schema in doc["components"]["schemas"].items():
         if name.endswith("Request"):
             assert schema.get("additionalProperties") is False, name
+
+
+def test_every_route_tag_is_declared():
+    doc = create_app().openapi()
+    declared = [t["name"] for t in doc["tags"]]
+    used = {tag for item in doc["paths"].values() for op in item.values() for tag in op["tags"]}
+    assert used == set(declared)

@@ -80,7 +80,7 @@ def state_bytes_per_param(precision: str, optimizer: str) -> StateBytes:
 
 
 @lru_cache(maxsize=1024)
-def _stage_params(cfg: TransformerConfig, tp: int, pp: int) -> dict[Stage, int]:
+def _stage_params(cfg: TransformerConfig, tp: int, pp: int) -> tuple[tuple[Stage, int], ...]:
     """Parameters one GPU holds on the first and last pipeline stage (or the only one).
 
     Linear weights, the vocabulary-parallel embedding and LM head split over tp
@@ -94,10 +94,10 @@ def _stage_params(cfg: TransformerConfig, tp: int, pp: int) -> dict[Stage, int]:
     position = cfg.max_seq_len * cfg.d_model if cfg.position == "learned" else 0
     head = token if (not cfg.tied_embeddings or pp > 1) else 0
     if pp == 1:
-        return {"only": cfg.n_layers * per_layer + token + position + norm_params(cfg) + head}
+        return (("only", cfg.n_layers * per_layer + token + position + norm_params(cfg) + head),)
     layers = math.ceil(cfg.n_layers / pp)
-    return {"first": layers * per_layer + token + position,
-            "last": layers * per_layer + norm_params(cfg) + head}
+    return (("first", layers * per_layer + token + position),
+            ("last", layers * per_layer + norm_params(cfg) + head))
 
 
 @dataclass(slots=True)
@@ -123,7 +123,7 @@ class _Plan(NamedTuple):
     """What a request's memory depends on besides s and b, derived once per config."""
 
     params: int
-    stage_params: dict[Stage, int]
+    stage_params: tuple[tuple[Stage, int], ...]
     layer: tuple
     embedding: tuple
     head: tuple
@@ -219,7 +219,7 @@ def training_memory(
         n_params, stage_params = plan.params, plan.stage_params
     else:
         n_params = params
-        stage_params = {"only": math.ceil(params / (tp * pp))}
+        stage_params = (("only", math.ceil(params / (tp * pp))),)
         assumptions.append("a bare parameter count is split evenly over tensor and pipeline "
                            "ranks; activations need the model's shape and are not counted")
     if zero_stage and dp == 1:
@@ -231,7 +231,7 @@ def training_memory(
     p_div, g_div, o_div = (dp if zero_stage >= k else 1 for k in (3, 2, 1))
 
     best = None
-    for stage, n in stage_params.items():  # one stage, or the first and the last
+    for stage, n in stage_params:  # one stage, or the first and the last
         states = (math.ceil(n * per.parameters / p_div), math.ceil(n * per.gradients / g_div),
                   math.ceil(n * per.optimizer_state / o_div), math.ceil(n * per.master_weights / o_div))
         detail = None if model is None else _stage_activations(

@@ -113,7 +113,8 @@ ModelSpec = Annotated[
 ]
 ModelOrParams = Annotated[
     Annotated[PresetName, Tag("preset")] | Annotated[TransformerConfigIn, Tag("config")]
-    | Annotated[count(1, 10**15), Tag("params")],
+    # 10^14 keeps params x bytes-per-parameter below 2^53, where floats hold integers exactly.
+    | Annotated[count(1, 10**14), Tag("params")],
     Discriminator(_model_kind, custom_error_type="model_kind",
                   custom_error_message=f"model must be {_MODEL_HELP}, or a parameter count"),
     Field(description=f"The model: {_MODEL_HELP}, or a bare parameter count."),
