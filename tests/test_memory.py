@@ -111,9 +111,9 @@ def test_pipeline_and_tensor_parallel_split_the_model(api):
 
 def test_fits_and_headroom(api):
     small = api.ok(TRAINING, {"model": "gpt2", "batch_size": 8, "gpu": "h100-sxm"})
-    assert small["fits"] is True and small["headroom_bytes"] == 80e9 - small["total"]
+    assert small["fits"] is True and small["headroom"] == 80e9 - small["total"]
     big = api.ok(TRAINING, {"model": "llama2-70b", "seq_len": 4096, "gpu": "h100-sxm"})
-    assert big["fits"] is False and big["headroom_bytes"] < 0
+    assert big["fits"] is False and big["headroom"] < 0
     roomy = api.ok(TRAINING, {"model": "llama2-70b", "seq_len": 4096, "gpu": "h100-sxm",
                               "gpu_overrides": {"memory_bytes": 10**15}})
     assert roomy["fits"] is True and roomy["gpu_memory_bytes"] == 10**15

@@ -189,7 +189,7 @@ class TrainingMemory:
     gpu_memory_bytes: int | None
     fits: bool | None
     """total <= gpu_memory_bytes; null without a gpu."""
-    headroom_bytes: int | None
+    headroom: int | None
     """gpu_memory_bytes - total (negative when it does not fit); null without a gpu."""
     activation_detail: ActivationDetail | None
     assumptions: list[str]
@@ -258,7 +258,7 @@ def training_memory(
         pipeline_stage=stage, gpu=None if gpu is None else gpu.id,
         gpu_memory_bytes=None if gpu is None else gpu.memory_bytes,
         fits=None if gpu is None else total <= gpu.memory_bytes,
-        headroom_bytes=None if gpu is None else gpu.memory_bytes - total,
+        headroom=None if gpu is None else gpu.memory_bytes - total,
         activation_detail=detail, assumptions=assumptions,
     )
 
