@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: run test bench clean
+.PHONY: run test fuzz bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +24,9 @@ run: $(VENV)/.installed
 
 test: $(VENV)/.installed-test
 	$(BIN)/python -m pytest -n 2 $(PYTEST_ARGS)
+
+fuzz: $(VENV)/.installed-test  # fresh random schemathesis cases, 1000 per operation
+	TALLY_FUZZ_RANDOM=1 TALLY_FUZZ_EXAMPLES=1000 $(BIN)/python -m pytest -n 2 tests/test_schemathesis.py
 
 bench: $(VENV)/.installed-test
 	$(BIN)/python bench/api_throughput.py

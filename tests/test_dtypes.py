@@ -186,3 +186,12 @@ def test_string_values_are_read_exactly(api):
     assert hexed["stored"] == 0.1875
     inf = api.ok("/api/v1/dtypes/encode", {"value": "-inf", "dtype": "bf16"})
     assert inf["category"] == "inf" and inf["stored_text"] == "-inf" and inf["bits"] == "1|11111111|0000000"
+
+
+def test_large_integers_round_once(api):
+    # 2^60 + 2^36 + 1: a float64 cast first would land on the tie 2^60 + 2^36 and round
+    # to even (2^60) in float32; read exactly, the +1 breaks the tie upwards.
+    value = 2**60 + 2**36 + 1
+    body = api.ok("/api/v1/dtypes/encode", {"value": value, "dtype": "float32"})
+    assert body["stored"] == 2**60 + 2**37
+    assert float(torch.tensor([2**60 + 2**36], dtype=torch.float64).to(torch.float32).item()) == 2**60

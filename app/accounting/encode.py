@@ -80,11 +80,13 @@ class Encoding:
     __pydantic_config__ = RECORD
 
 
-def parse_value(value: float | str) -> _Parsed:
+def parse_value(value: int | float | str) -> _Parsed:
     """Read a JSON number or a decimal/hex/inf/nan string into an exact value."""
     if isinstance(value, bool):
         raise InvalidInput("value", "must be a number or a numeric string")
-    if isinstance(value, (int, float)):
+    if isinstance(value, int):  # exact, however large
+        return _Parsed(value < 0, Fraction(abs(value)), None, str(value))
+    if isinstance(value, float):
         if not math.isfinite(value):
             raise InvalidInput("value", "must be finite; pass 'inf' or 'nan' as a string")
         negative = math.copysign(1.0, value) < 0
@@ -190,7 +192,7 @@ def _overflow_rule(fmt: FloatFormat, saturate: bool | None) -> str:
     return "inf" if fmt.has_inf else "nan"
 
 
-def encode(value: float | str, dtype: str, *, saturate: bool | None = None) -> Encoding:
+def encode(value: int | float | str, dtype: str, *, saturate: bool | None = None) -> Encoding:
     """Store `value` in `dtype`. saturate=None follows the format's own overflow
     rule (as PyTorch casts); True clamps to +-max; False overflows to inf, or NaN
     where the format has no inf."""

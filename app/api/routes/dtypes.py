@@ -1,6 +1,7 @@
 """Number formats: their layouts and limits, and exact encoding of a value."""
 
 import sys
+from decimal import Decimal
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Response
@@ -9,20 +10,24 @@ from pydantic import Field, StringConstraints
 from app.accounting import dtypes, encode
 from app.accounting.errors import InvalidInput
 from app.api.errors import NOT_FOUND, UNPROCESSABLE, NotFound
+from app.api.fields import Input, number
 from app.api.responses import respond
-from app.api.schemas import DtypeName, Input, Page
+from app.api.schemas import DtypeName, Page
 
 # Fixed paths come before "/{...}" ones, so OPTIONS and 405 answer with the
 # methods of the route the path names.
 router = APIRouter(prefix="/dtypes", tags=["number formats"])
 
 ValueText = Annotated[str, StringConstraints(pattern=encode.VALUE_PATTERN, max_length=80)]
-# Any finite float64; beyond this a JSON number parses as inf and is refused.
-FiniteNumber = Annotated[float, Field(ge=-sys.float_info.max, le=sys.float_info.max)]
+# Any finite float64; beyond this a JSON number parses as inf and is refused. Integers
+# stay exact (no rounding to float64 on the way in), within the same written bound.
+FiniteNumber = number(ge=-sys.float_info.max, le=sys.float_info.max)
+_MAX_INT = int(Decimal(repr(sys.float_info.max)))
+ExactInteger = Annotated[int, Field(ge=-_MAX_INT, le=_MAX_INT)]
 
 
 class EncodeRequest(Input):
-    value: FiniteNumber | ValueText = Field(
+    value: ExactInteger | FiniteNumber | ValueText = Field(
         description="A finite JSON number, or a string: decimal (read exactly, e.g. '0.1'), "
                     "C99 hex ('0x1.8p-3'), 'inf', '-inf' or 'nan'.",
         examples=[0.15625])

@@ -7,8 +7,9 @@ from pydantic import Field
 
 from app.accounting import flops
 from app.api.errors import UNPROCESSABLE
+from app.api.fields import Input, count
 from app.api.responses import respond
-from app.api.schemas import DtypeName, Input, ModelSpec, count, engine_model
+from app.api.schemas import DtypeName, ModelSpec, engine_model
 
 router = APIRouter(prefix="/flops", tags=["flops"])
 

@@ -1,23 +1,14 @@
 """Training memory per GPU, and the largest model that fits."""
 
-from typing import Annotated
 
 from fastapi import APIRouter, Response
 from pydantic import Field
 
 from app.accounting import activations, memory
 from app.api.errors import UNPROCESSABLE
+from app.api.fields import Input, count, number
 from app.api.responses import respond
-from app.api.schemas import (
-    GpuId,
-    GpuInput,
-    GpuOverridesIn,
-    Input,
-    ModelOrParams,
-    accelerator,
-    count,
-    engine_model,
-)
+from app.api.schemas import GpuId, GpuInput, GpuOverridesIn, ModelOrParams, accelerator, engine_model
 
 router = APIRouter(prefix="/memory", tags=["memory"])
 
@@ -55,7 +46,7 @@ class MaxModelRequest(GpuInput):
     optimizer: memory.Optimizer = "adamw"
     zero_stage: count(0, 3) = Field(
         3, description="3 spreads all model state over the GPUs; 0 puts a full copy on each.")
-    usable_memory_fraction: Annotated[float, Field(gt=0, le=1)] = Field(
+    usable_memory_fraction: number(gt=0, le=1) = Field(
         1.0, description="Share of each GPU's memory available to model state.")
 
 

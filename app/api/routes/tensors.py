@@ -7,8 +7,9 @@ from pydantic import Field
 
 from app.accounting import tensors
 from app.api.errors import UNPROCESSABLE
+from app.api.fields import JSON_SAFE_INT, Input, count
 from app.api.responses import respond
-from app.api.schemas import JSON_SAFE_INT, DtypeName, Input, count
+from app.api.schemas import DtypeName
 
 router = APIRouter(prefix="/tensors", tags=["tensors"])
 

@@ -1,6 +1,5 @@
 """Training time and MFU."""
 
-from typing import Annotated
 
 from fastapi import APIRouter, Response
 from pydantic import Field
@@ -8,12 +7,13 @@ from pydantic import Field
 from app.accounting import hardware, timing
 from app.accounting.errors import InvalidInput
 from app.api.errors import UNPROCESSABLE
+from app.api.fields import Input, count, number
 from app.api.responses import respond
-from app.api.schemas import GpuId, GpuInput, GpuOverridesIn, Input, PeakDtype, accelerator, count
+from app.api.schemas import GpuId, GpuInput, GpuOverridesIn, PeakDtype, accelerator
 
 router = APIRouter(prefix="/time", tags=["time"])
 
-Flops = Annotated[float, Field(gt=0, le=1e35)]
+Flops = number(gt=0, le=1e35)
 Gpus = count(1, 10_000_000)
 
 
@@ -25,19 +25,19 @@ class TrainingTimeRequest(GpuInput):
         None, description="Training tokens D, for 6*N*D FLOPs.")
     dtype: PeakDtype = Field("bfloat16", description="Which dense peak to run at.")
     num_gpus: Gpus = 1
-    mfu: Annotated[float, Field(ge=1e-6, le=1)] = Field(
+    mfu: number(ge=1e-6, le=1) = Field(
         0.5, description="Model FLOPs utilization: the fraction of the dense peak sustained.")
-    price_per_gpu_hour: Annotated[float, Field(ge=0, le=1e6)] | None = Field(
+    price_per_gpu_hour: number(ge=0, le=1e6) | None = Field(
         None, description="Currency per GPU-hour, for `cost`.")
 
 
 class MfuRequest(Input):
     flops: Flops = Field(description="FLOPs done (model FLOPs, e.g. 6*N*D for training).")
-    seconds: Annotated[float, Field(ge=1e-9, le=1e12)] = Field(description="Wall-clock time.")
+    seconds: number(ge=1e-9, le=1e12) = Field(description="Wall-clock time.")
     gpu: GpuId | None = Field(
         None, description="Take the peak from the catalogue; or give peak_flop_per_sec.")
     gpu_overrides: GpuOverridesIn | None = None  # type: ignore[valid-type]
-    peak_flop_per_sec: Annotated[float, Field(ge=1, le=1e18)] | None = Field(
+    peak_flop_per_sec: number(ge=1, le=1e18) | None = Field(
         None, description="Dense peak of one GPU, instead of a catalogue gpu.")
     dtype: PeakDtype = "bfloat16"
     num_gpus: Gpus = 1

@@ -1,0 +1,112 @@
+"""Strict request field types, and strict request models made from engine dataclasses.
+
+Requests are strict: integers must be integers (an integral float such as 7e9
+is accepted where a count is large), strings are not coerced, unknown fields
+are rejected so that a typo never silently falls back to a default, and
+floats must be finite. Bounds sit in the schema, where clients and fuzzers see
+them, and are enforced exactly as the schema writes them.
+"""
+
+import dataclasses
+import typing
+from decimal import Decimal
+from typing import Annotated, Any
+
+from annotated_types import Ge, Le
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, create_model
+
+STRICT = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False, use_attribute_docstrings=True)
+
+
+class Input(BaseModel):
+    model_config = STRICT
+
+
+def _integral(value: Any) -> Any:
+    """JSON Schema's "integer" includes 7.0; let it through as 7."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+def _mentions_int(hint: Any) -> bool:
+    return hint is int or any(_mentions_int(a) for a in typing.get_args(hint))
+
+
+# The largest integer JSON clients (JavaScript numbers, float parsers) hold exactly.
+JSON_SAFE_INT = 2**53 - 1
+
+
+def count(ge: int, le: int) -> Any:
+    """An integer in [ge, le]. Integral floats are accepted (JSON writers often emit
+    7e9 for 7000000000); the bounds sit inside the validator so the schema shows them."""
+    return Annotated[int, Field(ge=ge, le=le), BeforeValidator(_integral)]
+
+
+def _int_within(lo: float | None, hi: float | None, *, open_lo: bool = False) -> Any:
+    """Check a JSON integer given for a float field against the bounds as the schema
+    writes them (the shortest decimal of each float), before it is rounded to a float.
+    Otherwise 10**35 + 1 rounds onto `maximum: 1e35` and passes, and an integer between
+    a bound's double and its decimal is judged differently by pydantic and by JSON
+    Schema. (Doubles need no such care: none lies between a double and its decimal.)"""
+    lo_dec = None if lo is None else Decimal(repr(lo))
+    hi_dec = None if hi is None else Decimal(repr(hi))
+
+    def check(value: Any) -> Any:
+        if isinstance(value, int) and not isinstance(value, bool):
+            if lo_dec is not None and (value <= lo_dec if open_lo else value < lo_dec):
+                raise ValueError(f"must be {'>' if open_lo else '>='} {lo!r}")
+            if hi_dec is not None and value > hi_dec:
+                raise ValueError(f"must be <= {hi!r}")
+        return value
+
+    return BeforeValidator(check)
+
+
+def number(*, ge: float | None = None, gt: float | None = None, le: float) -> Any:
+    """A finite float in bounds, stated in the schema and enforced exactly."""
+    return Annotated[float, Field(ge=ge, gt=gt, le=le),
+                     _int_within(gt if gt is not None else ge, le, open_lo=gt is not None)]
+
+
+def _float_bounds(hint: Any) -> tuple[float | None, float | None] | None:
+    """Ge/Le of a float hint (possibly Optional), from its annotated_types metadata."""
+    for arg in (hint, *typing.get_args(hint)):
+        if typing.get_origin(arg) is Annotated and typing.get_args(arg)[0] is float:
+            meta = arg.__metadata__
+            return (next((m.ge for m in meta if isinstance(m, Ge)), None),
+                    next((m.le for m in meta if isinstance(m, Le)), None))
+    return None
+
+
+def strict_input(cls: type, _done: dict[type, type] | None = None) -> type[Input]:
+    """A strict request model with the fields, bounds and docs of an engine
+    dataclass (nested dataclasses included). `.to_engine()` builds the dataclass."""
+    done = {} if _done is None else _done
+    if cls in done:
+        return done[cls]
+    docs = TypeAdapter(cls).json_schema().get("properties", {})
+    hints = typing.get_type_hints(cls, include_extras=True)
+    fields: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        hint = hints[f.name]
+        if dataclasses.is_dataclass(hint):
+            hint = strict_input(hint, done)
+        elif _mentions_int(hint):
+            hint = Annotated[hint, BeforeValidator(_integral)]
+        elif (bounds := _float_bounds(hint)) is not None:
+            hint = Annotated[hint, _int_within(*bounds)]
+        description = docs.get(f.name, {}).get("description")
+        if f.default is not dataclasses.MISSING:
+            fields[f.name] = (hint, Field(f.default, description=description))
+        elif f.default_factory is not dataclasses.MISSING:
+            fields[f.name] = (hint, Field(default_factory=hint, description=description))
+        else:
+            fields[f.name] = (hint, Field(description=description))
+
+    def to_engine(self: Input) -> Any:
+        values = {k: (v.to_engine() if isinstance(v, Input) else v) for k, v in self}
+        return cls(**values)
+
+    model = create_model(cls.__name__, __base__=Input, __doc__=cls.__doc__, **fields)
+    model.to_engine = to_engine
+    done[cls] = model
+    return model
