@@ -13,6 +13,8 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: Annotated[int, Field(ge=1, le=65535)] = 8000
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
+    # The largest request is a config.json of a few kB; anything near this is not ours.
+    max_body_bytes: Annotated[int, Field(ge=1024, le=1 << 30)] = 1 << 20
 
 
 @cache

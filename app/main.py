@@ -9,6 +9,7 @@ from fastapi.staticfiles import StaticFiles
 from app import __version__
 from app.api import errors
 from app.api.router import include_api
+from app.config import get_settings
 from app.paths import STATIC_DIR
 from app.web.pages import router as pages_router
 
@@ -41,7 +42,7 @@ def create_app() -> FastAPI:
 
 def install(app: FastAPI) -> None:
     """Error handlers, the JSON API, the pages and static files, onto `app`."""
-    errors.install(app)
+    errors.install(app, max_body_bytes=get_settings().max_body_bytes)
     include_api(app)
     app.include_router(pages_router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")

@@ -63,3 +63,15 @@ def test_no_route_answers_500_to_garbage(api):
 def test_unknown_route_is_a_json_404(api):
     response = api.get("/api/v1/nothing")
     assert response.status_code == 404 and response.json()["message"] == "Not Found"
+
+
+def test_oversized_body_is_413_naming_the_body(api):
+    huge = b'{"model_type": "llama", "pad": "' + b"x" * (2 << 20) + b'"}'
+    assert_names_field(api.post("/api/v1/models/import", content=huge, headers=RAW), "body", status=413)
+
+    async def chunks():  # no Content-Length: counted as it streams
+        for _ in range(3):
+            yield b"x" * (1 << 19)
+
+    streamed = api.post("/api/v1/models/import", content=chunks(), headers=RAW)
+    assert_names_field(streamed, "body", status=413)

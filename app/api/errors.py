@@ -13,7 +13,9 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
+from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.accounting.errors import InvalidInput
 
@@ -90,16 +92,53 @@ async def _invalid_input(_: Request, exc: InvalidInput) -> JSONResponse:
     return _response([item], 404 if isinstance(exc, NotFound) else 422)
 
 
+_BODY_ERRORS = {400: "body_unreadable", 413: "body_too_large"}
+
+
 async def _http_error(_: Request, exc: HTTPException) -> JSONResponse:
     message, items = str(exc.detail), []
-    if exc.status_code == 400:  # a body FastAPI could not read (e.g. not UTF-8)
-        items = [{"loc": ["body"], "field": "body", "msg": message, "type": "body_unreadable"}]
+    if exc.status_code in _BODY_ERRORS:  # unreadable (e.g. not UTF-8) or over the limit
+        items = [{"loc": ["body"], "field": "body", "msg": message,
+                  "type": _BODY_ERRORS[exc.status_code]}]
         message = f"body: {message}"
     return JSONResponse({"message": message, "detail": items}, status_code=exc.status_code,
                         headers=exc.headers)
 
 
-def install(app: FastAPI) -> None:
+class BodyTooLarge(HTTPException):
+    def __init__(self, limit: int) -> None:
+        super().__init__(413, f"larger than {limit} bytes")
+
+
+class BodyLimit:
+    """Refuse request bodies over `max_bytes` with the usual JSON error, by Content-Length
+    up front or by counting a streamed body. (Starlette's limiter answers in plain text.)"""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app, self.max_bytes = app, max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        declared = Headers(scope=scope).get("content-length", "")
+        if declared.isdigit() and int(declared) > self.max_bytes:
+            response = await _http_error(Request(scope), BodyTooLarge(self.max_bytes))
+            return await response(scope, receive, send)
+        seen = 0
+
+        async def counted() -> Message:
+            nonlocal seen
+            message = await receive()
+            seen += len(message.get("body", b""))
+            if seen > self.max_bytes:
+                raise BodyTooLarge(self.max_bytes)  # answered by _http_error
+            return message
+
+        await self.app(scope, counted, send)
+
+
+def install(app: FastAPI, *, max_body_bytes: int) -> None:
+    app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(InvalidInput, _invalid_input)
     app.add_exception_handler(HTTPException, _http_error)
@@ -108,6 +147,7 @@ def install(app: FastAPI) -> None:
 # For `responses=` on routes, so the OpenAPI document states the error shape.
 UNPROCESSABLE = {
     400: {"model": ErrorResponse, "description": "The body could not be read (e.g. not UTF-8)."},
+    413: {"model": ErrorResponse, "description": "The body is larger than TALLY_MAX_BODY_BYTES."},
     422: {"model": ErrorResponse,
           "description": "Malformed JSON, or a field out of bounds or breaking a rule; `message` names it."},
 }
