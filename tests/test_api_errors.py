@@ -44,6 +44,8 @@ def test_malformed_json_names_the_body(api):
     ("/api/v1/memory/max-model", {"gpu": "h100-sxm", "gpu_overrides": {"memory_bytes": -5}},
      "gpu_overrides.memory_bytes"),
     ("/api/v1/time/training", {"flops": -1, "gpu": "h100-sxm"}, "flops"),
+    ("/api/v1/time/training", {"params": -1, "tokens": 5, "gpu": "h100-sxm"}, "params"),
+    ("/api/v1/memory/training", {"model": -1}, "model"),
     ("/api/v1/dtypes/encode", {"value": "12abc", "dtype": "fp16"}, "value"),
     ("/api/v1/dtypes/encode", {"value": "nan", "dtype": "fp4"}, "value"),
 ])

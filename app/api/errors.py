@@ -20,7 +20,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from app.accounting.errors import InvalidInput
 
 _LOCATIONS = {"body", "query", "path", "header", "cookie"}
-# Names pydantic puts in a loc for union members; never field names here.
+# Names pydantic puts in a loc after a union field, for the member that failed.
 _UNION_TAGS = {"preset", "config", "params", "float", "int", "str", "bool", "none"}
 _MAX_ECHO_CHARS = 200
 
@@ -40,11 +40,17 @@ class ErrorResponse(BaseModel):
     detail: list[ErrorItem]
 
 
+def _is_union_member(part: str) -> bool:
+    return part in _UNION_TAGS or part.startswith(("function-", "literal[", "constrained-"))
+
+
 def field_name(loc: tuple | list) -> str:
-    parts = [str(p) for p in loc if p not in _UNION_TAGS and not str(p).startswith(
-        ("function-", "literal[", "constrained-"))]
+    """Dotted field path of a pydantic loc. A union adds its member's name after the
+    field (model.params, value.float); only there is a name like `params` not a field."""
+    parts = [str(p) for p in loc]
     if parts and parts[0] in _LOCATIONS:
         parts = parts[1:]
+    parts = parts[:1] + [p for p in parts[1:] if not _is_union_member(p)]
     return ".".join(parts) or "body"
 
 
