@@ -182,11 +182,6 @@ def lookup(name: str, *, field: str = "dtype") -> Format:
         raise InvalidInput(field, f"unknown dtype {name!r}") from None
 
 
-def element_bytes(name: str, *, field: str = "dtype") -> float:
-    """Bytes one element occupies in memory (0.5 for packed 4-bit formats)."""
-    return lookup(name, field=field).storage_bytes
-
-
 def peak_key(name: str, *, field: str = "dtype") -> str:
     """The key of a hardware peak table that matmuls in this dtype run at."""
     fmt = lookup(name, field=field)

@@ -6,7 +6,7 @@ import), so the API validates this very dataclass and its schema states them.
 
 import tomllib
 import typing
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 from functools import cache, lru_cache
 from importlib import resources
 from typing import Annotated, Literal
@@ -226,16 +226,3 @@ def preset(name: str, *, field: str = "model") -> TransformerConfig:
         return presets()[name].config
     except KeyError:
         raise InvalidInput(field, f"unknown preset {name!r}") from None
-
-
-def resolve(model: "str | TransformerConfig", *, field: str = "model") -> TransformerConfig:
-    """A preset name or an inline config, as every endpoint that takes a model accepts."""
-    return preset(model, field=field) if isinstance(model, str) else model
-
-
-def config_dict(cfg: TransformerConfig) -> dict:
-    return asdict(cfg)
-
-
-def field_names() -> tuple[str, ...]:
-    return tuple(f.name for f in fields(TransformerConfig))

@@ -151,7 +151,7 @@ def install(app: FastAPI, *, max_body_bytes: int) -> None:
 
 
 # For `responses=` on routes, so the OpenAPI document states the error shape.
-UNPROCESSABLE = {
+REQUEST_ERRORS = {
     400: {"model": ErrorResponse, "description": "The body could not be read (e.g. not UTF-8)."},
     413: {"model": ErrorResponse, "description": "The body is larger than TALLY_MAX_BODY_BYTES."},
     422: {"model": ErrorResponse,

@@ -9,7 +9,7 @@ from pydantic import Field, StringConstraints
 
 from app.accounting import dtypes, encode
 from app.accounting.errors import InvalidInput
-from app.api.errors import NOT_FOUND, UNPROCESSABLE, NotFound
+from app.api.errors import NOT_FOUND, REQUEST_ERRORS, NotFound
 from app.api.fields import Input, number
 from app.api.responses import respond
 from app.api.schemas import DtypeName, Page
@@ -45,7 +45,7 @@ async def list_dtypes() -> Response:
     return respond(Page(data=data, count=len(data)))
 
 
-@router.post("/encode", response_model=encode.Encoding, responses=UNPROCESSABLE)
+@router.post("/encode", response_model=encode.Encoding, responses=REQUEST_ERRORS)
 async def encode_value(body: EncodeRequest) -> Response:
     """Store a value in a format: rounded to nearest even, with its bits and errors."""
     return respond(encode.encode(body.value, body.dtype, saturate=body.saturate))

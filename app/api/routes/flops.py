@@ -6,7 +6,7 @@ from fastapi import APIRouter, Response
 from pydantic import Field
 
 from app.accounting import flops
-from app.api.errors import UNPROCESSABLE
+from app.api.errors import REQUEST_ERRORS
 from app.api.fields import Input, count
 from app.api.responses import respond
 from app.api.schemas import DtypeName, ModelSpec, engine_model
@@ -41,20 +41,20 @@ class TransformerRequest(Input):
                             "the lower triangle only (causal masking skips the rest).")
 
 
-@router.post("/transformer", response_model=flops.TransformerFlops, responses=UNPROCESSABLE)
+@router.post("/transformer", response_model=flops.TransformerFlops, responses=REQUEST_ERRORS)
 async def transformer_flops(body: TransformerRequest) -> Response:
     """Exact matmul FLOPs of a training step by component, beside 6ND."""
     cfg = engine_model(body.model)
     return respond(flops.transformer(cfg, body.batch_size, body.seq_len, body.causal))
 
 
-@router.post("/matmul", response_model=flops.MatmulFlops, responses=UNPROCESSABLE)
+@router.post("/matmul", response_model=flops.MatmulFlops, responses=REQUEST_ERRORS)
 async def matmul_flops(body: MatmulRequest) -> Response:
     """FLOPs (2 per MAC), MACs, and the count without fused multiply-add."""
     return respond(flops.matmul(body.m, body.k, body.n, body.batch, body.dtype))
 
 
-@router.post("/mlp", response_model=flops.MlpFlops, responses=UNPROCESSABLE)
+@router.post("/mlp", response_model=flops.MlpFlops, responses=REQUEST_ERRORS)
 async def mlp_flops(body: MlpRequest) -> Response:
     """Forward and backward FLOPs per layer, beside 2/4/6 x tokens x params."""
     return respond(flops.mlp(body.batch, body.dims, body.input_requires_grad))

@@ -5,7 +5,7 @@ from fastapi import APIRouter, Response
 from pydantic import Field
 
 from app.accounting import activations, memory
-from app.api.errors import UNPROCESSABLE
+from app.api.errors import REQUEST_ERRORS
 from app.api.fields import Input, count, number
 from app.api.responses import respond
 from app.api.schemas import GpuId, GpuInput, GpuOverridesIn, ModelOrParams, accelerator, engine_model
@@ -50,7 +50,7 @@ class MaxModelRequest(GpuInput):
         1.0, description="Share of each GPU's memory available to model state.")
 
 
-@router.post("/training", response_model=memory.TrainingMemory, responses=UNPROCESSABLE)
+@router.post("/training", response_model=memory.TrainingMemory, responses=REQUEST_ERRORS)
 async def training_memory(body: TrainingMemoryRequest) -> Response:
     """Per-GPU bytes of parameters, gradients, optimizer state, master weights and activations."""
     gpu = accelerator(body.gpu, body.gpu_overrides)
@@ -64,7 +64,7 @@ async def training_memory(body: TrainingMemoryRequest) -> Response:
         sequence_parallel=body.sequence_parallel, gpu=gpu))
 
 
-@router.post("/max-model", response_model=memory.MaxModel, responses=UNPROCESSABLE)
+@router.post("/max-model", response_model=memory.MaxModel, responses=REQUEST_ERRORS)
 async def max_model(body: MaxModelRequest) -> Response:
     """The largest parameter count whose training state fits on num_gpus GPUs."""
     return respond(memory.max_model(

@@ -5,7 +5,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Path, Response
 
 from app.accounting import hf_import, models
-from app.api.errors import NOT_FOUND, UNPROCESSABLE, NotFound
+from app.api.errors import NOT_FOUND, REQUEST_ERRORS, NotFound
 from app.api.responses import respond
 from app.api.schemas import Page
 
@@ -27,7 +27,7 @@ async def list_models() -> Response:
     return respond(Page(data=data, count=len(data)))
 
 
-@router.post("/import", response_model=hf_import.ImportedModel, responses=UNPROCESSABLE)
+@router.post("/import", response_model=hf_import.ImportedModel, responses=REQUEST_ERRORS)
 async def import_model(
     config: Annotated[dict[str, Any], Body(
         description="A Hugging Face config.json (model_type llama, mistral, qwen2, gpt2 or "

@@ -6,7 +6,7 @@ from fastapi import APIRouter, Response
 from pydantic import Field
 
 from app.accounting import tensors
-from app.api.errors import UNPROCESSABLE
+from app.api.errors import REQUEST_ERRORS
 from app.api.fields import JSON_SAFE_INT, Input, count
 from app.api.responses import respond
 from app.api.schemas import DtypeName
@@ -36,13 +36,13 @@ class LayoutRequest(Input):
         None, description="A shape to try tensor.view() with; one entry may be -1.")
 
 
-@router.post("/memory", response_model=tensors.TensorMemory, responses=UNPROCESSABLE)
+@router.post("/memory", response_model=tensors.TensorMemory, responses=REQUEST_ERRORS)
 async def tensor_memory(body: MemoryRequest) -> Response:
     """Bytes of a contiguous tensor, in GB and GiB."""
     return respond(tensors.memory(body.shape, body.dtype))
 
 
-@router.post("/layout", response_model=tensors.TensorLayout, responses=UNPROCESSABLE)
+@router.post("/layout", response_model=tensors.TensorLayout, responses=REQUEST_ERRORS)
 async def tensor_layout(body: LayoutRequest) -> Response:
     """Contiguity, the storage index of an element, and whether a view needs a copy."""
     return respond(tensors.layout(body.shape, body.stride, body.storage_offset, body.index,

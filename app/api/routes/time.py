@@ -6,7 +6,7 @@ from pydantic import Field
 
 from app.accounting import hardware, timing
 from app.accounting.errors import InvalidInput
-from app.api.errors import UNPROCESSABLE
+from app.api.errors import REQUEST_ERRORS
 from app.api.fields import Input, count, number
 from app.api.responses import respond
 from app.api.schemas import GpuId, GpuInput, GpuOverridesIn, PeakDtype, accelerator
@@ -43,7 +43,7 @@ class MfuRequest(Input):
     num_gpus: Gpus = 1
 
 
-@router.post("/training", response_model=timing.TrainingTime, responses=UNPROCESSABLE)
+@router.post("/training", response_model=timing.TrainingTime, responses=REQUEST_ERRORS)
 async def training_time(body: TrainingTimeRequest) -> Response:
     """Days, GPU-hours and cost of a run at a given MFU."""
     if body.flops is not None:
@@ -61,7 +61,7 @@ async def training_time(body: TrainingTimeRequest) -> Response:
         mfu=body.mfu, price_per_gpu_hour=body.price_per_gpu_hour))
 
 
-@router.post("/mfu", response_model=timing.Utilization, responses=UNPROCESSABLE)
+@router.post("/mfu", response_model=timing.Utilization, responses=REQUEST_ERRORS)
 async def model_flops_utilization(body: MfuRequest) -> Response:
     """Achieved FLOP/s over the dense peak."""
     if (body.gpu is None) == (body.peak_flop_per_sec is None):
