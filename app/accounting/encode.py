@@ -192,6 +192,33 @@ def _overflow_rule(fmt: FloatFormat, saturate: bool | None) -> str:
     return "inf" if fmt.has_inf else "nan"
 
 
+def _classify(parsed: _Parsed, fmt: FloatFormat, rule: str) -> tuple[Category, int, int, bool, bool]:
+    """What the value becomes: its category, stored as n * 2^q, and whether it
+    overflowed or underflowed on the way."""
+    if parsed.special == "nan":
+        return "nan", 0, 0, False, False
+    if parsed.special == "inf":  # already infinite: the overflow rule decides, no flag
+        if rule == "saturate":
+            return "normal", *_max_significand(fmt), False, False
+        return rule, 0, 0, False, False  # "inf", or "nan" where the format has no inf
+    if not parsed.magnitude:
+        return "zero", 0, 0, False, False
+    n, q = _round(parsed.magnitude, fmt)
+    if n * _pow2(q) > fmt.max_exact:
+        if rule == "saturate":
+            return "normal", *_max_significand(fmt), True, False
+        return rule, 0, 0, True, False  # "inf" or "nan"
+    if n == 0:
+        return "zero", 0, 0, False, True
+    return ("normal" if n >= 2**fmt.mantissa_bits else "subnormal"), n, q, False, False
+
+
+def _max_significand(fmt: FloatFormat) -> tuple[int, int]:
+    """The largest finite value as n * 2^q."""
+    return (2**fmt.mantissa_bits + fmt.max_mantissa_field,
+            fmt.max_exponent_field - fmt.bias - fmt.mantissa_bits)
+
+
 def encode(value: int | float | str, dtype: str, *, saturate: bool | None = None) -> Encoding:
     """Store `value` in `dtype`. saturate=None follows the format's own overflow
     rule (as PyTorch casts); True clamps to +-max; False overflows to inf, or NaN
@@ -204,29 +231,7 @@ def encode(value: int | float | str, dtype: str, *, saturate: bool | None = None
     if not fmt.has_nan and parsed.special == "nan":
         raise InvalidInput("value", f"{fmt.name} has no NaN encoding")
 
-    overflow = underflow = False
-    n = q = 0
-    if parsed.special == "nan":
-        kind: Category = "nan"
-    elif parsed.special == "inf" and rule != "saturate" and fmt.has_inf:
-        kind = "inf"
-    else:
-        if parsed.special == "inf":
-            too_big = True  # inf into a finite format, or saturating
-        else:
-            n, q = _round(parsed.magnitude, fmt) if parsed.magnitude else (0, 0)
-            too_big = n * _pow2(q) > fmt.max_exact
-            overflow = too_big
-        if too_big:
-            kind = {"inf": "inf", "nan": "nan", "saturate": "normal"}[rule]
-            if kind == "normal":
-                n = 2**fmt.mantissa_bits + fmt.max_mantissa_field
-                q = fmt.max_exponent_field - fmt.bias - fmt.mantissa_bits
-        elif n == 0:
-            kind, underflow = "zero", parsed.magnitude != 0
-        else:
-            kind = "normal" if n >= 2**fmt.mantissa_bits else "subnormal"
-
+    kind, n, q, overflow, underflow = _classify(parsed, fmt, rule)
     magnitude = n * _pow2(q) if kind in ("zero", "subnormal", "normal") else None
     stored = None if magnitude is None else (-magnitude if parsed.negative else magnitude)
     s, e, m = _float_fields(fmt, parsed.negative, kind, n, q)
@@ -241,7 +246,7 @@ def encode(value: int | float | str, dtype: str, *, saturate: bool | None = None
         f_stored = float(stored)
         if parsed.negative and stored == 0 and fmt.has_negative_zero:
             f_stored = -0.0
-        text = ("-" if f_stored < 0 or math.copysign(1, f_stored) < 0 else "") + _shortest(magnitude, fmt)
+        text = ("-" if math.copysign(1, f_stored) < 0 else "") + _shortest(magnitude, fmt)
     exp_value = None if kind in ("inf", "nan", "zero") else (
         1 - fmt.bias if kind == "subnormal" else e - fmt.bias)
     return Encoding(
