@@ -33,17 +33,21 @@ class _Item(NamedTuple):
 
 
 @lru_cache(maxsize=1024)
-def layer_recipe(cfg: TransformerConfig, act_bytes: int, recompute: Recompute) -> tuple[_Item, ...]:
+def layer_recipe(cfg: TransformerConfig, act_bytes: int, recompute: Recompute,
+                 residual_bytes: int | None = None) -> tuple[_Item, ...]:
     """Tensors one layer keeps for backward. selective drops the attention core
     (softmax and its dropout over s x s), which is recomputed, as FlashAttention
-    never stores it; full keeps only the layer's input and recomputes the rest."""
+    never stores it; full keeps only the layer's input and recomputes the rest.
+    residual_bytes sizes the residual stream (layer and norm inputs), which stays
+    in fp32 under autocast while matmul inputs are 16-bit; default act_bytes."""
     h, f, a = cfg.d_model, cfg.ff, cfg.n_heads
     hq, hkv = cfg.n_heads * cfg.hd, cfg.kv_heads * cfg.hd
+    res = act_bytes if residual_bytes is None else residual_bytes
     if recompute == "full":
-        return (_Item("layer_input", h, 0, act_bytes, False),)
+        return (_Item("layer_input", h, 0, res, False),)
     core = 0 if recompute == "selective" else a
     items = [
-        _Item("attention/norm_input", h, 0, act_bytes, False),
+        _Item("attention/norm_input", h, 0, res, False),
         _Item("attention/qkv_input", h, 0, act_bytes, False),
         _Item("attention/q_and_k", hq + hkv, 0, act_bytes, True),
         _Item("attention/softmax_output", 0, core, act_bytes, True),
@@ -60,7 +64,7 @@ def layer_recipe(cfg: TransformerConfig, act_bytes: int, recompute: Recompute) -
     if cfg.dropout:
         items.append(_Item("attention/dropout_mask", h, 0, 1, False))
     items += [
-        _Item("mlp/norm_input", h, 0, act_bytes, False),
+        _Item("mlp/norm_input", h, 0, res, False),
         _Item("mlp/up_input", h, 0, act_bytes, False),
     ]
     if cfg.mlp == "swiglu":  # silu(x W_gate) * (x W_up), then W_down
@@ -80,11 +84,13 @@ def embedding_recipe(cfg: TransformerConfig) -> tuple[_Item, ...]:
 
 
 @lru_cache(maxsize=1024)
-def head_recipe(cfg: TransformerConfig, act_bytes: int) -> tuple[_Item, ...]:
+def head_recipe(cfg: TransformerConfig, act_bytes: int,
+                residual_bytes: int | None = None) -> tuple[_Item, ...]:
     """Last stage, outside the layers: final norm, LM head input, and the logits
     the cross-entropy keeps in float32 (the paper's 4sbv/t)."""
+    res = act_bytes if residual_bytes is None else residual_bytes
     return (
-        _Item("head/final_norm_input", cfg.d_model, 0, act_bytes, False),
+        _Item("head/final_norm_input", cfg.d_model, 0, res, False),
         _Item("head/lm_head_input", cfg.d_model, 0, act_bytes, False),
         _Item("head/logits_fp32", cfg.vocab_size, 0, 4, True),
     )
@@ -97,4 +103,15 @@ def sized(items: tuple[_Item, ...], *, s: int, b: int, t: int, sequence_parallel
     for name, per_token, per_position, nbytes, split in items:
         total = sb * (per_token + per_position * s) * nbytes
         out[name] = -(-total // t) if (split or sequence_parallel) and t > 1 else total
+    return out
+
+
+def linear_stack(tokens: int, dims: tuple[int, ...], act_bytes: int, input_copied: bool) -> dict[str, int]:
+    """Bytes a stack of bias-free linear layers x @ W1 @ ... @ Wn keeps for backward: each
+    layer's input (tokens x d_in), which its weight gradient needs. The first input is the
+    batch, which the caller holds anyway, unless autocast keeps a 16-bit copy of it
+    (input_copied). The loss keeps the prediction (tokens x d_out) in fp32."""
+    out = {f"layer{i}/input": tokens * d_in * act_bytes for i, d_in in enumerate(dims[:-1])
+           if i or input_copied}
+    out["loss/prediction_fp32"] = tokens * dims[-1] * 4
     return out

@@ -20,7 +20,7 @@ from app.accounting.models import TransformerConfig, attention_params, count_par
 from app.accounting.records import RECORD
 from app.accounting.units import GIB
 
-Precision = Literal["fp32", "bf16_mixed", "fp16_mixed", "bf16"]
+Precision = Literal["fp32", "bf16_mixed", "fp16_mixed", "bf16", "bf16_autocast"]
 Optimizer = Literal["sgd", "sgd_momentum", "adagrad", "rmsprop", "adam", "adamw", "adamw_8bit"]
 Stage = Literal["only", "first", "last"]
 
@@ -34,13 +34,26 @@ class PrecisionBytes:
     master: int
     optimizer_state: int
     activation: int
+    residual: int
+    """Residual-stream activations (layer and norm inputs)."""
+    weight_copy: int
+    """A per-step 16-bit copy of each matmul weight, kept for backward (autocast's cache)."""
 
 
 PRECISIONS: dict[str, PrecisionBytes] = {
-    "fp32": PrecisionBytes(param=4, grad=4, master=0, optimizer_state=4, activation=4),
-    "bf16_mixed": PrecisionBytes(param=2, grad=2, master=4, optimizer_state=4, activation=2),
-    "fp16_mixed": PrecisionBytes(param=2, grad=2, master=4, optimizer_state=4, activation=2),
-    "bf16": PrecisionBytes(param=2, grad=2, master=0, optimizer_state=2, activation=2),
+    "fp32": PrecisionBytes(param=4, grad=4, master=0, optimizer_state=4, activation=4, residual=4,
+                           weight_copy=0),
+    "bf16_mixed": PrecisionBytes(param=2, grad=2, master=4, optimizer_state=4, activation=2, residual=2,
+                                 weight_copy=0),
+    "fp16_mixed": PrecisionBytes(param=2, grad=2, master=4, optimizer_state=4, activation=2, residual=2,
+                                 weight_copy=0),
+    "bf16": PrecisionBytes(param=2, grad=2, master=0, optimizer_state=2, activation=2, residual=2,
+                           weight_copy=0),
+    # torch.autocast(dtype=bfloat16): fp32 weights, gradients and optimizer state; matmuls
+    # read 16-bit copies of their inputs and weights, while norms, softmax and the
+    # residual stream stay in fp32.
+    "bf16_autocast": PrecisionBytes(param=4, grad=4, master=0, optimizer_state=4, activation=2,
+                                    residual=4, weight_copy=2),
 }
 
 # State tensors per parameter: momentum (SGD), sum of squares (Adagrad), square
@@ -130,10 +143,11 @@ class _Plan(NamedTuple):
 
 
 @lru_cache(maxsize=1024)
-def _plan(cfg: TransformerConfig, tp: int, pp: int, act_bytes: int, recompute: act.Recompute) -> _Plan:
+def _plan(cfg: TransformerConfig, tp: int, pp: int, precision: str, recompute: act.Recompute) -> _Plan:
+    p = PRECISIONS[precision]
     return _Plan(count_params(cfg).total, _stage_params(cfg, tp, pp),
-                 act.layer_recipe(cfg, act_bytes, recompute), act.embedding_recipe(cfg),
-                 act.head_recipe(cfg, act_bytes))
+                 act.layer_recipe(cfg, p.activation, recompute, p.residual), act.embedding_recipe(cfg),
+                 act.head_recipe(cfg, p.activation, p.residual))
 
 
 def _stage_activations(cfg: TransformerConfig, plan: _Plan, stage: Stage, *, s: int, b: int,
@@ -158,6 +172,18 @@ def _stage_activations(cfg: TransformerConfig, plan: _Plan, stage: Stage, *, s: 
         outside_layers=outside, total=layer_total * held + sum(outside.values()))
 
 
+def _loss_gradients(cfg: TransformerConfig, stage: Stage, *, s: int, b: int, t: int) -> int:
+    """fp32 d(loss)/d(log-probs) and d(loss)/d(logits), both s x b x vocab / t, on the last stage."""
+    return 0 if stage == "first" else math.ceil(2 * 4 * s * b * cfg.vocab_size / t)
+
+
+def _matmul_share(cfg: TransformerConfig) -> float:
+    """The fraction of parameters that matmuls read: attention, MLP and the LM head
+    (the token embedding when tied)."""
+    counts = count_params(cfg)
+    return (counts.attention + counts.mlp + cfg.vocab_size * cfg.d_model) / counts.total
+
+
 @dataclass(slots=True)
 class TrainingMemory:
     """Memory on one GPU of the busiest pipeline stage. Bytes unless named otherwise."""
@@ -173,10 +199,18 @@ class TrainingMemory:
     gradients: int
     optimizer_state: int
     master_weights: int
+    weight_copies: int
+    """16-bit copies of the matmul weights that autocast makes each step and keeps for the
+    backward pass; 0 except with bf16_autocast."""
     activations: int | None
     """null when the model is a bare parameter count: activations need its shape."""
+    transient: int | None
+    """Short-lived buffers at the memory peak, the start of the backward pass: the
+    cross-entropy backward's fp32 gradients with respect to the log-probabilities and the
+    logits (2 x 4 x s x b x vocab / t bytes, last stage), made while every activation is
+    still held. null with a bare parameter count."""
     total: int
-    """All of the above on one GPU (activations counted as 0 when null)."""
+    """All of the above on one GPU (activations and transient counted as 0 when null)."""
     total_gib: float
     model_state_bytes: int
     """Model state of the whole model, unsharded: params x bytes_per_param."""
@@ -215,7 +249,7 @@ def training_memory(
         if model.position == "learned" and seq_len > model.max_seq_len:
             raise InvalidInput("seq_len", f"{seq_len} exceeds the model's {model.max_seq_len} "
                                "learned positions")
-        plan = _plan(model, tp, pp, PRECISIONS[precision].activation, recompute)
+        plan = _plan(model, tp, pp, precision, recompute)
         n_params, stage_params = plan.params, plan.stage_params
     else:
         n_params = params
@@ -227,6 +261,8 @@ def training_memory(
 
     per = state_bytes_per_param(precision, optimizer)
     act_bytes = PRECISIONS[precision].activation
+    # Autocast copies the weights matmuls read: not norms, biases' share aside, nor positions.
+    matmul_share = 1.0 if model is None else _matmul_share(model)
     # ZeRO stage k divides these model states over the data-parallel ranks.
     p_div, g_div, o_div = (dp if zero_stage >= k else 1 for k in (3, 2, 1))
 
@@ -237,22 +273,29 @@ def training_memory(
         detail = None if model is None else _stage_activations(
             model, plan, stage, s=seq_len, b=batch_size, act_bytes=act_bytes, tp=tp, pp=pp,
             sp=sequence_parallel)
-        total = sum(states) + (detail.total if detail else 0)
+        copies = math.ceil(n * PRECISIONS[precision].weight_copy * matmul_share)
+        transient = None if model is None else _loss_gradients(model, stage, s=seq_len, b=batch_size, t=tp)
+        total = sum(states) + copies + (detail.total if detail else 0) + (transient or 0)
         if best is None or total > best[0]:
-            best = (total, stage, n, states, detail)
-    total, stage, n_gpu, (parameters, gradients, optimizer_state, master_weights), detail = best
+            best = (total, stage, n, states, copies, detail, transient)
+    total, stage, n_gpu, states, copies, detail, transient = best
+    parameters, gradients, optimizer_state, master_weights = states
 
     if precision in ("bf16_mixed", "fp16_mixed"):
         assumptions.append("gradients are kept in 16 bits (ZeRO's 2+2+12 accounting); fp32 "
                            "gradient accumulation, as in Megatron-LM, adds 2 bytes per parameter")
+    if precision == "bf16_autocast":
+        assumptions.append("autocast: fp32 weights, gradients and optimizer state; matmul inputs "
+                           "and weight copies in bf16; residual stream and logits in fp32")
     if optimizer == "adamw_8bit":
         assumptions.append("8-bit states: 1 byte each plus an fp32 absmax per 2048 elements")
     assumptions.append("excludes the CUDA context, allocator fragmentation and communication buffers")
     return TrainingMemory(
         params=n_params, params_per_gpu=n_gpu, bytes_per_param=per.total,
         bytes_per_param_detail=per, parameters=parameters, gradients=gradients,
-        optimizer_state=optimizer_state, master_weights=master_weights,
-        activations=None if detail is None else detail.total, total=total, total_gib=total / GIB,
+        optimizer_state=optimizer_state, master_weights=master_weights, weight_copies=copies,
+        activations=None if detail is None else detail.total, transient=transient, total=total,
+        total_gib=total / GIB,
         model_state_bytes=math.ceil(n_params * per.total),
         checkpoint_bytes=math.ceil(n_params * (per.parameters + per.master_weights + per.optimizer_state)),
         pipeline_stage=stage, gpu=None if gpu is None else gpu.id,
@@ -293,7 +336,8 @@ def max_model(*, gpu: Accelerator, num_gpus: int, precision: Precision, optimize
     def part(x: float, sharded: bool) -> float:
         return x / d if sharded else x
 
-    per_gpu = (part(per.parameters, zero_stage >= 3) + part(per.gradients, zero_stage >= 2)
+    per_gpu = (part(per.parameters + PRECISIONS[precision].weight_copy, zero_stage >= 3)
+               + part(per.gradients, zero_stage >= 2)
                + part(per.optimizer_state + per.master_weights, zero_stage >= 1))
     usable = math.floor(gpu.memory_bytes * usable_memory_fraction)
     return MaxModel(

@@ -21,7 +21,7 @@ from app.accounting.errors import InvalidInput
 
 _LOCATIONS = {"body", "query", "path", "header", "cookie"}
 # Names pydantic puts in a loc after a union field, for the member that failed.
-_UNION_TAGS = {"preset", "config", "params", "float", "int", "str", "bool", "none"}
+_UNION_TAGS = {"preset", "config", "cruncher", "params", "float", "int", "str", "bool", "none"}
 _MAX_ECHO_CHARS = 200
 
 

@@ -20,7 +20,9 @@ class TrainingMemoryRequest(Input):
     precision: memory.Precision = Field(
         "bf16_mixed", description="fp32: all 4-byte. bf16_mixed/fp16_mixed: 16-bit parameters, "
                                   "gradients and activations, fp32 master weights and optimizer "
-                                  "state. bf16: everything 16-bit, no master copy.")
+                                  "state. bf16: everything 16-bit, no master copy. bf16_autocast: "
+                                  "torch.autocast over fp32 training (fp32 states, 16-bit weight "
+                                  "copies and matmul inputs, fp32 residual stream).")
     optimizer: memory.Optimizer = "adamw"
     batch_size: count(1, 1_000_000) = Field(
         1, description="Micro-batch size per data-parallel rank, in sequences.")

@@ -1,0 +1,93 @@
+"""One job in a child process: `python -m app.bench.child`.
+
+The dispatcher starts this interpreter fresh (never a fork of the server, so no
+CUDA context or lock is inherited) and speaks JSON lines with it:
+
+- stdin, one line: {"job_id": int, "probe": str, "params": {...}}. The parent keeps
+  stdin open while the job runs; end-of-file means the parent died, and the
+  child exits rather than run on as an orphan holding the GPU.
+- stdout, one message per line:
+    {"type": "progress", "done": int, "total": int, "message": str}
+    {"type": "result", "result": {...}}                      then exit 0
+    {"type": "error", "status": "failed" | "oom", "error": {"type", "message", "detail"}}
+                                                              then exit 1
+  Anything a library prints goes to stderr, so it cannot corrupt the channel.
+  A child that exits without a result or an error line crashed.
+"""
+
+import importlib
+import json
+import os
+import sys
+import threading
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+# Probe name -> "module:function". Imported only when run, so this file stays torch-free.
+PROBES = {
+    "matmul": "app.bench.matmul:run",
+    "bandwidth": "app.bench.bandwidth:run",
+    "transfer": "app.bench.transfer:run",
+    "train_step": "app.bench.train_step:run",
+}
+
+Progress = Callable[[int, int, str], None]
+
+
+def _load(target: str) -> Callable[[dict, Progress], dict]:
+    module, _, name = target.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def is_oom(exc: BaseException) -> bool:
+    """CUDA's allocator error, or the CPU allocator's (which torch raises as RuntimeError)."""
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(exc, torch.cuda.OutOfMemoryError):
+        return True
+    return isinstance(exc, MemoryError) or "DefaultCPUAllocator: can't allocate memory" in str(exc)
+
+
+def memory_figures() -> dict[str, Any]:
+    """What the CUDA allocator held when the job ran out, in bytes."""
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_available() or not torch.cuda.is_initialized():
+        return {}
+    free, total = torch.cuda.mem_get_info()
+    return {"allocated_bytes": torch.cuda.memory_allocated(), "reserved_bytes": torch.cuda.memory_reserved(),
+            "max_allocated_bytes": torch.cuda.max_memory_allocated(), "free_bytes": free,
+            "total_bytes": total}
+
+
+def _exit_when_parent_dies() -> None:
+    sys.stdin.read()
+    os._exit(3)
+
+
+def main(probes: dict[str, str] = PROBES) -> int:
+    job = json.loads(sys.stdin.readline())
+    channel = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
+    threading.Thread(target=_exit_when_parent_dies, daemon=True).start()
+
+    def emit(message: dict) -> None:
+        channel.write(json.dumps(message, allow_nan=False) + "\n")
+
+    def progress(done: int, total: int, message: str = "") -> None:
+        emit({"type": "progress", "done": done, "total": total, "message": message})
+
+    try:
+        result = _load(probes[job["probe"]])(job["params"], progress)
+    except Exception as exc:  # noqa: BLE001 - every failure is reported, none is lost
+        oom = is_oom(exc)
+        traceback.print_exc()
+        emit({"type": "error", "status": "oom" if oom else "failed",
+              "error": {"type": type(exc).__name__, "message": str(exc)[:4000],
+                        "detail": memory_figures() if oom else {}}})
+        return 1
+    emit({"type": "result", "result": result})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

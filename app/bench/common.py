@@ -1,0 +1,43 @@
+"""What every probe does first: parse its parameters, pick and seed the device, build a timer."""
+
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import torch
+from pydantic import TypeAdapter
+
+from app.bench import env
+from app.bench.specs import ProbeParams
+from app.bench.timer import Timer
+
+P = TypeVar("P", bound=ProbeParams)
+
+
+@dataclass
+class Setup:
+    device: torch.device
+    timer: Timer
+
+    @property
+    def cuda(self) -> bool:
+        return self.device.type == "cuda"
+
+    def environment(self, seed: int):
+        return env.environment(self.device, seed=seed, l2_flush_bytes=self.timer.flush_bytes)
+
+    def catalogue(self):
+        """The device's catalogue entry; None on CPU or an unlisted GPU."""
+        return env.catalogue_entry(torch.cuda.get_device_name(self.device)) if self.cuda else None
+
+
+def setup(model: type[P], raw: dict[str, Any]) -> tuple[P, Setup]:
+    params = model.model_validate(raw)
+    device = env.pick_device(params.device)
+    env.seed_everything(params.seed)
+    timer = Timer(device, warmup_s=params.warmup_s, measure_s=params.measure_s,
+                  min_iters=params.min_iters, max_iters=params.max_iters)
+    return params, Setup(device, timer)
+
+
+def to_json(result: Any) -> dict:
+    return TypeAdapter(type(result)).dump_python(result, mode="json")

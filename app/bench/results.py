@@ -1,0 +1,195 @@
+"""What probes report: plain dataclasses, torch-free, so the server can declare
+them as response schemas and the child can serialise them. Seconds, bytes and
+FLOP/s unless a name says otherwise; GB/s is 10^9 bytes per second."""
+
+from dataclasses import dataclass
+from typing import Literal
+
+from app.accounting.records import RECORD
+
+
+@dataclass(slots=True)
+class Stats:
+    """Seconds per timed iteration, each timed on its own (CUDA events on a GPU)."""
+
+    median: float
+    p20: float
+    p80: float
+    mean: float
+    best: float
+    """The fastest iteration."""
+    iterations: int
+
+    __pydantic_config__ = RECORD
+
+
+@dataclass(slots=True)
+class Environment:
+    """Where and how a probe ran."""
+
+    device: Literal["cuda", "cpu"]
+    device_name: str
+    catalogue_id: str | None
+    """The hardware catalogue's entry for this device; null when it is not listed (CPUs)."""
+    sm_count: int | None
+    compute_capability: str | None
+    memory_bytes: int | None
+    torch_version: str
+    cuda_version: str | None
+    driver_version: str | None
+    cudnn_version: int | None
+    tf32_matmul: bool
+    """torch.backends.cuda.matmul.allow_tf32 as the probe ran (the matmul probe sets it per dtype)."""
+    tf32_cudnn: bool
+    float32_matmul_precision: str
+    cpu_threads: int
+    python_version: str
+    platform: str
+    seed: int
+    """torch, numpy (when installed) and random were seeded with it."""
+    l2_flush_bytes: int
+    """Bytes zeroed before each timed iteration, outside the timed interval."""
+
+    __pydantic_config__ = RECORD
+
+
+@dataclass(slots=True)
+class Skipped:
+    what: str
+    reason: str
+
+    __pydantic_config__ = RECORD
+
+
+@dataclass(slots=True)
+class MatmulPoint:
+    m: int
+    k: int
+    n: int
+    dtype: str
+    flops: int
+    """2*m*k*n, from the calculators."""
+    time: Stats
+    flop_per_sec: float
+    """flops / median time."""
+    best_flop_per_sec: float
+    """flops / best time."""
+    peak_flop_per_sec: float | None
+    """The catalogue's dense peak for this dtype; null when the device is not listed."""
+    mfu: float | None
+    """flop_per_sec / peak_flop_per_sec."""
+    predicted_seconds_at_peak: float | None
+
+    __pydantic_config__ = RECORD
+
+
+@dataclass(slots=True)
+class MatmulResult:
+    probe: Literal["matmul"]
+    environment: Environment
+    points: list[MatmulPoint]
+    best: dict[str, MatmulPoint]
+    """Per dtype, the shape with the highest median FLOP/s."""
+    skipped: list[Skipped]
+
+    __pydantic_config__ = RECORD
+
+
+@dataclass(slots=True)
+class BandwidthResult:
+    probe: Literal["bandwidth"]
+    environment: Environment
+    size_bytes: int
+    """One buffer; the copy reads one and writes the other."""
+    bytes_moved: int
+    """Bytes read plus bytes written per copy: 2 x size_bytes."""
+    time: Stats
+    gb_per_sec: float
+    """bytes_moved / median time / 10^9."""
+    best_gb_per_sec: float
+    catalogue_gb_per_sec: float | None
+    percent_of_catalogue: float | None
+    predicted_seconds: float | None
+    """bytes_moved at the catalogue's bandwidth."""
+
+    __pydantic_config__ = RECORD
+
+
+@dataclass(slots=True)
+class TransferPoint:
+    size_bytes: int
+    direction: Literal["host_to_device", "device_to_host"]
+    host_memory: Literal["pageable", "pinned"]
+    non_blocking: bool
+    time: Stats
+    gb_per_sec: float
+    best_gb_per_sec: float
+
+    __pydantic_config__ = RECORD
+
+
+@dataclass(slots=True)
+class TransferResult:
+    probe: Literal["transfer"]
+    environment: Environment
+    points: list[TransferPoint]
+    skipped: list[Skipped]
+    note: str
+
+    __pydantic_config__ = RECORD
+
+
+@dataclass(slots=True)
+class MemoryComparison:
+    """Bytes on the device during a training step: the calculators' prediction beside the measurement."""
+
+    predicted: dict[str, int]
+    """The calculators' breakdown: parameters, gradients, optimizer_state, weight_copies,
+    activations, inputs, and total."""
+    measured_peak_allocated: int
+    """CUDA: torch.cuda.max_memory_allocated after reset_peak_memory_stats. CPU: the peak of
+    live tensor storage bytes, tracked op by op through a dispatch mode during one step."""
+    measured_reserved: int | None
+    """CUDA: torch.cuda.max_memory_reserved (the caching allocator's segments); null on CPU."""
+    relative_error: float
+    """predicted total / measured peak - 1."""
+    method: str
+
+    __pydantic_config__ = RECORD
+
+
+@dataclass(slots=True)
+class TrainStepResult:
+    probe: Literal["train_step"]
+    environment: Environment
+    model: str
+    """"cruncher" or the preset name, or "custom"."""
+    params: int
+    batch_size: int
+    seq_len: int
+    tokens_per_step: int
+    optimizer: str
+    precision: str
+    step: Stats
+    forward: Stats
+    backward: Stats
+    optimizer_step: Stats
+    tokens_per_sec: float
+    """tokens_per_step / median step time."""
+    flops_per_step: int
+    """The calculators' exact matmul FLOPs for forward plus backward."""
+    flops_per_step_6nd: float
+    """6 x params x tokens_per_step, for comparison."""
+    achieved_flop_per_sec: float
+    peak_flop_per_sec: float | None
+    mfu: float | None
+    """Null on CPU and on devices the catalogue does not list."""
+    memory: MemoryComparison
+    loss_first: float
+    loss_last: float
+    assumptions: list[str]
+
+    __pydantic_config__ = RECORD
+
+
+ProbeResult = MatmulResult | BandwidthResult | TransferResult | TrainStepResult

@@ -1,0 +1,146 @@
+"""train_step: time forward, backward and optimizer step of a real model, measure its
+peak memory, and set the calculators' prediction for the same configuration beside both."""
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from app.bench import predict
+from app.bench.common import Setup, setup, to_json
+from app.bench.livebytes import LiveBytes
+from app.bench.models import Cruncher, Transformer
+from app.bench.results import MemoryComparison, TrainStepResult
+from app.bench.specs import TrainStepParams
+
+LR = 1e-3
+PEAK_KEY = {"fp32": "float32", "bf16_autocast": "bfloat16"}
+
+
+@dataclass
+class Workload:
+    """A model, its batch, its loss, and the calculators' view of it."""
+
+    model: nn.Module
+    batch: tuple[torch.Tensor, ...]
+    prediction: predict.TrainStepPrediction
+
+    def loss(self) -> torch.Tensor:
+        if isinstance(self.model, Cruncher):
+            x, y = self.batch
+            return F.mse_loss(self.model(x), y)
+        ids, targets = self.batch
+        logits = self.model(ids)
+        return F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+
+
+def workload(p: TrainStepParams, device: torch.device) -> Workload:
+    prediction = predict.train_step(p)
+    with torch.device(device):
+        if prediction.config is None:
+            spec = p.model
+            model = Cruncher(spec.dim, spec.num_layers)
+            batch = (torch.randn(p.batch_size, p.seq_len, spec.dim), torch.randn(p.batch_size, p.seq_len))
+        else:
+            cfg = prediction.config
+            model = Transformer(cfg)
+            batch = (torch.randint(cfg.vocab_size, (p.batch_size, p.seq_len)),
+                     torch.randint(cfg.vocab_size, (p.batch_size, p.seq_len)))
+    assert sum(t.nbytes for t in batch) == prediction.memory["inputs"]
+    return Workload(model, batch, prediction)
+
+
+def optimizer(name: str, params, device: torch.device) -> torch.optim.Optimizer:
+    """Fused Adam/AdamW on CUDA and per-tensor loops elsewhere: neither allocates
+    model-sized temporaries, which foreach would (the calculators count none)."""
+    fused = device.type == "cuda"
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=LR, foreach=False)
+    if name == "adagrad":
+        return torch.optim.Adagrad(params, lr=LR, foreach=False)
+    cls = torch.optim.Adam if name == "adam" else torch.optim.AdamW
+    return cls(params, lr=LR, fused=True) if fused else cls(params, lr=LR, foreach=False)
+
+
+def _resident(work: Workload, opt: torch.optim.Optimizer) -> list[torch.Tensor]:
+    tensors = list(work.batch)
+    for param in work.model.parameters():
+        tensors += [param] + ([param.grad] if param.grad is not None else [])
+    for state in opt.state.values():
+        tensors += [v for v in state.values() if isinstance(v, torch.Tensor)]
+    return tensors
+
+
+def run(raw: dict, progress) -> dict:
+    p, env = setup(TrainStepParams, raw)
+    work = workload(p, env.device)
+    pred = work.prediction
+    opt = optimizer(p.optimizer, work.model.parameters(), env.device)
+    autocast = p.precision == "bf16_autocast"
+    losses: list[torch.Tensor] = []
+    pending: list[torch.Tensor] = []
+
+    def forward() -> None:
+        with torch.autocast(env.device.type, dtype=torch.bfloat16, enabled=autocast):
+            pending.append(work.loss())
+
+    def backward() -> None:
+        loss = pending.pop()
+        loss.backward()
+        losses.append(loss.detach())
+
+    def step() -> None:
+        opt.step()
+        # Gradients stay allocated between steps, as DDP and FSDP buffers do.
+        opt.zero_grad(set_to_none=False)
+
+    total = p.warmup_steps + p.steps
+    progress(0, total, "warm-up")
+    if env.cuda:  # the first steps allocate gradients and optimizer state
+        for _ in range(p.warmup_steps):
+            forward(), backward(), step()
+        torch.cuda.synchronize(env.device)
+        torch.cuda.reset_peak_memory_stats(env.device)
+    fwd, bwd, opt_step, whole = env.timer.measure_phases(
+        [forward, backward, step], warmup_runs=0 if env.cuda else p.warmup_steps, iterations=p.steps,
+        progress=lambda i: progress(p.warmup_steps + i, total, f"step {i}/{p.steps}"))
+    comparison = _memory(env, work, opt, [forward, backward, step])
+
+    tokens = p.batch_size * p.seq_len
+    achieved = pred.flops_per_step / whole.median
+    acc = env.catalogue()
+    peak = acc.peak_flop_per_sec.get(PEAK_KEY[p.precision]) if acc else None
+    return to_json(TrainStepResult(
+        probe="train_step", environment=env.environment(p.seed), model=pred.name, params=pred.params,
+        batch_size=p.batch_size, seq_len=p.seq_len, tokens_per_step=tokens, optimizer=p.optimizer,
+        precision=p.precision, step=whole, forward=fwd, backward=bwd, optimizer_step=opt_step,
+        tokens_per_sec=tokens / whole.median, flops_per_step=pred.flops_per_step,
+        flops_per_step_6nd=6.0 * pred.params * tokens, achieved_flop_per_sec=achieved,
+        peak_flop_per_sec=peak, mfu=None if peak is None else achieved / peak, memory=comparison,
+        loss_first=losses[0].item(), loss_last=losses[-1].item(),
+        assumptions=[
+            "FLOPs are the calculators' exact matmul count for forward and backward (attention "
+            "over the full s x s, as FlopCounterMode counts SDPA); elementwise work is not counted",
+            "MFU uses the catalogue's dense peak for " + PEAK_KEY[p.precision],
+            "gradients stay allocated between steps (zero_grad(set_to_none=False))",
+        ]))
+
+
+def _memory(env: Setup, work: Workload, opt, phases) -> MemoryComparison:
+    if env.cuda:
+        measured = torch.cuda.max_memory_allocated(env.device)
+        reserved = torch.cuda.max_memory_reserved(env.device)
+        method = "torch.cuda.max_memory_allocated over the timed steps, after reset_peak_memory_stats"
+    else:
+        tracker = LiveBytes()
+        for tensor in _resident(work, opt):
+            tracker.track(tensor)
+        with tracker:
+            for phase in phases:
+                phase()
+        measured, reserved = tracker.peak, None
+        method = "peak live tensor storage over one more step, tracked op by op (LiveBytes)"
+    predicted = work.prediction.memory
+    return MemoryComparison(predicted=predicted, measured_peak_allocated=measured, measured_reserved=reserved,
+                            relative_error=predicted["total"] / measured - 1, method=method)

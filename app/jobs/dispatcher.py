@@ -1,0 +1,336 @@
+"""Runs queued jobs one at a time, each in a fresh child interpreter (app.bench.child).
+
+One at a time because the jobs measure a GPU: two at once would share it and both
+measurements would be wrong. A child is a new interpreter, never a fork, so it
+inherits no CUDA context or lock, and a crash in it (a segfault in a kernel, an
+allocator abort) ends that job, not the server. The protocol is in app/bench/child.py.
+"""
+
+import contextlib
+import json
+import logging
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from app.jobs.store import Job, Store
+
+log = logging.getLogger("tally.jobs")
+
+CHILD_ARGV = (sys.executable, "-m", "app.bench.child")
+# The child's imports resolve to this checkout whatever the server's working directory.
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+STDERR_TAIL_BYTES = 8192
+# A longer line is not one of ours; the cap keeps a runaway child from filling memory.
+MAX_LINE_BYTES = 16 << 20
+PROGRESS_EVERY_S = 0.1
+HEARTBEAT_EVERY_S = 1.0
+CHILD_STATUSES = ("failed", "oom")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    status: str
+    result: dict | None = None
+    error: dict | None = None
+
+
+# Not ends of a job, told apart by identity. STOPPING: the dispatcher is stopping, the job goes
+# back to the queue. LOST: another worker holds the row now, so this one must not write it.
+STOPPING = Outcome("queued")
+LOST = Outcome("running")
+
+
+def _error(kind: str, message: str, **detail: Any) -> dict:
+    # The shape app.bench.child uses for its own errors, so clients read one kind of error.
+    return {"type": kind, "message": message, "detail": detail}
+
+
+def _no_constants(name: str) -> None:
+    raise ValueError(f"{name} is not JSON")
+
+
+def parse_message(line: bytes) -> dict:
+    """One protocol line as a dict; ValueError saying why when it is not one."""
+    if not line.endswith(b"\n"):
+        raise ValueError("an unterminated line")
+    try:
+        message = json.loads(line, parse_constant=_no_constants)
+    except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError are both ValueErrors
+        raise ValueError(f"not JSON ({exc})") from None
+    kind = message.get("type") if isinstance(message, dict) else None
+    valid = {
+        "progress": lambda m: isinstance(m.get("done"), int) and isinstance(m.get("total"), int)
+        and isinstance(m.get("message", ""), str),
+        "result": lambda m: isinstance(m.get("result"), dict),
+        "error": lambda m: m.get("status") in CHILD_STATUSES and isinstance(m.get("error"), dict),
+    }
+    if kind not in valid or not valid[kind](message):
+        raise ValueError("not a progress, result or error message")
+    return message
+
+
+class Child:
+    """One child interpreter running one job: its pipes, the threads draining them, how to stop it."""
+
+    def __init__(self, argv: list[str], env: dict[str, str], job: Job) -> None:
+        # A new session: a Ctrl-C meant for the server's terminal does not reach the child.
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, env=env, start_new_session=True)
+        self.started = time.monotonic()
+        self.lines: queue.Queue[bytes | None] = queue.Queue()  # None: end of stdout
+        self._tail = bytearray()
+        self._threads = [threading.Thread(target=self._read_stdout, daemon=True),
+                         threading.Thread(target=self._read_stderr, daemon=True)]
+        for thread in self._threads:
+            thread.start()
+        request = {"job_id": job.id, "probe": job.probe, "params": job.params}
+        try:
+            # stdin stays open while the job runs: its end-of-file tells the child we died.
+            self.proc.stdin.write(json.dumps(request).encode() + b"\n")
+            self.proc.stdin.flush()
+        except BrokenPipeError:
+            pass  # it died at once; its exit status says why
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def _read_stdout(self) -> None:
+        for line in iter(lambda: self.proc.stdout.readline(MAX_LINE_BYTES), b""):
+            self.lines.put(line)
+        self.lines.put(None)
+
+    def _read_stderr(self) -> None:
+        fd = self.proc.stderr.fileno()
+        while chunk := os.read(fd, 65536):
+            self._tail += chunk
+            del self._tail[:-STDERR_TAIL_BYTES]
+
+    def stderr_tail(self) -> str:
+        return bytes(self._tail).decode("utf-8", "replace")
+
+    def _signal(self, sig: signal.Signals) -> None:
+        # The whole process group, so anything the probe started goes too. Only while the child
+        # is unreaped: after that its pid, and so the group id, may belong to someone else.
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, sig)
+
+    def stop(self, grace_s: float) -> None:
+        """SIGTERM, then SIGKILL after grace_s; returns once the child is reaped."""
+        self._signal(signal.SIGTERM)
+        try:
+            self.proc.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            self._signal(signal.SIGKILL)
+            self.proc.wait()
+
+    def close(self, grace_s: float) -> None:
+        """Reap the child (stopping it when it outlives grace_s) and release its pipes."""
+        try:
+            self.proc.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            self.stop(grace_s)
+        # A grandchild may hold the pipes open; the readers are daemons, so do not wait long. A pipe
+        # still being read stays open: closing it could give its fd number to another file under the reader.
+        for thread in self._threads:
+            thread.join(1.0)
+        readers = zip((self.proc.stdout, self.proc.stderr), self._threads, strict=True)
+        for pipe in [self.proc.stdin] + [pipe for pipe, thread in readers if not thread.is_alive()]:
+            with contextlib.suppress(OSError):  # stdin's flush meets a closed pipe
+                pipe.close()
+
+
+class Dispatcher:
+    """Claims queued jobs from `store` as `worker_id` and runs each in a child process.
+
+    Times in seconds: poll_s between looks at the queue and at a running job's cancel flag;
+    kill_grace_s between SIGTERM and SIGKILL; stale_after_s without a heartbeat before another
+    worker's running job counts as orphaned.
+    """
+
+    def __init__(self, store: Store, worker_id: str, child_argv: list[str] | None = None,
+                 child_env: dict[str, str] | None = None, poll_s: float = 0.2, kill_grace_s: float = 5,
+                 stale_after_s: float = 30) -> None:
+        self.store = store
+        self.worker_id = worker_id
+        self.child_argv = list(child_argv or CHILD_ARGV)
+        self.child_env = dict(child_env or {})
+        self.poll_s = poll_s
+        self.kill_grace_s = kill_grace_s
+        self.stale_after_s = stale_after_s
+        self.current: Job | None = None
+        self.child: Child | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _env(self) -> dict[str, str]:
+        env = {**os.environ, **self.child_env}
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_ROOT), env.get("PYTHONPATH")]))
+        return env
+
+    def start(self) -> None:
+        """Run the dispatcher in a daemon thread (the server's embedded worker)."""
+        self._thread = threading.Thread(target=self.run_forever, args=(self._stop,), name="tally-dispatcher",
+                                        daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float | None = None) -> bool:
+        """Stop the running child, requeue its job, end the thread; True once it has ended."""
+        self._stop.set()
+        if self._thread is None:
+            return True
+        self._thread.join(self.kill_grace_s + 10 if timeout is None else timeout)
+        return not self._thread.is_alive()
+
+    def run_forever(self, stop: threading.Event | None = None) -> None:
+        """Claim and run jobs until `stop` is set, recovering orphaned jobs first."""
+        self._stop = stop = stop or self._stop
+        self._recover(self.worker_id)
+        next_recovery = time.monotonic() + self.stale_after_s
+        log.info("dispatcher %s started", self.worker_id)
+        while not stop.is_set():
+            try:
+                ran = self.run_once()
+                if time.monotonic() >= next_recovery:
+                    # Only stale heartbeats here: our own id may be shared by a live peer.
+                    self._recover(None)
+                    next_recovery = time.monotonic() + self.stale_after_s
+            except Exception:  # a locked or broken database must not end the dispatcher
+                log.exception("dispatcher %s: error in the job loop; retrying", self.worker_id)
+                ran = False
+            if not ran:
+                stop.wait(self.poll_s)
+        log.info("dispatcher %s stopped", self.worker_id)
+
+    def _recover(self, worker_id: str | None) -> None:
+        for job_id in self.store.recover(worker_id, self.stale_after_s):
+            job = self.store.get(job_id)
+            log.warning("job=%d recovered after its worker died: now %s (attempts %d)", job_id, job.status,
+                        job.attempts)
+
+    def run_once(self) -> bool:
+        """Claim the oldest queued job and run it to its end; False when none was queued."""
+        job = self.store.claim(self.worker_id)
+        if job is None:
+            return False
+        self.current = job
+        try:
+            self._run(job)
+        finally:
+            self.current = self.child = None
+        return True
+
+    def _run(self, job: Job) -> None:
+        try:
+            self.child = child = Child(self.child_argv, self._env(), job)
+        except OSError as exc:  # a missing interpreter, no pids or fds left: the job cannot start
+            log.error("job=%d could not start its process: %s", job.id, exc)
+            self.store.finish(job.id, "crashed", error=_error(
+                "ChildCrashed", f"the job's process could not start: {exc}", argv=self.child_argv),
+                worker_id=self.worker_id)
+            return
+        log.info("job=%d started: probe=%s attempt=%d pid=%d", job.id, job.probe, job.attempts, child.pid)
+        try:
+            outcome = self._watch(job, child)
+        except BaseException:
+            child.stop(self.kill_grace_s)
+            raise
+        finally:
+            child.close(self.kill_grace_s)
+        if outcome is STOPPING:
+            self.store.requeue(job.id)
+            log.info("job=%d requeued: the dispatcher is stopping", job.id)
+            return
+        if outcome is LOST:
+            return
+        if outcome is None:
+            rc = child.proc.returncode
+            name = signal.Signals(-rc).name if rc < 0 and -rc in signal.valid_signals() else None
+            how = f"was killed by {name}" if name else f"exited with code {rc}"
+            outcome = Outcome("crashed", error=_error(
+                "ChildCrashed", f"the job's process {how} before reporting a result",
+                exit_code=rc, signal=name, stderr_tail=child.stderr_tail()))
+        if self.store.finish(job.id, outcome.status, outcome.result, outcome.error, worker_id=self.worker_id):
+            log.info("job=%d %s", job.id, outcome.status)
+        else:
+            log.warning("job=%d ended %s, but its row is no longer running here; left as it is", job.id,
+                        outcome.status)
+
+    def _watch(self, job: Job, child: Child) -> Outcome | None:
+        """Relay the child's messages until it reports, dies, or must be stopped.
+
+        None: the child ended without a word (a crash). STOPPING: the dispatcher is stopping.
+        LOST: the job is no longer this worker's to finish. A child still running is stopped.
+        """
+        deadline = child.started + job.timeout_s
+        now = time.monotonic()
+        next_poll, next_heartbeat, progress_due = now + self.poll_s, now + HEARTBEAT_EVERY_S, now
+        pending: dict | None = None
+        while True:
+            wakeups = [deadline, next_poll, next_heartbeat] + ([progress_due] if pending else [])
+            try:
+                line = child.lines.get(timeout=max(0.0, min(wakeups) - time.monotonic()))
+            except queue.Empty:
+                line = b""
+            if line is None:
+                self._write_progress(job, pending)
+                return None
+            if line:
+                try:
+                    message = parse_message(line)
+                except ValueError as why:
+                    log.error("job=%d protocol error: %s: %r", job.id, why, line[:200])
+                    child.stop(self.kill_grace_s)
+                    return Outcome("crashed", error=_error(
+                        "ProtocolError", f"the job's process wrote {why} where a message belongs",
+                        line=line[:1000].decode("utf-8", "replace"), stderr_tail=child.stderr_tail()))
+                if message["type"] == "progress":
+                    pending = message
+                else:
+                    self._write_progress(job, pending)
+                    if message["type"] == "result":
+                        return Outcome("succeeded", result=message["result"])
+                    return Outcome(message["status"], error=message["error"])
+            now = time.monotonic()
+            if pending and now >= progress_due:
+                self._write_progress(job, pending)
+                pending, progress_due = None, now + PROGRESS_EVERY_S
+            if now >= deadline:
+                log.warning("job=%d timed out after %g s; stopping pid %d", job.id, job.timeout_s, child.pid)
+                child.stop(self.kill_grace_s)
+                return Outcome("timeout", error=_error(
+                    "Timeout", f"the job exceeded its time limit of {job.timeout_s:g} s",
+                    timeout_s=job.timeout_s, stderr_tail=child.stderr_tail()))
+            if self._stop.is_set():
+                child.stop(self.kill_grace_s)
+                return STOPPING
+            if now >= next_poll:
+                next_poll = now + self.poll_s
+                row = self.store.get(job.id)
+                if row is None or row.status != "running" or row.worker_id != self.worker_id:
+                    log.warning("job=%d was taken from this worker (now %s); stopping pid %d", job.id,
+                                row and row.status, child.pid)
+                    child.stop(self.kill_grace_s)
+                    return LOST
+                if row.cancel_requested:
+                    log.info("job=%d cancel requested; stopping pid %d", job.id, child.pid)
+                    child.stop(self.kill_grace_s)
+                    return Outcome("cancelled",
+                                   error=_error("Cancelled", "the job was cancelled while running"))
+            if now >= next_heartbeat:
+                next_heartbeat = now + HEARTBEAT_EVERY_S
+                self.store.heartbeat(job.id, worker_id=self.worker_id)
+
+    def _write_progress(self, job: Job, message: dict | None) -> None:
+        if message is not None:
+            self.store.progress(job.id, message["done"], message["total"], message.get("message", ""),
+                                worker_id=self.worker_id)

@@ -1,0 +1,334 @@
+"""The durable job queue: one SQLite table, all of Tally's SQL.
+
+Every operation opens its own connection (microseconds for a local file), so a
+Store is safe to share between threads and to open from several processes at
+once. WAL mode lets readers (the API, a watcher) run beside the one writer;
+writes take `BEGIN IMMEDIATE` so a read-then-write such as a claim cannot
+interleave with another process's.
+
+States: queued -> running -> one of TERMINAL. `revision` grows on every update of
+a row, so a watcher can tell a row changed without comparing every field.
+"""
+
+from __future__ import annotations  # the method Store.list shadows the builtin in later annotations
+
+import json
+import sqlite3
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+STATES = ("queued", "running", "succeeded", "failed", "timeout", "oom", "crashed", "cancelled")
+TERMINAL = frozenset(STATES[2:])
+ACTIVE = ("queued", "running")
+# A job interrupted this many times (its worker died under it) is marked crashed, not requeued.
+MAX_ATTEMPTS = 2
+# Seconds a connection waits on another's write lock; writes are short, so only a stuck peer gets near.
+BUSY_TIMEOUT_S = 30
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS jobs (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    probe TEXT NOT NULL,
+    params TEXT NOT NULL,
+    status TEXT NOT NULL,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    timeout_s REAL NOT NULL,
+    created_at REAL NOT NULL,
+    started_at REAL,
+    finished_at REAL,
+    progress_done INTEGER NOT NULL DEFAULT 0,
+    progress_total INTEGER NOT NULL DEFAULT 0,
+    progress_message TEXT NOT NULL DEFAULT '',
+    result TEXT,
+    error TEXT,
+    worker_id TEXT,
+    heartbeat_at REAL,
+    cancel_requested INTEGER NOT NULL DEFAULT 0,
+    revision INTEGER NOT NULL DEFAULT 0,
+    device TEXT
+);
+CREATE INDEX IF NOT EXISTS jobs_status_id ON jobs (status, id);
+CREATE INDEX IF NOT EXISTS jobs_probe_id ON jobs (probe, id);
+"""
+
+
+class QueueFull(Exception):
+    """Raised by submit when `limit` jobs are already queued or running."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"the queue is full: {limit} jobs are queued or running")
+        self.limit = limit
+
+
+@dataclass(frozen=True)
+class Job:
+    """One row, JSON columns decoded. Times are unix seconds."""
+
+    id: int
+    probe: str
+    params: dict[str, Any]
+    status: str
+    attempts: int
+    timeout_s: float
+    created_at: float
+    started_at: float | None
+    finished_at: float | None
+    progress_done: int
+    progress_total: int
+    progress_message: str
+    result: dict[str, Any] | None
+    error: dict[str, Any] | None
+    worker_id: str | None
+    heartbeat_at: float | None
+    cancel_requested: bool
+    revision: int
+    device: str | None
+
+    @property
+    def terminal(self) -> bool:
+        return self.status in TERMINAL
+
+
+def _job(row: sqlite3.Row) -> Job:
+    fields = dict(row)
+    for name in ("params", "result", "error"):
+        if fields[name] is not None:
+            fields[name] = json.loads(fields[name])
+    fields["cancel_requested"] = bool(fields["cancel_requested"])
+    return Job(**fields)
+
+
+def _json(value: Any) -> str | None:
+    # allow_nan=False: a NaN would be stored but break every JSON client that reads it back.
+    return None if value is None else json.dumps(value, allow_nan=False)
+
+
+def _statuses(status: str | Sequence[str]) -> list[str]:
+    statuses = [status] if isinstance(status, str) else list(status)
+    unknown = sorted(set(statuses) - set(STATES))
+    if unknown:
+        raise ValueError(f"unknown job status {unknown}; expected one of {list(STATES)}")
+    return statuses
+
+
+def _marks(values: Sequence[Any]) -> str:
+    return ",".join("?" * len(values))
+
+
+class Store:
+    """The jobs table in the SQLite file at `path` (created, with its schema, if missing)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        with self._connect() as db:
+            # Persistent in the file: set once, every later connection is in WAL mode.
+            db.execute("PRAGMA journal_mode=WAL")
+            db.executescript(SCHEMA)
+
+    @contextmanager
+    def _connect(self) -> Iterator[sqlite3.Connection]:
+        # isolation_level=None: no implicit transactions; _write says BEGIN IMMEDIATE itself.
+        db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+        try:
+            db.row_factory = sqlite3.Row
+            db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_S * 1000}")
+            # NORMAL in WAL mode: a power cut may lose the last commits, never corrupt the file.
+            db.execute("PRAGMA synchronous=NORMAL")
+            yield db
+        finally:
+            db.close()
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        with self._connect() as db:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                yield db
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            db.execute("COMMIT")
+
+    @staticmethod
+    def _row(db: sqlite3.Connection, job_id: int) -> Job | None:
+        row = db.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        return None if row is None else _job(row)
+
+    def journal_mode(self) -> str:
+        with self._connect() as db:
+            return db.execute("PRAGMA journal_mode").fetchone()[0]
+
+    def submit(self, probe: str, params: dict, timeout_s: float, limit: int,
+               device: str | None = None) -> Job:
+        """Queue a job, or raise QueueFull when `limit` jobs are queued or running already."""
+        with self._write() as db:
+            active = db.execute(f"SELECT COUNT(*) FROM jobs WHERE status IN ({_marks(ACTIVE)})",
+                                ACTIVE).fetchone()[0]
+            if active >= limit:
+                raise QueueFull(limit)
+            cursor = db.execute(
+                "INSERT INTO jobs (probe, params, status, timeout_s, created_at, device) "
+                "VALUES (?, ?, 'queued', ?, ?, ?)",
+                (probe, _json(params), timeout_s, time.time(), device))
+            return self._row(db, cursor.lastrowid)
+
+    def get(self, job_id: int) -> Job | None:
+        with self._connect() as db:
+            return self._row(db, job_id)
+
+    def list(self, probe: str | None = None, status: str | Sequence[str] | None = None, limit: int = 50,
+             offset: int = 0) -> tuple[list[Job], int]:
+        """Newest first, and how many jobs match the filter in all."""
+        where, args = [], []
+        if probe is not None:
+            where.append("probe = ?")
+            args.append(probe)
+        if status is not None:
+            statuses = _statuses(status)
+            where.append(f"status IN ({_marks(statuses)})")
+            args.extend(statuses)
+        clause = f"WHERE {' AND '.join(where)}" if where else ""
+        with self._connect() as db:
+            # One read transaction, so the page and the total describe the same moment.
+            db.execute("BEGIN")
+            total = db.execute(f"SELECT COUNT(*) FROM jobs {clause}", args).fetchone()[0]
+            rows = db.execute(f"SELECT * FROM jobs {clause} ORDER BY id DESC LIMIT ? OFFSET ?",
+                              [*args, limit, offset]).fetchall()
+            db.execute("COMMIT")
+        return [_job(row) for row in rows], total
+
+    def claim(self, worker_id: str) -> Job | None:
+        """Take the oldest queued job for `worker_id` and mark it running; None when none waits."""
+        now = time.time()
+        with self._write() as db:
+            row = db.execute("SELECT id FROM jobs WHERE status = 'queued' ORDER BY id LIMIT 1").fetchone()
+            if row is None:
+                return None
+            db.execute(
+                "UPDATE jobs SET status = 'running', attempts = attempts + 1, started_at = ?, "
+                "heartbeat_at = ?, worker_id = ?, progress_done = 0, progress_total = 0, "
+                "progress_message = '', revision = revision + 1 WHERE id = ?",
+                (now, now, worker_id, row["id"]))
+            return self._row(db, row["id"])
+
+    def _update_running(self, job_id: int, assignments: str, args: Sequence[Any],
+                        worker_id: str | None) -> bool:
+        # Only a running job is written to; with worker_id, only while that worker still holds it
+        # (another may have recovered it as stale and claimed it since).
+        guard, guard_args = ("AND worker_id = ?", [worker_id]) if worker_id is not None else ("", [])
+        with self._write() as db:
+            cursor = db.execute(
+                f"UPDATE jobs SET {assignments}, revision = revision + 1 "
+                f"WHERE id = ? AND status = 'running' {guard}",
+                [*args, job_id, *guard_args])
+            return cursor.rowcount == 1
+
+    def progress(self, job_id: int, done: int, total: int, message: str = "", *,
+                 worker_id: str | None = None) -> bool:
+        return self._update_running(
+            job_id, "progress_done = ?, progress_total = ?, progress_message = ?, heartbeat_at = ?",
+            (done, total, message, time.time()), worker_id)
+
+    def heartbeat(self, job_id: int, *, worker_id: str | None = None) -> bool:
+        """Say the job's worker is alive; False when the job is no longer running (for that worker)."""
+        return self._update_running(job_id, "heartbeat_at = ?", (time.time(),), worker_id)
+
+    def finish(self, job_id: int, status: str, result: dict | None = None, error: dict | None = None, *,
+               worker_id: str | None = None) -> bool:
+        """Record a running job's end; False, changing nothing, when it was not running."""
+        if status not in TERMINAL:
+            raise ValueError(f"finish needs a terminal status, one of {sorted(TERMINAL)}; got {status!r}")
+        return self._update_running(
+            job_id, "status = ?, result = ?, error = ?, finished_at = ?",
+            (status, _json(result), _json(error), time.time()), worker_id)
+
+    def cancel(self, job_id: int) -> Job | None:
+        """Queued: cancelled now. Running: flagged, and its dispatcher stops it. Terminal: unchanged."""
+        with self._write() as db:
+            db.execute("UPDATE jobs SET status = 'cancelled', finished_at = ?, cancel_requested = 1, "
+                       "revision = revision + 1 WHERE id = ? AND status = 'queued'", (time.time(), job_id))
+            db.execute("UPDATE jobs SET cancel_requested = 1, revision = revision + 1 "
+                       "WHERE id = ? AND status = 'running' AND cancel_requested = 0", (job_id,))
+            return self._row(db, job_id)
+
+    def recover(self, worker_id: str | None, stale_after_s: float) -> list[int]:
+        """Jobs left running by a dead worker: requeued, or crashed once interrupted MAX_ATTEMPTS times.
+
+        A job is orphaned when `worker_id` holds it (this worker is starting, so it cannot be
+        running it) or when its heartbeat is older than `stale_after_s`, whoever holds it.
+        worker_id None looks at heartbeats only. One whose cancellation was asked for is cancelled.
+        Returns the ids recovered, oldest first.
+        """
+        stale_before = time.time() - stale_after_s
+        with self._write() as db:
+            rows = db.execute(
+                "SELECT id, attempts, cancel_requested FROM jobs WHERE status = 'running' "
+                "AND (worker_id = ? OR heartbeat_at IS NULL OR heartbeat_at < ?) ORDER BY id",
+                (worker_id, stale_before)).fetchall()
+            for row in rows:
+                if row["cancel_requested"]:
+                    self._end(db, row["id"], "cancelled", None)
+                elif row["attempts"] < MAX_ATTEMPTS:
+                    self._requeue(db, row["id"], "attempts")
+                else:
+                    self._end(db, row["id"], "crashed", {
+                        "type": "Interrupted",
+                        "message": f"the job was interrupted {row['attempts']} times (its worker died "
+                                   "while running it); not retried again",
+                        "detail": {"attempts": row["attempts"]}})
+        return [row["id"] for row in rows]
+
+    @staticmethod
+    def _end(db: sqlite3.Connection, job_id: int, status: str, error: dict | None) -> None:
+        db.execute("UPDATE jobs SET status = ?, error = ?, finished_at = ?, revision = revision + 1 "
+                   "WHERE id = ?", (status, _json(error), time.time(), job_id))
+
+    @staticmethod
+    def _requeue(db: sqlite3.Connection, job_id: int, attempts: str) -> None:
+        db.execute(
+            f"UPDATE jobs SET status = 'queued', attempts = {attempts}, started_at = NULL, "
+            "heartbeat_at = NULL, worker_id = NULL, progress_done = 0, progress_total = 0, "
+            "progress_message = '', revision = revision + 1 WHERE id = ?", (job_id,))
+
+    def requeue(self, job_id: int) -> bool:
+        """Graceful shutdown: a running job goes back to the queue, this attempt not counted.
+
+        One whose cancellation was asked for is cancelled instead; nobody wants it run again.
+        """
+        with self._write() as db:
+            job = self._row(db, job_id)
+            if job is None or job.status != "running":
+                return False
+            if job.cancel_requested:
+                self._end(db, job_id, "cancelled", None)
+            else:
+                self._requeue(db, job_id, "MAX(attempts - 1, 0)")
+            return True
+
+    def counts(self) -> dict[str, int]:
+        """Jobs per status, every status present."""
+        with self._connect() as db:
+            rows = db.execute("SELECT status, COUNT(*) FROM jobs GROUP BY status").fetchall()
+        return {status: 0 for status in STATES} | {status: n for status, n in rows}
+
+    def queue_depth(self) -> int:
+        """Jobs queued or running: the figure `limit` bounds in submit."""
+        with self._connect() as db:
+            return db.execute(f"SELECT COUNT(*) FROM jobs WHERE status IN ({_marks(ACTIVE)})",
+                              ACTIVE).fetchone()[0]
+
+    def latest(self, probe: str, device: str | None = None, status: str = "succeeded",
+               limit: int = 20) -> list[Job]:
+        """The newest jobs of `probe` in `status` (of `device`, when given): calibration's measurements."""
+        where, args = ["probe = ?", "status = ?"], [probe, *_statuses(status)]
+        if device is not None:
+            where.append("device = ?")
+            args.append(device)
+        with self._connect() as db:
+            rows = db.execute(f"SELECT * FROM jobs WHERE {' AND '.join(where)} ORDER BY id DESC LIMIT ?",
+                              [*args, limit]).fetchall()
+        return [_job(row) for row in rows]

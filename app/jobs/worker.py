@@ -1,0 +1,65 @@
+"""The standalone dispatcher: `python -m app.jobs.worker` (the `tally worker` command).
+
+Runs beside a server started with TALLY_EMBEDDED_WORKER=false, sharing its database.
+SIGTERM or SIGINT stops it cleanly: the running child is stopped and its job requeued,
+this attempt not counted. A SIGKILL leaves the job running in the table; the child
+sees its stdin close and exits, and the next start of this worker id requeues the job.
+"""
+
+import argparse
+import logging
+import signal
+import socket
+import threading
+from pathlib import Path
+
+from app.config import get_settings
+from app.jobs.dispatcher import Dispatcher
+from app.jobs.store import Store
+
+log = logging.getLogger("tally.jobs")
+
+
+def run(database: str | Path, worker_id: str, child_argv: list[str] | None = None,
+        child_env: dict[str, str] | None = None, stop: threading.Event | None = None) -> None:
+    """Dispatch jobs from `database` until SIGTERM or SIGINT (or `stop`, when given, is set)."""
+    stop = stop or threading.Event()
+    if threading.current_thread() is threading.main_thread():
+        def on_signal(signum: int, _frame: object) -> None:
+            log.info("dispatcher %s: %s received; stopping", worker_id, signal.Signals(signum).name)
+            stop.set()
+
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+    Dispatcher(Store(database), worker_id, child_argv=child_argv, child_env=child_env).run_forever(stop)
+
+
+def parser() -> argparse.ArgumentParser:
+    settings = get_settings()
+    default_id = settings.worker_id or socket.gethostname()
+    cli = argparse.ArgumentParser(
+        prog="tally worker",
+        description="Run queued benchmark jobs, one at a time, each in a fresh child process. "
+                    "Stops cleanly on SIGTERM or Ctrl-C, putting the running job back in the queue.")
+    cli.add_argument("--database", type=Path, default=settings.database_path,
+                     help="SQLite file holding the job queue; the server's TALLY_DATABASE_PATH "
+                          "(default: %(default)s)")
+    cli.add_argument("--worker-id", default=default_id,
+                     help="name of this dispatcher in the job rows; jobs left running under it are "
+                          "requeued when it starts (default: TALLY_WORKER_ID or the host name, %(default)s)")
+    cli.add_argument("--log-level", default=settings.log_level,
+                     choices=["critical", "error", "warning", "info", "debug"],
+                     help="default: TALLY_LOG_LEVEL, %(default)s")
+    return cli
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    run(args.database, args.worker_id)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
