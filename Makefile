@@ -1,18 +1,18 @@
 # Two commands do all the set-up on a fresh machine:
-#   make run    create .venv, install Tally, serve http://127.0.0.1:8000
+#   make run    create .venv, install Tally and torch, serve http://127.0.0.1:8000 with the worker
 #   make test   install the test extras too (torch CPU wheel, pytest, schemathesis), run the suite
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: run test fuzz bench clean
+.PHONY: run worker test fuzz bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e .
+	$(BIN)/python -m pip install --quiet -e '.[worker]'
 	touch $@
 
 $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
@@ -21,6 +21,9 @@ $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 
 run: $(VENV)/.installed
 	$(BIN)/python -m app
+
+worker: $(VENV)/.installed  # a dispatcher alone; serve with TALLY_EMBEDDED_WORKER=false beside it
+	$(BIN)/tally worker
 
 test: $(VENV)/.installed-test
 	$(BIN)/python -m pytest -n 2 $(PYTEST_ARGS)
@@ -32,4 +35,4 @@ bench: $(VENV)/.installed-test
 	$(BIN)/python bench/api_throughput.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .hypothesis tally.db tally.db-wal tally.db-shm

@@ -23,9 +23,9 @@ class Settings(BaseSettings):
     """When set, submitting and cancelling jobs need `Authorization: Bearer <token>`."""
     queue_limit: Annotated[int, Field(ge=1, le=100_000)] = 100
     """Most jobs queued or running at once; beyond it POST /api/v1/jobs answers 429."""
-    job_timeout_s: Annotated[float, Field(gt=0, le=86_400)] = 600
+    job_timeout_s: Annotated[float, Field(ge=1, le=86_400)] = 600
     """A job's hard time limit when it names none."""
-    job_timeout_max_s: Annotated[float, Field(gt=0, le=86_400)] = 3600
+    job_timeout_max_s: Annotated[float, Field(ge=1, le=86_400)] = 3600
     """The longest time limit a job may ask for."""
     embedded_worker: bool = True
     """Run the dispatcher inside the server; false when `tally worker` runs beside it."""

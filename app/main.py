@@ -3,13 +3,21 @@
 This process never imports torch: GPU work runs in child processes.
 """
 
+import logging
+import socket
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
+from starlette.concurrency import run_in_threadpool
 
 from app import __version__
 from app.api import errors
 from app.api.router import include_api
-from app.config import get_settings
+from app.config import Settings, get_settings
+from app.jobs.dispatcher import Dispatcher
+from app.jobs.store import Store
 from app.paths import STATIC_DIR
 from app.web.pages import router as pages_router
 
@@ -30,19 +38,40 @@ TAGS = [
     {"name": "memory", "description": "Training memory per GPU; the largest model that fits."},
     {"name": "time", "description": "Training time, cost and MFU."},
     {"name": "hardware", "description": "Accelerator catalogue: dense peaks, memory, bandwidth."},
+    {"name": "jobs", "description": "Benchmark probes queued and run on this server's device."},
+    {"name": "device", "description": "The worker's device and what it has measured."},
 ]
+log = logging.getLogger("tally")
 
 
-def create_app() -> FastAPI:
-    app = FastAPI(title="Tally", version=__version__, description=DESCRIPTION,
+@asynccontextmanager
+async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    """The embedded dispatcher runs for as long as the server does."""
+    settings: Settings = app.state.settings
+    dispatcher = None
+    if settings.embedded_worker:
+        dispatcher = Dispatcher(app.state.store, settings.worker_id or socket.gethostname())
+        dispatcher.start()
+        log.info("embedded dispatcher started on %s", settings.database_path)
+    try:
+        yield
+    finally:
+        if dispatcher is not None:
+            await run_in_threadpool(dispatcher.stop)
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    app = FastAPI(title="Tally", version=__version__, description=DESCRIPTION, lifespan=lifespan,
                   openapi_tags=TAGS, docs_url=None, redoc_url=None)
-    install(app)
+    install(app, settings or get_settings())
     return app
 
 
-def install(app: FastAPI) -> None:
-    """Error handlers, the JSON API, the pages and static files, onto `app`."""
-    errors.install(app, max_body_bytes=get_settings().max_body_bytes)
+def install(app: FastAPI, settings: Settings) -> None:
+    """Settings, the job store, error handlers, the JSON API, the pages and static files."""
+    app.state.settings = settings
+    app.state.store = Store(settings.database_path)
+    errors.install(app, max_body_bytes=settings.max_body_bytes)
     include_api(app)
     app.include_router(pages_router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")

@@ -44,6 +44,7 @@ ROUTES = {
 SERVER = """
 from typing import Any
 from fastapi import FastAPI
+from app.config import get_settings
 from app.main import install
 
 app = FastAPI(docs_url=None, redoc_url=None)
@@ -52,7 +53,7 @@ app = FastAPI(docs_url=None, redoc_url=None)
 async def echo(body: dict[str, Any]) -> dict[str, Any]:
     return body
 
-install(app)
+install(app, get_settings())
 
 @app.post("/bench/echo-last")
 async def echo_last(body: dict[str, Any]) -> dict[str, Any]:

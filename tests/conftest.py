@@ -1,19 +1,27 @@
-"""Requests go through httpx's ASGI transport: the whole app, no socket."""
+"""Requests go through httpx's ASGI transport: the whole app, no socket (and no
+lifespan, so no embedded dispatcher: job tests start their own)."""
 
 import asyncio
+import os
+import tempfile
 
-import httpx
-import pytest
+# Before the app reads its settings: each test process gets its own job database, and
+# subprocesses inherit it, so nothing writes tally.db into the checkout.
+os.environ["TALLY_DATABASE_PATH"] = os.path.join(tempfile.mkdtemp(prefix="tally-test-"), "tally.db")
 
-from app.main import create_app
+import httpx  # noqa: E402
+import pytest  # noqa: E402
+
+from app.main import create_app  # noqa: E402
 
 
 class Api:
     """A synchronous face over an httpx.AsyncClient on the ASGI app."""
 
-    def __init__(self) -> None:
+    def __init__(self, app=None) -> None:
         self.loop = asyncio.new_event_loop()
-        transport = httpx.ASGITransport(app=create_app())
+        self.app = app or create_app()
+        transport = httpx.ASGITransport(app=self.app)
         self.client = httpx.AsyncClient(transport=transport, base_url="http://tally.test")
 
     def request(self, method: str, path: str, **kwargs) -> httpx.Response:

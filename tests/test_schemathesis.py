@@ -12,15 +12,24 @@ import os
 
 import schemathesis
 from hypothesis import HealthCheck, settings
+from pydantic import SecretStr
 
+from app.config import get_settings
 from app.main import create_app
 
-CONFIG = schemathesis.config.SchemathesisConfig.from_str("""
+TOKEN = "fuzz-token"
+CONFIG = schemathesis.config.SchemathesisConfig.from_str(f"""
 [checks]
 positive_data_acceptance.expected-statuses = ["2xx", "401", "403", "404", "409", "422", "429"]
+
+[auth.openapi.HTTPBearer]
+bearer = "{TOKEN}"
 """)
 
-schema = schemathesis.openapi.from_asgi("/openapi.json", create_app(), config=CONFIG)
+# With a token set, as a shared server would run: the auth checks then test that
+# submitting and cancelling refuse requests without it.
+app = create_app(get_settings().model_copy(update={"api_token": SecretStr(TOKEN)}))
+schema = schemathesis.openapi.from_asgi("/openapi.json", app, config=CONFIG)
 
 
 @schemathesis.check

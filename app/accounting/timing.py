@@ -22,6 +22,8 @@ class TrainingTime:
     """Dense peak of one GPU in the chosen dtype."""
     num_gpus: int
     mfu: float
+    mfu_source: str
+    """"given", or which measurement on this server it came from."""
     achieved_flop_per_sec: float
     """peak x num_gpus x mfu: the whole cluster's sustained rate."""
     seconds: float
@@ -41,14 +43,14 @@ def training_flops(params: float, tokens: float) -> float:
 
 def training_time(
     *, flops: float, flops_source: str, peak_flop_per_sec: float, num_gpus: int, mfu: float,
-    price_per_gpu_hour: float | None = None,
+    mfu_source: str = "given", price_per_gpu_hour: float | None = None,
 ) -> TrainingTime:
     achieved = peak_flop_per_sec * num_gpus * mfu
     seconds = flops / achieved
     gpu_hours = seconds * num_gpus / SECONDS_PER_HOUR
     return TrainingTime(
         flops=flops, flops_source=flops_source, peak_flop_per_sec_per_gpu=peak_flop_per_sec,
-        num_gpus=num_gpus, mfu=mfu, achieved_flop_per_sec=achieved, seconds=seconds,
+        num_gpus=num_gpus, mfu=mfu, mfu_source=mfu_source, achieved_flop_per_sec=achieved, seconds=seconds,
         hours=seconds / SECONDS_PER_HOUR, days=seconds / SECONDS_PER_DAY, gpu_hours=gpu_hours,
         cost=None if price_per_gpu_hour is None else gpu_hours * price_per_gpu_hour,
     )

@@ -15,6 +15,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
+from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.accounting.errors import InvalidInput
@@ -22,6 +23,8 @@ from app.accounting.errors import InvalidInput
 _LOCATIONS = {"body", "query", "path", "header", "cookie"}
 # Names pydantic puts in a loc after a union field, for the member that failed.
 _UNION_TAGS = {"preset", "config", "cruncher", "params", "float", "int", "str", "bool", "none"}
+# A job request is a union tagged by its probe; pydantic puts the tag first in the loc.
+_LEADING_TAGS = {"matmul", "bandwidth", "transfer", "train_step"}
 _MAX_ECHO_CHARS = 200
 
 
@@ -50,6 +53,8 @@ def field_name(loc: tuple | list) -> str:
     parts = [str(p) for p in loc]
     if parts and parts[0] in _LOCATIONS:
         parts = parts[1:]
+    if len(parts) > 1 and parts[0] in _LEADING_TAGS:
+        parts = parts[1:]
     parts = parts[:1] + [p for p in parts[1:] if not _is_union_member(p)]
     return ".".join(parts) or "body"
 
@@ -68,6 +73,9 @@ def _item(error: dict) -> dict:
     if error.get("type") == "json_invalid":
         msg = f"malformed JSON: {error.get('ctx', {}).get('error', msg)}"
         loc = ["body"]
+    elif error.get("type") in ("union_tag_invalid", "union_tag_not_found"):
+        # The tag field itself is what to fix (e.g. a job's probe), not the object holding it.
+        loc = [*loc, str(error.get("ctx", {}).get("discriminator", "")).strip("'")]
     elif error.get("type") == "string_pattern_mismatch":
         msg = "String does not match the pattern in the OpenAPI schema"
     item = {"loc": loc, "field": field_name(loc), "msg": msg, "type": error.get("type", "invalid")}
@@ -98,17 +106,56 @@ async def _invalid_input(_: Request, exc: InvalidInput) -> JSONResponse:
     return _response([item], 404 if isinstance(exc, NotFound) else 422)
 
 
-_BODY_ERRORS = {400: "body_unreadable", 413: "body_too_large"}
+class Conflict(InvalidInput):
+    """The item exists but is in the wrong state for this request: 409."""
 
 
-async def _http_error(_: Request, exc: HTTPException) -> JSONResponse:
+async def _conflict(_: Request, exc: Conflict) -> JSONResponse:
+    item = {"loc": ["path", *exc.field.split(".")], "field": exc.field, "msg": exc.message,
+            "type": "conflict"}
+    return _response([item], 409)
+
+
+# Errors outside the body's fields, named by what they are about.
+_HTTP_FIELDS = {400: ("body", "body_unreadable"), 413: ("body", "body_too_large"),
+                401: ("authorization", "unauthorized"), 429: ("queue", "queue_full")}
+
+
+class Unauthorized(HTTPException):
+    def __init__(self, why: str) -> None:
+        super().__init__(401, why, headers={"WWW-Authenticate": "Bearer"})
+
+
+class QueueFull(HTTPException):
+    def __init__(self, limit: int, retry_after_s: int = 10) -> None:
+        super().__init__(429, f"{limit} jobs are queued or running (TALLY_QUEUE_LIMIT); try again later",
+                         headers={"Retry-After": str(retry_after_s)})
+
+
+def _allowed(request: Request) -> str:
+    """The methods of the path Starlette matched first. It names only that route's, and the
+    flat route table (app/api/router.py) keeps one route per method of a path."""
+    template, methods = None, set()
+    for route in request.app.router.routes:
+        if route.matches(request.scope)[0] == Match.PARTIAL:
+            template = template or getattr(route, "path", None)
+            if getattr(route, "path", None) == template:
+                methods |= getattr(route, "methods", None) or set()
+    return ", ".join(sorted(methods))
+
+
+async def _http_error(request: Request, exc: HTTPException) -> JSONResponse:
     message, items = str(exc.detail), []
-    if exc.status_code in _BODY_ERRORS:  # unreadable (e.g. not UTF-8) or over the limit
-        items = [{"loc": ["body"], "field": "body", "msg": message,
-                  "type": _BODY_ERRORS[exc.status_code]}]
-        message = f"body: {message}"
+    headers = dict(exc.headers or {})
+    if exc.status_code == 405 and "app" in request.scope:
+        headers["Allow"] = _allowed(request)
+    if exc.status_code in _HTTP_FIELDS:
+        field, kind = _HTTP_FIELDS[exc.status_code]
+        loc = ["header", "authorization"] if field == "authorization" else [field]
+        items = [{"loc": loc, "field": field, "msg": message, "type": kind}]
+        message = f"{field}: {message}"
     return JSONResponse({"message": message, "detail": items}, status_code=exc.status_code,
-                        headers=exc.headers)
+                        headers=headers)
 
 
 class BodyTooLarge(HTTPException):
@@ -146,6 +193,7 @@ class BodyLimit:
 def install(app: FastAPI, *, max_body_bytes: int) -> None:
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
     app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(Conflict, _conflict)
     app.add_exception_handler(InvalidInput, _invalid_input)
     app.add_exception_handler(HTTPException, _http_error)
 
@@ -158,3 +206,7 @@ REQUEST_ERRORS = {
           "description": "Malformed JSON, or a field out of bounds or breaking a rule; `message` names it."},
 }
 NOT_FOUND = {404: {"model": ErrorResponse, "description": "No such item."}}
+CONFLICT = {409: {"model": ErrorResponse, "description": "The item is not in a state that allows this."}}
+AUTH = {401: {"model": ErrorResponse, "description": "TALLY_API_TOKEN is set and the bearer token is "
+                                                      "missing or wrong."}}
+QUEUE_FULL = {429: {"model": ErrorResponse, "description": "TALLY_QUEUE_LIMIT jobs are queued or running."}}

@@ -1,6 +1,5 @@
 """Seeding, device choice and the environment recorded with every result."""
 
-import os
 import platform
 import random
 import sys
@@ -9,6 +8,7 @@ import torch
 
 from app.accounting import hardware
 from app.bench.results import Environment
+from app.jobs import device as device_info
 
 
 def seed_everything(seed: int) -> None:
@@ -30,10 +30,8 @@ def pick_device(wanted: str) -> torch.device:
 
 
 def catalogue_entry(device_name: str) -> hardware.Accelerator | None:
-    for acc in hardware.catalogue().values():
-        if device_name in acc.device_names:
-            return acc
-    return None
+    entry = device_info.catalogue_id(device_name)
+    return None if entry is None else hardware.catalogue()[entry]
 
 
 def _driver_version() -> str | None:
@@ -51,17 +49,6 @@ def _driver_version() -> str | None:
         return None
 
 
-def _cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def environment(device: torch.device, *, seed: int, l2_flush_bytes: int) -> Environment:
     cuda = device.type == "cuda"
     if cuda:
@@ -69,7 +56,7 @@ def environment(device: torch.device, *, seed: int, l2_flush_bytes: int) -> Envi
         name, sm, memory = props.name, props.multi_processor_count, props.total_memory
         capability = f"{props.major}.{props.minor}"
     else:
-        name, sm, memory, capability = _cpu_name(), None, _host_memory(), None
+        name, sm, memory, capability = device_info.cpu_name(), None, device_info.host_memory_bytes(), None
     entry = catalogue_entry(name) if cuda else None
     return Environment(
         device="cuda" if cuda else "cpu", device_name=name, catalogue_id=entry.id if entry else None,
@@ -82,10 +69,3 @@ def environment(device: torch.device, *, seed: int, l2_flush_bytes: int) -> Envi
         cpu_threads=torch.get_num_threads(), python_version=sys.version.split()[0],
         platform=platform.platform(), seed=seed, l2_flush_bytes=l2_flush_bytes,
     )
-
-
-def _host_memory() -> int | None:
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError):
-        return None

@@ -7,26 +7,15 @@ import torch
 from app.accounting import flops, hardware
 from app.bench.common import setup, to_json
 from app.bench.results import MatmulPoint, MatmulResult, Skipped
-from app.bench.specs import MATMUL_DTYPES, MatmulParams
+from app.bench.specs import MatmulParams, default_matmul_dtypes, matmul_shapes
 
 TORCH_DTYPES = {"float32": torch.float32, "tfloat32": torch.float32, "bfloat16": torch.bfloat16,
                 "float16": torch.float16, "float8_e4m3fn": torch.float8_e4m3fn}
-CPU_DEFAULT_DTYPES = ("float32", "bfloat16")
-
-
-def sweep(params: MatmulParams, cuda: bool) -> list[tuple[int, int, int]]:
-    if params.sweep == "custom":
-        return [(s.m, s.k, s.n) for s in params.shapes]
-    if params.sweep == "squares":
-        sizes = (1024, 2048, 4096, 8192, 16384) if cuda else (128, 256, 512)
-        return [(s, s, s) for s in sizes]
-    step, width = (256, 4096) if cuda else (32, 256)
-    return [(m, width, width) for m in range(step, width + 1, step)]
 
 
 def dtypes(params: MatmulParams, device: torch.device) -> tuple[list[str], list[Skipped]]:
     cuda = device.type == "cuda"
-    wanted = list(params.dtypes or (MATMUL_DTYPES if cuda else CPU_DEFAULT_DTYPES))
+    wanted = list(params.dtypes or default_matmul_dtypes(cuda))
     run, skipped = [], []
     for name in wanted:
         if name == "tfloat32" and not cuda:
@@ -63,7 +52,7 @@ def operands(m: int, k: int, n: int, dtype: str, device: torch.device):
 
 def run(raw: dict, progress) -> dict:
     params, env = setup(MatmulParams, raw)
-    shapes = sweep(params, env.cuda)
+    shapes = matmul_shapes(params, env.cuda)
     names, skipped = dtypes(params, env.device)
     acc = env.catalogue()
     points, total, done = [], len(shapes) * len(names), 0

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 from app.accounting import activations, flops, memory, models
 from app.api.schemas import engine_model
-from app.bench.specs import CruncherSpec, MatmulParams, TrainStepParams
+from app.bench.specs import CruncherSpec, TrainStepParams
 
 ELEMENT_BYTES = {"float32": 4, "tfloat32": 4, "bfloat16": 2, "float16": 2, "float8_e4m3fn": 1}
 INT64_BYTES = 4 * 2
@@ -65,6 +65,6 @@ def matmul_bytes(m: int, k: int, n: int, dtype: str) -> int:
     return (m * k + k * n) * ELEMENT_BYTES[dtype] + m * n * out
 
 
-def largest_matmul(p: MatmulParams, shapes: list[tuple[int, int, int]], dtypes: list[str]) -> tuple[int, int]:
+def largest_matmul(shapes: list[tuple[int, int, int]], dtypes: list[str]) -> tuple[int, int]:
     """(index of the shape, bytes) of the most memory any one measurement needs."""
     return max(((i, matmul_bytes(*s, d)) for i, s in enumerate(shapes) for d in dtypes), key=lambda x: x[1])

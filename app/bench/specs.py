@@ -84,7 +84,7 @@ class CruncherSpec(Input):
     """The course's deep linear model: num_layers square (dim x dim) linear layers, then a
     dim -> 1 head, no biases; the input is (batch_size, seq_len, dim) random normal."""
 
-    kind: Literal["cruncher"] = "cruncher"
+    kind: Literal["cruncher"]
     dim: count(1, 65_536) = 1024
     num_layers: count(0, 1024) = 4
 
@@ -111,7 +111,7 @@ TrainModel = Annotated[
 
 class TrainStepParams(ProbeParams):
     model: TrainModel = Field(  # type: ignore[valid-type]
-        default_factory=CruncherSpec, description=f"The model: {_TRAIN_MODEL_HELP}.")
+        default_factory=lambda: CruncherSpec(kind="cruncher"), description=f"The model: {_TRAIN_MODEL_HELP}.")
     batch_size: count(1, 65_536) = 4
     seq_len: count(1, 1_048_576) = 256
     optimizer: Literal["sgd", "adagrad", "adam", "adamw"] = "adamw"
@@ -125,3 +125,21 @@ PARAMS: dict[str, type[ProbeParams]] = {
     "matmul": MatmulParams, "bandwidth": BandwidthParams, "transfer": TransferParams,
     "train_step": TrainStepParams,
 }
+
+
+CPU_MATMUL_DTYPES = ("float32", "bfloat16")
+
+
+def default_matmul_dtypes(cuda: bool) -> tuple[str, ...]:
+    return MATMUL_DTYPES if cuda else CPU_MATMUL_DTYPES
+
+
+def matmul_shapes(params: MatmulParams, cuda: bool) -> list[tuple[int, int, int]]:
+    """(m, k, n) per measurement: the sweep's, at the device's scale."""
+    if params.sweep == "custom":
+        return [(s.m, s.k, s.n) for s in params.shapes]
+    if params.sweep == "squares":
+        sizes = (1024, 2048, 4096, 8192, 16384) if cuda else (128, 256, 512)
+        return [(s, s, s) for s in sizes]
+    step, width = (256, 4096) if cuda else (32, 256)
+    return [(m, width, width) for m in range(step, width + 1, step)]

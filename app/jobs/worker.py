@@ -54,7 +54,11 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    return start(parser().parse_args(argv))
+
+
+def start(args: argparse.Namespace) -> int:
+    """Run with parsed arguments (also `tally worker`'s)."""
     logging.basicConfig(level=args.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     run(args.database, args.worker_id)

@@ -1,15 +1,20 @@
 """Training time and MFU."""
 
 
-from fastapi import APIRouter, Response
-from pydantic import Field
+from typing import Literal
 
-from app.accounting import hardware, timing
+from fastapi import APIRouter, Request, Response
+from pydantic import Field
+from starlette.concurrency import run_in_threadpool
+
+from app.accounting import dtypes, hardware, timing
 from app.accounting.errors import InvalidInput
+from app.api import deps
 from app.api.errors import REQUEST_ERRORS
 from app.api.fields import Input, count, number
 from app.api.responses import respond
 from app.api.schemas import GpuId, GpuInput, GpuOverridesIn, PeakDtype, accelerator
+from app.jobs import calibration, device
 
 router = APIRouter(prefix="/time", tags=["time"])
 
@@ -25,8 +30,10 @@ class TrainingTimeRequest(GpuInput):
         None, description="Training tokens D, for 6*N*D FLOPs.")
     dtype: PeakDtype = Field("bfloat16", description="Which dense peak to run at.")
     num_gpus: Gpus = 1
-    mfu: number(ge=1e-6, le=1) = Field(
-        0.5, description="Model FLOPs utilization: the fraction of the dense peak sustained.")
+    mfu: number(ge=1e-6, le=1) | Literal["measured"] = Field(
+        0.5, description='Model FLOPs utilization: the fraction of the dense peak sustained. "measured": '
+                         "the latest train_step MFU measured on this server's device at this dtype "
+                         "(GET /api/v1/calibration).")
     price_per_gpu_hour: number(ge=0, le=1e6) | None = Field(
         None, description="Currency per GPU-hour, for `cost`.")
 
@@ -44,7 +51,7 @@ class MfuRequest(Input):
 
 
 @router.post("/training", response_model=timing.TrainingTime, responses=REQUEST_ERRORS)
-async def training_time(body: TrainingTimeRequest) -> Response:
+async def training_time(body: TrainingTimeRequest, request: Request) -> Response:
     """Days, GPU-hours and cost of a run at a given MFU."""
     if body.flops is not None:
         if body.params is not None or body.tokens is not None:
@@ -55,10 +62,36 @@ async def training_time(body: TrainingTimeRequest) -> Response:
     else:
         flops, source = timing.training_flops(body.params, body.tokens), "6*params*tokens"
     acc = body.accelerator()
+    if body.mfu == "measured":  # a database read: off the event loop
+        mfu, mfu_source = await run_in_threadpool(_measured_mfu, request, body)
+    else:
+        mfu, mfu_source = body.mfu, "given"
     return respond(timing.training_time(
         flops=flops, flops_source=source,
         peak_flop_per_sec=hardware.peak_flop_per_sec(acc, body.dtype), num_gpus=body.num_gpus,
-        mfu=body.mfu, price_per_gpu_hour=body.price_per_gpu_hour))
+        mfu=mfu, mfu_source=mfu_source, price_per_gpu_hour=body.price_per_gpu_hour))
+
+
+# The train_step precision whose MFU stands for each peak dtype.
+_PRECISION = {"bfloat16": "bf16_autocast", "float32": "fp32"}
+
+
+def _measured_mfu(request: Request, body: TrainingTimeRequest) -> tuple[float, str]:
+    """The calibration's train-step MFU for this dtype, measured on this very GPU model."""
+    key = dtypes.peak_key(body.dtype)
+    precision = _PRECISION.get(key)
+    if precision is None:
+        raise InvalidInput("mfu", f"train_step measures fp32 and bf16_autocast, not {key}; give a number")
+    here = device.describe()
+    measured = calibration.calibration(deps.store(request), here).train_step.get(precision)
+    if measured is None or measured.mfu is None:
+        raise InvalidInput("mfu", f"no train_step with precision {precision} has measured MFU on this "
+                                  f"server's device ({here.name}) yet: POST /api/v1/jobs "
+                                  f'{{"probe": "train_step", "params": {{"precision": "{precision}"}}}}')
+    if here.catalogue_id != body.gpu:
+        raise InvalidInput("mfu", f"the measured MFU is from {here.catalogue_id}, not {body.gpu}")
+    return measured.mfu, (f"measured: train_step job {measured.job_id} ({measured.model}, {precision}) "
+                          f"on {here.name} at {measured.measured_at.isoformat()}")
 
 
 @router.post("/mfu", response_model=timing.Utilization, responses=REQUEST_ERRORS)

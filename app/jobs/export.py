@@ -1,0 +1,44 @@
+"""A job's result as CSV: one row per measurement, nested fields flattened to dotted
+columns (time.median, memory.predicted.total). Lists other than the measurements
+(assumptions, skipped) stay in the JSON export."""
+
+import csv
+import io
+from typing import Any
+
+from app.jobs.store import Job
+
+
+def _flatten(value: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    row: dict[str, Any] = {}
+    for key, v in value.items():
+        name = f"{prefix}{key}"
+        if isinstance(v, dict):
+            row |= _flatten(v, f"{name}.")
+        elif not isinstance(v, list):
+            row[name] = v
+    return row
+
+
+def rows(job: Job) -> list[dict[str, Any]]:
+    result = dict(job.result or {})
+    env = result.pop("environment", {})
+    common = {"job_id": job.id, "probe": job.probe, "device": env.get("device"),
+              "device_name": env.get("device_name")}
+    result.pop("best", None)  # repeats rows of points
+    points = result.pop("points", None)
+    if points is None:
+        return [common | _flatten(result)]
+    return [common | _flatten(point) for point in points]
+
+
+def to_csv(job: Job) -> str:
+    table = rows(job)
+    columns: list[str] = []
+    for row in table:
+        columns += [c for c in row if c not in columns]
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=columns, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(table)
+    return out.getvalue()
