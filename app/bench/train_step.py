@@ -36,7 +36,7 @@ class Workload:
 
 
 def workload(p: TrainStepParams, device: torch.device) -> Workload:
-    prediction = predict.train_step(p)
+    prediction = predict.train_step(p, device.type == "cuda")
     with torch.device(device):
         if prediction.config is None:
             spec = p.model
@@ -124,6 +124,7 @@ def run(raw: dict, progress) -> dict:
             "over the full s x s, as FlopCounterMode counts SDPA); elementwise work is not counted",
             "MFU uses the catalogue's dense peak for " + PEAK_KEY[p.precision],
             "gradients stay allocated between steps (zero_grad(set_to_none=False))",
+            "transformers train with dropout off, whatever the config says",
         ]))
 
 

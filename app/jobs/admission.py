@@ -45,7 +45,7 @@ def _need(params: ProbeParams, kind: str) -> tuple[int, str]:
         largest = max(params.sizes_bytes or [TRANSFER_DEFAULT_MAX[kind]])
         return largest * (1 if kind == "cuda" else 2), "params.sizes_bytes"
     assert isinstance(params, TrainStepParams)
-    return predict.train_step(params).memory["total"], "params.batch_size"
+    return predict.train_step(params, kind == "cuda").memory["total"], "params.batch_size"
 
 
 def check_fits(params: ProbeParams, device: DeviceInfo) -> str:
