@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: run worker test fuzz bench clean
+.PHONY: run worker test fuzz bench gpu-targets clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,9 @@ fuzz: $(VENV)/.installed-test  # fresh random schemathesis cases, 1000 per opera
 
 bench: $(VENV)/.installed-test
 	$(BIN)/python bench/api_throughput.py
+
+gpu-targets: $(VENV)/.installed  # the worker's GPU targets; results under docs/measurements/
+	$(BIN)/python bench/gpu_targets.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis tally.db tally.db-wal tally.db-shm

@@ -1,0 +1,79 @@
+"""The worker issue's GPU targets, measured side by side in one run; prints ratios and
+writes the JSON under docs/measurements/ (on CPU it runs at small sizes, as a check).
+
+- matmul: the bf16 probe's best TFLOP/s within 3% of the best torch.matmul found by an
+  exhaustive shape sweep (multiples of 256 up to 16384 in m, n and k: the same timer).
+- train_step: predicted peak memory within 10% of measured, for every configuration.
+
+    .venv/bin/python bench/gpu_targets.py [--out docs/measurements]
+"""
+
+import argparse
+import itertools
+import json
+import platform
+from pathlib import Path
+
+import torch
+
+from app.bench import matmul, train_step
+from app.bench.timer import Timer
+
+
+def exhaustive_bf16(cuda: bool) -> tuple[float, tuple[int, int, int]]:
+    sizes = range(2048, 16385, 2048) if cuda else (64, 128, 256)
+    device = torch.device("cuda" if cuda else "cpu")
+    timer = Timer(device, warmup_s=0.1, measure_s=0.2, min_iters=5, max_iters=50)
+    best = (0.0, (0, 0, 0))
+    for m, k, n in itertools.product(sizes, repeat=3):
+        run = matmul.operands(m, k, n, "bfloat16", device)
+        rate = 2 * m * k * n / timer.measure(run).median
+        best = max(best, (rate, (m, k, n)))
+        del run
+    return best
+
+
+STEPS = [
+    {"model": {"kind": "cruncher", "dim": 4096, "num_layers": 8}, "batch_size": 8, "seq_len": 512},
+    {"model": "gpt2", "batch_size": 8, "seq_len": 1024, "precision": "bf16_autocast"},
+    {"model": "gpt2", "batch_size": 8, "seq_len": 1024, "precision": "fp32", "optimizer": "adam"},
+    {"model": "gpt2-medium", "batch_size": 4, "seq_len": 1024, "precision": "bf16_autocast"},
+    {"model": "gpt2", "batch_size": 8, "seq_len": 1024, "precision": "bf16_autocast", "optimizer": "sgd"},
+]
+CPU_STEPS = [{"model": {"kind": "cruncher", "dim": 256, "num_layers": 4}, "batch_size": 2, "seq_len": 64},
+             {"model": "gpt2", "batch_size": 1, "seq_len": 128}]
+
+
+def main() -> None:
+    cli = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    cli.add_argument("--out", type=Path, default=Path("docs/measurements"))
+    args = cli.parse_args()
+    cuda = torch.cuda.is_available()
+    quiet = lambda *_: None  # noqa: E731
+    probe = matmul.run({"sweep": "squares", "dtypes": ["bfloat16"]}, quiet)
+    quick = matmul.run({"sweep": "quick", "dtypes": ["bfloat16"]}, quiet)
+    probe_best = max(probe["best"]["bfloat16"]["flop_per_sec"], quick["best"]["bfloat16"]["flop_per_sec"])
+    sweep_best, shape = exhaustive_bf16(cuda)
+    print(f"bf16 matmul: probe best {probe_best / 1e12:.1f} TFLOP/s, exhaustive best "
+          f"{sweep_best / 1e12:.1f} TFLOP/s at {shape}: ratio {probe_best / sweep_best:.3f} (target >= 0.97)")
+    steps = []
+    for config in STEPS if cuda else CPU_STEPS:
+        r = train_step.run(config | {"steps": 10 if cuda else 2, "warmup_steps": 3 if cuda else 1}, quiet)
+        mem = r["memory"]
+        steps.append(r)
+        mfu = "n/a" if r["mfu"] is None else f"{r['mfu']:.3f}"
+        predicted, measured = mem["predicted"]["total"] / 2**30, mem["measured_peak_allocated"] / 2**30
+        print(f"train_step {r['model']:<9} {r['precision']:<13} {r['optimizer']:<6} predicted "
+              f"{predicted:7.2f} GiB measured {measured:7.2f} GiB error {mem['relative_error']:+.3f} "
+              f"(target within 0.10), MFU {mfu}")
+    name = probe["environment"]["catalogue_id"] or ("cpu-" + platform.machine())
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / f"{name}.json").write_text(json.dumps(
+        {"matmul_squares": probe, "matmul_quick": quick, "exhaustive_bf16": {"flop_per_sec": sweep_best,
+                                                                              "shape": shape},
+         "train_step": steps}, indent=1))
+    print(f"wrote {args.out / f'{name}.json'}")
+
+
+if __name__ == "__main__":
+    main()
