@@ -25,8 +25,14 @@ run: $(VENV)/.installed
 worker: $(VENV)/.installed  # a dispatcher alone; serve with TALLY_EMBEDDED_WORKER=false beside it
 	$(BIN)/tally worker
 
-test: $(VENV)/.installed-test
-	$(BIN)/python -m pytest -n 2 $(PYTEST_ARGS)
+# The browser tests drive Debian's chromium (no Playwright browser download).
+CHROMIUM ?= /usr/bin/chromium
+
+$(CHROMIUM):
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium
+
+test: $(VENV)/.installed-test $(CHROMIUM)
+	TALLY_CHROMIUM=$(CHROMIUM) $(BIN)/python -m pytest -n 2 $(PYTEST_ARGS)
 
 fuzz: $(VENV)/.installed-test  # fresh random schemathesis cases, 1000 per operation
 	TALLY_FUZZ_RANDOM=1 TALLY_FUZZ_EXAMPLES=1000 $(BIN)/python -m pytest -n 2 tests/test_schemathesis.py

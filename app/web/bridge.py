@@ -1,0 +1,46 @@
+"""Pages compute through the JSON API itself, never a second copy of a formula: a form's
+fields become the API's JSON body, the app answers itself in-process, and the page
+renders the JSON (or shows each 4xx message beside the field it names)."""
+
+from typing import Any
+
+import httpx
+from fastapi import Request
+
+ABSENT = ("", None)
+
+
+def number(text: str) -> int | float | str:
+    """A form field as the API's JSON number: "70e9" -> 70000000000, "0.5" -> 0.5. Anything
+    else goes through as text, for the API to refuse with its own message."""
+    try:
+        value = float(text)
+    except ValueError:
+        return text
+    return int(value) if value.is_integer() and abs(value) < 2**63 else value
+
+
+def body(query: dict[str, str], fields: dict[str, str]) -> dict[str, Any]:
+    """The JSON body from the page's query: `fields` maps a name to "number" or "text"."""
+    out: dict[str, Any] = {}
+    for name, kind in fields.items():
+        value = query.get(name, "").strip()
+        if value not in ABSENT:
+            out[name] = number(value) if kind == "number" else value
+    return out
+
+
+async def call(request: Request, path: str, json: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    """POST to this very app's API and return (status, JSON)."""
+    transport = httpx.ASGITransport(app=request.app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://tally.internal") as client:
+        response = await client.post(path, json=json)
+    return response.status_code, response.json()
+
+
+def field_errors(answer: dict[str, Any]) -> dict[str, str]:
+    """A 4xx answer's messages by top-level field, for showing beside each input."""
+    errors: dict[str, str] = {}
+    for item in answer.get("detail", []):
+        errors.setdefault(item["field"].split(".")[0], item["msg"])
+    return errors

@@ -1,0 +1,53 @@
+// Tally's pages: draw charts from the JSON a fragment carries, and put each API error
+// beside its field. Everything here runs after htmx swaps a result in, and on load.
+(function () {
+  "use strict";
+  const charts = new WeakMap();
+
+  function color(name) {
+    return getComputedStyle(document.documentElement).getPropertyValue(name).trim();
+  }
+
+  function drawDaysVsGpus(canvas, spec) {
+    return new Chart(canvas, {
+      type: "line",
+      data: {
+        datasets: [
+          { label: "days", data: spec.points, borderColor: color("--accent"), pointRadius: 3 },
+          { label: "this run", data: [spec.current], type: "scatter", pointRadius: 6,
+            backgroundColor: color("--warn") || "#d4a72c" },
+        ],
+      },
+      options: {
+        animation: false, maintainAspectRatio: false, parsing: false,
+        scales: {
+          x: { type: "logarithmic", title: { display: true, text: "GPUs" }, ticks: { color: color("--muted") } },
+          y: { type: "logarithmic", title: { display: true, text: "days" }, ticks: { color: color("--muted") } },
+        },
+        plugins: { legend: { labels: { color: color("--fg") } } },
+      },
+    });
+  }
+
+  const DRAW = { days_vs_gpus: drawDaysVsGpus };
+
+  function render(root) {
+    root.querySelectorAll("canvas[data-chart]").forEach((canvas) => {
+      if (charts.has(canvas) || typeof Chart === "undefined") return;
+      const spec = JSON.parse(canvas.dataset.chart);
+      charts.set(canvas, DRAW[spec.type](canvas, spec));
+    });
+    root.querySelectorAll("template[data-errors]").forEach((tpl) => {
+      const errors = JSON.parse(tpl.dataset.errors);
+      document.querySelectorAll("[data-error-for]").forEach((out) => {
+        const message = errors[out.dataset.errorFor] || "";
+        out.textContent = message;
+        const input = document.getElementById(out.dataset.errorFor);
+        if (input) input.setAttribute("aria-invalid", message ? "true" : "false");
+      });
+    });
+  }
+
+  document.addEventListener("DOMContentLoaded", () => render(document));
+  document.addEventListener("htmx:afterSwap", (event) => render(event.detail.target));
+})();

@@ -1,0 +1,100 @@
+"""The pages in a real browser: Debian's chromium driven by Playwright, headless, against
+a live server on 127.0.0.1. No skip: `make test` installs chromium where it is missing,
+and a browser that cannot start fails these tests."""
+
+import os
+import threading
+import time
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pytest
+import uvicorn
+from playwright.sync_api import Page, expect, sync_playwright
+
+from app.config import Settings
+from app.main import create_app
+
+CHROMIUM = os.environ.get("TALLY_CHROMIUM", "/usr/bin/chromium")
+FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+         "--disable-sync", "--no-first-run"]
+SCREENSHOTS = Path(__file__).parent.parent / "docs" / "screenshots"
+
+
+@pytest.fixture(scope="module")
+def base_url(tmp_path_factory):
+    settings = Settings(database_path=tmp_path_factory.mktemp("browser") / "tally.db", embedded_worker=False)
+    server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=0, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert time.monotonic() < deadline, "the server did not start"
+        time.sleep(0.05)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    thread.join(10)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=FLAGS)
+        yield browser
+        browser.close()
+
+
+class Watched:
+    """A page that records console errors and every request leaving 127.0.0.1."""
+
+    def __init__(self, page: Page) -> None:
+        self.page, self.errors, self.outside = page, [], []
+        page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
+        page.on("pageerror", lambda e: self.errors.append(str(e)))
+        page.on("request", lambda r: self.outside.append(r.url)
+                if urlparse(r.url).hostname not in ("127.0.0.1", None) else None)
+
+    def clean(self) -> None:
+        assert self.errors == [], self.errors
+        assert self.outside == [], self.outside
+
+
+@pytest.fixture
+def watched(browser):
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    yield Watched(context.new_page())
+    context.close()
+
+
+@pytest.mark.parametrize("path", ["/", "/time", "/docs"])
+def test_pages_load_cleanly_and_stay_on_the_box(watched, base_url, path):
+    watched.page.goto(base_url + path, wait_until="networkidle")
+    expect(watched.page.locator("body")).to_be_visible()
+    watched.clean()
+
+
+def test_time_form_computes_the_course_example(watched, base_url):
+    page = watched.page
+    page.goto(base_url + "/time?params=1e9&tokens=1e12&num_gpus=8&mfu=0.3", wait_until="networkidle")
+    for name, value in {"params": "70e9", "tokens": "15e12", "num_gpus": "1024", "mfu": "0.5"}.items():
+        page.fill(f"#{name}", value)
+    page.select_option("#gpu", "h100-sxm")
+    expect(page.get_by_test_id("days")).to_have_text("143.9")
+    assert "num_gpus=1024" in page.url and "mfu=0.5" in page.url  # the result is a link
+    assert page.evaluate("Chart.getChart(document.querySelector('#result canvas')) !== undefined")
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=SCREENSHOTS / "time.png", full_page=True)
+    watched.clean()
+
+
+def test_an_invalid_field_shows_its_message_beside_it(watched, base_url):
+    page = watched.page
+    page.goto(base_url + "/time", wait_until="networkidle")
+    page.fill("#mfu", "2")
+    expect(page.locator("#mfu-error")).to_contain_text("<= 1")
+    expect(page.locator("#mfu")).to_have_attribute("aria-invalid", "true")
+    expect(page.locator("#params-error")).to_have_text("")
+    page.fill("#mfu", "0.5")
+    expect(page.locator("#mfu-error")).to_have_text("")
+    watched.clean()
