@@ -29,7 +29,35 @@
     });
   }
 
-  const DRAW = { days_vs_gpus: drawDaysVsGpus };
+  const KIND_COLORS = {
+    parameters: "#1f6feb", gradients: "#8250df", optimizer_state: "#bf3989", master_weights: "#d4a72c",
+    weight_copies: "#1b7c83", activations: "#2da44e", transient: "#9198a1",
+  };
+
+  function drawMemoryStack(canvas, spec) {
+    const labels = spec.bars.map((b) => b.label);
+    const datasets = spec.kinds.map((kind) => ({
+      label: kind.replace("_", " "), data: spec.bars.map((b) => b[kind]), backgroundColor: KIND_COLORS[kind],
+      stack: "memory",
+    }));
+    if (spec.capacity_gb !== null) {
+      datasets.push({ type: "line", label: spec.gpu + " memory", data: labels.map(() => spec.capacity_gb),
+                      borderColor: color("--bad") || "#cf222e", borderDash: [6, 4], pointRadius: 0 });
+    }
+    return new Chart(canvas, {
+      type: "bar", data: { labels, datasets },
+      options: {
+        animation: false, maintainAspectRatio: false,
+        scales: {
+          x: { stacked: true, ticks: { color: color("--muted") } },
+          y: { stacked: true, title: { display: true, text: "GB per GPU" }, ticks: { color: color("--muted") } },
+        },
+        plugins: { legend: { labels: { color: color("--fg") } } },
+      },
+    });
+  }
+
+  const DRAW = { days_vs_gpus: drawDaysVsGpus, memory_stack: drawMemoryStack };
 
   function render(root) {
     root.querySelectorAll("canvas[data-chart]").forEach((canvas) => {

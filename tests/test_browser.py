@@ -67,7 +67,7 @@ def watched(browser):
     context.close()
 
 
-@pytest.mark.parametrize("path", ["/", "/time", "/docs"])
+@pytest.mark.parametrize("path", ["/", "/time", "/memory", "/docs"])
 def test_pages_load_cleanly_and_stay_on_the_box(watched, base_url, path):
     watched.page.goto(base_url + path, wait_until="networkidle")
     expect(watched.page.locator("body")).to_be_visible()
@@ -97,4 +97,22 @@ def test_an_invalid_field_shows_its_message_beside_it(watched, base_url):
     expect(page.locator("#params-error")).to_have_text("")
     page.fill("#mfu", "0.5")
     expect(page.locator("#mfu-error")).to_have_text("")
+    watched.clean()
+
+
+def test_memory_page_stacks_each_zero_stage_against_the_gpu(watched, base_url):
+    """The course's question: the largest model 8 H100s train in fp32 with AdamW (16 bytes
+    per parameter, no activations), with the states sharded over all 8 (ZeRO 3), is 40e9."""
+    page = watched.page
+    page.goto(base_url + "/memory?gpu=h100-sxm&data_parallel=8&precision=fp32&optimizer=adam&zero_stage=3",
+              wait_until="networkidle")
+    expect(page.get_by_test_id("max-params")).to_have_text("4e+10")
+    chart = page.evaluate("(() => { const c = Chart.getChart(document.querySelector('#result canvas'));"
+                          " return {labels: c.data.labels, sets: c.data.datasets.length}; })()")
+    assert chart["labels"] == ["ZeRO 0", "ZeRO 1", "ZeRO 2", "ZeRO 3"] and chart["sets"] == 8
+    page.fill("#seq_len", "-1")
+    expect(page.locator("#seq_len-error")).not_to_have_text("")
+    page.fill("#seq_len", "4096")
+    expect(page.locator("#seq_len-error")).to_have_text("")
+    page.screenshot(path=SCREENSHOTS / "memory.png", full_page=True)
     watched.clean()

@@ -20,13 +20,14 @@ def number(text: str) -> int | float | str:
     return int(value) if value.is_integer() and abs(value) < 2**63 else value
 
 
-def body(query: dict[str, str], fields: dict[str, str]) -> dict[str, Any]:
-    """The JSON body from the page's query: `fields` maps a name to "number" or "text"."""
+def body(query: dict[str, str], fields: list[str]) -> dict[str, Any]:
+    """The JSON body from the page's query: the named fields, numbers where they parse as
+    numbers (no field of ours takes a numeric-looking string), empty ones left out."""
     out: dict[str, Any] = {}
-    for name, kind in fields.items():
+    for name in fields:
         value = query.get(name, "").strip()
         if value not in ABSENT:
-            out[name] = number(value) if kind == "number" else value
+            out[name] = number(value)
     return out
 
 

@@ -11,9 +11,8 @@ from fastapi.responses import HTMLResponse
 from fastapi.templating import Jinja2Templates
 
 from app import __version__
-from app.accounting import hardware
 from app.paths import TEMPLATES_DIR
-from app.web import bridge
+from app.web.calculators import CALCULATORS, Calculator
 
 router = APIRouter(include_in_schema=False)
 templates = Jinja2Templates(directory=TEMPLATES_DIR)
@@ -36,38 +35,23 @@ async def docs() -> HTMLResponse:
     )
 
 
-TIME_FIELDS = {"params": "number", "tokens": "number", "gpu": "text", "dtype": "text", "num_gpus": "number",
-               "mfu": "number", "price_per_gpu_hour": "number"}
-TIME_DEFAULTS = {"params": "70e9", "tokens": "15e12", "gpu": "h100-sxm", "dtype": "bfloat16",
-                 "num_gpus": "1024", "mfu": "0.5", "price_per_gpu_hour": ""}
-GPU_SWEEP = (8, 64, 256, 1024, 4096, 16384)
+def _page(calc: Calculator):
+    async def page(request: Request) -> HTMLResponse:
+        form = calc.form(dict(request.query_params), defaults=True)
+        context = {"calc": calc, "form": form, **await calc.compute(request, form)}
+        return templates.TemplateResponse(request, "calc.html", context)
+
+    async def fragment(request: Request) -> HTMLResponse:
+        form = calc.form(dict(request.query_params), defaults=False)
+        context = {"calc": calc, **await calc.compute(request, form)}
+        response = templates.TemplateResponse(request, f"partials/{calc.slug}.html", context)
+        response.headers["HX-Replace-Url"] = f"/{calc.slug}?{request.query_params}"
+        return response
+
+    return page, fragment
 
 
-@router.get("/time", response_class=HTMLResponse)
-async def time_page(request: Request) -> HTMLResponse:
-    form = TIME_DEFAULTS | {k: v for k, v in request.query_params.items() if k in TIME_FIELDS}
-    return templates.TemplateResponse(request, "time.html", {
-        "form": form, "gpus": sorted(hardware.catalogue()), **await _time(request, form)})
-
-
-@router.get("/ui/time", response_class=HTMLResponse)
-async def time_fragment(request: Request) -> HTMLResponse:
-    form = {k: v for k, v in request.query_params.items() if k in TIME_FIELDS}
-    response = templates.TemplateResponse(request, "partials/time_result.html", await _time(request, form))
-    response.headers["HX-Replace-Url"] = "/time?" + str(request.query_params)
-    return response
-
-
-async def _time(request: Request, form: dict[str, str]) -> dict:
-    """The run's time, and days against the number of GPUs, both from /api/v1/time/training."""
-    payload = bridge.body(form, TIME_FIELDS)
-    status, answer = await bridge.call(request, "/api/v1/time/training", payload)
-    if status != 200:
-        return {"errors": bridge.field_errors(answer), "message": answer.get("message", "")}
-    sweep = []
-    for gpus in GPU_SWEEP:
-        _, point = await bridge.call(request, "/api/v1/time/training", payload | {"num_gpus": gpus})
-        sweep.append({"x": gpus, "y": point["days"]})
-    current = {"x": answer["num_gpus"], "y": answer["days"]}
-    return {"answer": answer, "errors": {},
-            "chart": {"type": "days_vs_gpus", "points": sweep, "current": current}}
+for _calc in CALCULATORS.values():
+    _full, _fragment = _page(_calc)
+    router.add_api_route(f"/{_calc.slug}", _full, response_class=HTMLResponse, methods=["GET"])
+    router.add_api_route(f"/ui/{_calc.slug}", _fragment, response_class=HTMLResponse, methods=["GET"])

@@ -1,0 +1,114 @@
+"""The calculator pages: each is a form over one API route, a result fragment and,
+where a chart needs more than one answer, further calls to the same API."""
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from fastapi import Request
+
+from app.accounting import hardware, memory, models
+from app.web import bridge
+
+
+@dataclass(frozen=True)
+class Input:
+    name: str
+    label: str
+    default: str
+    hint: str = ""
+    choices: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Calculator:
+    slug: str
+    title: str
+    lead: str
+    api: str
+    inputs: tuple[Input, ...]
+    charts: Callable[[Request, dict, dict], Awaitable[dict]] | None = None
+
+    def form(self, query: dict[str, str], *, defaults: bool) -> dict[str, str]:
+        given = {i.name: query[i.name] for i in self.inputs if i.name in query}
+        return ({i.name: i.default for i in self.inputs} if defaults else {}) | given
+
+    async def compute(self, request: Request, form: dict[str, str]) -> dict[str, Any]:
+        payload = bridge.body(form, [i.name for i in self.inputs])
+        status, answer = await bridge.call(request, self.api, payload)
+        if status != 200:
+            return {"errors": bridge.field_errors(answer), "message": answer.get("message", "")}
+        charts = await self.charts(request, payload, answer) if self.charts else {}
+        return {"answer": answer, "errors": {}, "charts": charts}
+
+
+GPU_SWEEP = (8, 64, 256, 1024, 4096, 16384)
+
+
+async def _time_charts(request: Request, payload: dict, answer: dict) -> dict:
+    points = []
+    for gpus in GPU_SWEEP:
+        _, point = await bridge.call(request, "/api/v1/time/training", payload | {"num_gpus": gpus})
+        points.append({"x": gpus, "y": point["days"]})
+    return {"days": {"type": "days_vs_gpus", "points": points,
+                     "current": {"x": answer["num_gpus"], "y": answer["days"]}}}
+
+
+STACK = ("parameters", "gradients", "optimizer_state", "master_weights", "weight_copies", "activations",
+         "transient")
+
+
+async def _memory_charts(request: Request, payload: dict, answer: dict) -> dict:
+    """Per-GPU bytes under each ZeRO stage, stacked by kind, against the GPU's capacity;
+    and the largest model that fits on these GPUs."""
+    bars = []
+    for stage in range(4):
+        _, a = await bridge.call(request, "/api/v1/memory/training", payload | {"zero_stage": stage})
+        bars.append({"label": f"ZeRO {stage}", **{k: (a.get(k) or 0) / 1e9 for k in STACK}})
+    gpu = payload.get("gpu", "h100-sxm")
+    gpus = 1
+    for ranks in ("data_parallel", "tensor_parallel", "pipeline_parallel"):
+        gpus *= payload.get(ranks, 1)
+    _, biggest = await bridge.call(request, "/api/v1/memory/max-model", {
+        "gpu": gpu, "num_gpus": gpus, "precision": payload.get("precision", "bf16_mixed"),
+        "optimizer": payload.get("optimizer", "adamw"), "zero_stage": payload.get("zero_stage", 3)})
+    capacity = hardware.gpu(gpu).memory_bytes / 1e9 if gpu in hardware.catalogue() else None
+    return {"stack": {"type": "memory_stack", "bars": bars, "kinds": list(STACK), "capacity_gb": capacity,
+                      "gpu": gpu}, "max_model": biggest}
+
+
+PRESETS = tuple(models.presets())
+GPUS = tuple(sorted(hardware.catalogue()))
+CALCULATORS = {c.slug: c for c in (
+    Calculator(
+        "time", "Training time",
+        "Days, GPU-hours and cost of a run: 6 × parameters × tokens FLOPs at a share (MFU) of the "
+        "GPUs' dense peak. The course's example is filled in: 70B parameters on 15T tokens.",
+        "/api/v1/time/training",
+        (Input("params", "Parameters", "70e9", "N, e.g. 70e9"),
+         Input("tokens", "Training tokens", "15e12", "D, e.g. 15e12"),
+         Input("gpu", "GPU", "h100-sxm", choices=GPUS),
+         Input("dtype", "Precision", "bfloat16",
+               choices=("bfloat16", "float16", "float8_e4m3fn", "tfloat32", "float32")),
+         Input("num_gpus", "GPUs", "1024"),
+         Input("mfu", "MFU", "0.5", '0 to 1, or "measured"'),
+         Input("price_per_gpu_hour", "Price per GPU-hour", "", "optional, for the cost")),
+        _time_charts),
+    Calculator(
+        "memory", "Training memory",
+        "Bytes on each GPU: parameters, gradients, optimizer state, master weights and activations, "
+        "under ZeRO, tensor and pipeline parallelism; and the largest model these GPUs hold.",
+        "/api/v1/memory/training",
+        (Input("model", "Model", "llama2-7b", choices=PRESETS),
+         Input("precision", "Precision", "bf16_mixed", choices=memory.Precision.__args__),
+         Input("optimizer", "Optimizer", "adamw", choices=memory.Optimizer.__args__),
+         Input("batch_size", "Micro-batch", "1", "sequences per data-parallel rank"),
+         Input("seq_len", "Sequence length", "4096"),
+         Input("recompute", "Recompute", "selective", choices=("none", "selective", "full")),
+         Input("zero_stage", "ZeRO stage", "1", choices=("0", "1", "2", "3")),
+         Input("data_parallel", "Data-parallel ranks", "8"),
+         Input("tensor_parallel", "Tensor-parallel ranks", "1"),
+         Input("pipeline_parallel", "Pipeline stages", "1"),
+         Input("gpu", "GPU", "h100-sxm", choices=GPUS)),
+        _memory_charts),
+)}
