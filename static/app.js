@@ -57,7 +57,29 @@
     });
   }
 
-  const DRAW = { days_vs_gpus: drawDaysVsGpus, memory_stack: drawMemoryStack };
+  function drawFlopsParts(canvas, spec) {
+    return new Chart(canvas, {
+      type: "bar",
+      data: {
+        labels: spec.labels,
+        datasets: [
+          { label: "forward", data: spec.forward, backgroundColor: color("--accent"), stack: "step" },
+          { label: "backward", data: spec.backward, backgroundColor: "#8250df", stack: "step" },
+        ],
+      },
+      options: {
+        animation: false, maintainAspectRatio: false, indexAxis: "y",
+        scales: {
+          x: { stacked: true, title: { display: true, text: "FLOPs per step" },
+               ticks: { color: color("--muted"), callback: (v) => (v === 0 ? "0" : Number(v).toExponential(1)) } },
+          y: { stacked: true, ticks: { color: color("--muted") } },
+        },
+        plugins: { legend: { labels: { color: color("--fg") } } },
+      },
+    });
+  }
+
+  const DRAW = { days_vs_gpus: drawDaysVsGpus, memory_stack: drawMemoryStack, flops_parts: drawFlopsParts };
 
   function render(root) {
     root.querySelectorAll("canvas[data-chart]").forEach((canvas) => {

@@ -3,6 +3,7 @@ a live server on 127.0.0.1. No skip: `make test` installs chromium where it is m
 and a browser that cannot start fails these tests."""
 
 import os
+import struct
 import threading
 import time
 from pathlib import Path
@@ -24,7 +25,8 @@ SCREENSHOTS = Path(__file__).parent.parent / "docs" / "screenshots"
 @pytest.fixture(scope="module")
 def base_url(tmp_path_factory):
     settings = Settings(database_path=tmp_path_factory.mktemp("browser") / "tally.db", embedded_worker=False)
-    server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=0, log_level="warning"))
+    config = uvicorn.Config(create_app(settings), host="127.0.0.1", port=0, log_level="warning")
+    server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30
@@ -67,7 +69,7 @@ def watched(browser):
     context.close()
 
 
-@pytest.mark.parametrize("path", ["/", "/time", "/memory", "/docs"])
+@pytest.mark.parametrize("path", ["/", "/formats", "/time", "/memory", "/flops", "/docs"])
 def test_pages_load_cleanly_and_stay_on_the_box(watched, base_url, path):
     watched.page.goto(base_url + path, wait_until="networkidle")
     expect(watched.page.locator("body")).to_be_visible()
@@ -115,4 +117,36 @@ def test_memory_page_stacks_each_zero_stage_against_the_gpu(watched, base_url):
     page.fill("#seq_len", "4096")
     expect(page.locator("#seq_len-error")).to_have_text("")
     page.screenshot(path=SCREENSHOTS / "memory.png", full_page=True)
+    watched.clean()
+
+
+def test_flops_page_sets_the_exact_count_beside_6nd(watched, base_url):
+    """Independent check: 6 x params x tokens from the page's own parameter count."""
+    page = watched.page
+    page.goto(base_url + "/flops?model=gpt2&batch_size=8&seq_len=1024", wait_until="networkidle")
+    expect(page.get_by_test_id("six-n-d")).to_have_text(f"{6 * 124_439_808 * 8 * 1024:.4g}")
+    before = page.get_by_test_id("step-flops").inner_text()
+    page.select_option("#causal", "halved")
+    expect(page.get_by_test_id("step-flops")).not_to_have_text(before)
+    assert "causal=halved" in page.url
+    assert page.evaluate("Chart.getChart(document.querySelector('#result canvas')).data.labels.length") == 6
+    page.screenshot(path=SCREENSHOTS / "flops.png", full_page=True)
+    watched.clean()
+
+
+def test_formats_page_shows_the_course_examples_one_click_away(watched, base_url):
+    """1e-8 underflows to 0 in float16 (smallest subnormal 2**-24, torch.finfo's tiny is
+    2**-14) and 0.15625 = 1.01b x 2**-3 is exact: the bit boxes spell it out."""
+    page = watched.page
+    page.goto(base_url + "/formats?value=0.15625&dtype=float32", wait_until="networkidle")
+    bits = page.locator(".bits .bit").all_inner_texts()
+    assert "".join(bits) == f"{struct.unpack('>I', struct.pack('>f', 0.15625))[0]:032b}"
+    expect(page.get_by_test_id("range")).to_have_text("exact")
+    page.get_by_test_id("example-1e-8").click()
+    expect(page.get_by_test_id("stored")).to_have_text("0")
+    expect(page.get_by_test_id("range")).to_have_text("underflow")
+    assert page.locator(".bits .bit").count() == 16
+    expect(page.locator("#value")).to_have_value("1e-8")  # the form follows the example
+    expect(page.locator("#dtype")).to_have_value("float16")
+    page.screenshot(path=SCREENSHOTS / "formats.png", full_page=True)
     watched.clean()

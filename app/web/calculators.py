@@ -77,9 +77,28 @@ async def _memory_charts(request: Request, payload: dict, answer: dict) -> dict:
                       "gpu": gpu}, "max_model": biggest}
 
 
+PARTS = ("attention_qkv", "attention_scores", "attention_values", "attention_output", "mlp", "lm_head")
+
+
+async def _flops_charts(request: Request, payload: dict, answer: dict) -> dict:
+    return {"parts": {"type": "flops_parts", "labels": [p.replace("_", " ") for p in PARTS],
+                      "forward": [answer["forward"][p] for p in PARTS],
+                      "backward": [answer["backward"][p] for p in PARTS]}}
+
+
+DTYPES = ("float32", "float16", "bfloat16", "tfloat32", "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz",
+          "float8_e5m2fnuz", "float4_e2m1fn", "float64")
 PRESETS = tuple(models.presets())
 GPUS = tuple(sorted(hardware.catalogue()))
 CALCULATORS = {c.slug: c for c in (
+    Calculator(
+        "formats", "Number formats",
+        "How a value is stored: sign, exponent and mantissa bits, the value it becomes, and whether it "
+        "underflows to zero or overflows. Try the course's 0.15625 (exact in every float) and 1e-8 (zero "
+        "in float16, kept by bfloat16).",
+        "/api/v1/dtypes/encode",
+        (Input("value", "Value", "0.15625", "any decimal, e.g. 1e-8 or 65520"),
+         Input("dtype", "Format", "float16", choices=DTYPES))),
     Calculator(
         "time", "Training time",
         "Days, GPU-hours and cost of a run: 6 × parameters × tokens FLOPs at a share (MFU) of the "
@@ -111,4 +130,15 @@ CALCULATORS = {c.slug: c for c in (
          Input("pipeline_parallel", "Pipeline stages", "1"),
          Input("gpu", "GPU", "h100-sxm", choices=GPUS)),
         _memory_charts),
+    Calculator(
+        "flops", "Transformer FLOPs",
+        "Exact matmul FLOPs of one training step (forward, and backward at twice the forward), "
+        "by component, beside the 6 × N × D rule. One multiply-add is 2 FLOPs.",
+        "/api/v1/flops/transformer",
+        (Input("model", "Model", "gpt2", choices=PRESETS),
+         Input("batch_size", "Batch", "8", "sequences"),
+         Input("seq_len", "Sequence length", "1024"),
+         Input("causal", "Attention count", "full", "full: every score, as FlopCounterMode; halved: "
+               "the causal triangle", choices=("full", "halved"))),
+        _flops_charts),
 )}
