@@ -10,6 +10,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
+import torch
 import uvicorn
 from playwright.sync_api import Page, expect, sync_playwright
 
@@ -69,7 +70,7 @@ def watched(browser):
     context.close()
 
 
-@pytest.mark.parametrize("path", ["/", "/formats", "/time", "/memory", "/flops", "/docs"])
+@pytest.mark.parametrize("path", ["/", "/formats", "/tensors", "/time", "/memory", "/flops", "/docs"])
 def test_pages_load_cleanly_and_stay_on_the_box(watched, base_url, path):
     watched.page.goto(base_url + path, wait_until="networkidle")
     expect(watched.page.locator("body")).to_be_visible()
@@ -149,4 +150,28 @@ def test_formats_page_shows_the_course_examples_one_click_away(watched, base_url
     expect(page.locator("#value")).to_have_value("1e-8")  # the form follows the example
     expect(page.locator("#dtype")).to_have_value("float16")
     page.screenshot(path=SCREENSHOTS / "formats.png", full_page=True)
+    watched.clean()
+
+
+def test_tensors_page_follows_torch_view_rules(watched, base_url):
+    """Oracle: torch itself, on the same strides."""
+    x = torch.arange(6).view(2, 3).t()
+    page = watched.page
+    page.goto(base_url + "/tensors", wait_until="networkidle")
+    expect(page.get_by_test_id("contiguous")).to_have_text("no" if not x.is_contiguous() else "yes")
+    expect(page.get_by_test_id("storage-index")).to_have_text(str(x[2, 1].item()))
+    expect(page.get_by_test_id("view")).to_contain_text("not possible")
+    page.fill("#view_shape", "6")
+    expect(page.get_by_test_id("view")).to_contain_text("not possible")
+    page.fill("#index", "1, 2")
+    page.fill("#shape", "2, 3")
+    page.fill("#stride", "3, 1")
+    expect(page.get_by_test_id("view")).to_contain_text("possible, with strides (1)")
+    expect(page.get_by_test_id("storage-index")).to_have_text(str(torch.arange(6).view(2, 3)[1, 2].item()))
+    page.fill("#shape", "2, x")
+    expect(page.locator("#shape-error")).not_to_have_text("")
+    page.fill("#shape", "2, 3")
+    expect(page.locator("#shape-error")).to_have_text("")
+    expect(page.get_by_test_id("view")).to_contain_text("possible")
+    page.screenshot(path=SCREENSHOTS / "tensors.png", full_page=True)
     watched.clean()

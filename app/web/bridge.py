@@ -20,13 +20,18 @@ def number(text: str) -> int | float | str:
     return int(value) if value.is_integer() and abs(value) < 2**63 else value
 
 
-def body(query: dict[str, str], fields: list[str]) -> dict[str, Any]:
+def body(query: dict[str, str], fields: list[str], lists: set[str] = frozenset()) -> dict[str, Any]:
     """The JSON body from the page's query: the named fields, numbers where they parse as
-    numbers (no field of ours takes a numeric-looking string), empty ones left out."""
+    numbers (no field of ours takes a numeric-looking string), `lists` split on commas,
+    empty ones left out."""
     out: dict[str, Any] = {}
     for name in fields:
-        value = query.get(name, "").strip()
-        if value not in ABSENT:
+        value = query.get(name, "").strip().strip("()[]")
+        if value in ABSENT:
+            continue
+        if name in lists:
+            out[name] = [number(v.strip()) for v in value.split(",") if v.strip()]
+        else:
             out[name] = number(value)
     return out
 

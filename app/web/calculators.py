@@ -18,6 +18,8 @@ class Input:
     default: str
     hint: str = ""
     choices: tuple[str, ...] = ()
+    is_list: bool = False
+    """Comma-separated integers, sent as a JSON list."""
 
 
 @dataclass(frozen=True)
@@ -34,7 +36,8 @@ class Calculator:
         return ({i.name: i.default for i in self.inputs} if defaults else {}) | given
 
     async def compute(self, request: Request, form: dict[str, str]) -> dict[str, Any]:
-        payload = bridge.body(form, [i.name for i in self.inputs])
+        payload = bridge.body(form, [i.name for i in self.inputs],
+                              lists={i.name for i in self.inputs if i.is_list})
         status, answer = await bridge.call(request, self.api, payload)
         if status != 200:
             return {"errors": bridge.field_errors(answer), "message": answer.get("message", "")}
@@ -91,6 +94,17 @@ DTYPES = ("float32", "float16", "bfloat16", "tfloat32", "float8_e4m3fn", "float8
 PRESETS = tuple(models.presets())
 GPUS = tuple(sorted(hardware.catalogue()))
 CALCULATORS = {c.slug: c for c in (
+    Calculator(
+        "tensors", "Tensor layout",
+        "Where each element of a strided tensor lives in storage, whether the tensor is contiguous, "
+        "and whether view() can reshape it without a copy, by PyTorch's own rule. The example is a "
+        "transposed 2 x 3 matrix: x.t() has shape (3, 2) and strides (1, 3).",
+        "/api/v1/tensors/layout",
+        (Input("shape", "Shape", "3, 2", "comma-separated sizes", is_list=True),
+         Input("stride", "Strides", "1, 3", "elements per step; empty for contiguous", is_list=True),
+         Input("storage_offset", "Storage offset", "0"),
+         Input("index", "Element", "2, 1", "an index to locate in storage", is_list=True),
+         Input("view_shape", "View as", "2, 3", "a shape for view(); one entry may be -1", is_list=True))),
     Calculator(
         "formats", "Number formats",
         "How a value is stored: sign, exponent and mantissa bits, the value it becomes, and whether it "
