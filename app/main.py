@@ -19,6 +19,7 @@ from app.config import Settings, get_settings
 from app.jobs.dispatcher import Dispatcher
 from app.jobs.store import Store
 from app.paths import STATIC_DIR
+from app.web.benchmarks import router as benchmarks_router
 from app.web.pages import router as pages_router
 
 DESCRIPTION = """Deep-learning resource accounting: FLOPs, bytes and seconds.
@@ -74,6 +75,7 @@ def install(app: FastAPI, settings: Settings) -> None:
     errors.install(app, max_body_bytes=settings.max_body_bytes)
     include_api(app)
     app.include_router(pages_router)
+    app.include_router(benchmarks_router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
 
 

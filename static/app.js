@@ -79,7 +79,98 @@
     });
   }
 
-  const DRAW = { days_vs_gpus: drawDaysVsGpus, memory_stack: drawMemoryStack, flops_parts: drawFlopsParts };
+  const PALETTE = ["#1f6feb", "#8250df", "#2da44e", "#bf3989", "#d4a72c", "#1b7c83", "#cf222e", "#9198a1"];
+  const DTYPE_COLORS = { float32: "#1f6feb", tfloat32: "#1b7c83", bfloat16: "#8250df", float16: "#bf3989",
+                         float8_e4m3fn: "#d4a72c" };
+  const dtypeColor = (dtype, i) => DTYPE_COLORS[dtype] || PALETTE[i % PALETTE.length];
+
+  function axes(x, y, logX, logY) {
+    const tick = { color: color("--muted") };
+    return {
+      x: { type: logX ? "logarithmic" : "linear", title: { display: true, text: x }, ticks: tick },
+      y: { type: logY ? "logarithmic" : "linear", title: { display: true, text: y }, ticks: tick },
+    };
+  }
+
+  function lines(canvas, datasets, scales) {
+    return new Chart(canvas, {
+      type: "line", data: { datasets },
+      options: { animation: false, maintainAspectRatio: false, parsing: false, scales,
+                 plugins: { legend: { labels: { color: color("--fg") } } } },
+    });
+  }
+
+  function drawMatmulSizes(canvas, spec) {
+    const sets = [];
+    Object.entries(spec.series).forEach(([dtype, points], i) => {
+      const c = dtypeColor(dtype, i);
+      sets.push({ label: dtype, data: points, borderColor: c, backgroundColor: c });
+      const peak = spec.peaks[dtype];
+      if (peak !== null && peak !== undefined) {
+        const xs = points.map((p) => p.x);
+        sets.push({ label: dtype + " peak", data: [{ x: Math.min(...xs), y: peak }, { x: Math.max(...xs), y: peak }],
+                    borderColor: c, borderDash: [6, 4], pointRadius: 0 });
+      }
+    });
+    return lines(canvas, sets, axes("m (rows of A)", "TFLOP/s", true, false));
+  }
+
+  function drawRoofline(canvas, spec) {
+    const xs = spec.points.map((p) => p.x);
+    const lo = Math.min(...xs) / 2, hi = Math.max(...xs) * 2;
+    const sets = [];
+    const byDtype = {};
+    spec.points.forEach((p) => { (byDtype[p.dtype] = byDtype[p.dtype] || []).push(p); });
+    Object.entries(byDtype).forEach(([dtype, points], i) => {
+      sets.push({ label: dtype, data: points, showLine: false, pointRadius: 4, backgroundColor: dtypeColor(dtype, i) });
+    });
+    if (spec.bandwidth_gb_per_sec !== null && spec.compute_tflop_per_sec !== null) {
+      const bw = spec.bandwidth_gb_per_sec / 1e3;  // TB/s: TFLOP/s per FLOP/byte
+      const knee = spec.compute_tflop_per_sec / bw;
+      const roof = [{ x: lo, y: bw * lo }];
+      if (knee > lo && knee < hi) roof.push({ x: knee, y: spec.compute_tflop_per_sec });
+      roof.push({ x: hi, y: Math.min(bw * hi, spec.compute_tflop_per_sec) });
+      sets.push({ label: "measured ceilings", data: roof, borderColor: color("--bad") || "#cf222e", pointRadius: 0 });
+    }
+    return lines(canvas, sets, axes("arithmetic intensity (FLOP/byte)", "TFLOP/s", true, true));
+  }
+
+  function drawTransferSizes(canvas, spec) {
+    const sets = Object.entries(spec.series).map(([label, points], i) => ({
+      label, data: points, borderColor: PALETTE[i % PALETTE.length], backgroundColor: PALETTE[i % PALETTE.length],
+      borderDash: label.includes("pageable") ? [5, 3] : [],
+    }));
+    return lines(canvas, sets, axes("bytes", "GB/s", true, false));
+  }
+
+  function drawMemoryCompare(canvas, spec) {
+    const kinds = Object.keys(spec.parts);
+    const datasets = kinds.map((k, i) => ({ label: k.replace("_", " "), data: [spec.parts[k], null],
+                                             backgroundColor: PALETTE[i % PALETTE.length], stack: "m" }));
+    datasets.push({ label: "measured peak", data: [null, spec.measured_gb], backgroundColor: color("--fg"), stack: "m" });
+    return new Chart(canvas, {
+      type: "bar", data: { labels: ["predicted (components)", "measured"], datasets },
+      options: { animation: false, maintainAspectRatio: false,
+                 scales: { x: { stacked: true }, y: { stacked: true, title: { display: true, text: "GB" } } },
+                 plugins: { legend: { labels: { color: color("--fg") } } } },
+    });
+  }
+
+  const DRAW = {
+    days_vs_gpus: drawDaysVsGpus, memory_stack: drawMemoryStack, flops_parts: drawFlopsParts,
+    matmul_sizes: drawMatmulSizes, roofline: drawRoofline, transfer_sizes: drawTransferSizes,
+    memory_compare: drawMemoryCompare,
+  };
+
+  function showProbeFields() {
+    const probe = document.getElementById("probe");
+    if (!probe) return;
+    document.querySelectorAll("fieldset[data-probe]").forEach((set) => {
+      set.hidden = set.dataset.probe !== probe.value;
+    });
+  }
+  document.addEventListener("change", (e) => { if (e.target.id === "probe") showProbeFields(); });
+  document.addEventListener("DOMContentLoaded", showProbeFields);
 
   function render(root) {
     root.querySelectorAll("canvas[data-chart]").forEach((canvas) => {
@@ -99,5 +190,6 @@
   }
 
   document.addEventListener("DOMContentLoaded", () => render(document));
-  document.addEventListener("htmx:afterSwap", (event) => render(event.detail.target));
+  // After any swap, outerHTML ones included (their target has left the page): render is idempotent.
+  document.addEventListener("htmx:afterSettle", () => render(document));
 })();

@@ -25,7 +25,9 @@ SCREENSHOTS = Path(__file__).parent.parent / "docs" / "screenshots"
 
 @pytest.fixture(scope="module")
 def base_url(tmp_path_factory):
-    settings = Settings(database_path=tmp_path_factory.mktemp("browser") / "tally.db", embedded_worker=False)
+    # The embedded dispatcher runs jobs launched from the pages, in real children, on CPU.
+    settings = Settings(database_path=tmp_path_factory.mktemp("browser") / "tally.db", embedded_worker=True,
+                        worker_id="browser-tests")
     config = uvicorn.Config(create_app(settings), host="127.0.0.1", port=0, log_level="warning")
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
@@ -70,7 +72,8 @@ def watched(browser):
     context.close()
 
 
-@pytest.mark.parametrize("path", ["/", "/formats", "/tensors", "/time", "/memory", "/flops", "/docs"])
+@pytest.mark.parametrize("path", ["/", "/formats", "/tensors", "/time", "/memory", "/flops", "/benchmarks",
+                                  "/docs"])
 def test_pages_load_cleanly_and_stay_on_the_box(watched, base_url, path):
     watched.page.goto(base_url + path, wait_until="networkidle")
     expect(watched.page.locator("body")).to_be_visible()
@@ -174,4 +177,33 @@ def test_tensors_page_follows_torch_view_rules(watched, base_url):
     expect(page.locator("#shape-error")).to_have_text("")
     expect(page.get_by_test_id("view")).to_contain_text("possible")
     page.screenshot(path=SCREENSHOTS / "tensors.png", full_page=True)
+    watched.clean()
+
+
+def test_a_cpu_probe_launched_from_the_page_runs_and_charts(watched, base_url):
+    page = watched.page
+    page.goto(base_url + "/benchmarks", wait_until="networkidle")
+    page.select_option("#sweep", "custom")
+    page.fill("#shape", "64, 64, 64")
+    page.click("button[type=submit]")
+    status = page.get_by_test_id("job-status")
+    expect(status).to_have_text("succeeded", timeout=60_000)
+    drawn = "[...document.querySelectorAll('#job canvas')].map(c => Chart.getChart(c) !== undefined)"
+    page.wait_for_function(f"{drawn}.length === 2 && {drawn}.every(Boolean)")  # TFLOP/s by size, roofline
+    rows = page.locator("#job table tbody tr")
+    expect(rows).to_have_count(2)  # float32 and bfloat16, the boxes ticked by default
+    page.screenshot(path=SCREENSHOTS / "benchmarks.png", full_page=True)
+    page.goto(base_url + "/benchmarks", wait_until="networkidle")
+    link = page.locator("table a", has_text="CSV").first
+    assert link.get_attribute("href").endswith("format=csv")
+    watched.clean()
+
+
+def test_launch_refusals_show_the_api_message(watched, base_url):
+    page = watched.page
+    page.goto(base_url + "/benchmarks", wait_until="networkidle")
+    page.select_option("#probe", "train_step")
+    page.select_option("#model", "llama3.1-405b")
+    page.click("button[type=submit]")
+    expect(page.locator("#params-error")).to_contain_text("the job needs about")
     watched.clean()

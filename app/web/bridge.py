@@ -36,12 +36,20 @@ def body(query: dict[str, str], fields: list[str], lists: set[str] = frozenset()
     return out
 
 
-async def call(request: Request, path: str, json: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+async def call(request: Request, path: str, json: dict[str, Any],
+               headers: dict[str, str] | None = None) -> tuple[int, dict[str, Any]]:
     """POST to this very app's API and return (status, JSON)."""
     transport = httpx.ASGITransport(app=request.app)
     async with httpx.AsyncClient(transport=transport, base_url="http://tally.internal") as client:
-        response = await client.post(path, json=json)
+        response = await client.post(path, json=json, headers=headers)
     return response.status_code, response.json()
+
+
+async def get(request: Request, path: str) -> dict[str, Any]:
+    """GET from this very app's API: its JSON, or its error body."""
+    transport = httpx.ASGITransport(app=request.app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://tally.internal") as client:
+        return (await client.get(path)).json()
 
 
 def field_errors(answer: dict[str, Any]) -> dict[str, str]:
