@@ -145,13 +145,13 @@
 
   function drawMemoryCompare(canvas, spec) {
     const kinds = Object.keys(spec.parts);
-    const datasets = kinds.map((k, i) => ({ label: k.replace("_", " "), data: [spec.parts[k], null],
+    const datasets = kinds.map((k, i) => ({ label: k, data: [spec.parts[k], null],
                                              backgroundColor: PALETTE[i % PALETTE.length], stack: "m" }));
-    datasets.push({ label: "measured peak", data: [null, spec.measured_gb], backgroundColor: color("--fg"), stack: "m" });
+    datasets.push({ label: "measured peak", data: [null, spec.measured], backgroundColor: color("--muted"), stack: "m" });
     return new Chart(canvas, {
-      type: "bar", data: { labels: ["predicted (components)", "measured"], datasets },
+      type: "bar", data: { labels: ["predicted peak", "measured peak"], datasets },
       options: { animation: false, maintainAspectRatio: false,
-                 scales: { x: { stacked: true }, y: { stacked: true, title: { display: true, text: "GB" } } },
+                 scales: { x: { stacked: true }, y: { stacked: true, title: { display: true, text: spec.unit } } },
                  plugins: { legend: { labels: { color: color("--fg") } } } },
     });
   }

@@ -72,8 +72,10 @@ def watched(browser):
     context.close()
 
 
-@pytest.mark.parametrize("path", ["/", "/formats", "/tensors", "/time", "/memory", "/flops", "/benchmarks",
-                                  "/docs"])
+PAGES = ["/", "/formats", "/tensors", "/time", "/memory", "/flops", "/matmul", "/mlp", "/benchmarks", "/docs"]
+
+
+@pytest.mark.parametrize("path", PAGES)
 def test_pages_load_cleanly_and_stay_on_the_box(watched, base_url, path):
     watched.page.goto(base_url + path, wait_until="networkidle")
     expect(watched.page.locator("body")).to_be_visible()
@@ -206,4 +208,83 @@ def test_launch_refusals_show_the_api_message(watched, base_url):
     page.select_option("#model", "llama3.1-405b")
     page.click("button[type=submit]")
     expect(page.locator("#params-error")).to_contain_text("the job needs about")
+    watched.clean()
+
+
+def test_overview_shows_this_box_and_its_latest_calibration(watched, base_url):
+    import httpx
+    device = httpx.get(base_url + "/api/v1/device").json()
+    page = watched.page
+    page.goto(base_url + "/", wait_until="networkidle")
+    expect(page.get_by_test_id("device-name")).to_have_text(device["name"])
+    for path in ("/formats", "/tensors", "/flops", "/memory", "/time", "/benchmarks"):
+        expect(page.locator(f"a.card[href='{path}']")).to_be_visible()
+    page.screenshot(path=SCREENSHOTS / "overview.png", full_page=True)
+    watched.clean()
+
+
+@pytest.mark.parametrize("probe,params,charts", [
+    ("transfer", {"sizes_bytes": [4096, 65536], "measure_s": 0.01, "min_iters": 2, "max_iters": 3}, 1),
+    ("train_step", {"model": {"kind": "cruncher", "dim": 64, "num_layers": 2}, "batch_size": 2, "seq_len": 8,
+                    "steps": 2, "warmup_steps": 1}, 1),
+    ("bandwidth", {"size_bytes": 2**20, "measure_s": 0.01}, 0),
+])
+def test_job_pages_chart_each_probe(watched, base_url, probe, params, charts):
+    import httpx
+    job = httpx.post(base_url + "/api/v1/jobs", json={"probe": probe, "params": params}).json()
+    page = watched.page
+    page.goto(base_url + f"/benchmarks/jobs/{job['id']}", wait_until="networkidle")
+    expect(page.get_by_test_id("job-status")).to_have_text("succeeded", timeout=60_000)
+    drawn = "[...document.querySelectorAll('canvas')].map(c => Chart.getChart(c) !== undefined)"
+    page.wait_for_function(f"{drawn}.length === {charts} && {drawn}.every(Boolean)")
+    page.screenshot(path=SCREENSHOTS / f"job-{probe}.png", full_page=True)
+    watched.clean()
+
+
+def test_two_runs_side_by_side(watched, base_url):
+    import httpx
+    ids = [httpx.post(base_url + "/api/v1/jobs", json={"probe": "bandwidth", "params": {
+        "size_bytes": 2**20, "measure_s": 0.01, "seed": seed}}).json()["id"] for seed in (1, 2)]
+    page = watched.page
+    page.goto(base_url + f"/benchmarks/jobs/{ids[1]}", wait_until="networkidle")
+    expect(page.get_by_test_id("job-status")).to_have_text("succeeded", timeout=60_000)
+    page.goto(base_url + "/benchmarks", wait_until="networkidle")
+    page.check(f"input[name=a][value='{ids[0]}']")
+    page.check(f"input[name=b][value='{ids[1]}']")
+    page.click("text=Compare A and B")
+    expect(page.locator(".compare section")).to_have_count(2)
+    expect(page.locator(".compare section").nth(0)).to_contain_text(f"#{ids[0]}")
+    expect(page.locator(".compare section").nth(1)).to_contain_text("GB/s")
+    page.screenshot(path=SCREENSHOTS / "compare.png", full_page=True)
+    watched.clean()
+
+
+def test_pages_fit_a_phone_and_follow_dark_mode(browser, base_url):
+    context = browser.new_context(viewport={"width": 390, "height": 844}, color_scheme="dark")
+    page = context.new_page()
+    for path in ("/", "/memory", "/benchmarks"):
+        page.goto(base_url + path, wait_until="networkidle")
+        overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+        assert overflow <= 0, (path, overflow)
+    background = page.evaluate("getComputedStyle(document.body).backgroundColor")
+    assert background == "rgb(13, 17, 23)"  # the dark palette's --bg
+    page.goto(base_url + "/memory", wait_until="networkidle")
+    page.screenshot(path=SCREENSHOTS / "memory-phone-dark.png", full_page=True)
+    context.close()
+
+
+def test_matmul_and_mlp_pages_count_like_flop_counter_mode(watched, base_url):
+    from torch.utils.flop_counter import FlopCounterMode
+    page = watched.page
+    page.goto(base_url + "/matmul?m=1024&k=256&n=64", wait_until="networkidle")
+    with FlopCounterMode(display=False) as counter:
+        torch.randn(1024, 256) @ torch.randn(256, 64)
+    expect(page.get_by_test_id("matmul-flops")).to_have_text(f"{counter.get_total_flops():,}")
+    page.goto(base_url + "/mlp?batch=8&dims=16,32,4&input_requires_grad=false", wait_until="networkidle")
+    w1, w2 = torch.randn(16, 32, requires_grad=True), torch.randn(32, 4, requires_grad=True)
+    with FlopCounterMode(display=False) as counter:
+        (torch.randn(8, 16) @ w1 @ w2).sum().backward()
+    expect(page.get_by_test_id("mlp-total")).to_have_text(f"{counter.get_total_flops():,}")
+    page.wait_for_function("Chart.getChart(document.querySelector('#result canvas')) !== undefined")
+    page.screenshot(path=SCREENSHOTS / "mlp.png", full_page=True)
     watched.clean()

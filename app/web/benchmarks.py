@@ -106,13 +106,24 @@ async def charts(request: Request, job: dict) -> dict:
             series.setdefault(key, []).append({"x": p["size_bytes"], "y": p["gb_per_sec"]})
         return {"transfer": {"type": "transfer_sizes", "series": series}}
     if job["probe"] == "train_step":
-        pred = r["memory"]["predicted"]
-        return {"memory": {"type": "memory_compare", "predicted_gb": pred["total"] / 1e9,
-                           "measured_gb": r["memory"]["measured_peak_allocated"] / 1e9,
-                           "parts": {k: pred[k] / 1e9 for k in ("parameters", "gradients", "optimizer_state",
-                                                                 "weight_copies", "activations", "transient",
-                                                                 "optimizer_temporaries") if pred.get(k)}}}
+        return {"memory": memory_chart(r["memory"])}
     return {}
+
+
+PHASES = ("start_of_backward", "lm_head_weight_gradient", "end_of_backward", "optimizer_step")
+STATES = ("parameters", "gradients", "optimizer_state", "master_weights")
+
+
+def memory_chart(memory: dict) -> dict:
+    """The predicted peak as model states plus the rest of its phase, beside the measured peak."""
+    pred = memory["predicted"]
+    phase = max((p for p in PHASES if p in pred), key=lambda p: pred[p])
+    scale, unit = (1e9, "GB") if pred["total"] >= 1e9 else (1e6, "MB")
+    parts = {k.replace("_", " "): pred[k] / scale for k in STATES if pred.get(k)}
+    parts[f"rest of the peak ({phase.replace('_', ' ')})"] = (
+        pred["total"] - sum(pred.get(k, 0) for k in STATES)) / scale
+    return {"type": "memory_compare", "unit": unit, "parts": parts,
+            "measured": memory["measured_peak_allocated"] / scale}
 
 
 async def roofline(request: Request, result: dict) -> dict:

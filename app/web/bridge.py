@@ -10,9 +10,11 @@ from fastapi import Request
 ABSENT = ("", None)
 
 
-def number(text: str) -> int | float | str:
-    """A form field as the API's JSON number: "70e9" -> 70000000000, "0.5" -> 0.5. Anything
-    else goes through as text, for the API to refuse with its own message."""
+def number(text: str) -> int | float | str | bool:
+    """A form field as the API's JSON value: "70e9" -> 70000000000, "0.5" -> 0.5, "true" ->
+    true. Anything else goes through as text, for the API to refuse with its own message."""
+    if text in ("true", "false"):
+        return text == "true"
     try:
         value = float(text)
     except ValueError:

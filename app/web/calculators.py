@@ -91,6 +91,13 @@ async def _flops_charts(request: Request, payload: dict, answer: dict) -> dict:
 
 DTYPES = ("float32", "float16", "bfloat16", "tfloat32", "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz",
           "float8_e5m2fnuz", "float4_e2m1fn", "float64")
+async def _mlp_charts(request: Request, payload: dict, answer: dict) -> dict:
+    layers = answer["layers"]
+    return {"parts": {"type": "flops_parts", "labels": [f"W{i + 1} ({x['d_in']}×{x['d_out']})"
+                                                         for i, x in enumerate(layers)],
+                      "forward": [x["forward"] for x in layers], "backward": [x["backward"] for x in layers]}}
+
+
 PRESETS = tuple(models.presets())
 GPUS = tuple(sorted(hardware.catalogue()))
 CALCULATORS = {c.slug: c for c in (
@@ -144,6 +151,23 @@ CALCULATORS = {c.slug: c for c in (
          Input("pipeline_parallel", "Pipeline stages", "1"),
          Input("gpu", "GPU", "h100-sxm", choices=GPUS)),
         _memory_charts),
+    Calculator(
+        "matmul", "Matmul FLOPs",
+        "(m × k) @ (k × n): 2·m·k·n FLOPs, one multiply and one add per multiply-accumulate; with a "
+        "dtype, the bytes a kernel must move at least and the arithmetic intensity a roofline needs.",
+        "/api/v1/flops/matmul",
+        (Input("m", "m", "1024"), Input("k", "k", "256"), Input("n", "n", "64"),
+         Input("batch", "Batch", "1", "independent matmuls"),
+         Input("dtype", "dtype", "bfloat16", choices=DTYPES))),
+    Calculator(
+        "mlp", "Linear stack FLOPs",
+        "The course's stack of bias-free linear layers: forward 2·B·D·K per layer, backward twice that "
+        "(the first layer skips dL/dx unless its input needs a gradient), beside 6 × tokens × params.",
+        "/api/v1/flops/mlp",
+        (Input("batch", "Batch", "1024", "rows of x (tokens)"),
+         Input("dims", "Widths", "256, 256, 64", "D0, D1, ..., Dn", is_list=True),
+         Input("input_requires_grad", "Input needs a gradient", "false", choices=("false", "true"))),
+        _mlp_charts),
     Calculator(
         "flops", "Transformer FLOPs",
         "Exact matmul FLOPs of one training step (forward, and backward at twice the forward), "

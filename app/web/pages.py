@@ -12,6 +12,7 @@ from fastapi.templating import Jinja2Templates
 
 from app import __version__
 from app.paths import TEMPLATES_DIR
+from app.web import bridge
 from app.web.calculators import CALCULATORS, Calculator
 
 router = APIRouter(include_in_schema=False)
@@ -21,7 +22,10 @@ templates.env.globals["version"] = __version__
 
 @router.get("/", response_class=HTMLResponse)
 async def index(request: Request) -> HTMLResponse:
-    return templates.TemplateResponse(request, "index.html", {})
+    """What this box is and what it has measured, then a way into each tool."""
+    device = await bridge.get(request, "/api/v1/device")
+    calibration = await bridge.get(request, "/api/v1/calibration")
+    return templates.TemplateResponse(request, "index.html", {"device": device, "calibration": calibration})
 
 
 @router.get("/docs", response_class=HTMLResponse)
