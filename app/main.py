@@ -16,8 +16,11 @@ from app import __version__
 from app.api import errors
 from app.api.router import include_api
 from app.config import Settings, get_settings
+from app.jobs import device
 from app.jobs.dispatcher import Dispatcher
 from app.jobs.store import Store
+from app.ops.metrics import Metrics, RequestMetrics
+from app.ops.routes import router as ops_router
 from app.paths import STATIC_DIR
 from app.web.benchmarks import router as benchmarks_router
 from app.web.pages import router as pages_router
@@ -41,6 +44,7 @@ TAGS = [
     {"name": "hardware", "description": "Accelerator catalogue: dense peaks, memory, bandwidth."},
     {"name": "jobs", "description": "Benchmark probes queued and run on this server's device."},
     {"name": "device", "description": "The worker's device and what it has measured."},
+    {"name": "operations", "description": "Liveness, readiness and Prometheus metrics."},
 ]
 log = logging.getLogger("tally")
 
@@ -53,6 +57,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     if settings.embedded_worker:
         dispatcher = Dispatcher(app.state.store, settings.worker_id or socket.gethostname())
         dispatcher.start()
+        app.state.dispatcher = dispatcher
         log.info("embedded dispatcher started on %s", settings.database_path)
     try:
         yield
@@ -72,8 +77,11 @@ def install(app: FastAPI, settings: Settings) -> None:
     """Settings, the job store, error handlers, the JSON API, the pages and static files."""
     app.state.settings = settings
     app.state.store = Store(settings.database_path)
+    app.state.metrics = Metrics(app.state.store, device.gauges)
+    app.add_middleware(RequestMetrics, metrics=app.state.metrics)
     errors.install(app, max_body_bytes=settings.max_body_bytes)
     include_api(app)
+    app.include_router(ops_router)
     app.include_router(pages_router)
     app.include_router(benchmarks_router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")

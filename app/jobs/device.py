@@ -116,3 +116,28 @@ def describe(index: int = 0) -> DeviceInfo:
     if _cache is None or now - _cache[0] > TTL_S:
         _cache = (now, _nvml(index) or host())
     return _cache[1]
+
+
+def gauges(index: int = 0) -> dict[str, float] | None:
+    """Live NVML readings of one GPU, units in the names; None without a GPU."""
+    try:
+        import pynvml
+        pynvml.nvmlInit()
+    except Exception:  # no library, no driver: no GPU to describe
+        return None
+    try:
+        if pynvml.nvmlDeviceGetCount() <= index:
+            return None
+        h = pynvml.nvmlDeviceGetHandleByIndex(index)
+        mem = pynvml.nvmlDeviceGetMemoryInfo(h)
+        return {
+            "utilization_percent": float(pynvml.nvmlDeviceGetUtilizationRates(h).gpu),
+            "memory_used_bytes": float(mem.used), "memory_total_bytes": float(mem.total),
+            "temperature_celsius": float(pynvml.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU)),
+            "power_watts": pynvml.nvmlDeviceGetPowerUsage(h) / 1000,
+            "sm_clock_mhz": float(pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM)),
+        }
+    except pynvml.NVMLError:
+        return None
+    finally:
+        pynvml.nvmlShutdown()

@@ -183,6 +183,9 @@ class Dispatcher:
                                         daemon=True)
         self._thread.start()
 
+    def is_running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
     def stop(self, timeout: float | None = None) -> bool:
         """Stop the running child, requeue its job, end the thread; True once it has ended."""
         self._stop.set()
@@ -199,6 +202,7 @@ class Dispatcher:
         log.info("dispatcher %s started", self.worker_id)
         while not stop.is_set():
             try:
+                self.store.seen(self.worker_id)  # idle or after a job: readiness reads it
                 ran = self.run_once()
                 if time.monotonic() >= next_recovery:
                     # Only stale heartbeats here: our own id may be shared by a live peer.
@@ -329,6 +333,7 @@ class Dispatcher:
             if now >= next_heartbeat:
                 next_heartbeat = now + HEARTBEAT_EVERY_S
                 self.store.heartbeat(job.id, worker_id=self.worker_id)
+                self.store.seen(self.worker_id)
 
     def _write_progress(self, job: Job, message: dict | None) -> None:
         if message is not None:

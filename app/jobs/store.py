@@ -53,6 +53,10 @@ CREATE TABLE IF NOT EXISTS jobs (
 );
 CREATE INDEX IF NOT EXISTS jobs_status_id ON jobs (status, id);
 CREATE INDEX IF NOT EXISTS jobs_probe_id ON jobs (probe, id);
+CREATE TABLE IF NOT EXISTS workers (
+    worker_id TEXT PRIMARY KEY,
+    seen_at REAL NOT NULL
+);
 """
 
 
@@ -152,6 +156,19 @@ class Store:
                 db.execute("ROLLBACK")
                 raise
             db.execute("COMMIT")
+
+    def seen(self, worker_id: str) -> None:
+        """A dispatcher says it is alive (idle or busy), for readiness checks."""
+        with self._write() as db:
+            db.execute("INSERT INTO workers (worker_id, seen_at) VALUES (?, ?) ON CONFLICT (worker_id) "
+                       "DO UPDATE SET seen_at = excluded.seen_at", (worker_id, time.time()))
+
+    def live_workers(self, within_s: float) -> list[str]:
+        """Dispatchers seen in the last within_s seconds."""
+        with self._connect() as db:
+            rows = db.execute("SELECT worker_id FROM workers WHERE seen_at >= ? ORDER BY worker_id",
+                              (time.time() - within_s,)).fetchall()
+        return [r[0] for r in rows]
 
     @staticmethod
     def _row(db: sqlite3.Connection, job_id: int) -> Job | None:

@@ -1,0 +1,84 @@
+"""Prometheus metrics: requests by route and status with latency histograms, jobs by
+state and queue depth (read from the database at scrape time), and, where a GPU
+exists, its NVML gauges. One registry per app, so tests and apps never share counts."""
+
+import time
+from collections.abc import Callable
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from app.jobs import store as jobs
+
+# Calculators answer in well under a millisecond; probes' routes and pages take longer.
+BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+
+
+class Metrics:
+    def __init__(self, store: jobs.Store, gpu: Callable[[], dict[str, float] | None]) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter("tally_http_requests", "HTTP requests by route template, method and status",
+                                ["route", "method", "status"], registry=self.registry)
+        self.latency = Histogram("tally_http_request_duration_seconds", "Time to the end of the response",
+                                 ["route", "method"], buckets=BUCKETS_S, registry=self.registry)
+        self.registry.register(_Jobs(store))
+        self.registry.register(_Gpu(gpu))
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class _Jobs:
+    def __init__(self, store: jobs.Store) -> None:
+        self.store = store
+
+    def collect(self):
+        counts = self.store.counts()
+        by_state = GaugeMetricFamily("tally_jobs", "Jobs by state", labels=["state"])
+        for state in jobs.STATES:
+            by_state.add_metric([state], counts.get(state, 0))
+        yield by_state
+        yield GaugeMetricFamily("tally_queue_depth", "Jobs queued or running",
+                                value=counts.get("queued", 0) + counts.get("running", 0))
+
+
+class _Gpu:
+    """NVML gauges, named with their units; nothing at all on a box without a GPU."""
+
+    def __init__(self, read: Callable[[], dict[str, float] | None]) -> None:
+        self.read = read
+
+    def collect(self):
+        values = self.read()
+        for name, value in (values or {}).items():
+            doc = f"GPU 0 {name.replace('_', ' ')} (NVML)"
+            yield GaugeMetricFamily(f"tally_gpu_{name}", doc, value=value)
+
+
+class RequestMetrics:
+    """Counts each request under its route template (never the raw path: ids and typos
+    would make unbounded label sets), after the response has been sent."""
+
+    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+        self.app, self.metrics = app, metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        start = time.perf_counter()
+        status = 500
+
+        async def sent(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sent)
+        finally:
+            route = getattr(scope.get("route"), "path", None) or "unmatched"
+            method = scope["method"]
+            self.metrics.requests.labels(route, method, str(status)).inc()
+            self.metrics.latency.labels(route, method).observe(time.perf_counter() - start)
