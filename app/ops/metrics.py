@@ -24,6 +24,18 @@ class Metrics:
                                  ["route", "method"], buckets=BUCKETS_S, registry=self.registry)
         self.registry.register(_Jobs(store))
         self.registry.register(_Gpu(gpu))
+        self._children: dict[tuple[str, str, int], tuple] = {}
+
+    def record(self, route: str, method: str, status: int, seconds: float) -> None:
+        """labels() builds and locks on every call; the few (route, method, status) children
+        are kept instead, which keeps the per-request cost to an increment and an observe."""
+        key = (route, method, status)
+        children = self._children.get(key)
+        if children is None:
+            children = self._children.setdefault(key, (self.requests.labels(route, method, str(status)),
+                                                       self.latency.labels(route, method)))
+        children[0].inc()
+        children[1].observe(seconds)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
@@ -79,6 +91,4 @@ class RequestMetrics:
             await self.app(scope, receive, sent)
         finally:
             route = getattr(scope.get("route"), "path", None) or "unmatched"
-            method = scope["method"]
-            self.metrics.requests.labels(route, method, str(status)).inc()
-            self.metrics.latency.labels(route, method).observe(time.perf_counter() - start)
+            self.metrics.record(route, scope["method"], status, time.perf_counter() - start)
