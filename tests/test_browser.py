@@ -90,7 +90,8 @@ def test_time_form_computes_the_course_example(watched, base_url):
     page.select_option("#gpu", "h100-sxm")
     expect(page.get_by_test_id("days")).to_have_text("143.9")
     assert "num_gpus=1024" in page.url and "mfu=0.5" in page.url  # the result is a link
-    assert page.evaluate("Chart.getChart(document.querySelector('#result canvas')) !== undefined")
+    # htmx settles the swap a moment after the text appears; the chart is drawn then.
+    page.wait_for_function("Chart.getChart(document.querySelector('#result canvas')) !== undefined")
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=SCREENSHOTS / "time.png", full_page=True)
     watched.clean()
@@ -115,6 +116,7 @@ def test_memory_page_stacks_each_zero_stage_against_the_gpu(watched, base_url):
     page.goto(base_url + "/memory?gpu=h100-sxm&data_parallel=8&precision=fp32&optimizer=adam&zero_stage=3",
               wait_until="networkidle")
     expect(page.get_by_test_id("max-params")).to_have_text("4e+10")
+    page.wait_for_function("Chart.getChart(document.querySelector('#result canvas')) !== undefined")
     chart = page.evaluate("(() => { const c = Chart.getChart(document.querySelector('#result canvas'));"
                           " return {labels: c.data.labels, sets: c.data.datasets.length}; })()")
     assert chart["labels"] == ["ZeRO 0", "ZeRO 1", "ZeRO 2", "ZeRO 3"] and chart["sets"] == 8
@@ -135,7 +137,8 @@ def test_flops_page_sets_the_exact_count_beside_6nd(watched, base_url):
     page.select_option("#causal", "halved")
     expect(page.get_by_test_id("step-flops")).not_to_have_text(before)
     assert "causal=halved" in page.url
-    assert page.evaluate("Chart.getChart(document.querySelector('#result canvas')).data.labels.length") == 6
+    page.wait_for_function(
+        "Chart.getChart(document.querySelector('#result canvas'))?.data.labels.length === 6")
     page.screenshot(path=SCREENSHOTS / "flops.png", full_page=True)
     watched.clean()
 
