@@ -291,3 +291,10 @@ def test_matmul_and_mlp_pages_count_like_flop_counter_mode(watched, base_url):
     page.wait_for_function("Chart.getChart(document.querySelector('#result canvas')) !== undefined")
     page.screenshot(path=SCREENSHOTS / "mlp.png", full_page=True)
     watched.clean()
+
+
+def test_a_page_for_a_job_that_does_not_exist_is_a_404(base_url):
+    import httpx
+    for path in ("/benchmarks/jobs/999999", "/ui/benchmarks/jobs/999999", "/benchmarks/compare?a=999998&b=999999"):
+        response = httpx.get(base_url + path)
+        assert response.status_code == 404 and "no job 99999" in response.json()["message"], path

@@ -131,10 +131,11 @@ async def roofline(request: Request, result: dict) -> dict:
     measured ceilings: this device's latest bandwidth run and its best matmul."""
     calib = await bridge.get(request, "/api/v1/calibration")
     bandwidth = await bridge.get(request, "/api/v1/jobs?probe=bandwidth&status=succeeded&limit=1")
-    here = result["environment"]["device_name"]
-    gbs = next((j["result"]["gb_per_sec"] for j in [await bridge.get(request, f"/api/v1/jobs/{j['id']}")
-                                                    for j in bandwidth["data"]]
-                if j["result"]["environment"]["device_name"] == here), None)
+    gbs = None
+    for summary in bandwidth["data"]:  # summaries carry no result; the job itself does
+        job = await bridge.get(request, f"/api/v1/jobs/{summary['id']}")
+        if job["result"]["environment"]["device_name"] == result["environment"]["device_name"]:
+            gbs = job["result"]["gb_per_sec"]
     points = []
     for p in result["points"]:
         dtype = "float32" if p["dtype"] == "tfloat32" else p["dtype"]  # TF32 stores float32

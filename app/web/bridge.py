@@ -6,6 +6,7 @@ from typing import Any
 
 import httpx
 from fastapi import Request
+from starlette.exceptions import HTTPException
 
 ABSENT = ("", None)
 
@@ -48,10 +49,14 @@ async def call(request: Request, path: str, json: dict[str, Any],
 
 
 async def get(request: Request, path: str) -> dict[str, Any]:
-    """GET from this very app's API: its JSON, or its error body."""
+    """GET from this very app's API. A page cannot show what the API refuses (an unknown
+    job, say), so the API's 4xx becomes the page's, with the API's message."""
     transport = httpx.ASGITransport(app=request.app)
     async with httpx.AsyncClient(transport=transport, base_url="http://tally.internal") as client:
-        return (await client.get(path)).json()
+        response = await client.get(path)
+    if response.status_code != 200:
+        raise HTTPException(response.status_code, response.json().get("message", response.reason_phrase))
+    return response.json()
 
 
 def field_errors(answer: dict[str, Any]) -> dict[str, str]:
