@@ -75,3 +75,19 @@ def test_no_gpu_gauges_without_a_gpu(api):
     info = api.get("/api/v1/device").json()
     text = api.get("/metrics").text
     assert ("tally_gpu_memory_total_bytes" in text) == (info["kind"] == "cuda")
+
+
+def test_a_running_dispatcher_makes_the_server_ready(api):
+    import time
+
+    from app.jobs.dispatcher import Dispatcher
+    dispatcher = Dispatcher(api.app.state.store, "worker-b")
+    dispatcher.start()
+    try:
+        deadline = time.monotonic() + 20
+        while api.get("/readyz").status_code != 200:
+            assert time.monotonic() < deadline, api.get("/readyz").json()
+            time.sleep(0.1)
+        assert api.get("/readyz").json()["workers"] == ["worker-b"]
+    finally:
+        dispatcher.stop()

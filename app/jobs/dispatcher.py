@@ -200,9 +200,12 @@ class Dispatcher:
         self._recover(self.worker_id)
         next_recovery = time.monotonic() + self.stale_after_s
         log.info("dispatcher %s started", self.worker_id)
+        next_seen = 0.0
         while not stop.is_set():
             try:
-                self.store.seen(self.worker_id)  # idle or after a job: readiness reads it
+                if time.monotonic() >= next_seen:  # idle or between jobs: /readyz reads it
+                    self.store.seen(self.worker_id)
+                    next_seen = time.monotonic() + HEARTBEAT_EVERY_S
                 ran = self.run_once()
                 if time.monotonic() >= next_recovery:
                     # Only stale heartbeats here: our own id may be shared by a live peer.

@@ -8,7 +8,7 @@ from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 
 router = APIRouter(tags=["operations"])
-# An external `tally worker` says it is alive every poll (0.2 s) and every second of a job.
+# A dispatcher says it is alive every heartbeat (1 s), idle or running a job.
 WORKER_SEEN_WITHIN_S = 15
 
 
