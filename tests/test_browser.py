@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from urllib.parse import urlparse
 
+import httpx
 import pytest
 import torch
 import uvicorn
@@ -48,6 +49,13 @@ def browser():
         browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=FLAGS)
         yield browser
         browser.close()
+
+
+def wait_for_charts(page: Page, selector: str, count: int) -> None:
+    """Until `count` canvases match and Chart.js has drawn each (htmx settles a swap a moment
+    after its text appears, and the charts are drawn then)."""
+    drawn = f"[...document.querySelectorAll({selector!r})].map(c => Chart.getChart(c) !== undefined)"
+    page.wait_for_function(f"{drawn}.length === {count} && {drawn}.every(Boolean)")
 
 
 class Watched:
@@ -90,8 +98,7 @@ def test_time_form_computes_the_course_example(watched, base_url):
     page.select_option("#gpu", "h100-sxm")
     expect(page.get_by_test_id("days")).to_have_text("143.9")
     assert "num_gpus=1024" in page.url and "mfu=0.5" in page.url  # the result is a link
-    # htmx settles the swap a moment after the text appears; the chart is drawn then.
-    page.wait_for_function("Chart.getChart(document.querySelector('#result canvas')) !== undefined")
+    wait_for_charts(page, "#result canvas", 1)
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=SCREENSHOTS / "time.png", full_page=True)
     watched.clean()
@@ -116,7 +123,7 @@ def test_memory_page_stacks_each_zero_stage_against_the_gpu(watched, base_url):
     page.goto(base_url + "/memory?gpu=h100-sxm&data_parallel=8&precision=fp32&optimizer=adam&zero_stage=3",
               wait_until="networkidle")
     expect(page.get_by_test_id("max-params")).to_have_text("4e+10")
-    page.wait_for_function("Chart.getChart(document.querySelector('#result canvas')) !== undefined")
+    wait_for_charts(page, "#result canvas", 1)
     chart = page.evaluate("(() => { const c = Chart.getChart(document.querySelector('#result canvas'));"
                           " return {labels: c.data.labels, sets: c.data.datasets.length}; })()")
     assert chart["labels"] == ["ZeRO 0", "ZeRO 1", "ZeRO 2", "ZeRO 3"] and chart["sets"] == 8
@@ -193,8 +200,7 @@ def test_a_cpu_probe_launched_from_the_page_runs_and_charts(watched, base_url):
     page.click("button[type=submit]")
     status = page.get_by_test_id("job-status")
     expect(status).to_have_text("succeeded", timeout=60_000)
-    drawn = "[...document.querySelectorAll('#job canvas')].map(c => Chart.getChart(c) !== undefined)"
-    page.wait_for_function(f"{drawn}.length === 2 && {drawn}.every(Boolean)")  # TFLOP/s by size, roofline
+    wait_for_charts(page, "#job canvas", 2)  # TFLOP/s by size, and the roofline
     rows = page.locator("#job table tbody tr")
     expect(rows).to_have_count(2)  # float32 and bfloat16, the boxes ticked by default
     page.screenshot(path=SCREENSHOTS / "benchmarks.png", full_page=True)
@@ -215,7 +221,6 @@ def test_launch_refusals_show_the_api_message(watched, base_url):
 
 
 def test_overview_shows_this_box_and_its_latest_calibration(watched, base_url):
-    import httpx
     device = httpx.get(base_url + "/api/v1/device").json()
     page = watched.page
     page.goto(base_url + "/", wait_until="networkidle")
@@ -233,19 +238,16 @@ def test_overview_shows_this_box_and_its_latest_calibration(watched, base_url):
     ("bandwidth", {"size_bytes": 2**20, "measure_s": 0.01}, 0),
 ])
 def test_job_pages_chart_each_probe(watched, base_url, probe, params, charts):
-    import httpx
     job = httpx.post(base_url + "/api/v1/jobs", json={"probe": probe, "params": params}).json()
     page = watched.page
     page.goto(base_url + f"/benchmarks/jobs/{job['id']}", wait_until="networkidle")
     expect(page.get_by_test_id("job-status")).to_have_text("succeeded", timeout=60_000)
-    drawn = "[...document.querySelectorAll('canvas')].map(c => Chart.getChart(c) !== undefined)"
-    page.wait_for_function(f"{drawn}.length === {charts} && {drawn}.every(Boolean)")
+    wait_for_charts(page, "canvas", charts)
     page.screenshot(path=SCREENSHOTS / f"job-{probe}.png", full_page=True)
     watched.clean()
 
 
 def test_two_runs_side_by_side(watched, base_url):
-    import httpx
     ids = [httpx.post(base_url + "/api/v1/jobs", json={"probe": "bandwidth", "params": {
         "size_bytes": 2**20, "measure_s": 0.01, "seed": seed}}).json()["id"] for seed in (1, 2)]
     page = watched.page
@@ -288,13 +290,13 @@ def test_matmul_and_mlp_pages_count_like_flop_counter_mode(watched, base_url):
     with FlopCounterMode(display=False) as counter:
         (torch.randn(8, 16) @ w1 @ w2).sum().backward()
     expect(page.get_by_test_id("mlp-total")).to_have_text(f"{counter.get_total_flops():,}")
-    page.wait_for_function("Chart.getChart(document.querySelector('#result canvas')) !== undefined")
+    wait_for_charts(page, "#result canvas", 1)
     page.screenshot(path=SCREENSHOTS / "mlp.png", full_page=True)
     watched.clean()
 
 
 def test_a_page_for_a_job_that_does_not_exist_is_a_404(base_url):
-    import httpx
-    for path in ("/benchmarks/jobs/999999", "/ui/benchmarks/jobs/999999", "/benchmarks/compare?a=999998&b=999999"):
+    for path in ("/benchmarks/jobs/999999", "/ui/benchmarks/jobs/999999",
+                 "/benchmarks/compare?a=999998&b=999999"):
         response = httpx.get(base_url + path)
         assert response.status_code == 404 and "no job 99999" in response.json()["message"], path

@@ -9,15 +9,11 @@ from fastapi.responses import HTMLResponse
 
 from app.web import bridge
 from app.web.calculators import PRESETS
+from app.web.templating import templates
 
 router = APIRouter(include_in_schema=False)
 PROBES = ("matmul", "bandwidth", "transfer", "train_step")
 MATMUL_DTYPES = ("float32", "tfloat32", "bfloat16", "float16", "float8_e4m3fn")
-
-
-def _templates():
-    from app.web.pages import templates  # one Jinja environment for every page
-    return templates
 
 
 def params_from(form: dict[str, str]) -> dict[str, Any]:
@@ -49,7 +45,7 @@ def params_from(form: dict[str, str]) -> dict[str, Any]:
 async def benchmarks(request: Request) -> HTMLResponse:
     device = await bridge.get(request, "/api/v1/device")
     history = await bridge.get(request, "/api/v1/jobs?limit=25")
-    return _templates().TemplateResponse(request, "benchmarks.html", {
+    return templates.TemplateResponse(request, "benchmarks.html", {
         "device": device, "history": history["data"], "presets": PRESETS, "probes": PROBES,
         "token_needed": request.app.state.settings.api_token is not None})
 
@@ -62,29 +58,29 @@ async def launch(request: Request) -> HTMLResponse:
     status, answer = await bridge.call(request, "/api/v1/jobs", params_from(form), headers=headers)
     if status != 202:
         errors = bridge.field_errors(answer)
-        return _templates().TemplateResponse(request, "partials/launch_error.html", {
+        return templates.TemplateResponse(request, "partials/launch_error.html", {
             "message": answer.get("message", ""), "errors": errors})
-    return _templates().TemplateResponse(request, "partials/job_status.html", {"job": answer})
+    return templates.TemplateResponse(request, "partials/job_status.html", {"job": answer})
 
 
 @router.get("/ui/benchmarks/jobs/{job_id}", response_class=HTMLResponse)
 async def job_status(request: Request, job_id: int) -> HTMLResponse:
     job = await bridge.get(request, f"/api/v1/jobs/{job_id}")
-    return _templates().TemplateResponse(request, "partials/job_status.html", {
+    return templates.TemplateResponse(request, "partials/job_status.html", {
         "job": job, "charts": await charts(request, job) if job.get("status") == "succeeded" else {}})
 
 
 @router.get("/benchmarks/jobs/{job_id}", response_class=HTMLResponse)
 async def job_page(request: Request, job_id: int) -> HTMLResponse:
     job = await bridge.get(request, f"/api/v1/jobs/{job_id}")
-    return _templates().TemplateResponse(request, "job.html", {
+    return templates.TemplateResponse(request, "job.html", {
         "job": job, "charts": await charts(request, job) if job.get("status") == "succeeded" else {}})
 
 
 @router.get("/benchmarks/compare", response_class=HTMLResponse)
 async def compare(request: Request, a: int, b: int) -> HTMLResponse:
     jobs = [await bridge.get(request, f"/api/v1/jobs/{i}") for i in (a, b)]
-    return _templates().TemplateResponse(request, "compare.html", {"jobs": jobs})
+    return templates.TemplateResponse(request, "compare.html", {"jobs": jobs})
 
 
 async def charts(request: Request, job: dict) -> dict:

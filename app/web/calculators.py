@@ -75,7 +75,7 @@ async def _memory_charts(request: Request, payload: dict, answer: dict) -> dict:
     _, biggest = await bridge.call(request, "/api/v1/memory/max-model", {
         "gpu": gpu, "num_gpus": gpus, "precision": payload.get("precision", "bf16_mixed"),
         "optimizer": payload.get("optimizer", "adamw"), "zero_stage": payload.get("zero_stage", 3)})
-    capacity = hardware.gpu(gpu).memory_bytes / 1e9 if gpu in hardware.catalogue() else None
+    capacity = None if answer["gpu_memory_bytes"] is None else answer["gpu_memory_bytes"] / 1e9
     return {"stack": {"type": "memory_stack", "bars": bars, "kinds": list(STACK), "capacity_gb": capacity,
                       "gpu": gpu}, "max_model": biggest}
 

@@ -8,16 +8,12 @@ the JSON API through app/web/bridge.py.
 from fastapi import APIRouter, Request
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse
-from fastapi.templating import Jinja2Templates
 
-from app import __version__
-from app.paths import TEMPLATES_DIR
 from app.web import bridge
 from app.web.calculators import CALCULATORS, Calculator
+from app.web.templating import templates
 
 router = APIRouter(include_in_schema=False)
-templates = Jinja2Templates(directory=TEMPLATES_DIR)
-templates.env.globals["version"] = __version__
 
 
 @router.get("/", response_class=HTMLResponse)
