@@ -23,8 +23,6 @@ from app.accounting.errors import InvalidInput
 _LOCATIONS = {"body", "query", "path", "header", "cookie"}
 # Names pydantic puts in a loc after a union field, for the member that failed.
 _UNION_TAGS = {"preset", "config", "cruncher", "params", "float", "int", "str", "bool", "none"}
-# A job request is a union tagged by its probe; pydantic puts the tag first in the loc.
-_LEADING_TAGS = {"matmul", "bandwidth", "transfer", "train_step"}
 _MAX_ECHO_CHARS = 200
 
 
@@ -47,13 +45,16 @@ def _is_union_member(part: str) -> bool:
     return part in _UNION_TAGS or part.startswith(("function-", "literal[", "constrained-"))
 
 
-def field_name(loc: tuple | list) -> str:
+def field_name(loc: tuple | list, body: Any = None) -> str:
     """Dotted field path of a pydantic loc. A union adds its member's name after the
-    field (model.params, value.float); only there is a name like `params` not a field."""
+    field (model.params, value.float); only there is a name like `params` not a field.
+    A body that is itself a tagged union (a job, tagged by its probe) puts the tag first:
+    a leading name the body has no key for is that tag."""
     parts = [str(p) for p in loc]
+    in_body = bool(parts) and parts[0] == "body"
     if parts and parts[0] in _LOCATIONS:
         parts = parts[1:]
-    if len(parts) > 1 and parts[0] in _LEADING_TAGS:
+    if in_body and isinstance(body, dict) and len(parts) > 1 and parts[0] not in body:
         parts = parts[1:]
     parts = parts[:1] + [p for p in parts[1:] if not _is_union_member(p)]
     return ".".join(parts) or "body"
@@ -67,7 +68,7 @@ def _json_safe(value: Any) -> bool:
     return len(text) <= _MAX_ECHO_CHARS
 
 
-def _item(error: dict) -> dict:
+def _item(error: dict, body: Any = None) -> dict:
     loc = list(error.get("loc", ()))
     msg = error.get("msg", "invalid")
     if error.get("type") == "json_invalid":
@@ -78,7 +79,7 @@ def _item(error: dict) -> dict:
         loc = [*loc, str(error.get("ctx", {}).get("discriminator", "")).strip("'")]
     elif error.get("type") == "string_pattern_mismatch":
         msg = "String does not match the pattern in the OpenAPI schema"
-    item = {"loc": loc, "field": field_name(loc), "msg": msg, "type": error.get("type", "invalid")}
+    item = {"loc": loc, "field": field_name(loc, body), "msg": msg, "type": error.get("type", "invalid")}
     value = error.get("input")
     if _json_safe(value) and not (isinstance(value, float) and not math.isfinite(value)):
         item["input"] = value
@@ -91,7 +92,7 @@ def _response(items: list[dict], status: int = 422) -> JSONResponse:
 
 
 async def _validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
-    return _response([_item(e) for e in exc.errors()])
+    return _response([_item(e, exc.body) for e in exc.errors()])
 
 
 class NotFound(InvalidInput):
