@@ -1,14 +1,17 @@
-"""python -m app: serve Tally with the settings from the environment."""
+"""python -m app (and `tally serve`): serve Tally with the settings from the environment."""
 
 import uvicorn
 
-from app.config import get_settings
+from app import logs
+from app.config import settings_or_exit
 
 
-def main() -> None:
-    settings = get_settings()
-    uvicorn.run("app.main:app", host=settings.host, port=settings.port, log_level=settings.log_level)
+def main() -> int:
+    settings = settings_or_exit()
+    uvicorn.run("app.main:app", host=settings.host, port=settings.port, log_level=settings.log_level,
+                log_config=logs.config(settings.log_level, settings.log_format, settings.secrets()))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -1,19 +1,24 @@
 """Settings, in one place: environment variables with the TALLY_ prefix, or .env."""
 
+import sys
 from functools import cache
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, SecretStr, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+ENV_PREFIX = "TALLY_"
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="TALLY_", env_file=".env", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, env_file=".env", extra="ignore")
 
     host: str = "127.0.0.1"
     port: Annotated[int, Field(ge=1, le=65535)] = 8000
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
+    log_format: Literal["human", "json"] = "human"
+    """json: one JSON object per line (time, level, logger, message, job_id, access fields)."""
     # The largest request is a config.json of a few kB; anything near this is not ours.
     max_body_bytes: Annotated[int, Field(ge=1024, le=1 << 30)] = 1 << 20
 
@@ -31,16 +36,54 @@ class Settings(BaseSettings):
     """Run the dispatcher inside the server; false when `tally worker` runs beside it."""
     worker_id: str | None = None
     """Names this dispatcher in the job rows; defaults to the host name."""
+    gpus: Annotated[list[Annotated[int, Field(ge=0, le=1023)]] | None, NoDecode] = None
+    """GPU indices (as NVML and CUDA number them) that each get an embedded dispatcher and
+    take jobs, written "0,1"; default every GPU NVML reports. Without a GPU, one dispatcher
+    runs jobs on the CPU."""
+
+    @field_validator("gpus", mode="before")
+    @classmethod
+    def _gpu_list(cls, value: object) -> object:
+        if isinstance(value, str):  # "0,1" or "[0, 1]" from the environment
+            items = [v.strip() for v in value.strip().strip("[]").split(",")]
+            if items == [""]:
+                return None
+            return items
+        return value
+
+    @field_validator("gpus")
+    @classmethod
+    def _distinct(cls, value: list[int] | None) -> list[int] | None:
+        if value is not None and len(set(value)) != len(value):
+            raise ValueError(f"lists a GPU twice: {value}")
+        return value
+
+    def secrets(self) -> tuple[str, ...]:
+        """Values no log line may contain."""
+        return (self.api_token.get_secret_value(),) if self.api_token else ()
 
     @model_validator(mode="after")
     def _timeouts(self) -> "Settings":
         if self.job_timeout_s > self.job_timeout_max_s:
-            raise ValueError(f"job_timeout_s ({self.job_timeout_s}) exceeds job_timeout_max_s "
-                             f"({self.job_timeout_max_s})")
+            raise ValueError(f"{ENV_PREFIX}JOB_TIMEOUT_S ({self.job_timeout_s}) exceeds "
+                             f"{ENV_PREFIX}JOB_TIMEOUT_MAX_S ({self.job_timeout_max_s})")
         return self
 
 
 @cache
 def get_settings() -> Settings:
-    """Read once; a bad value stops start-up with pydantic's message naming it."""
+    """Read once; a bad value raises pydantic's ValidationError, naming it."""
     return Settings()
+
+
+def settings_or_exit() -> Settings:
+    """Start-up's read: a bad value stops the process (status 2) with one line per problem,
+    each naming the environment variable, instead of a traceback."""
+    try:
+        return get_settings()
+    except ValidationError as e:
+        lines = [f"tally: invalid setting {ENV_PREFIX}{str(err['loc'][0]).upper()}: {err['msg']} "
+                 f"(got {err['input']!r})" if err["loc"] else f"tally: invalid settings: {err['msg']}"
+                 for err in e.errors(include_url=False)]
+        print("\n".join(lines), file=sys.stderr)
+        raise SystemExit(2) from None

@@ -49,20 +49,34 @@ TAGS = [
 log = logging.getLogger("tally")
 
 
+def dispatchers(store: Store, settings: Settings) -> list[Dispatcher]:
+    """One dispatcher per GPU served (TALLY_GPUS, or every GPU NVML sees), so jobs on different
+    GPUs run side by side and never two on one; one CPU dispatcher on a box without a GPU."""
+    base = settings.worker_id or socket.gethostname()
+    gpus = settings.gpus if settings.gpus is not None else device.gpu_indices()
+    if not gpus:
+        return [Dispatcher(store, base)]
+    return [Dispatcher(store, f"{base}:gpu{index}", gpu=index) for index in gpus]
+
+
 @asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-    """The embedded dispatcher runs for as long as the server does."""
+    """The embedded dispatchers run for as long as the server does."""
     settings: Settings = app.state.settings
-    dispatcher = None
+    running: list[Dispatcher] = []
     if settings.embedded_worker:
-        dispatcher = Dispatcher(app.state.store, settings.worker_id or socket.gethostname())
-        dispatcher.start()
-        app.state.dispatcher = dispatcher
-        log.info("embedded dispatcher started on %s", settings.database_path)
+        running = dispatchers(app.state.store, settings)
+        for dispatcher in running:
+            dispatcher.start()
+        app.state.dispatchers = running
+        log.info("embedded dispatchers %s started on %s", [d.worker_id for d in running],
+                 settings.database_path)
     try:
         yield
     finally:
-        if dispatcher is not None:
+        for dispatcher in running:  # each stop requeues its running job; stop them all at once
+            dispatcher.request_stop()
+        for dispatcher in running:
             await run_in_threadpool(dispatcher.stop)
 
 

@@ -28,7 +28,8 @@ def _ok(probe: str, params: dict, progress: child.Progress) -> dict:
     progress(1, 2, "warming up")
     progress(2, 2, "measuring")
     time.sleep(params.get("sleep_s", 0.05))
-    return {"probe": probe, "echo": params}
+    # The GPU the dispatcher gave this child, as a probe's torch would see it.
+    return {"probe": probe, "echo": params, "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
 
 
 def _crash() -> None:

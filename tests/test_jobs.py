@@ -218,9 +218,9 @@ def run_one(store: Store, fault: str, pidfile: Path | None = None, timeout_s: fl
 def test_ok_succeeds_with_result_and_progress(store, caplog):
     caplog.set_level(logging.INFO, logger="tally.jobs")
     job = run_one(store, "ok", params={"sleep_s": 0.2, "n": 3})
-    assert caplog.records and all(f"job={job.id}" in record.getMessage() for record in caplog.records)
+    assert caplog.records and all(record.job_id == job.id for record in caplog.records)
     assert (job.status, job.error) == ("succeeded", None)
-    assert job.result == {"probe": "matmul", "echo": {"sleep_s": 0.2, "n": 3}}
+    assert job.result == {"probe": "matmul", "echo": {"sleep_s": 0.2, "n": 3}, "cuda_visible_devices": None}
     assert (job.progress_done, job.progress_total, job.progress_message) == (2, 2, "measuring")
     assert job.attempts == 1 and job.worker_id == "test-worker"
 

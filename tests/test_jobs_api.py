@@ -182,7 +182,7 @@ def test_device_is_described_without_torch(make_api):
 
 
 H100 = device.DeviceInfo(
-    kind="cuda", name="NVIDIA H100 80GB HBM3", catalogue_id="h100-sxm", memory_bytes=80 * 10**9,
+    kind="cuda", name="NVIDIA H100 80GB HBM3", catalogue_id="h100-sxm", index=0, memory_bytes=80 * 10**9,
     memory_used_bytes=0, gpu_count=1, compute_capability="9.0", driver_version="550",
     cuda_driver_version="12.4", cpu_count=16, source="nvml", note=None)
 

@@ -16,12 +16,33 @@ from app.bench.specs import (
     default_matmul_dtypes,
     matmul_shapes,
 )
+from app.jobs import device as dev
 from app.jobs.device import DeviceInfo, host_memory_bytes
 
 # The timer's L2-flush buffer (app/bench/timer.py), resident while anything is timed.
 FLUSH_BYTES = {"cuda": 256 * 2**20, "cpu": 32 * 2**20}
 BANDWIDTH_DEFAULT = {"cuda": 2**30, "cpu": 64 * 2**20}
 TRANSFER_DEFAULT_MAX = {"cuda": 2**30, "cpu": 16 * 2**20}
+
+
+def served_gpus(configured: list[int] | None) -> list[int]:
+    """The GPUs jobs may name: TALLY_GPUS when set, else every GPU NVML sees."""
+    return list(configured) if configured is not None else dev.gpu_indices()
+
+
+def device_for(gpu: int | None, params: ProbeParams, configured: list[int] | None) -> DeviceInfo:
+    """The device a job naming `gpu` (None: any) will run on; InvalidInput naming `gpu` when
+    this box does not serve it. A job naming no GPU is sized against the first one served."""
+    served = served_gpus(configured)
+    if gpu is None:
+        return dev.describe(served[0]) if served else dev.host()
+    if params.device == "cpu":
+        raise InvalidInput("gpu", "a job with params.device \"cpu\" cannot name a GPU")
+    if gpu not in served:
+        have = f"GPUs {', '.join(map(str, served))}" if served else "no GPU"
+        raise InvalidInput("gpu", f"GPU {gpu} is not served here: this server's dispatchers run {have} "
+                                  "(GET /api/v1/devices)")
+    return dev.describe(gpu)
 
 
 def target(params: ProbeParams, device: DeviceInfo) -> str:

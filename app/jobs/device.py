@@ -7,8 +7,10 @@ process to a driver state), so it asks NVML, which talks to the driver directly.
 import os
 import platform
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from app.accounting import hardware
 from app.accounting.records import RECORD
@@ -16,13 +18,15 @@ from app.accounting.records import RECORD
 
 @dataclass(slots=True)
 class DeviceInfo:
-    """The device jobs run on when they ask for device "auto"."""
+    """A device jobs run on: one GPU, or the host's CPU where there is none."""
 
     kind: Literal["cuda", "cpu"]
     name: str
     """What torch.cuda.get_device_name (or the CPU's model name) reports."""
     catalogue_id: str | None
     """The hardware catalogue's entry for this device; null when it is not listed."""
+    index: int | None
+    """The GPU's index as NVML numbers it (PCI bus order); null for the CPU."""
     memory_bytes: int | None
     """Total device memory (host memory on CPU), bytes."""
     memory_used_bytes: int | None
@@ -68,76 +72,92 @@ def _text(value: str | bytes) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
-def _nvml(index: int) -> DeviceInfo | None:
+@contextmanager
+def _nvml() -> Iterator[Any]:
+    """pynvml, initialised, or None where there is no library or no driver."""
     try:
         import pynvml
-    except ImportError:
-        return None
-    try:
         pynvml.nvmlInit()
-    except pynvml.NVMLError:
-        return None
+    except Exception:  # no library, no driver, no GPU: nothing to describe
+        yield None
+        return
     try:
-        count = pynvml.nvmlDeviceGetCount()
-        if count <= index:
-            return None
-        handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-        name = _text(pynvml.nvmlDeviceGetName(handle))
-        mem = pynvml.nvmlDeviceGetMemoryInfo(handle)
-        major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(handle)
-        cuda = pynvml.nvmlSystemGetCudaDriverVersion()
-        return DeviceInfo(
-            kind="cuda", name=name, catalogue_id=catalogue_id(name), memory_bytes=int(mem.total),
-            memory_used_bytes=int(mem.used), gpu_count=count, compute_capability=f"{major}.{minor}",
-            driver_version=_text(pynvml.nvmlSystemGetDriverVersion()),
-            cuda_driver_version=f"{cuda // 1000}.{cuda % 1000 // 10}", cpu_count=os.cpu_count() or 1,
-            source="nvml", note=None)
-    except pynvml.NVMLError:
-        return None
+        yield pynvml
     finally:
         pynvml.nvmlShutdown()
 
 
+def gpu_indices() -> list[int]:
+    """The GPUs NVML numbers on this box (PCI bus order, as the children's CUDA_DEVICE_ORDER)."""
+    with _nvml() as nvml:
+        if nvml is None:
+            return []
+        try:
+            return list(range(nvml.nvmlDeviceGetCount()))
+        except nvml.NVMLError:
+            return []
+
+
+def _describe_gpu(nvml: Any, index: int) -> DeviceInfo | None:
+    try:
+        count = nvml.nvmlDeviceGetCount()
+        if count <= index:
+            return None
+        handle = nvml.nvmlDeviceGetHandleByIndex(index)
+        name = _text(nvml.nvmlDeviceGetName(handle))
+        mem = nvml.nvmlDeviceGetMemoryInfo(handle)
+        major, minor = nvml.nvmlDeviceGetCudaComputeCapability(handle)
+        cuda = nvml.nvmlSystemGetCudaDriverVersion()
+        return DeviceInfo(
+            kind="cuda", name=name, catalogue_id=catalogue_id(name), index=index, memory_bytes=int(mem.total),
+            memory_used_bytes=int(mem.used), gpu_count=count, compute_capability=f"{major}.{minor}",
+            driver_version=_text(nvml.nvmlSystemGetDriverVersion()),
+            cuda_driver_version=f"{cuda // 1000}.{cuda % 1000 // 10}", cpu_count=os.cpu_count() or 1,
+            source="nvml", note=None)
+    except nvml.NVMLError:
+        return None
+
+
 def host() -> DeviceInfo:
     return DeviceInfo(
-        kind="cpu", name=cpu_name(), catalogue_id=None, memory_bytes=host_memory_bytes(),
+        kind="cpu", name=cpu_name(), catalogue_id=None, index=None, memory_bytes=host_memory_bytes(),
         memory_used_bytes=None, gpu_count=0, compute_capability=None, driver_version=None,
         cuda_driver_version=None, cpu_count=os.cpu_count() or 1, source="host",
         note="No CUDA device answered NVML: probes run on the CPU at small sizes, with MFU null.")
 
 
-_cache: tuple[float, DeviceInfo] | None = None
+_cache: dict[int, tuple[float, DeviceInfo]] = {}
 TTL_S = 5.0  # memory_used changes; the rest does not, and NVML init costs milliseconds
 
 
 def describe(index: int = 0) -> DeviceInfo:
-    global _cache
+    """GPU `index` (as NVML numbers it), or the host when there is no such GPU."""
     now = time.monotonic()
-    if _cache is None or now - _cache[0] > TTL_S:
-        _cache = (now, _nvml(index) or host())
-    return _cache[1]
+    cached = _cache.get(index)
+    if cached is None or now - cached[0] > TTL_S:
+        with _nvml() as nvml:
+            info = (_describe_gpu(nvml, index) if nvml is not None else None) or host()
+        cached = _cache[index] = (now, info)
+    return cached[1]
 
 
-def gauges(index: int = 0) -> dict[str, float] | None:
-    """Live NVML readings of one GPU, units in the names; None without a GPU."""
-    try:
-        import pynvml
-        pynvml.nvmlInit()
-    except Exception:  # no library, no driver: no GPU to describe
-        return None
-    try:
-        if pynvml.nvmlDeviceGetCount() <= index:
-            return None
-        h = pynvml.nvmlDeviceGetHandleByIndex(index)
-        mem = pynvml.nvmlDeviceGetMemoryInfo(h)
-        return {
-            "utilization_percent": float(pynvml.nvmlDeviceGetUtilizationRates(h).gpu),
-            "memory_used_bytes": float(mem.used), "memory_total_bytes": float(mem.total),
-            "temperature_celsius": float(pynvml.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU)),
-            "power_watts": pynvml.nvmlDeviceGetPowerUsage(h) / 1000,
-            "sm_clock_mhz": float(pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM)),
-        }
-    except pynvml.NVMLError:
-        return None
-    finally:
-        pynvml.nvmlShutdown()
+def gauges() -> dict[int, dict[str, float]]:
+    """Live NVML readings of every GPU by index, units in the names; empty without a GPU."""
+    readings: dict[int, dict[str, float]] = {}
+    with _nvml() as nvml:
+        if nvml is None:
+            return readings
+        try:
+            for index in range(nvml.nvmlDeviceGetCount()):
+                h = nvml.nvmlDeviceGetHandleByIndex(index)
+                mem = nvml.nvmlDeviceGetMemoryInfo(h)
+                readings[index] = {
+                    "utilization_percent": float(nvml.nvmlDeviceGetUtilizationRates(h).gpu),
+                    "memory_used_bytes": float(mem.used), "memory_total_bytes": float(mem.total),
+                    "temperature_celsius": float(nvml.nvmlDeviceGetTemperature(h, nvml.NVML_TEMPERATURE_GPU)),
+                    "power_watts": nvml.nvmlDeviceGetPowerUsage(h) / 1000,
+                    "sm_clock_mhz": float(nvml.nvmlDeviceGetClockInfo(h, nvml.NVML_CLOCK_SM)),
+                }
+        except nvml.NVMLError:
+            pass  # a GPU fallen off the bus: report the ones that answered
+    return readings

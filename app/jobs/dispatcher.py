@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from app import logs
 from app.jobs.store import Job, Store
 
 log = logging.getLogger("tally.jobs")
@@ -154,14 +155,17 @@ class Dispatcher:
 
     Times in seconds: poll_s between looks at the queue and at a running job's cancel flag;
     kill_grace_s between SIGTERM and SIGKILL; stale_after_s without a heartbeat before another
-    worker's running job counts as orphaned.
+    worker's running job counts as orphaned. `gpu`: the GPU index this dispatcher serves (one
+    dispatcher per GPU); it takes jobs naming that GPU or none. None serves the CPU, or on a
+    GPU box runs each job on the GPU it names.
     """
 
     def __init__(self, store: Store, worker_id: str, child_argv: list[str] | None = None,
                  child_env: dict[str, str] | None = None, poll_s: float = 0.2, kill_grace_s: float = 5,
-                 stale_after_s: float = 30) -> None:
+                 stale_after_s: float = 30, gpu: int | None = None) -> None:
         self.store = store
         self.worker_id = worker_id
+        self.gpu = gpu
         self.child_argv = list(child_argv or CHILD_ARGV)
         self.child_env = dict(child_env or {})
         self.poll_s = poll_s
@@ -172,19 +176,28 @@ class Dispatcher:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def _env(self) -> dict[str, str]:
+    def _env(self, job: Job) -> dict[str, str]:
         env = {**os.environ, **self.child_env}
+        if job.ran_on_gpu is not None:
+            # The child sees its GPU alone, as cuda:0: a probe never picks a device itself.
+            # PCI bus order makes CUDA's numbering NVML's (CUDA's default puts the fastest first).
+            env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+            env["CUDA_VISIBLE_DEVICES"] = str(job.ran_on_gpu)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_ROOT), env.get("PYTHONPATH")]))
         return env
 
     def start(self) -> None:
         """Run the dispatcher in a daemon thread (the server's embedded worker)."""
-        self._thread = threading.Thread(target=self.run_forever, args=(self._stop,), name="tally-dispatcher",
-                                        daemon=True)
+        self._thread = threading.Thread(target=self.run_forever, args=(self._stop,),
+                                        name=f"tally-dispatcher-{self.worker_id}", daemon=True)
         self._thread.start()
 
     def is_running(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
+
+    def request_stop(self) -> None:
+        """Ask the thread to stop, without waiting: stop() then waits for it."""
+        self._stop.set()
 
     def stop(self, timeout: float | None = None) -> bool:
         """Stop the running child, requeue its job, end the thread; True once it has ended."""
@@ -221,12 +234,12 @@ class Dispatcher:
     def _recover(self, worker_id: str | None) -> None:
         for job_id in self.store.recover(worker_id, self.stale_after_s):
             job = self.store.get(job_id)
-            log.warning("job=%d recovered after its worker died: now %s (attempts %d)", job_id, job.status,
-                        job.attempts)
+            logs.for_job(log, job_id).warning("recovered after its worker died: now %s (attempts %d)",
+                                              job.status, job.attempts)
 
     def run_once(self) -> bool:
         """Claim the oldest queued job and run it to its end; False when none was queued."""
-        job = self.store.claim(self.worker_id)
+        job = self.store.claim(self.worker_id, self.gpu)
         if job is None:
             return False
         self.current = job
@@ -237,15 +250,16 @@ class Dispatcher:
         return True
 
     def _run(self, job: Job) -> None:
+        jlog = logs.for_job(log, job.id)
         try:
-            self.child = child = Child(self.child_argv, self._env(), job)
+            self.child = child = Child(self.child_argv, self._env(job), job)
         except OSError as exc:  # a missing interpreter, no pids or fds left: the job cannot start
-            log.error("job=%d could not start its process: %s", job.id, exc)
+            jlog.error("could not start its process: %s", exc)
             self.store.finish(job.id, "crashed", error=_error(
                 "ChildCrashed", f"the job's process could not start: {exc}", argv=self.child_argv),
                 worker_id=self.worker_id)
             return
-        log.info("job=%d started: probe=%s attempt=%d pid=%d", job.id, job.probe, job.attempts, child.pid)
+        jlog.info("started: probe=%s attempt=%d pid=%d", job.probe, job.attempts, child.pid)
         try:
             outcome = self._watch(job, child)
         except BaseException:
@@ -255,7 +269,7 @@ class Dispatcher:
             child.close(self.kill_grace_s)
         if outcome is STOPPING:
             self.store.requeue(job.id)
-            log.info("job=%d requeued: the dispatcher is stopping", job.id)
+            jlog.info("requeued: the dispatcher is stopping")
             return
         if outcome is LOST:
             return
@@ -267,10 +281,9 @@ class Dispatcher:
                 "ChildCrashed", f"the job's process {how} before reporting a result",
                 exit_code=rc, signal=name, stderr_tail=child.stderr_tail()))
         if self.store.finish(job.id, outcome.status, outcome.result, outcome.error, worker_id=self.worker_id):
-            log.info("job=%d %s", job.id, outcome.status)
+            jlog.info("ended: %s", outcome.status)
         else:
-            log.warning("job=%d ended %s, but its row is no longer running here; left as it is", job.id,
-                        outcome.status)
+            jlog.warning("ended %s, but its row is no longer running here; left as it is", outcome.status)
 
     def _watch(self, job: Job, child: Child) -> Outcome | None:
         """Relay the child's messages until it reports, dies, or must be stopped.
@@ -278,6 +291,7 @@ class Dispatcher:
         None: the child ended without a word (a crash). STOPPING: the dispatcher is stopping.
         LOST: the job is no longer this worker's to finish. A child still running is stopped.
         """
+        jlog = logs.for_job(log, job.id)
         deadline = child.started + job.timeout_s
         now = time.monotonic()
         next_poll, next_heartbeat, progress_due = now + self.poll_s, now + HEARTBEAT_EVERY_S, now
@@ -295,7 +309,7 @@ class Dispatcher:
                 try:
                     message = parse_message(line)
                 except ValueError as why:
-                    log.error("job=%d protocol error: %s: %r", job.id, why, line[:200])
+                    jlog.error("protocol error: %s: %r", why, line[:200])
                     child.stop(self.kill_grace_s)
                     return Outcome("crashed", error=_error(
                         "ProtocolError", f"the job's process wrote {why} where a message belongs",
@@ -312,7 +326,7 @@ class Dispatcher:
                 self._write_progress(job, pending)
                 pending, progress_due = None, now + PROGRESS_EVERY_S
             if now >= deadline:
-                log.warning("job=%d timed out after %g s; stopping pid %d", job.id, job.timeout_s, child.pid)
+                jlog.warning("timed out after %g s; stopping pid %d", job.timeout_s, child.pid)
                 child.stop(self.kill_grace_s)
                 return Outcome("timeout", error=_error(
                     "Timeout", f"the job exceeded its time limit of {job.timeout_s:g} s",
@@ -324,12 +338,12 @@ class Dispatcher:
                 next_poll = now + self.poll_s
                 row = self.store.get(job.id)
                 if row is None or row.status != "running" or row.worker_id != self.worker_id:
-                    log.warning("job=%d was taken from this worker (now %s); stopping pid %d", job.id,
-                                row and row.status, child.pid)
+                    jlog.warning("was taken from this worker (now %s); stopping pid %d",
+                                 row and row.status, child.pid)
                     child.stop(self.kill_grace_s)
                     return LOST
                 if row.cancel_requested:
-                    log.info("job=%d cancel requested; stopping pid %d", job.id, child.pid)
+                    jlog.info("cancel requested; stopping pid %d", child.pid)
                     child.stop(self.kill_grace_s)
                     return Outcome("cancelled",
                                    error=_error("Cancelled", "the job was cancelled while running"))

@@ -49,8 +49,11 @@ CREATE TABLE IF NOT EXISTS jobs (
     heartbeat_at REAL,
     cancel_requested INTEGER NOT NULL DEFAULT 0,
     revision INTEGER NOT NULL DEFAULT 0,
-    device TEXT
+    device TEXT,
+    gpu INTEGER,
+    ran_on_gpu INTEGER
 );
+CREATE INDEX IF NOT EXISTS jobs_status_gpu_id ON jobs (status, gpu, id);
 CREATE INDEX IF NOT EXISTS jobs_status_id ON jobs (status, id);
 CREATE INDEX IF NOT EXISTS jobs_probe_id ON jobs (probe, id);
 CREATE TABLE IF NOT EXISTS workers (
@@ -58,6 +61,8 @@ CREATE TABLE IF NOT EXISTS workers (
     seen_at REAL NOT NULL
 );
 """
+# Columns added since the first release: (name, declaration), added to an older file on open.
+ADDED_COLUMNS = (("gpu", "INTEGER"), ("ran_on_gpu", "INTEGER"))
 
 
 class QueueFull(Exception):
@@ -91,6 +96,10 @@ class Job:
     cancel_requested: bool
     revision: int
     device: str | None
+    gpu: int | None
+    """The GPU index the job asked for; None: any dispatcher may take it."""
+    ran_on_gpu: int | None
+    """The GPU index its dispatcher gave the child (CUDA_VISIBLE_DEVICES); None on the CPU."""
 
     @property
     def terminal(self) -> bool:
@@ -131,7 +140,18 @@ class Store:
         with self._connect() as db:
             # Persistent in the file: set once, every later connection is in WAL mode.
             db.execute("PRAGMA journal_mode=WAL")
+            self._migrate(db)
             db.executescript(SCHEMA)
+
+    @staticmethod
+    def _migrate(db: sqlite3.Connection) -> None:
+        """A jobs table from an older Tally gets the columns added since; its rows keep their data."""
+        have = {row[1] for row in db.execute("PRAGMA table_info(jobs)")}
+        if not have:
+            return  # a new file: SCHEMA creates the table whole
+        for name, declaration in ADDED_COLUMNS:
+            if name not in have:
+                db.execute(f"ALTER TABLE jobs ADD COLUMN {name} {declaration}")
 
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
@@ -180,17 +200,18 @@ class Store:
             return db.execute("PRAGMA journal_mode").fetchone()[0]
 
     def submit(self, probe: str, params: dict, timeout_s: float, limit: int,
-               device: str | None = None) -> Job:
-        """Queue a job, or raise QueueFull when `limit` jobs are queued or running already."""
+               device: str | None = None, gpu: int | None = None) -> Job:
+        """Queue a job (for GPU `gpu` only, when given), or raise QueueFull when `limit` jobs are
+        queued or running already."""
         with self._write() as db:
             active = db.execute(f"SELECT COUNT(*) FROM jobs WHERE status IN ({_marks(ACTIVE)})",
                                 ACTIVE).fetchone()[0]
             if active >= limit:
                 raise QueueFull(limit)
             cursor = db.execute(
-                "INSERT INTO jobs (probe, params, status, timeout_s, created_at, device) "
-                "VALUES (?, ?, 'queued', ?, ?, ?)",
-                (probe, _json(params), timeout_s, time.time(), device))
+                "INSERT INTO jobs (probe, params, status, timeout_s, created_at, device, gpu) "
+                "VALUES (?, ?, 'queued', ?, ?, ?, ?)",
+                (probe, _json(params), timeout_s, time.time(), device, gpu))
             return self._row(db, cursor.lastrowid)
 
     def get(self, job_id: int) -> Job | None:
@@ -218,18 +239,24 @@ class Store:
             db.execute("COMMIT")
         return [_job(row) for row in rows], total
 
-    def claim(self, worker_id: str) -> Job | None:
-        """Take the oldest queued job for `worker_id` and mark it running; None when none waits."""
+    def claim(self, worker_id: str, gpu: int | None = None) -> Job | None:
+        """Take the oldest queued job for `worker_id` and mark it running; None when none waits.
+
+        A dispatcher of GPU `gpu` takes the jobs that name that GPU or none; one without a GPU
+        (gpu None) takes any, and runs a job that names a GPU on that GPU.
+        """
         now = time.time()
+        mine, args = ("AND (gpu IS NULL OR gpu = ?)", (gpu,)) if gpu is not None else ("", ())
         with self._write() as db:
-            row = db.execute("SELECT id FROM jobs WHERE status = 'queued' ORDER BY id LIMIT 1").fetchone()
+            row = db.execute(f"SELECT id FROM jobs WHERE status = 'queued' {mine} ORDER BY id LIMIT 1",
+                             args).fetchone()
             if row is None:
                 return None
             db.execute(
                 "UPDATE jobs SET status = 'running', attempts = attempts + 1, started_at = ?, "
-                "heartbeat_at = ?, worker_id = ?, progress_done = 0, progress_total = 0, "
-                "progress_message = '', revision = revision + 1 WHERE id = ?",
-                (now, now, worker_id, row["id"]))
+                "heartbeat_at = ?, worker_id = ?, ran_on_gpu = COALESCE(gpu, ?), progress_done = 0, "
+                "progress_total = 0, progress_message = '', revision = revision + 1 WHERE id = ?",
+                (now, now, worker_id, gpu, row["id"]))
             return self._row(db, row["id"])
 
     def _update_running(self, job_id: int, assignments: str, args: Sequence[Any],
@@ -308,8 +335,8 @@ class Store:
     def _requeue(db: sqlite3.Connection, job_id: int, attempts: str) -> None:
         db.execute(
             f"UPDATE jobs SET status = 'queued', attempts = {attempts}, started_at = NULL, "
-            "heartbeat_at = NULL, worker_id = NULL, progress_done = 0, progress_total = 0, "
-            "progress_message = '', revision = revision + 1 WHERE id = ?", (job_id,))
+            "heartbeat_at = NULL, worker_id = NULL, ran_on_gpu = NULL, progress_done = 0, "
+            "progress_total = 0, progress_message = '', revision = revision + 1 WHERE id = ?", (job_id,))
 
     def requeue(self, job_id: int) -> bool:
         """Graceful shutdown: a running job goes back to the queue, this attempt not counted.

@@ -13,7 +13,8 @@ import socket
 import threading
 from pathlib import Path
 
-from app.config import get_settings
+from app import logs
+from app.config import settings_or_exit
 from app.jobs.dispatcher import Dispatcher
 from app.jobs.store import Store
 
@@ -21,7 +22,8 @@ log = logging.getLogger("tally.jobs")
 
 
 def run(database: str | Path, worker_id: str, child_argv: list[str] | None = None,
-        child_env: dict[str, str] | None = None, stop: threading.Event | None = None) -> None:
+        child_env: dict[str, str] | None = None, stop: threading.Event | None = None,
+        gpu: int | None = None) -> None:
     """Dispatch jobs from `database` until SIGTERM or SIGINT (or `stop`, when given, is set)."""
     stop = stop or threading.Event()
     if threading.current_thread() is threading.main_thread():
@@ -31,11 +33,18 @@ def run(database: str | Path, worker_id: str, child_argv: list[str] | None = Non
 
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
-    Dispatcher(Store(database), worker_id, child_argv=child_argv, child_env=child_env).run_forever(stop)
+    Dispatcher(Store(database), worker_id, child_argv=child_argv, child_env=child_env,
+               gpu=gpu).run_forever(stop)
+
+
+def _gpu_index(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"a GPU index is 0 or more, got {text!r}")
+    return int(text)
 
 
 def parser() -> argparse.ArgumentParser:
-    settings = get_settings()
+    settings = settings_or_exit()
     default_id = settings.worker_id or socket.gethostname()
     cli = argparse.ArgumentParser(
         prog="tally worker",
@@ -47,6 +56,10 @@ def parser() -> argparse.ArgumentParser:
     cli.add_argument("--worker-id", default=default_id,
                      help="name of this dispatcher in the job rows; jobs left running under it are "
                           "requeued when it starts (default: TALLY_WORKER_ID or the host name, %(default)s)")
+    cli.add_argument("--gpu", type=_gpu_index, metavar="INDEX",
+                     help="serve this GPU only (NVML's index): take the jobs that name it or none, and run "
+                          "them there. Start one worker per GPU, each with its own --worker-id. Default: "
+                          "take every job, running one that names a GPU on that GPU")
     cli.add_argument("--log-level", default=settings.log_level,
                      choices=["critical", "error", "warning", "info", "debug"],
                      help="default: TALLY_LOG_LEVEL, %(default)s")
@@ -59,9 +72,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def start(args: argparse.Namespace) -> int:
     """Run with parsed arguments (also `tally worker`'s)."""
-    logging.basicConfig(level=args.log_level.upper(),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    run(args.database, args.worker_id)
+    settings = settings_or_exit()
+    logs.configure(args.log_level, settings.log_format, settings.secrets())
+    run(args.database, args.worker_id, gpu=args.gpu)
     return 0
 
 

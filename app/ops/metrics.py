@@ -16,7 +16,7 @@ BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
 
 
 class Metrics:
-    def __init__(self, store: jobs.Store, gpu: Callable[[], dict[str, float] | None]) -> None:
+    def __init__(self, store: jobs.Store, gpu: Callable[[], dict[int, dict[str, float]]]) -> None:
         self.registry = CollectorRegistry()
         self.requests = Counter("tally_http_requests", "HTTP requests by route template, method and status",
                                 ["route", "method", "status"], registry=self.registry)
@@ -56,16 +56,21 @@ class _Jobs:
 
 
 class _Gpu:
-    """NVML gauges, named with their units; nothing at all on a box without a GPU."""
+    """NVML gauges, named with their units, one series per GPU (label `gpu`, NVML's index);
+    nothing at all on a box without a GPU."""
 
-    def __init__(self, read: Callable[[], dict[str, float] | None]) -> None:
+    def __init__(self, read: Callable[[], dict[int, dict[str, float]]]) -> None:
         self.read = read
 
     def collect(self):
-        values = self.read()
-        for name, value in (values or {}).items():
-            doc = f"GPU 0 {name.replace('_', ' ')} (NVML)"
-            yield GaugeMetricFamily(f"tally_gpu_{name}", doc, value=value)
+        families: dict[str, GaugeMetricFamily] = {}
+        for index, values in sorted(self.read().items()):
+            for name, value in values.items():
+                if name not in families:
+                    doc = f"GPU {name.replace('_', ' ')} (NVML)"
+                    families[name] = GaugeMetricFamily(f"tally_gpu_{name}", doc, labels=["gpu"])
+                families[name].add_metric([str(index)], value)
+        yield from families.values()
 
 
 class RequestMetrics:

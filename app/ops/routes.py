@@ -22,6 +22,7 @@ class Readiness(BaseModel):
     """The job database answered a query."""
     dispatcher: Literal["embedded", "external", "none"]
     dispatcher_running: bool
+    """Every embedded dispatcher (one per GPU) runs, or an external one was seen."""
     workers: list[str]
     """Dispatchers seen in the last 15 seconds."""
 
@@ -39,9 +40,9 @@ def _readiness(request: Request) -> Readiness:
         workers, database = store.live_workers(WORKER_SEEN_WITHIN_S), True
     except Exception:  # any database failure means not ready, never a 500
         workers, database = [], False
-    dispatcher = getattr(request.app.state, "dispatcher", None)
-    if dispatcher is not None:
-        kind, running = "embedded", dispatcher.is_running()
+    embedded = getattr(request.app.state, "dispatchers", None)
+    if embedded:
+        kind, running = "embedded", all(d.is_running() for d in embedded)
     else:
         kind, running = ("external", True) if workers else ("none", False)
     return Readiness(ready=database and running, database=database, dispatcher=kind,

@@ -4,6 +4,7 @@ from fastapi import APIRouter, Request, Response
 
 from app.api import deps
 from app.api.responses import respond
+from app.jobs import admission
 from app.jobs import calibration as calib
 from app.jobs import device as dev
 
@@ -14,6 +15,14 @@ router = APIRouter(tags=["device"])
 async def device() -> Response:
     """What the worker's device is, from NVML (the server never creates a CUDA context)."""
     return respond(dev.describe())
+
+
+@router.get("/devices", response_model=list[dev.DeviceInfo])
+def devices(request: Request) -> Response:
+    """Every device a job may run on: each GPU with a dispatcher (one per GPU, named by
+    NVML's index in a job's `gpu`), or the host's CPU on a box without one."""
+    served = admission.served_gpus(deps.settings(request).gpus)
+    return respond([dev.describe(index) for index in served] or [dev.host()])
 
 
 @router.get("/calibration", response_model=calib.Calibration)

@@ -25,7 +25,7 @@ from app.api.fields import Input, number
 from app.api.responses import respond
 from app.bench.results import ProbeResult
 from app.bench.specs import PARAMS
-from app.jobs import admission, device, export, store
+from app.jobs import admission, export, store
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 
@@ -41,6 +41,9 @@ def _request_model(name: str, params: type) -> type[Input]:
         timeout_s=(number(ge=1, le=86_400) | None, Field(
             None, description="Hard time limit in seconds; default TALLY_JOB_TIMEOUT_S, at most "
                               "TALLY_JOB_TIMEOUT_MAX_S.")),
+        gpu=(int | None, Field(
+            None, ge=0, le=1023, description="Run on this GPU (NVML's index, GET /api/v1/devices) and "
+                                             "no other; default the first GPU free.")),
     )
 
 
@@ -73,6 +76,10 @@ class JobSummary(BaseModel):
     params: dict[str, Any]
     device: str | None
     """cuda or cpu: where the job runs."""
+    gpu: int | None
+    """The GPU the job asked for; null: any."""
+    ran_on_gpu: int | None
+    """The GPU its dispatcher ran it on (NVML's index); null on the CPU or before it starts."""
     attempts: int
     """Times a dispatcher took it: 2 after one interruption (a killed worker)."""
     timeout_s: float
@@ -106,8 +113,9 @@ def _fields(job: store.Job) -> dict[str, Any]:
     total = job.progress_total
     return dict(
         id=job.id, probe=job.probe, status=job.status, params=job.params, device=job.device,
-        attempts=job.attempts, timeout_s=job.timeout_s, created_at=_time(job.created_at),
-        started_at=_time(job.started_at), finished_at=_time(job.finished_at),
+        gpu=job.gpu, ran_on_gpu=job.ran_on_gpu, attempts=job.attempts, timeout_s=job.timeout_s,
+        created_at=_time(job.created_at), started_at=_time(job.started_at),
+        finished_at=_time(job.finished_at),
         progress=Progress(done=job.progress_done, total=total, message=job.progress_message,
                           fraction=job.progress_done / total if total else None),
         error=job.error, cancel_requested=job.cancel_requested, revision=job.revision)
@@ -142,10 +150,11 @@ def submit(body: JobRequest, request: Request, credentials: Credentials) -> Resp
     if timeout > settings.job_timeout_max_s:
         raise InvalidInput("timeout_s", f"{timeout} exceeds TALLY_JOB_TIMEOUT_MAX_S "
                                         f"({settings.job_timeout_max_s})")
-    kind = admission.check_fits(body.params, device.describe())
+    where = admission.device_for(body.gpu, body.params, settings.gpus)
+    kind = admission.check_fits(body.params, where)
     try:
         job = deps.store(request).submit(body.probe, body.params.model_dump(mode="json"), timeout,
-                                         settings.queue_limit, device=kind)
+                                         settings.queue_limit, device=kind, gpu=body.gpu)
     except store.QueueFull as e:
         raise QueueFull(e.limit) from None
     return Response(job_out(job).model_dump_json(), status_code=202, media_type="application/json",
