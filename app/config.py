@@ -41,6 +41,12 @@ class Settings(BaseSettings):
     take jobs, written "0,1"; default every GPU NVML reports. Without a GPU, one dispatcher
     runs jobs on the CPU."""
 
+    @field_validator("api_token", mode="before")
+    @classmethod
+    def _empty_is_none(cls, value: object) -> object:
+        # compose's `TALLY_API_TOKEN: ${TALLY_API_TOKEN:-}` passes "" for "not set".
+        return None if isinstance(value, str) and not value.strip() else value
+
     @field_validator("gpus", mode="before")
     @classmethod
     def _gpu_list(cls, value: object) -> object:

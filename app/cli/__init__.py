@@ -1,0 +1,37 @@
+"""The `tally` command. Each subcommand lives in its own module here and offers two
+functions: `add(commands, name, help)` registers its parser, `run(args)` runs it and
+returns the exit status. Each keeps its heavy imports (the app, torch-free as it is)
+inside `run`, so `tally --help` and `tally healthcheck` stay quick.
+
+Exit status: 0 success, 1 the work failed (a probe that failed, a server that did
+not answer), 2 bad usage or input (argparse's own convention).
+"""
+
+import argparse
+import importlib
+
+# name -> (module, one-line help). The order is the order `tally --help` lists them.
+COMMANDS = {
+    "serve": ("app.cli.serve", "serve the API and dashboard, with one embedded job dispatcher per GPU"),
+    "worker": ("app.cli.worker", "run queued benchmark jobs against the server's database (no HTTP)"),
+    "healthcheck": ("app.cli.healthcheck", "exit 0 when the local server answers /healthz "
+                                           "(the Docker HEALTHCHECK; needs no curl)"),
+}
+
+
+def parser() -> argparse.ArgumentParser:
+    cli = argparse.ArgumentParser(
+        prog="tally",
+        description="Tally: deep-learning resource accounting. FLOPs, bytes and seconds a model costs "
+                    "to train, and how close this box's device comes to its vendor's peaks.",
+        epilog="Settings come from TALLY_* environment variables or a .env file (see the README). "
+               "`tally COMMAND --help` describes each command.")
+    commands = cli.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, (module, help_text) in COMMANDS.items():
+        importlib.import_module(module).add(commands, name, help_text)
+    return cli
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    return importlib.import_module(COMMANDS[args.command][0]).run(args)

@@ -1,0 +1,17 @@
+"""`tally serve`: the server, with its embedded dispatchers unless TALLY_EMBEDDED_WORKER=false."""
+
+import argparse
+
+
+def add(commands: argparse._SubParsersAction, name: str, help_text: str) -> None:
+    commands.add_parser(
+        name, help=help_text, description=(
+            "Serve the JSON API (/api/v1), the dashboard (/) and /healthz, /readyz, /metrics on "
+            "TALLY_HOST:TALLY_PORT. With TALLY_EMBEDDED_WORKER=true (the default) it also runs the job "
+            "dispatchers, one per GPU; set it false and run `tally worker` beside it instead."),
+        epilog="Every setting is a TALLY_* environment variable (or .env line); see the README.")
+
+
+def run(args: argparse.Namespace) -> int:
+    from app.__main__ import main as serve
+    return serve()

@@ -1,0 +1,82 @@
+"""Logs and start-up: JSON lines on request, a job id on every line about a job, never the
+API token; a bad setting stops the process with a message naming it."""
+
+import json
+import logging
+import subprocess
+import sys
+import time
+
+import httpx
+
+from app import logs
+from tests.live import ROOT, serve
+
+TOKEN = "tk-9f2c1e77-do-not-log"
+
+
+def test_a_real_server_logs_json_with_job_ids_and_never_the_token(tmp_path):
+    env = {"TALLY_LOG_FORMAT": "json", "TALLY_API_TOKEN": TOKEN, "TALLY_DATABASE_PATH": str(tmp_path / "t.db"),
+           "TALLY_LOG_LEVEL": "info"}
+    with serve([sys.executable, "-m", "app"], env, tmp_path / "server.log") as live:
+        body = {"probe": "matmul", "params": {"sweep": "custom", "shapes": [{"m": 16, "k": 16, "n": 16}],
+                                              "dtypes": ["float32"], "device": "cpu"}}
+        auth = {"Authorization": f"Bearer {TOKEN}"}
+        job = httpx.post(f"{live.url}/api/v1/jobs", json=body, headers=auth, timeout=10)
+        assert job.status_code == 202, job.text
+        job_id = job.json()["id"]
+        # A client that puts the token in a URL: the access line must still not show it.
+        httpx.get(f"{live.url}/api/v1/jobs", params={"token": TOKEN}, timeout=10)
+        deadline = time.monotonic() + 120
+        while httpx.get(f"{live.url}/api/v1/jobs/{job_id}", timeout=10).json()["status"] != "succeeded":
+            assert time.monotonic() < deadline, live.log()
+            time.sleep(0.2)
+    text = live.log()
+    assert TOKEN not in text
+    lines = [json.loads(line) for line in text.splitlines()]
+    about_job = [line for line in lines if line["logger"] == "tally.jobs" and "dispatcher" not in line["message"]]
+    assert {line.get("job_id") for line in about_job} == {job_id}, about_job
+    assert any(line["message"].startswith("started") for line in about_job)
+    assert any(line["message"] == "ended: succeeded" for line in about_job)
+    access = [line for line in lines if line["logger"] == "uvicorn.access"]
+    assert any({"method": "POST", "path": "/api/v1/jobs", "status": 202}.items() <= line.items()
+               for line in access), access
+    assert any(logs.REDACTED in line["path"] for line in access)
+
+
+def record(message: str, *args, **extra) -> logging.LogRecord:
+    rec = logging.LogRecord("tally.jobs", logging.INFO, __file__, 1, message, args, None)
+    rec.__dict__.update(extra)
+    return rec
+
+
+def test_human_lines_show_the_job_id_and_hide_the_token():
+    human = logs.HumanFormatter(secrets=(TOKEN,))
+    line = human.format(record("started: probe=%s", "matmul", job_id=7))
+    assert line.endswith("INFO tally.jobs job=7: started: probe=matmul"), line
+    hidden = human.format(record("header was %s", f"Bearer {TOKEN}"))
+    assert TOKEN not in hidden and logs.REDACTED in hidden
+    assert "job=" not in hidden
+
+
+def test_json_lines_carry_the_job_id_as_a_field():
+    line = json.loads(logs.JsonFormatter(secrets=(TOKEN,)).format(record("ended: %s", "oom", job_id=12)))
+    assert (line["job_id"], line["message"], line["level"], line["logger"]) == (12, "ended: oom", "info",
+                                                                                "tally.jobs")
+
+
+def start(argv: list[str], **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, env={"PATH": "/usr/bin:/bin", **env}, cwd=ROOT, capture_output=True, text=True,
+                          timeout=60)
+
+
+def test_a_bad_setting_stops_start_up_naming_it(tmp_path):
+    db = str(tmp_path / "t.db")
+    cases = {"TALLY_PORT": "99999", "TALLY_LOG_FORMAT": "xml", "TALLY_GPUS": "0,x", "TALLY_QUEUE_LIMIT": "0"}
+    for name, value in cases.items():
+        for argv in ([sys.executable, "-m", "app"], [sys.executable, "-m", "app.cli", "worker"]):
+            done = start(argv, TALLY_DATABASE_PATH=db, **{name: value})
+            assert done.returncode == 2, (argv, name, done.stderr)
+            assert f"invalid setting {name}" in done.stderr and "Traceback" not in done.stderr, done.stderr
+    crossed = start([sys.executable, "-m", "app"], TALLY_DATABASE_PATH=db, TALLY_JOB_TIMEOUT_S="7200")
+    assert crossed.returncode == 2 and "TALLY_JOB_TIMEOUT_S" in crossed.stderr, crossed.stderr
