@@ -6,6 +6,7 @@ the fault child reports what it saw, as a probe's torch would.
 
 import sqlite3
 import threading
+from urllib.parse import urlencode
 
 from app.config import Settings
 from app.jobs.dispatcher import Dispatcher
@@ -126,3 +127,20 @@ def test_gpu_gauges_carry_the_gpu_index(tmp_path):
     text = Metrics(Store(tmp_path / "m.db"), lambda: readings).exposition().decode()
     assert 'tally_gpu_power_watts{gpu="0"} 300.5' in text
     assert 'tally_gpu_power_watts{gpu="1"} 120.0' in text
+
+
+def test_the_launch_form_offers_each_gpu_and_passes_the_choice_on(tmp_path):
+    api = Api(create_app(Settings(database_path=tmp_path / "tally.db", gpus=[0, 1])))
+    try:
+        page = api.get("/benchmarks").text
+        assert '<select id="gpu" name="gpu"' in page and page.count('<option value="1">1: ') == 1
+        form = {"probe": "bandwidth", "gpu": "1"}
+        launched = api.post("/ui/benchmarks/launch", content=urlencode(form),
+                            headers={"content-type": "application/x-www-form-urlencoded"})
+        assert launched.status_code == 200 and "Job #1" in launched.text, launched.text
+        assert api.get(f"{JOBS}/1").json()["gpu"] == 1
+        refused = api.post("/ui/benchmarks/launch", content=urlencode(form | {"gpu": "5"}),
+                           headers={"content-type": "application/x-www-form-urlencoded"})
+        assert "GPU 5 is not served here" in refused.text
+    finally:
+        api.close()

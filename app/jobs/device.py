@@ -9,7 +9,7 @@ import platform
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from app.accounting import hardware
@@ -26,7 +26,8 @@ class DeviceInfo:
     catalogue_id: str | None
     """The hardware catalogue's entry for this device; null when it is not listed."""
     index: int | None
-    """The GPU's index as NVML numbers it (PCI bus order); null for the CPU."""
+    """The GPU's index as NVML numbers it (PCI bus order); null for the CPU (`note` explains one
+    that TALLY_GPUS names but NVML lacks)."""
     memory_bytes: int | None
     """Total device memory (host memory on CPU), bytes."""
     memory_used_bytes: int | None
@@ -139,6 +140,16 @@ def describe(index: int = 0) -> DeviceInfo:
             info = (_describe_gpu(nvml, index) if nvml is not None else None) or host()
         cached = _cache[index] = (now, info)
     return cached[1]
+
+
+def describe_served(index: int) -> DeviceInfo:
+    """GPU `index` as a dispatcher serves it: where NVML has no such GPU (TALLY_GPUS naming one
+    the box lacks), the host, still under that index, saying so."""
+    info = describe(index)
+    if info.index == index:
+        return info
+    return replace(info, index=index, note=f"TALLY_GPUS names GPU {index}, which NVML does not report: "
+                                           "its jobs run on the CPU.")
 
 
 def gauges() -> dict[int, dict[str, float]]:

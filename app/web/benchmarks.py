@@ -38,16 +38,18 @@ def params_from(form: dict[str, str]) -> dict[str, Any]:
                 p[name] = bridge.number(form[name].strip())
         p["optimizer"] = form.get("optimizer", "adamw")
         p["precision"] = form.get("precision", "fp32")
-    return {"probe": probe, "params": p}
+    gpu = form.get("gpu", "").strip()
+    return {"probe": probe, "params": p} | ({"gpu": bridge.number(gpu)} if gpu else {})
 
 
 @router.get("/benchmarks", response_class=HTMLResponse)
 async def benchmarks(request: Request) -> HTMLResponse:
     device = await bridge.get(request, "/api/v1/device")
+    devices = await bridge.get(request, "/api/v1/devices")
     history = await bridge.get(request, "/api/v1/jobs?limit=25")
     return templates.TemplateResponse(request, "benchmarks.html", {
-        "device": device, "history": history["data"], "presets": PRESETS, "probes": PROBES,
-        "token_needed": request.app.state.settings.api_token is not None})
+        "device": device, "devices": devices, "history": history["data"], "presets": PRESETS,
+        "probes": PROBES, "token_needed": request.app.state.settings.api_token is not None})
 
 
 @router.post("/ui/benchmarks/launch", response_class=HTMLResponse)

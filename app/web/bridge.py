@@ -48,7 +48,7 @@ async def call(request: Request, path: str, json: dict[str, Any],
     return response.status_code, response.json()
 
 
-async def get(request: Request, path: str) -> dict[str, Any]:
+async def get(request: Request, path: str) -> Any:
     """GET from this very app's API. A page cannot show what the API refuses (an unknown
     job, say), so the API's 4xx becomes the page's, with the API's message."""
     transport = httpx.ASGITransport(app=request.app)

@@ -22,7 +22,7 @@ def devices(request: Request) -> Response:
     """Every device a job may run on: each GPU with a dispatcher (one per GPU, named by
     NVML's index in a job's `gpu`), or the host's CPU on a box without one."""
     served = admission.served_gpus(deps.settings(request).gpus)
-    return respond([dev.describe(index) for index in served] or [dev.host()])
+    return respond([dev.describe_served(index) for index in served] or [dev.host()])
 
 
 @router.get("/calibration", response_model=calib.Calibration)
