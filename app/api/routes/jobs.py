@@ -21,7 +21,7 @@ from app.api.errors import (
     NotFound,
     QueueFull,
 )
-from app.api.fields import Input, number
+from app.api.fields import Input, count, number
 from app.api.responses import respond
 from app.bench.results import ProbeResult
 from app.bench.specs import PARAMS
@@ -41,8 +41,8 @@ def _request_model(name: str, params: type) -> type[Input]:
         timeout_s=(number(ge=1, le=86_400) | None, Field(
             None, description="Hard time limit in seconds; default TALLY_JOB_TIMEOUT_S, at most "
                               "TALLY_JOB_TIMEOUT_MAX_S.")),
-        gpu=(int | None, Field(
-            None, ge=0, le=1023, description="Run on this GPU (NVML's index, GET /api/v1/devices) and "
+        gpu=(count(ge=0, le=1023) | None, Field(
+            None, description="Run on this GPU (NVML's index, GET /api/v1/devices) and "
                                              "no other; default the first GPU free.")),
     )
 
