@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: run worker test fuzz bench gpu-targets clean
+.PHONY: run worker test fuzz bench load gpu-targets clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +39,9 @@ fuzz: $(VENV)/.installed-test  # fresh random schemathesis cases, 1000 per opera
 
 bench: $(VENV)/.installed-test
 	$(BIN)/python bench/api_throughput.py
+
+load: $(VENV)/.installed  # 32 wrk clients on the calculators for 30 s while a CPU probe runs
+	$(BIN)/python bench/load.py
 
 gpu-targets: $(VENV)/.installed  # the worker's GPU targets; results under docs/measurements/
 	$(BIN)/python bench/gpu_targets.py
