@@ -16,8 +16,8 @@ TOKEN = "tk-9f2c1e77-do-not-log"
 
 
 def test_a_real_server_logs_json_with_job_ids_and_never_the_token(tmp_path):
-    env = {"TALLY_LOG_FORMAT": "json", "TALLY_API_TOKEN": TOKEN, "TALLY_DATABASE_PATH": str(tmp_path / "t.db"),
-           "TALLY_LOG_LEVEL": "info"}
+    env = {"TALLY_LOG_FORMAT": "json", "TALLY_API_TOKEN": TOKEN, "TALLY_LOG_LEVEL": "info",
+           "TALLY_DATABASE_PATH": str(tmp_path / "t.db")}
     with serve([sys.executable, "-m", "app"], env, tmp_path / "server.log") as live:
         body = {"probe": "matmul", "params": {"sweep": "custom", "shapes": [{"m": 16, "k": 16, "n": 16}],
                                               "dtypes": ["float32"], "device": "cpu"}}
@@ -34,7 +34,8 @@ def test_a_real_server_logs_json_with_job_ids_and_never_the_token(tmp_path):
     text = live.log()
     assert TOKEN not in text
     lines = [json.loads(line) for line in text.splitlines()]
-    about_job = [line for line in lines if line["logger"] == "tally.jobs" and "dispatcher" not in line["message"]]
+    about_job = [line for line in lines
+                 if line["logger"] == "tally.jobs" and "dispatcher" not in line["message"]]
     assert {line.get("job_id") for line in about_job} == {job_id}, about_job
     assert any(line["message"].startswith("started") for line in about_job)
     assert any(line["message"] == "ended: succeeded" for line in about_job)
@@ -66,8 +67,8 @@ def test_json_lines_carry_the_job_id_as_a_field():
 
 
 def start(argv: list[str], **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run(argv, env={"PATH": "/usr/bin:/bin", **env}, cwd=ROOT, capture_output=True, text=True,
-                          timeout=60)
+    return subprocess.run(argv, env={"PATH": "/usr/bin:/bin", **env}, cwd=ROOT, capture_output=True,
+                          text=True, timeout=60)
 
 
 def test_a_bad_setting_stops_start_up_naming_it(tmp_path):

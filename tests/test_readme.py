@@ -65,3 +65,14 @@ def test_readme_states_the_course_figures(api):
                                             "dtype": "bf16", "num_gpus": 1024, "mfu": 0.5})["days"]
     assert f"{days:.1f} days" in README
     assert "2,415,919,104 B = 2304 MiB" in README
+
+
+def test_readme_calc_examples_run(capsys):
+    """Every `tally calc` line of the README runs and prints the API's JSON."""
+    from app.cli import main
+
+    lines = [line for line in README.splitlines() if line.startswith("tally calc ")]
+    assert len(lines) >= 5
+    for line in lines:
+        assert main(shlex.split(line)[1:]) == 0, line
+        assert isinstance(json.loads(capsys.readouterr().out), (dict, list)), line

@@ -16,6 +16,10 @@ COMMANDS = {
     "worker": ("app.cli.worker", "run queued benchmark jobs against the server's database (no HTTP)"),
     "healthcheck": ("app.cli.healthcheck", "exit 0 when the local server answers /healthz "
                                            "(the Docker HEALTHCHECK; needs no curl)"),
+    "calc": ("app.cli.calc", "run any calculator of the JSON API here, JSON out (`tally calc --help` "
+                             "lists them)"),
+    "probe": ("app.cli.probe", "run one benchmark probe on this box's device, with a progress bar "
+                               "and a table"),
 }
 
 

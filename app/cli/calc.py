@@ -1,0 +1,164 @@
+"""`tally calc GROUP ACTION`: every calculator of the JSON API, from the shell.
+
+The commands are read from the API's route table (app/api/router.py), every /api/v1 route
+except the server's own jobs and device: GROUP is the path's first segment, ACTION the
+rest (flops transformer, memory max-model), or `list` and `get NAME` for the catalogue
+reads. A route's body model gives its options. Each call goes through the real routes and
+error handlers in process, so answers and messages are the HTTP API's, byte for byte.
+"""
+
+import argparse
+import inspect
+import sys
+import tempfile
+import urllib.parse
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from app.cli import options
+
+# Routes that need the server's job store or its device: not calculators.
+SERVER_ONLY = ("app.api.routes.jobs", "app.api.routes.device")
+EXAMPLES = """examples:
+  tally calc flops transformer --model llama3-8b --seq-len 8192 --causal halved
+  tally calc memory max-model --gpu h100-sxm --num-gpus 8 --precision fp32 --optimizer adamw
+  tally calc time training --params 70e9 --tokens 15e12 --gpu h100-sxm --num-gpus 1024 --mfu 0.5
+  tally calc dtypes encode --value 0.15625 --dtype float32
+  tally calc models import --json @config.json
+  tally calc hardware get h100-sxm"""
+
+
+def add(commands: argparse._SubParsersAction, name: str, help_text: str) -> None:
+    options.add_deferred(commands, name, help_text)
+
+
+@dataclass
+class Calculator:
+    group: str
+    action: str
+    method: str
+    path: str
+    """Under /api/v1, with {placeholders} for the path parameters."""
+    summary: str
+    description: str
+    path_params: list[str]
+    query_params: list[str]
+    body: type | None
+    """The body's pydantic model; None when the body is free-form JSON or there is none."""
+    takes_body: bool
+    body_help: str
+
+
+def calculators() -> list[Calculator]:
+    """One per calculator route, sorted by group and action (as `tally calc --help` lists them)."""
+    from pydantic import BaseModel
+
+    from app.api.router import MODULES, PREFIX
+
+    found = []
+    for module in MODULES:
+        if module.__name__ in SERVER_ONLY:
+            continue
+        for route in module.router.routes:
+            (method,) = route.methods
+            parts = [p for p in route.path.split("/") if p]
+            path_params = [p.name for p in route.dependant.path_params]
+            action = "-".join(p for p in parts[1:] if not p.startswith("{"))
+            if not action:
+                action = ("get" if path_params else "list") if method == "GET" else method.lower()
+            bodies = route.dependant.body_params
+            model = bodies[0].field_info.annotation if len(bodies) == 1 else None
+            description = inspect.cleandoc(route.description or "")
+            found.append(Calculator(
+                group=parts[0], action=action, method=method, path=PREFIX + route.path,
+                summary=route.summary or description.split("\n\n")[0].replace("\n", " "),
+                description=description, path_params=path_params,
+                query_params=[p.name for p in route.dependant.query_params],
+                body=model if isinstance(model, type) and issubclass(model, BaseModel) else None,
+                takes_body=bool(bodies),
+                body_help=(bodies[0].field_info.description or "") if bodies else ""))
+    return sorted(found, key=lambda c: (c.group, c.action))
+
+
+def _listing(calcs: list[Calculator]) -> str:
+    width = max(len(f"{c.group} {c.action}") for c in calcs) + 2
+    return "\n".join(f"  {c.group + ' ' + c.action:<{width}}{c.summary}" for c in calcs)
+
+
+def parser(calcs: list[Calculator]) -> argparse.ArgumentParser:
+    from app.api.router import MODULES
+
+    raw = argparse.RawDescriptionHelpFormatter
+    cli = argparse.ArgumentParser(
+        prog="tally calc", formatter_class=raw,
+        description=options.wrap(
+            "Run a calculator of the JSON API (/api/v1) here, without a server: the response JSON on "
+            "stdout, indented (--compact: one line, as the API sent it). A refused request prints "
+            "the API's error JSON, {\"message\", \"detail\"}, on stderr and exits 2.") + "\n\n"
+            "calculators (`tally calc GROUP ACTION --help` lists each one's options):\n" + _listing(calcs),
+        epilog=EXAMPLES)
+    groups = cli.add_subparsers(dest="group", required=True, metavar="GROUP")
+    docs = {m.__name__.rsplit(".", 1)[-1]: (m.__doc__ or "").strip().split("\n")[0] for m in MODULES}
+    by_group: dict[str, argparse._SubParsersAction] = {}
+    for calc in calcs:
+        if calc.group not in by_group:
+            group = groups.add_parser(calc.group, help=docs.get(calc.group), description=docs.get(calc.group))
+            by_group[calc.group] = group.add_subparsers(dest="action", required=True, metavar="ACTION")
+        sub = by_group[calc.group].add_parser(
+            calc.action, help=calc.summary, formatter_class=raw,
+            description=f"{calc.method} {calc.path}\n\n{calc.description}",
+            epilog=options.wrap(options.VALUES_HELP) if calc.takes_body else None)
+        for name in calc.path_params:
+            listed = f" (`tally calc {calc.group} list` lists them)" if calc.action == "get" else ""
+            sub.add_argument(name, metavar=name.upper(), help=f"the {{{name}}} of {calc.path}{listed}")
+        for name in calc.query_params:
+            sub.add_argument(f"--{name.replace('_', '-')}", dest=f"query:{name}", help="query parameter")
+        fields = [] if calc.body is None else options.add_fields(sub, calc.body, f"body fields ({calc.path})")
+        sub.set_defaults(calc=calc, fields=fields)
+        if calc.takes_body:
+            options.add_json(sub, "the whole request body", "" if calc.body else calc.body_help)
+        sub.add_argument("--compact", action="store_true", help="one line: the API's JSON as it came")
+    return cli
+
+
+class _StoreOnDemand:
+    """app.state.store for the calculators: only `mfu: "measured"` reads it, to find this
+    device's calibration. That reads TALLY_DATABASE_PATH when it exists; otherwise an empty
+    store in a temporary directory, so a calculation never creates a database file."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self._store, self._tmp = path, None, None
+
+    def __getattr__(self, name: str) -> Any:
+        from app.jobs.store import Store
+
+        if self._store is None:
+            if self.path.exists():
+                self._store = Store(self.path)
+            else:
+                self._tmp = tempfile.TemporaryDirectory(prefix="tally-calc-")
+                self._store = Store(Path(self._tmp.name) / "empty.db")
+        return getattr(self._store, name)
+
+
+def run(args: argparse.Namespace) -> int:
+    from app.config import get_settings
+
+    cli = parser(calculators())
+    opts = cli.parse_args(args.argv)
+    calc: Calculator = opts.calc
+    settings = get_settings()
+    app = options.api_app(settings, _StoreOnDemand(settings.database_path))
+    path = calc.path
+    for name in calc.path_params:
+        path = path.replace(f"{{{name}}}", urllib.parse.quote(getattr(opts, name), safe=""))
+    query = {n: v for n in calc.query_params if (v := vars(opts)[f"query:{n}"]) is not None}
+    content = None
+    if calc.takes_body:
+        raw = None if opts.json is None else options.read_json(cli, opts.json)
+        content = options.merge(raw, options.given(opts, opts.fields))
+    response = options.call(app, calc.method, path, content, query or None)
+    ok = response.status_code < 300
+    options.print_json(response.text, opts.compact, sys.stdout if ok else sys.stderr)
+    return options.exit_status(response.status_code)

@@ -1,0 +1,292 @@
+"""`tally probe PROBE`: one benchmark probe on this box's device, in the terminal.
+
+It goes the server's way: the job is submitted through the real POST /api/v1/jobs route
+(same validation, admission and time limit, same messages) into a private job store in a
+temporary directory, and a Dispatcher runs it in a fresh `python -m app.bench.child`, with
+its timeout, kill, oom and crash handling. This process only follows the job's row: a
+progress bar while it runs, then a table of measurements beside the calculators' predictions.
+"""
+
+import argparse
+import json
+import logging
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from app.cli import options
+
+SUMMARY = {
+    "matmul": "TFLOP/s and MFU of (m, k) @ (k, n) per shape and dtype",
+    "bandwidth": "device memory bandwidth, a device-to-device copy, beside the catalogue's",
+    "transfer": "host <-> device copies, pageable and pinned, by size",
+    "train_step": "one training step: phase times, tokens/s, MFU, peak memory measured vs predicted",
+}
+EXAMPLES = """examples:
+  tally probe matmul --sweep quick --dtypes bfloat16,float32
+  tally probe matmul --sweep custom --shapes '[{"m": 64, "k": 32, "n": 16}]' --dtypes float32
+  tally probe train_step --model gpt2 --batch-size 2 --seq-len 128 --optimizer adamw
+  tally probe bandwidth --output json"""
+POLL_S = 0.1  # how often the job's row is read for the progress bar
+
+
+def add(commands: argparse._SubParsersAction, name: str, help_text: str) -> None:
+    options.add_deferred(commands, name, help_text)
+
+
+def parser() -> argparse.ArgumentParser:
+    from app.bench.specs import PARAMS
+    from app.config import get_settings
+
+    settings = get_settings()
+    raw = argparse.RawDescriptionHelpFormatter
+    cli = argparse.ArgumentParser(
+        prog="tally probe", formatter_class=raw,
+        description=options.wrap(
+            "Run one benchmark probe on this box (CUDA when there is a GPU, else the CPU at small sizes) "
+            "in a fresh child process, as the server's worker does; a progress bar on stderr, then a "
+            "table on stdout (--output json: the whole result). Exit 0 when it succeeded, 1 when it "
+            "failed, timed out, ran out of memory or crashed, 2 when the parameters are refused (the "
+            "API's error JSON on stderr), 130 on Ctrl-C (the child is stopped). `tally probe PROBE "
+            "--help` lists each probe's parameters."),
+        epilog=EXAMPLES)
+    probes = cli.add_subparsers(dest="probe", required=True, metavar="PROBE")
+    for name, model in PARAMS.items():
+        sub = probes.add_parser(name, help=SUMMARY.get(name), formatter_class=raw,
+                                description=f"The {name} probe: {SUMMARY.get(name, name)}.",
+                                epilog=options.wrap(options.VALUES_HELP))
+        fields = options.add_fields(sub, model, "probe parameters (`params` of POST /api/v1/jobs)")
+        options.add_json(sub, "the whole params object")
+        running = sub.add_argument_group("running")
+        running.add_argument("--timeout", type=options.value, metavar="SECONDS", help=(
+            f"hard time limit (default TALLY_JOB_TIMEOUT_S, {settings.job_timeout_s:g}; at most "
+            f"TALLY_JOB_TIMEOUT_MAX_S, {settings.job_timeout_max_s:g})"))
+        running.add_argument("--gpu", type=options.value, metavar="INDEX", help=(
+            "run on this GPU (NVML's index; the child sees it alone, as CUDA_VISIBLE_DEVICES); default "
+            "the first GPU served (TALLY_GPUS, else every GPU)"))
+        running.add_argument("--output", choices=("table", "json"), default="table",
+                             help="table (default), or the whole result as JSON")
+        sub.set_defaults(fields=fields)
+    return cli
+
+
+def run(args: argparse.Namespace) -> int:
+    from app.config import get_settings
+    from app.jobs import admission
+    from app.jobs.dispatcher import Dispatcher
+    from app.jobs.store import Store
+
+    cli = parser()
+    opts = cli.parse_args(args.argv)
+    params: Any = {}
+    if opts.json is not None:
+        try:
+            params = json.loads(options.read_json(cli, opts.json))
+        except ValueError as exc:
+            cli.error(f"--json: malformed JSON: {exc}")
+    given = options.given(opts, opts.fields)
+    params = params | given if isinstance(params, dict) else params
+    body = {"probe": opts.probe, "params": params}
+    body |= {key: v for key, v in (("timeout_s", opts.timeout), ("gpu", opts.gpu)) if v is not None}
+    with tempfile.TemporaryDirectory(prefix="tally-probe-") as tmp:
+        private = {"database_path": Path(tmp) / "jobs.db", "api_token": None}
+        settings = get_settings().model_copy(update=private)
+        store = Store(settings.database_path)
+        response = options.call(options.api_app(settings, store), "POST", "/api/v1/jobs", json.dumps(body))
+        if response.status_code != 202:
+            options.print_json(response.text, False, sys.stderr)
+            return options.exit_status(response.status_code)
+        job = response.json()
+        # As the server's dispatchers do: a job naming a GPU runs there; one naming none on the first
+        # GPU served, which admission sized it against (on a box without a GPU, on the CPU).
+        served = admission.served_gpus(settings.gpus)
+        gpu = job["gpu"] if job["gpu"] is not None else served[0] if served else None
+        where = job["device"] if gpu is None or job["device"] == "cpu" else f"GPU {gpu}"
+        print(f"{opts.probe} on {where}, time limit {job['timeout_s']:g} s", file=sys.stderr)
+        _quiet_dispatcher()
+        dispatcher = Dispatcher(store, "tally-probe", poll_s=POLL_S, gpu=gpu)
+        dispatcher.start()
+        try:
+            row = _follow(store, job["id"])
+        except KeyboardInterrupt:
+            # A second Ctrl-C during stop() ends this process; the child then reads end-of-file
+            # on its stdin and exits by itself (app/bench/child.py).
+            dispatcher.stop()
+            print("tally probe: interrupted; the probe's process was stopped", file=sys.stderr)
+            return 130
+        dispatcher.stop()
+    return _report(row, opts.output)
+
+
+def _quiet_dispatcher() -> None:
+    """The dispatcher's log lines (a timeout, a protocol error) would repeat what _report says;
+    without a handler of their own, Python's last-resort handler prints them on stderr."""
+    log = logging.getLogger("tally.jobs")
+    if not any(isinstance(h, logging.NullHandler) for h in log.handlers):
+        log.addHandler(logging.NullHandler())
+
+
+def _follow(store: Any, job_id: int) -> Any:
+    """Poll the job's row until it ends, drawing its progress on stderr when that is a terminal
+    (in a pipe or a log file, nothing: no frames, no final line)."""
+    from rich import progress
+    from rich.console import Console
+
+    console = Console(stderr=True)
+    columns = (progress.SpinnerColumn(), progress.TextColumn("{task.description}"), progress.BarColumn(),
+               progress.MofNCompleteColumn(), progress.TimeElapsedColumn())
+    with progress.Progress(*columns, console=console, transient=True, disable=not console.is_terminal) as bar:
+        task = bar.add_task("starting the probe's process", total=None)
+        while True:
+            row = store.get(job_id)
+            if row.progress_total:
+                bar.update(task, total=row.progress_total, completed=row.progress_done,
+                           description=row.progress_message or row.probe)
+            if row.terminal:
+                return row
+            time.sleep(POLL_S)
+
+
+def _report(row: Any, output: str) -> int:
+    if row.status != "succeeded":
+        error = row.error or {}
+        print(f"tally probe: {row.status}: {error.get('type')}: {error.get('message')}", file=sys.stderr)
+        detail = error.get("detail") or {}
+        if detail.get("stderr_tail"):
+            print("the child's last stderr:\n" + detail["stderr_tail"].rstrip(), file=sys.stderr)
+        elif detail:
+            print(json.dumps(detail), file=sys.stderr)
+        if output == "json":
+            options.print_json(json.dumps({"status": row.status, "error": row.error}), False)
+        return 1
+    if output == "json":
+        options.print_json(json.dumps(row.result), False)
+        return 0
+    from rich.console import Console
+
+    # Not a terminal: rich would fold the tables at 80 columns; a file or a pipe has no width.
+    console = Console(width=None if sys.stdout.isatty() else 200)
+    for part in TABLES.get(row.probe, _as_json)(row.result):
+        console.print(part)
+    return 0
+
+
+# --- tables: seconds shown as ms, GB = 10^9 bytes ---------------------------------------------------
+
+def _g(x: float | None, digits: int = 4) -> str:
+    """Four significant figures; whole numbers with separators from 10,000 up, never 1.1e+04."""
+    if x is None:
+        return "-"
+    return f"{x:,.0f}" if abs(x) >= 10_000 else f"{x:.{digits}g}"
+
+
+def _ms(seconds: float | None) -> str:
+    return _g(None if seconds is None else seconds * 1e3)
+
+
+def _pct(fraction: float | None) -> str:
+    return "-" if fraction is None else f"{fraction * 100:.1f}"
+
+
+def _flops_unit(largest: float) -> tuple[str, float]:
+    """TFLOP/s on a GPU; GFLOP/s where nothing reaches 1 TFLOP/s (a CPU at small sizes)."""
+    return ("TFLOP/s", 1e12) if largest >= 1e12 else ("GFLOP/s", 1e9)
+
+
+def _per(x: float | None, scale: float) -> str:
+    return _g(None if x is None else x / scale)
+
+
+def _table(headers: list[str], rows: list[list[str]], text_columns: int = 1) -> Any:
+    """Text in the first text_columns columns, left-aligned; numbers right-aligned."""
+    from rich.table import Table
+
+    table = Table()
+    for i, header in enumerate(headers):
+        table.add_column(header, justify="left" if i < text_columns else "right")
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
+def _where(result: dict) -> str:
+    env = result["environment"]
+    return f"{result['probe']} on {env['device_name']} ({env['device']}), torch {env['torch_version']}"
+
+
+def _skipped(result: dict) -> list[str]:
+    return [f"skipped {s['what']}: {s['reason']}" for s in result.get("skipped", [])]
+
+
+def _matmul(result: dict) -> list:
+    points = result["points"]
+    unit, scale = _flops_unit(max([p["best_flop_per_sec"] for p in points] + [p["peak_flop_per_sec"] or 0
+                                                                             for p in points]))
+    best = {(p["m"], p["k"], p["n"], p["dtype"]) for p in result["best"].values()}
+    rows = [[f"{p['m']}x{p['k']}x{p['n']}" + (" *" if (p["m"], p["k"], p["n"], p["dtype"]) in best else ""),
+             p["dtype"], f"{p['flops']:,}", _ms(p["time"]["median"]), _ms(p["time"]["best"]),
+             _ms(p["predicted_seconds_at_peak"]), _per(p["flop_per_sec"], scale),
+             _per(p["best_flop_per_sec"], scale), _per(p["peak_flop_per_sec"], scale), _pct(p["mfu"])]
+            for p in points]
+    headers = ["m x k x n", "dtype", "FLOPs", "median ms", "best ms", "at peak ms", unit, f"best {unit}",
+               f"peak {unit}", "MFU %"]
+    return [_where(result), _table(headers, rows, 2), "* the best shape per dtype (median FLOP/s); "
+            "at peak: the time at the catalogue's dense peak", *_skipped(result)]
+
+
+def _bandwidth(result: dict) -> list:
+    r = result
+    percent = r["percent_of_catalogue"]
+    row = [f"{r['size_bytes'] / 2**20:,.0f}", f"{r['bytes_moved'] / 1e9:.4g}", _ms(r["time"]["median"]),
+           _ms(r["predicted_seconds"]), _g(r["gb_per_sec"]), _g(r["best_gb_per_sec"]),
+           _g(r["catalogue_gb_per_sec"]), "-" if percent is None else f"{percent:.1f}"]
+    headers = ["buffer MiB", "moved GB", "median ms", "at catalogue ms", "GB/s", "best GB/s",
+               "catalogue GB/s", "% of catalogue"]
+    return [_where(r), _table(headers, [row], 0)]
+
+
+def _transfer(result: dict) -> list:
+    rows = [[f"{p['size_bytes'] / 1024:,.0f}", p["direction"].replace("_", " "), p["host_memory"],
+             "yes" if p["non_blocking"] else "no", _ms(p["time"]["median"]), _g(p["gb_per_sec"]),
+             _g(p["best_gb_per_sec"])] for p in result["points"]]
+    headers = ["size KiB", "direction", "host memory", "non_blocking", "median ms", "GB/s", "best GB/s"]
+    return [_where(result), _table(headers, rows, 0), result["note"], *_skipped(result)]
+
+
+def _train_step(result: dict) -> list:
+    r = result
+    where = (f"{_where(r)}: {r['model']} ({r['params']:,} params), batch {r['batch_size']} x seq "
+             f"{r['seq_len']}, {r['optimizer']}, {r['precision']}")
+    phases = [[name.replace("_", " "), _ms(r[name]["median"]), _ms(r[name]["p20"]), _ms(r[name]["p80"]),
+               _ms(r[name]["best"]), str(r[name]["iterations"])]
+              for name in ("step", "forward", "backward", "optimizer_step")]
+    unit, scale = _flops_unit(max(r["achieved_flop_per_sec"], r["peak_flop_per_sec"] or 0))
+    rates = [["tokens/s", _g(r["tokens_per_sec"])], ["FLOPs/step (exact)", f"{r['flops_per_step']:,}"],
+             ["FLOPs/step (6ND)", f"{r['flops_per_step_6nd']:,.0f}"],
+             [f"achieved {unit}", _per(r["achieved_flop_per_sec"], scale)],
+             [f"peak {unit}", _per(r["peak_flop_per_sec"], scale)], ["MFU %", _pct(r["mfu"])],
+             ["loss first -> last", f"{r['loss_first']:.4g} -> {r['loss_last']:.4g}"]]
+    mem = r["memory"]
+    largest = max(mem["predicted"]["total"], mem["measured_peak_allocated"])
+    unit, scale = next((u, s) for u, s in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 1024), ("bytes", 1))
+                       if largest >= s)
+    memory = [[name.replace("_", " "), _per(n, scale), "", ""] for name, n in mem["predicted"].items()
+              if name != "total"]
+    memory.append(["peak (total)", _per(mem["predicted"]["total"], scale),
+                   _per(mem["measured_peak_allocated"], scale), _g(mem["relative_error"] * 100, 3)])
+    if mem["measured_reserved"] is not None:
+        memory.append(["reserved by the allocator", "", _per(mem["measured_reserved"], scale), ""])
+    return [where, _table(["phase", "median ms", "p20 ms", "p80 ms", "best ms", "runs"], phases),
+            "throughput", _table(["", "value"], rates),
+            "peak memory", _table(["bytes", f"predicted {unit}", f"measured {unit}", "error %"], memory),
+            f"measured: {mem['method']}; error = predicted / measured - 1",
+            *(f"assumes {a}" for a in r["assumptions"])]
+
+
+def _as_json(result: dict) -> list:
+    return [json.dumps(result, indent=2)]
+
+
+TABLES = {"matmul": _matmul, "bandwidth": _bandwidth, "transfer": _transfer, "train_step": _train_step}
