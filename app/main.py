@@ -53,7 +53,7 @@ def dispatchers(store: Store, settings: Settings) -> list[Dispatcher]:
     """One dispatcher per GPU served (TALLY_GPUS, or every GPU NVML sees), so jobs on different
     GPUs run side by side and never two on one; one CPU dispatcher on a box without a GPU."""
     base = settings.worker_id or socket.gethostname()
-    gpus = settings.gpus if settings.gpus is not None else device.gpu_indices()
+    gpus = device.served_gpus(settings.gpus)
     if not gpus:
         return [Dispatcher(store, base)]
     return [Dispatcher(store, f"{base}:gpu{index}", gpu=index) for index in gpus]

@@ -74,7 +74,7 @@ def parser() -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     from app.config import get_settings
-    from app.jobs import admission
+    from app.jobs import device
     from app.jobs.dispatcher import Dispatcher
     from app.jobs.store import Store
 
@@ -101,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
         job = response.json()
         # As the server's dispatchers do: a job naming a GPU runs there; one naming none on the first
         # GPU served, which admission sized it against (on a box without a GPU, on the CPU).
-        served = admission.served_gpus(settings.gpus)
+        served = device.served_gpus(settings.gpus)
         gpu = job["gpu"] if job["gpu"] is not None else served[0] if served else None
         where = job["device"] if gpu is None or job["device"] == "cpu" else f"GPU {gpu}"
         print(f"{opts.probe} on {where}, time limit {job['timeout_s']:g} s", file=sys.stderr)

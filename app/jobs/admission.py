@@ -25,15 +25,10 @@ BANDWIDTH_DEFAULT = {"cuda": 2**30, "cpu": 64 * 2**20}
 TRANSFER_DEFAULT_MAX = {"cuda": 2**30, "cpu": 16 * 2**20}
 
 
-def served_gpus(configured: list[int] | None) -> list[int]:
-    """The GPUs jobs may name: TALLY_GPUS when set, else every GPU NVML sees."""
-    return list(configured) if configured is not None else dev.gpu_indices()
-
-
 def device_for(gpu: int | None, params: ProbeParams, configured: list[int] | None) -> DeviceInfo:
     """The device a job naming `gpu` (None: any) will run on; InvalidInput naming `gpu` when
     this box does not serve it. A job naming no GPU is sized against the first one served."""
-    served = served_gpus(configured)
+    served = dev.served_gpus(configured)
     if gpu is None:
         return dev.describe(served[0]) if served else dev.host()
     if params.device == "cpu":

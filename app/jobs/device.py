@@ -99,6 +99,12 @@ def gpu_indices() -> list[int]:
             return []
 
 
+def served_gpus(configured: list[int] | None) -> list[int]:
+    """The GPUs that get a dispatcher each and that jobs may name: TALLY_GPUS when set, else
+    every GPU NVML sees; empty on a box without one."""
+    return list(configured) if configured is not None else gpu_indices()
+
+
 def _describe_gpu(nvml: Any, index: int) -> DeviceInfo | None:
     try:
         count = nvml.nvmlDeviceGetCount()

@@ -4,7 +4,6 @@ from fastapi import APIRouter, Request, Response
 
 from app.api import deps
 from app.api.responses import respond
-from app.jobs import admission
 from app.jobs import calibration as calib
 from app.jobs import device as dev
 
@@ -21,7 +20,7 @@ async def device() -> Response:
 def devices(request: Request) -> Response:
     """Every device a job may run on: each GPU with a dispatcher (one per GPU, named by
     NVML's index in a job's `gpu`), or the host's CPU on a box without one."""
-    served = admission.served_gpus(deps.settings(request).gpus)
+    served = dev.served_gpus(deps.settings(request).gpus)
     return respond([dev.describe_served(index) for index in served] or [dev.host()])
 
 
