@@ -16,7 +16,7 @@ from app import __version__
 from app.api import errors
 from app.api.router import include_api
 from app.config import Settings, get_settings
-from app.jobs import device
+from app import device
 from app.jobs.dispatcher import Dispatcher
 from app.jobs.store import Store
 from app.ops.metrics import Metrics, RequestMetrics

@@ -249,7 +249,7 @@ def test_top_level_help_does_not_load_the_calculators_or_the_probes():
             main(["--help"])
         except SystemExit:
             pass
-        print(sorted(m for m in ("app.api.router", "app.bench.specs", "rich") if m in sys.modules))
+        print(sorted(m for m in ("app.api.router", "app.contract.params", "rich") if m in sys.modules))
     """)
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT,
                             timeout=60)

@@ -10,7 +10,7 @@ import pytest
 from pydantic import SecretStr
 
 from app.config import Settings
-from app.jobs import device
+from app import device
 from app.jobs.dispatcher import Dispatcher
 from app.main import create_app
 from tests.conftest import Api, assert_names_field

@@ -12,7 +12,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from app.accounting.models import TransformerConfig
 from app.bench import bandwidth, matmul, train_step, transfer
 from app.bench.models import RMSNorm, Transformer
-from app.bench.specs import MatmulParams, matmul_shapes
+from app.contract.params import MatmulParams, matmul_shapes
 from app.bench.timer import Timer, summarize
 
 QUICK = {"warmup_s": 0.01, "measure_s": 0.01, "min_iters": 3, "max_iters": 5}
@@ -75,10 +75,10 @@ def test_matmul_on_cpu_reports_exact_flops_and_no_mfu():
 
 def test_matmul_default_sweeps_on_cpu():
     params = MatmulParams.model_validate({})
-    assert matmul_shapes(params, cuda=False) == [(128, 128, 128), (256, 256, 256), (512, 512, 512)]
-    assert matmul_shapes(params, cuda=True)[-1] == (16384, 16384, 16384)
+    assert matmul_shapes(params, "cpu") == [(128, 128, 128), (256, 256, 256), (512, 512, 512)]
+    assert matmul_shapes(params, "cuda")[-1] == (16384, 16384, 16384)
     quick = MatmulParams.model_validate({"sweep": "quick"})
-    shapes = matmul_shapes(quick, cuda=True)
+    shapes = matmul_shapes(quick, "cuda")
     assert shapes[0] == (256, 4096, 4096) and shapes[-1] == (4096, 4096, 4096) and len(shapes) == 16
 
 

@@ -76,6 +76,17 @@ def catalogue() -> dict[str, Accelerator]:
     return table
 
 
+def for_device(device_name: str) -> Accelerator | None:
+    """The entry whose device_names include what a live device reports (NVML, torch); None
+    for a part the catalogue does not list, or a CPU."""
+    return next((acc for acc in catalogue().values() if device_name in acc.device_names), None)
+
+
+def catalogue_id(device_name: str) -> str | None:
+    entry = for_device(device_name)
+    return None if entry is None else entry.id
+
+
 def gpu(gpu_id: str, overrides: GpuOverrides | None = None, *, field: str = "gpu") -> Accelerator:
     """A catalogue entry with any overrides applied."""
     try:

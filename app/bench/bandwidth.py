@@ -4,15 +4,13 @@ size_bytes and writes size_bytes, so it moves 2 x size_bytes."""
 import torch
 
 from app.bench.common import setup, to_json
-from app.bench.results import BandwidthResult
-from app.bench.specs import MIB, BandwidthParams
-
-DEFAULT_BYTES = {"cuda": 2**30, "cpu": 64 * MIB}
+from app.contract.results import BandwidthResult
+from app.contract.params import BandwidthParams, bandwidth_bytes
 
 
 def run(raw: dict, progress) -> dict:
     params, env = setup(BandwidthParams, raw)
-    size = params.size_bytes or DEFAULT_BYTES[env.device.type]
+    size = bandwidth_bytes(params, env.device.type)
     src = torch.randn(size // 4, device=env.device)
     dst = torch.empty_like(src)
     size = src.numel() * 4  # whole float32 elements

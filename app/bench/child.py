@@ -21,16 +21,8 @@ import os
 import sys
 import threading
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
-
-# Probe name -> "module:function". Imported only when run, so this file stays torch-free.
-PROBES = {
-    "matmul": "app.bench.matmul:run",
-    "bandwidth": "app.bench.bandwidth:run",
-    "transfer": "app.bench.transfer:run",
-    "train_step": "app.bench.train_step:run",
-}
 
 Progress = Callable[[int, int, str], None]
 
@@ -64,7 +56,12 @@ def _exit_when_parent_dies() -> None:
     os._exit(3)
 
 
-def main(probes: dict[str, str] = PROBES) -> int:
+def main(probes: Mapping[str, str] | None = None) -> int:
+    """Run the job on stdin. `probes` maps a probe name to its "module:function"; by default the
+    registry's entry points, each imported only when run, so this file stays torch-free."""
+    if probes is None:
+        from app.contract.registry import PROBES
+        probes = {name: probe.entry for name, probe in PROBES.items()}
     job = json.loads(sys.stdin.readline())
     channel = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)

@@ -6,8 +6,9 @@ from typing import Any, TypeVar
 import torch
 from pydantic import TypeAdapter
 
+from app.accounting import hardware
 from app.bench import env
-from app.bench.specs import ProbeParams
+from app.contract.params import ProbeParams
 from app.bench.timer import Timer
 
 P = TypeVar("P", bound=ProbeParams)
@@ -27,7 +28,7 @@ class Setup:
 
     def catalogue(self):
         """The device's catalogue entry; None on CPU or an unlisted GPU."""
-        return env.catalogue_entry(torch.cuda.get_device_name(self.device)) if self.cuda else None
+        return hardware.for_device(torch.cuda.get_device_name(self.device)) if self.cuda else None
 
 
 def setup(model: type[P], raw: dict[str, Any]) -> tuple[P, Setup]:

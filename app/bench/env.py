@@ -7,8 +7,8 @@ import sys
 import torch
 
 from app.accounting import hardware
-from app.bench.results import Environment
-from app.jobs import device as device_info
+from app.contract.results import Environment
+from app import device as device_info
 
 
 def seed_everything(seed: int) -> None:
@@ -27,11 +27,6 @@ def pick_device(wanted: str) -> torch.device:
     if wanted == "auto":
         wanted = "cuda" if torch.cuda.is_available() else "cpu"
     return torch.device(wanted, 0) if wanted == "cuda" else torch.device("cpu")
-
-
-def catalogue_entry(device_name: str) -> hardware.Accelerator | None:
-    entry = device_info.catalogue_id(device_name)
-    return None if entry is None else hardware.catalogue()[entry]
 
 
 def _driver_version() -> str | None:
@@ -57,7 +52,7 @@ def environment(device: torch.device, *, seed: int, l2_flush_bytes: int) -> Envi
         capability = f"{props.major}.{props.minor}"
     else:
         name, sm, memory, capability = device_info.cpu_name(), None, device_info.host_memory_bytes(), None
-    entry = catalogue_entry(name) if cuda else None
+    entry = hardware.for_device(name) if cuda else None
     return Environment(
         device="cuda" if cuda else "cpu", device_name=name, catalogue_id=entry.id if entry else None,
         sm_count=sm, compute_capability=capability, memory_bytes=memory,

@@ -6,8 +6,8 @@ import torch
 
 from app.accounting import flops, hardware
 from app.bench.common import setup, to_json
-from app.bench.results import MatmulPoint, MatmulResult, Skipped
-from app.bench.specs import MatmulParams, default_matmul_dtypes, matmul_shapes
+from app.contract.results import MatmulPoint, MatmulResult, Skipped
+from app.contract.params import MatmulParams, matmul_dtypes, matmul_shapes
 
 TORCH_DTYPES = {"float32": torch.float32, "tfloat32": torch.float32, "bfloat16": torch.bfloat16,
                 "float16": torch.float16, "float8_e4m3fn": torch.float8_e4m3fn}
@@ -15,7 +15,7 @@ TORCH_DTYPES = {"float32": torch.float32, "tfloat32": torch.float32, "bfloat16":
 
 def dtypes(params: MatmulParams, device: torch.device) -> tuple[list[str], list[Skipped]]:
     cuda = device.type == "cuda"
-    wanted = list(params.dtypes or default_matmul_dtypes(cuda))
+    wanted = matmul_dtypes(params, device.type)
     run, skipped = [], []
     for name in wanted:
         if name == "tfloat32" and not cuda:
@@ -52,7 +52,7 @@ def operands(m: int, k: int, n: int, dtype: str, device: torch.device):
 
 def run(raw: dict, progress) -> dict:
     params, env = setup(MatmulParams, raw)
-    shapes = matmul_shapes(params, env.cuda)
+    shapes = matmul_shapes(params, env.device.type)
     names, skipped = dtypes(params, env.device)
     acc = env.catalogue()
     points, total, done = [], len(shapes) * len(names), 0

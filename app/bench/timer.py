@@ -3,8 +3,8 @@
 - Warm-up measured in time (at least one run), so handle creation, autotuning
   and lazy initialisation stay out of the numbers.
 - The iteration count follows from the warm-up's pace and the time budget.
-- Before each timed iteration, outside the timed interval, a buffer of at least
-  256 MB (on CUDA) is zeroed, so no iteration finds its inputs in L2.
+- Before each timed iteration, outside the timed interval, a buffer is zeroed, so no
+  iteration finds its inputs in L2: on CUDA max(256 MiB, 2 x L2) (app/contract/params.py).
 - CUDA: an event pair per iteration and one synchronize at the end. CPU: the
   ops are synchronous, so perf_counter around each run.
 """
@@ -15,19 +15,14 @@ from collections.abc import Callable
 
 import torch
 
-from app.bench.results import Stats
-
-CUDA_FLUSH_BYTES = 256 * 2**20
-# Larger than the last-level cache of common server CPUs is costly on a 2-core CI box;
-# CPU probes are functional checks of the method, not bandwidth claims.
-CPU_FLUSH_BYTES = 32 * 2**20
+from app.contract import params
+from app.contract.results import Stats
 
 
 def flush_bytes(device: torch.device) -> int:
-    if device.type != "cuda":
-        return CPU_FLUSH_BYTES
-    l2 = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0)
-    return max(CUDA_FLUSH_BYTES, 2 * l2)
+    cuda = device.type == "cuda"
+    l2 = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0) if cuda else None
+    return params.flush_bytes(device.type, l2)
 
 
 def sync(device: torch.device) -> None:

@@ -4,11 +4,9 @@ memory, each with and without non_blocking. GB/s is 10^9 bytes per second."""
 import torch
 
 from app.bench.common import setup, to_json
-from app.bench.results import Skipped, TransferPoint, TransferResult
-from app.bench.specs import TransferParams
+from app.contract.results import Skipped, TransferPoint, TransferResult
+from app.contract.params import TransferParams, transfer_sizes
 
-DEFAULT_SIZES = {"cuda": [4**i * 1024 for i in range(1, 11)],  # 4 KiB .. 1 GiB
-                 "cpu": [4**i * 1024 for i in range(1, 8)]}  # 4 KiB .. 16 MiB
 CPU_NOTE = ("No CUDA device: both directions are copies between two pageable host buffers, "
             "which tests the method but measures host memcpy, not a bus.")
 CUDA_NOTE = ("Pageable copies stage through a driver buffer; with non_blocking they still "
@@ -17,7 +15,7 @@ CUDA_NOTE = ("Pageable copies stage through a driver buffer; with non_blocking t
 
 def run(raw: dict, progress) -> dict:
     params, env = setup(TransferParams, raw)
-    sizes = params.sizes_bytes or DEFAULT_SIZES[env.device.type]
+    sizes = transfer_sizes(params, env.device.type)
     memories = ("pageable", "pinned") if env.cuda else ("pageable",)
     skipped = [] if env.cuda else [Skipped("pinned", "pinned host memory needs a CUDA device")]
     points: list[TransferPoint] = []

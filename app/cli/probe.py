@@ -18,12 +18,6 @@ from typing import Any
 
 from app.cli import options
 
-SUMMARY = {
-    "matmul": "TFLOP/s and MFU of (m, k) @ (k, n) per shape and dtype",
-    "bandwidth": "device memory bandwidth, a device-to-device copy, beside the catalogue's",
-    "transfer": "host <-> device copies, pageable and pinned, by size",
-    "train_step": "one training step: phase times, tokens/s, MFU, peak memory measured vs predicted",
-}
 EXAMPLES = """examples:
   tally probe matmul --sweep quick --dtypes bfloat16,float32
   tally probe matmul --sweep custom --shapes '[{"m": 64, "k": 32, "n": 16}]' --dtypes float32
@@ -37,7 +31,7 @@ def add(commands: argparse._SubParsersAction, name: str, help_text: str) -> None
 
 
 def parser() -> argparse.ArgumentParser:
-    from app.bench.specs import PARAMS
+    from app.contract.registry import PROBES
     from app.config import get_settings
 
     settings = get_settings()
@@ -53,11 +47,11 @@ def parser() -> argparse.ArgumentParser:
             "--help` lists each probe's parameters."),
         epilog=EXAMPLES)
     probes = cli.add_subparsers(dest="probe", required=True, metavar="PROBE")
-    for name, model in PARAMS.items():
-        sub = probes.add_parser(name, help=SUMMARY.get(name), formatter_class=raw,
-                                description=f"The {name} probe: {SUMMARY.get(name, name)}.",
+    for name, probe in PROBES.items():
+        sub = probes.add_parser(name, help=probe.summary, formatter_class=raw,
+                                description=f"The {name} probe: {probe.summary}.",
                                 epilog=options.wrap(options.VALUES_HELP))
-        fields = options.add_fields(sub, model, "probe parameters (`params` of POST /api/v1/jobs)")
+        fields = options.add_fields(sub, probe.params, "probe parameters (`params` of POST /api/v1/jobs)")
         options.add_json(sub, "the whole params object")
         running = sub.add_argument_group("running")
         running.add_argument("--timeout", type=options.value, metavar="SECONDS", help=(
@@ -74,7 +68,7 @@ def parser() -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     from app.config import get_settings
-    from app.jobs import device
+    from app import device
     from app.jobs.dispatcher import Dispatcher
     from app.jobs.store import Store
 

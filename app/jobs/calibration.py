@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from app.accounting.records import RECORD
-from app.jobs.device import DeviceInfo
+from app.device import DeviceInfo
 from app.jobs.store import Job, Store
 
 LOOKBACK = 200  # newest succeeded jobs per probe searched for each dtype's latest run

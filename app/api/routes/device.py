@@ -5,7 +5,7 @@ from fastapi import APIRouter, Request, Response
 from app.api import deps
 from app.api.responses import respond
 from app.jobs import calibration as calib
-from app.jobs import device as dev
+from app import device as dev
 
 router = APIRouter(tags=["device"])
 

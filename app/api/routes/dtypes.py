@@ -10,9 +10,9 @@ from pydantic import Field, StringConstraints
 from app.accounting import dtypes, encode
 from app.accounting.errors import InvalidInput
 from app.api.errors import NOT_FOUND, REQUEST_ERRORS, NotFound
-from app.api.fields import Input, number
+from app.contract.fields import Input, number
 from app.api.responses import respond
-from app.api.schemas import DtypeName, Page
+from app.contract.schemas import DtypeName, Page
 
 # Fixed paths come before "/{...}" ones, so OPTIONS and 405 answer with the
 # methods of the route the path names.

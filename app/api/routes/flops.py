@@ -7,9 +7,9 @@ from pydantic import Field
 
 from app.accounting import flops
 from app.api.errors import REQUEST_ERRORS
-from app.api.fields import Input, count
+from app.contract.fields import Input, count
 from app.api.responses import respond
-from app.api.schemas import DtypeName, ModelSpec, engine_model
+from app.contract.schemas import DtypeName, ModelSpec, engine_model
 
 router = APIRouter(prefix="/flops", tags=["flops"])
 

@@ -7,7 +7,7 @@ from fastapi import APIRouter, Path, Response
 from app.accounting import hardware
 from app.api.errors import NOT_FOUND, NotFound
 from app.api.responses import respond
-from app.api.schemas import Page
+from app.contract.schemas import Page
 
 router = APIRouter(prefix="/hardware", tags=["hardware"])
 

@@ -2,7 +2,7 @@
 
 import asyncio
 from datetime import UTC, datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Union
 
 from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.security import HTTPAuthorizationCredentials
@@ -21,15 +21,13 @@ from app.api.errors import (
     NotFound,
     QueueFull,
 )
-from app.api.fields import Input, count, number
+from app.contract.fields import Input, count, number
 from app.api.responses import respond
-from app.bench.results import ProbeResult
-from app.bench.specs import PARAMS
+from app.contract.registry import PROBES, ProbeName, ProbeResult
 from app.jobs import admission, export, store
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 
-Probe = Literal[tuple(PARAMS)]  # type: ignore[valid-type]
 Status = Literal[store.STATES]  # type: ignore[valid-type]
 
 
@@ -48,8 +46,7 @@ def _request_model(name: str, params: type) -> type[Input]:
 
 
 JobRequest = Annotated[
-    _request_model("matmul", PARAMS["matmul"]) | _request_model("bandwidth", PARAMS["bandwidth"])
-    | _request_model("transfer", PARAMS["transfer"]) | _request_model("train_step", PARAMS["train_step"]),
+    Union[tuple(_request_model(name, probe.params) for name, probe in PROBES.items())],  # type: ignore[valid-type]  # noqa: UP007
     Field(discriminator="probe")]
 
 
@@ -71,7 +68,7 @@ class JobError(BaseModel):
 
 class JobSummary(BaseModel):
     id: int
-    probe: Probe  # type: ignore[valid-type]
+    probe: ProbeName  # type: ignore[valid-type]
     status: Status  # type: ignore[valid-type]
     params: dict[str, Any]
     device: str | None
@@ -94,7 +91,7 @@ class JobSummary(BaseModel):
 
 
 class JobOut(JobSummary):
-    result: Annotated[ProbeResult, Field(discriminator="probe")] | None  # type: ignore[valid-type]
+    result: ProbeResult | None  # type: ignore[valid-type]
 
 
 class JobPage(BaseModel):
@@ -151,7 +148,7 @@ def submit(body: JobRequest, request: Request, credentials: Credentials) -> Resp
         raise InvalidInput("timeout_s", f"{timeout} exceeds TALLY_JOB_TIMEOUT_MAX_S "
                                         f"({settings.job_timeout_max_s})")
     where = admission.device_for(body.gpu, body.params, settings.gpus)
-    kind = admission.check_fits(body.params, where)
+    kind = admission.check_fits(body.probe, body.params, where)
     try:
         job = deps.store(request).submit(body.probe, body.params.model_dump(mode="json"), timeout,
                                          settings.queue_limit, device=kind, gpu=body.gpu)
@@ -162,7 +159,7 @@ def submit(body: JobRequest, request: Request, credentials: Credentials) -> Resp
 
 
 @router.get("", response_model=JobPage, responses=REQUEST_ERRORS)
-def list_jobs(request: Request, probe: Probe | None = None,  # type: ignore[valid-type]
+def list_jobs(request: Request, probe: ProbeName | None = None,  # type: ignore[valid-type]
               status: Annotated[list[Status] | None, Query()] = None,  # type: ignore[valid-type]
               limit: Annotated[int, Query(ge=1, le=500)] = 50,
               offset: Annotated[int, Query(ge=0, le=10**9)] = 0) -> Response:

@@ -6,9 +6,9 @@ from pydantic import Field
 
 from app.accounting import activations, memory
 from app.api.errors import REQUEST_ERRORS
-from app.api.fields import Input, count, number
+from app.contract.fields import Input, count, number
 from app.api.responses import respond
-from app.api.schemas import GpuId, GpuInput, GpuOverridesIn, ModelOrParams, accelerator, engine_model
+from app.contract.schemas import GpuId, GpuInput, GpuOverridesIn, ModelOrParams, accelerator, engine_model
 
 router = APIRouter(prefix="/memory", tags=["memory"])
 

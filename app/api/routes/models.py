@@ -7,7 +7,7 @@ from fastapi import APIRouter, Body, Path, Response
 from app.accounting import hf_import, models
 from app.api.errors import NOT_FOUND, REQUEST_ERRORS, NotFound
 from app.api.responses import respond
-from app.api.schemas import Page
+from app.contract.schemas import Page
 
 # Fixed paths come before "/{...}" ones, so OPTIONS and 405 answer with the
 # methods of the route the path names.

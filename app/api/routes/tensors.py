@@ -7,9 +7,9 @@ from pydantic import Field
 
 from app.accounting import tensors
 from app.api.errors import REQUEST_ERRORS
-from app.api.fields import JSON_SAFE_INT, Input, count
+from app.contract.fields import JSON_SAFE_INT, Input, count
 from app.api.responses import respond
-from app.api.schemas import DtypeName
+from app.contract.schemas import DtypeName
 
 router = APIRouter(prefix="/tensors", tags=["tensors"])
 

@@ -11,10 +11,11 @@ from app.accounting import dtypes, hardware, timing
 from app.accounting.errors import InvalidInput
 from app.api import deps
 from app.api.errors import REQUEST_ERRORS
-from app.api.fields import Input, count, number
+from app.contract.fields import Input, count, number
 from app.api.responses import respond
-from app.api.schemas import GpuId, GpuInput, GpuOverridesIn, PeakDtype, accelerator
-from app.jobs import calibration, device
+from app.contract.schemas import GpuId, GpuInput, GpuOverridesIn, PeakDtype, accelerator
+from app import device
+from app.jobs import calibration
 
 router = APIRouter(prefix="/time", tags=["time"])
 

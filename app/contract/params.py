@@ -1,17 +1,16 @@
-"""What each probe accepts: strict, bounded parameter models. Torch-free, so the
-server validates a job before it is queued, and the child parses the same model.
-
-Default sizes depend on the device: the issue's full sweeps on CUDA, small ones
-on CPU (so the whole suite runs on machines without a GPU).
+"""What each probe accepts: strict, bounded parameter models, and the default sizes each
+device kind gets. Torch-free, so the server validates and sizes a job before it is queued,
+and the child parses the same model and reads the same defaults.
 """
 
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from pydantic import Discriminator, Field, Tag, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
 
-from app.api.fields import Input, count, number
-from app.api.schemas import PresetName, TransformerConfigIn
+from app.contract.fields import Input, count, number
+from app.contract.schemas import PresetName, TransformerConfigIn
 
 Device = Literal["auto", "cuda", "cpu"]
 # float32 runs with TF32 off; "tfloat32" is float32 storage with TF32 tensor cores allowed.
@@ -121,25 +120,64 @@ class TrainStepParams(ProbeParams):
     steps: count(1, 10_000) = 5
 
 
-PARAMS: dict[str, type[ProbeParams]] = {
-    "matmul": MatmulParams, "bandwidth": BandwidthParams, "transfer": TransferParams,
-    "train_step": TrainStepParams,
+@dataclass(frozen=True)
+class MatmulSizes:
+    """A device kind's default matmul sweeps and dtypes."""
+
+    squares: tuple[int, ...]
+    """m = k = n for sweep=squares."""
+    quick_step: int
+    """sweep=quick: m from quick_step to quick_width in steps of quick_step, n = k = quick_width."""
+    quick_width: int
+    dtypes: tuple[str, ...]
+
+
+# By device kind: the full sweeps on CUDA, small ones on CPU (so the suite runs without a GPU).
+MATMUL_SIZES = {
+    "cuda": MatmulSizes(squares=(1024, 2048, 4096, 8192, 16384), quick_step=256, quick_width=4096,
+                        dtypes=MATMUL_DTYPES),
+    "cpu": MatmulSizes(squares=(128, 256, 512), quick_step=32, quick_width=256, dtypes=("float32", "bfloat16")),
 }
+# Bytes per buffer: on CUDA far larger than any L2.
+BANDWIDTH_BYTES = {"cuda": 2**30, "cpu": 64 * MIB}
+# Host <-> device copy sizes in bytes: 4 KiB up in steps of 4x, to 1 GiB on CUDA and 16 MiB on CPU.
+TRANSFER_SIZES = {"cuda": tuple(4**i * 1024 for i in range(1, 11)),
+                  "cpu": tuple(4**i * 1024 for i in range(1, 8))}
+
+# The timer zeroes a buffer before each timed iteration (app/bench/timer.py): on CUDA at least
+# 256 MiB and twice the L2, so no iteration finds its inputs cached; on CPU 32 MiB, since a
+# larger-than-LLC buffer is costly on a 2-core CI box and CPU probes check the method only.
+CUDA_FLUSH_FLOOR_BYTES = 256 * MIB
+CPU_FLUSH_BYTES = 32 * MIB
 
 
-CPU_MATMUL_DTYPES = ("float32", "bfloat16")
+def flush_bytes(kind: str, l2_cache_bytes: int | None) -> int:
+    """Bytes of the timer's L2-flush buffer, resident while anything is timed. The server sees
+    a GPU through NVML, which does not report its L2 (None): the floor then stands, which is
+    the rule's answer for every L2 up to 128 MiB (an H100's is 50 MB)."""
+    if kind != "cuda":
+        return CPU_FLUSH_BYTES
+    return max(CUDA_FLUSH_FLOOR_BYTES, 2 * (l2_cache_bytes or 0))
 
 
-def default_matmul_dtypes(cuda: bool) -> tuple[str, ...]:
-    return MATMUL_DTYPES if cuda else CPU_MATMUL_DTYPES
+def matmul_dtypes(params: MatmulParams, kind: str) -> tuple[str, ...]:
+    return tuple(params.dtypes or MATMUL_SIZES[kind].dtypes)
 
 
-def matmul_shapes(params: MatmulParams, cuda: bool) -> list[tuple[int, int, int]]:
-    """(m, k, n) per measurement: the sweep's, at the device's scale."""
+def matmul_shapes(params: MatmulParams, kind: str) -> list[tuple[int, int, int]]:
+    """(m, k, n) per measurement: the sweep's, at the device kind's scale."""
     if params.sweep == "custom":
         return [(s.m, s.k, s.n) for s in params.shapes]
+    sizes = MATMUL_SIZES[kind]
     if params.sweep == "squares":
-        sizes = (1024, 2048, 4096, 8192, 16384) if cuda else (128, 256, 512)
-        return [(s, s, s) for s in sizes]
-    step, width = (256, 4096) if cuda else (32, 256)
+        return [(s, s, s) for s in sizes.squares]
+    step, width = sizes.quick_step, sizes.quick_width
     return [(m, width, width) for m in range(step, width + 1, step)]
+
+
+def bandwidth_bytes(params: BandwidthParams, kind: str) -> int:
+    return params.size_bytes or BANDWIDTH_BYTES[kind]
+
+
+def transfer_sizes(params: TransferParams, kind: str) -> list[int]:
+    return list(params.sizes_bytes or TRANSFER_SIZES[kind])

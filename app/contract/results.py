@@ -194,5 +194,3 @@ class TrainStepResult:
 
     __pydantic_config__ = RECORD
 
-
-ProbeResult = MatmulResult | BandwidthResult | TransferResult | TrainStepResult

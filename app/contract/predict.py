@@ -5,8 +5,8 @@ import dataclasses
 from dataclasses import dataclass
 
 from app.accounting import activations, dtypes, flops, memory, models, stepmemory
-from app.api.schemas import engine_model
-from app.bench.specs import CruncherSpec, TrainStepParams
+from app.contract.schemas import engine_model
+from app.contract.params import CruncherSpec, TrainStepParams
 
 INT64_BYTES = 8
 

@@ -14,7 +14,7 @@ from pydantic import (
 
 from app.accounting import dtypes, hardware, models
 from app.accounting.errors import InvalidInput
-from app.api.fields import Input, count, strict_input
+from app.contract.fields import Input, count, strict_input
 
 DtypeName = Literal[dtypes.accepted_names()]  # type: ignore[valid-type]
 PeakDtype = Literal[tuple(n for n in dtypes.accepted_names()  # type: ignore[misc]

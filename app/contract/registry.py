@@ -1,0 +1,85 @@
+"""Every probe, once: its parameters, its result type, the child's entry point, its default
+sizes, what it needs in device memory, and a one-line summary.
+
+Everything else reads this table: the child (which function to run), the jobs API (its
+request union and result union), admission (the memory need), the launch form, and
+`tally probe`. Adding a probe is one record here and one module in app/bench/.
+"""
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import Field
+
+from app.contract import predict
+from app.contract.params import (
+    BANDWIDTH_BYTES,
+    MATMUL_SIZES,
+    TRANSFER_SIZES,
+    BandwidthParams,
+    MatmulParams,
+    ProbeParams,
+    TrainStepParams,
+    TransferParams,
+    bandwidth_bytes,
+    matmul_dtypes,
+    matmul_shapes,
+    transfer_sizes,
+)
+from app.contract.results import BandwidthResult, MatmulResult, TrainStepResult, TransferResult
+
+Kind = Literal["cuda", "cpu"]
+Need = tuple[int, str]
+"""Bytes on the device at the job's peak, and the parameter (a dotted path under the job
+body) that sets them, for the refusal's message."""
+
+
+@dataclass(frozen=True)
+class Probe:
+    name: str
+    summary: str
+    params: type[ProbeParams]
+    result: type
+    """A dataclass with a `probe` field equal to `name`."""
+    entry: str
+    """"module:function" run in the child (app/bench/child.py): (raw params, progress) -> result dict."""
+    defaults: Mapping[Kind, Any]
+    """The sizes a device kind gets when the parameters leave them out."""
+    need: Callable[[Any, Kind], Need]
+    """(params, kind) -> the device memory the job needs, not counting the timer's flush buffer."""
+
+
+def _matmul_need(params: MatmulParams, kind: Kind) -> Need:
+    i, need = predict.largest_matmul(matmul_shapes(params, kind), list(matmul_dtypes(params, kind)))
+    return need, f"params.shapes.{i}" if params.sweep == "custom" else "params.sweep"
+
+
+def _bandwidth_need(params: BandwidthParams, kind: Kind) -> Need:
+    return 2 * bandwidth_bytes(params, kind), "params.size_bytes"  # source and destination
+
+
+def _transfer_need(params: TransferParams, kind: Kind) -> Need:
+    # The device buffer, plus a pageable and a pinned host copy when host and device are one.
+    return max(transfer_sizes(params, kind)) * (1 if kind == "cuda" else 2), "params.sizes_bytes"
+
+
+def _train_step_need(params: TrainStepParams, kind: Kind) -> Need:
+    return predict.train_step(params, kind == "cuda").memory["total"], "params.batch_size"
+
+
+PROBES: dict[str, Probe] = {probe.name: probe for probe in (
+    Probe("matmul", "TFLOP/s and MFU of (m, k) @ (k, n) per shape and dtype", MatmulParams, MatmulResult,
+          "app.bench.matmul:run", MATMUL_SIZES, _matmul_need),
+    Probe("bandwidth", "device memory bandwidth, a device-to-device copy, beside the catalogue's",
+          BandwidthParams, BandwidthResult, "app.bench.bandwidth:run", BANDWIDTH_BYTES, _bandwidth_need),
+    Probe("transfer", "host <-> device copies, pageable and pinned, by size", TransferParams, TransferResult,
+          "app.bench.transfer:run", TRANSFER_SIZES, _transfer_need),
+    Probe("train_step", "one training step: phase times, tokens/s, MFU, peak memory measured vs predicted",
+          TrainStepParams, TrainStepResult, "app.bench.train_step:run", {}, _train_step_need),
+)}
+
+ProbeName = Literal[tuple(PROBES)]  # type: ignore[valid-type]
+ProbeResult = Annotated[Union[tuple(p.result for p in PROBES.values())],  # type: ignore[valid-type]  # noqa: UP007
+                        Field(discriminator="probe")]
+"""Any probe's result, told apart by its `probe` field."""
