@@ -122,11 +122,6 @@ _HTTP_FIELDS = {400: ("body", "body_unreadable"), 413: ("body", "body_too_large"
                 401: ("authorization", "unauthorized"), 429: ("queue", "queue_full")}
 
 
-class Unauthorized(HTTPException):
-    def __init__(self, why: str) -> None:
-        super().__init__(401, why, headers={"WWW-Authenticate": "Bearer"})
-
-
 class QueueFull(HTTPException):
     def __init__(self, limit: int, retry_after_s: int = 10) -> None:
         super().__init__(429, f"{limit} jobs are queued or running (TALLY_QUEUE_LIMIT); try again later",

@@ -1,75 +1,23 @@
 """Training memory per GPU, and the largest model that fits."""
 
-
 from fastapi import APIRouter, Response
-from pydantic import Field
 
-from app.accounting import activations, memory
+from app.accounting import memory
 from app.api.errors import REQUEST_ERRORS
-from app.contract.fields import Input, count, number
 from app.api.responses import respond
-from app.contract.schemas import GpuId, GpuInput, GpuOverridesIn, ModelOrParams, accelerator, engine_model
+from app.api.services import memory as service
+from app.api.services.memory import MaxModelRequest, TrainingMemoryRequest
 
 router = APIRouter(prefix="/memory", tags=["memory"])
-
-Ranks = count(1, 1_000_000)
-
-
-class TrainingMemoryRequest(Input):
-    model: ModelOrParams
-    precision: memory.Precision = Field(
-        "bf16_mixed", description="fp32: all 4-byte. bf16_mixed/fp16_mixed: 16-bit parameters, "
-                                  "gradients and activations, fp32 master weights and optimizer "
-                                  "state. bf16: everything 16-bit, no master copy. bf16_autocast: "
-                                  "torch.autocast over fp32 training (fp32 states, 16-bit weight "
-                                  "copies and matmul inputs, fp32 residual stream).")
-    optimizer: memory.Optimizer = "adamw"
-    batch_size: count(1, 1_000_000) = Field(
-        1, description="Micro-batch size per data-parallel rank, in sequences.")
-    seq_len: count(1, 10_000_000) | None = Field(
-        None, description="Tokens per sequence; null means the model's max_seq_len.")
-    recompute: activations.Recompute = Field(
-        "none", description="selective recomputes the attention core (as FlashAttention does); "
-                            "full keeps only each layer's input.")
-    zero_stage: count(0, 3) = 0
-    data_parallel: Ranks = 1
-    tensor_parallel: count(1, 1024) = 1
-    pipeline_parallel: count(1, 1024) = 1
-    sequence_parallel: bool = Field(
-        True, description="With tensor parallelism, also split the activations outside "
-                          "attention and MLP (Korthikanti et al.), so all divide by tensor_parallel.")
-    gpu: GpuId | None = Field(None, description="Check the total against this GPU's memory.")
-    gpu_overrides: GpuOverridesIn | None = None  # type: ignore[valid-type]
-
-
-class MaxModelRequest(GpuInput):
-    num_gpus: Ranks = 1
-    precision: memory.Precision = "bf16_mixed"
-    optimizer: memory.Optimizer = "adamw"
-    zero_stage: count(0, 3) = Field(
-        3, description="3 spreads all model state over the GPUs; 0 puts a full copy on each.")
-    usable_memory_fraction: number(gt=0, le=1) = Field(
-        1.0, description="Share of each GPU's memory available to model state.")
 
 
 @router.post("/training", response_model=memory.TrainingMemory, responses=REQUEST_ERRORS)
 async def training_memory(body: TrainingMemoryRequest) -> Response:
     """Per-GPU bytes of parameters, gradients, optimizer state, master weights and activations."""
-    gpu = accelerator(body.gpu, body.gpu_overrides)
-    cfg = None if isinstance(body.model, int) else engine_model(body.model)
-    return respond(memory.training_memory(
-        model=cfg, params=body.model if cfg is None else None, precision=body.precision,
-        optimizer=body.optimizer, batch_size=body.batch_size,
-        seq_len=body.seq_len or (cfg.max_seq_len if cfg else 1), recompute=body.recompute,
-        zero_stage=body.zero_stage, data_parallel=body.data_parallel,
-        tensor_parallel=body.tensor_parallel, pipeline_parallel=body.pipeline_parallel,
-        sequence_parallel=body.sequence_parallel, gpu=gpu))
+    return respond(service.training(body))
 
 
 @router.post("/max-model", response_model=memory.MaxModel, responses=REQUEST_ERRORS)
 async def max_model(body: MaxModelRequest) -> Response:
     """The largest parameter count whose training state fits on num_gpus GPUs."""
-    return respond(memory.max_model(
-        gpu=body.accelerator(), num_gpus=body.num_gpus, precision=body.precision,
-        optimizer=body.optimizer, zero_stage=body.zero_stage,
-        usable_memory_fraction=body.usable_memory_fraction))
+    return respond(service.max_model(body))

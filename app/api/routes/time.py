@@ -1,106 +1,27 @@
 """Training time and MFU."""
 
-
-from typing import Literal
-
-from fastapi import APIRouter, Request, Response
-from pydantic import Field
+from fastapi import APIRouter, Response
 from starlette.concurrency import run_in_threadpool
 
-from app.accounting import dtypes, hardware, timing
-from app.accounting.errors import InvalidInput
-from app.api import deps
+from app.accounting import timing
 from app.api.errors import REQUEST_ERRORS
-from app.contract.fields import Input, count, number
 from app.api.responses import respond
-from app.contract.schemas import GpuId, GpuInput, GpuOverridesIn, PeakDtype, accelerator
-from app import device
-from app.jobs import calibration
+from app.api.services import time as service
+from app.api.services.time import MfuRequest, TrainingTimeRequest
+from app.deps import StoreDep
 
 router = APIRouter(prefix="/time", tags=["time"])
 
-Flops = number(gt=0, le=1e35)
-Gpus = count(1, 10_000_000)
-
-
-class TrainingTimeRequest(GpuInput):
-    flops: Flops | None = Field(None, description="Total training FLOPs; or give params and tokens.")
-    params: count(1, 10**15) | None = Field(
-        None, description="Parameters N, for 6*N*D FLOPs.")
-    tokens: count(1, 10**15) | None = Field(
-        None, description="Training tokens D, for 6*N*D FLOPs.")
-    dtype: PeakDtype = Field("bfloat16", description="Which dense peak to run at.")
-    num_gpus: Gpus = 1
-    mfu: number(ge=1e-6, le=1) | Literal["measured"] = Field(
-        0.5, description='Model FLOPs utilization: the fraction of the dense peak sustained. "measured": '
-                         "the latest train_step MFU measured on this server's device at this dtype "
-                         "(GET /api/v1/calibration).")
-    price_per_gpu_hour: number(ge=0, le=1e6) | None = Field(
-        None, description="Currency per GPU-hour, for `cost`.")
-
-
-class MfuRequest(Input):
-    flops: Flops = Field(description="FLOPs done (model FLOPs, e.g. 6*N*D for training).")
-    seconds: number(ge=1e-9, le=1e12) = Field(description="Wall-clock time.")
-    gpu: GpuId | None = Field(
-        None, description="Take the peak from the catalogue; or give peak_flop_per_sec.")
-    gpu_overrides: GpuOverridesIn | None = None  # type: ignore[valid-type]
-    peak_flop_per_sec: number(ge=1, le=1e18) | None = Field(
-        None, description="Dense peak of one GPU, instead of a catalogue gpu.")
-    dtype: PeakDtype = "bfloat16"
-    num_gpus: Gpus = 1
-
 
 @router.post("/training", response_model=timing.TrainingTime, responses=REQUEST_ERRORS)
-async def training_time(body: TrainingTimeRequest, request: Request) -> Response:
+async def training_time(body: TrainingTimeRequest, jobs: StoreDep) -> Response:
     """Days, GPU-hours and cost of a run at a given MFU."""
-    if body.flops is not None:
-        if body.params is not None or body.tokens is not None:
-            raise InvalidInput("flops", "give flops, or params and tokens, not both")
-        flops, source = body.flops, "given"
-    elif body.params is None or body.tokens is None:
-        raise InvalidInput("flops", "give flops, or both params and tokens")
-    else:
-        flops, source = timing.training_flops(body.params, body.tokens), "6*params*tokens"
-    acc = body.accelerator()
-    if body.mfu == "measured":  # a database read: off the event loop
-        mfu, mfu_source = await run_in_threadpool(_measured_mfu, request, body)
-    else:
-        mfu, mfu_source = body.mfu, "given"
-    return respond(timing.training_time(
-        flops=flops, flops_source=source,
-        peak_flop_per_sec=hardware.peak_flop_per_sec(acc, body.dtype), num_gpus=body.num_gpus,
-        mfu=mfu, mfu_source=mfu_source, price_per_gpu_hour=body.price_per_gpu_hour))
-
-
-# The train_step precision whose MFU stands for each peak dtype.
-_PRECISION = {"bfloat16": "bf16_autocast", "float32": "fp32"}
-
-
-def _measured_mfu(request: Request, body: TrainingTimeRequest) -> tuple[float, str]:
-    """The calibration's train-step MFU for this dtype, measured on this very GPU model."""
-    key = dtypes.peak_key(body.dtype)
-    precision = _PRECISION.get(key)
-    if precision is None:
-        raise InvalidInput("mfu", f"train_step measures fp32 and bf16_autocast, not {key}; give a number")
-    here = device.describe()
-    measured = calibration.calibration(deps.store(request), here).train_step.get(precision)
-    if measured is None or measured.mfu is None:
-        raise InvalidInput("mfu", f"no train_step with precision {precision} has measured MFU on this "
-                                  f"server's device ({here.name}) yet: POST /api/v1/jobs "
-                                  f'{{"probe": "train_step", "params": {{"precision": "{precision}"}}}}')
-    if here.catalogue_id != body.gpu:
-        raise InvalidInput("mfu", f"the measured MFU is from {here.catalogue_id}, not {body.gpu}")
-    return measured.mfu, (f"measured: train_step job {measured.job_id} ({measured.model}, {precision}) "
-                          f"on {here.name} at {measured.measured_at.isoformat()}")
+    if service.reads_store(body):  # a database read: off the event loop
+        return respond(await run_in_threadpool(service.training, body, store=jobs))
+    return respond(service.training(body, store=jobs))
 
 
 @router.post("/mfu", response_model=timing.Utilization, responses=REQUEST_ERRORS)
 async def model_flops_utilization(body: MfuRequest) -> Response:
     """Achieved FLOP/s over the dense peak."""
-    if (body.gpu is None) == (body.peak_flop_per_sec is None):
-        raise InvalidInput("gpu", "give a gpu or peak_flop_per_sec, not both or neither")
-    acc = accelerator(body.gpu, body.gpu_overrides)
-    peak = body.peak_flop_per_sec if acc is None else hardware.peak_flop_per_sec(acc, body.dtype)
-    return respond(timing.mfu(flops=body.flops, seconds=body.seconds, peak_flop_per_sec=peak,
-                      num_gpus=body.num_gpus))
+    return respond(service.mfu(body))

@@ -1,0 +1,15 @@
+"""The devices jobs run on, and what has been measured on this one."""
+
+from app import device
+from app.config import Settings
+from app.jobs import calibration as calib
+from app.jobs.store import Store
+
+
+def devices(settings: Settings) -> list[device.DeviceInfo]:
+    """Each GPU with a dispatcher (by NVML's index), or the host's CPU on a box without one."""
+    return [device.describe_served(index) for index in device.served_gpus(settings.gpus)] or [device.host()]
+
+
+def calibration(jobs: Store) -> calib.Calibration:
+    return calib.calibration(jobs, device.describe())

@@ -1,0 +1,157 @@
+"""Benchmark jobs: submit, page through, read, cancel; and the job as clients see it."""
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, Field, create_model
+
+from app.accounting.errors import InvalidInput
+from app.api.errors import Conflict, NotFound, QueueFull
+from app.config import Settings
+from app.contract.fields import Input, count, number
+from app.contract.registry import PROBES, ProbeName, ProbeResult
+from app.jobs import admission, store
+from app.jobs.store import Job, Store
+
+Status = Literal[store.STATES]  # type: ignore[valid-type]
+
+
+def _request_model(name: str, params: type) -> type[Input]:
+    return create_model(
+        f"{params.__name__.removesuffix('Params')}Job", __base__=Input,
+        probe=(Literal[name], ...),
+        params=(params, Field(default_factory=params, description="Bounded like the schema says.")),
+        timeout_s=(number(ge=1, le=86_400) | None, Field(
+            None, description="Hard time limit in seconds; default TALLY_JOB_TIMEOUT_S, at most "
+                              "TALLY_JOB_TIMEOUT_MAX_S.")),
+        gpu=(count(ge=0, le=1023) | None, Field(
+            None, description="Run on this GPU (NVML's index, GET /api/v1/devices) and "
+                              "no other; default the first GPU free.")),
+    )
+
+
+JobRequest = Annotated[
+    Union[tuple(_request_model(name, probe.params) for name, probe in PROBES.items())],  # type: ignore[valid-type]  # noqa: UP007
+    Field(discriminator="probe")]
+
+
+class Progress(BaseModel):
+    done: int
+    total: int
+    message: str
+    fraction: float | None
+    """done / total; null before the probe has said how much there is."""
+
+
+class JobError(BaseModel):
+    type: str
+    """The exception's class, or ChildCrashed, Timeout, Cancelled, Interrupted, ProtocolError."""
+    message: str
+    detail: dict[str, Any]
+    """oom: the allocator's figures in bytes; crashed: exit code, signal, the child's last stderr."""
+
+
+class JobSummary(BaseModel):
+    id: int
+    probe: ProbeName  # type: ignore[valid-type]
+    status: Status  # type: ignore[valid-type]
+    params: dict[str, Any]
+    device: str | None
+    """cuda or cpu: where the job runs."""
+    gpu: int | None
+    """The GPU the job asked for; null: any."""
+    ran_on_gpu: int | None
+    """The GPU its dispatcher ran it on (NVML's index); null on the CPU or before it starts."""
+    attempts: int
+    """Times a dispatcher took it: 2 after one interruption (a killed worker)."""
+    timeout_s: float
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    progress: Progress
+    error: JobError | None
+    cancel_requested: bool
+    revision: int
+    """Goes up whenever the row changes."""
+
+
+class JobOut(JobSummary):
+    result: ProbeResult | None  # type: ignore[valid-type]
+
+
+class JobPage(BaseModel):
+    data: list[JobSummary]
+    count: int
+    """Jobs matching the filter, over all pages."""
+    limit: int
+    offset: int
+
+
+def _time(t: float | None) -> datetime | None:
+    return None if t is None else datetime.fromtimestamp(t, UTC)
+
+
+def _fields(job: Job) -> dict[str, Any]:
+    total = job.progress_total
+    return dict(
+        id=job.id, probe=job.probe, status=job.status, params=job.params, device=job.device,
+        gpu=job.gpu, ran_on_gpu=job.ran_on_gpu, attempts=job.attempts, timeout_s=job.timeout_s,
+        created_at=_time(job.created_at), started_at=_time(job.started_at),
+        finished_at=_time(job.finished_at),
+        progress=Progress(done=job.progress_done, total=total, message=job.progress_message,
+                          fraction=job.progress_done / total if total else None),
+        error=job.error, cancel_requested=job.cancel_requested, revision=job.revision)
+
+
+def summary(job: Job) -> JobSummary:
+    return JobSummary(**_fields(job))
+
+
+def job_out(job: Job) -> JobOut:
+    return JobOut(**_fields(job), result=job.result)
+
+
+def submit(body: Any, *, jobs: Store, settings: Settings) -> Job:
+    """Queue `body` (a JobRequest member) once it passes the time limit and admission."""
+    timeout = body.timeout_s if body.timeout_s is not None else settings.job_timeout_s
+    if timeout > settings.job_timeout_max_s:
+        raise InvalidInput("timeout_s", f"{timeout} exceeds TALLY_JOB_TIMEOUT_MAX_S "
+                                        f"({settings.job_timeout_max_s})")
+    where = admission.device_for(body.gpu, body.params, settings.gpus)
+    kind = admission.check_fits(body.probe, body.params, where)
+    try:
+        return jobs.submit(probe=body.probe, params=body.params.model_dump(mode="json"), timeout_s=timeout,
+                           limit=settings.queue_limit, device=kind, gpu=body.gpu)
+    except store.QueueFull as e:
+        raise QueueFull(e.limit) from None
+
+
+def page(*, jobs: Store, probe: str | None = None, status: Sequence[str] | None = None, limit: int = 50,
+         offset: int = 0) -> JobPage:
+    """Newest first."""
+    found, total = jobs.list(probe=probe, status=status, limit=limit, offset=offset)
+    return JobPage(data=[summary(j) for j in found], count=total, limit=limit, offset=offset)
+
+
+def get(job_id: int, *, jobs: Store) -> Job:
+    job = jobs.get(job_id)
+    if job is None:
+        raise NotFound("job_id", f"no job {job_id}")
+    return job
+
+
+def cancel(job_id: int, *, jobs: Store) -> Job:
+    """A queued job is cancelled at once; a running one is flagged for its dispatcher to stop."""
+    job = get(job_id, jobs=jobs)
+    if job.terminal:
+        raise Conflict("job_id", f"job {job_id} has already ended: {job.status}")
+    return jobs.cancel(job_id)
+
+
+def succeeded(job_id: int, *, jobs: Store) -> Job:
+    """A job with a result to download."""
+    job = get(job_id, jobs=jobs)
+    if job.status != "succeeded":
+        raise Conflict("job_id", f"job {job_id} is {job.status}; only a succeeded job has a result")
+    return job
