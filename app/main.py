@@ -12,11 +12,10 @@ from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 from starlette.concurrency import run_in_threadpool
 
-from app import __version__
+from app import __version__, device
 from app.api import errors
 from app.api.router import include_api
 from app.config import Settings, get_settings
-from app import device
 from app.jobs.dispatcher import Dispatcher
 from app.jobs.store import Store
 from app.ops.metrics import Metrics, RequestMetrics

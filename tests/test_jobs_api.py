@@ -9,8 +9,8 @@ import threading
 import pytest
 from pydantic import SecretStr
 
-from app.config import Settings
 from app import device
+from app.config import Settings
 from app.jobs.dispatcher import Dispatcher
 from app.main import create_app
 from tests.conftest import Api, assert_names_field

@@ -19,10 +19,12 @@ from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.accounting.errors import InvalidInput
+from app.contract.fields import UNION_TAGS
 
 _LOCATIONS = {"body", "query", "path", "header", "cookie"}
-# Names pydantic puts in a loc after a union field, for the member that failed.
-_UNION_TAGS = {"preset", "config", "cruncher", "params", "float", "int", "str", "bool", "none"}
+# Names pydantic puts in a loc after a union field, for the member that failed: the tags of our
+# tagged unions, and pydantic's own names for untagged members of these types.
+_PYDANTIC_MEMBERS = {"float", "int", "str", "bool", "none"}
 _MAX_ECHO_CHARS = 200
 
 
@@ -42,7 +44,7 @@ class ErrorResponse(BaseModel):
 
 
 def _is_union_member(part: str) -> bool:
-    return part in _UNION_TAGS or part.startswith(("function-", "literal[", "constrained-"))
+    return part in UNION_TAGS or part in _PYDANTIC_MEMBERS or part.startswith(("function-", "literal[", "constrained-"))
 
 
 def field_name(loc: tuple | list, body: Any = None) -> str:
@@ -86,25 +88,37 @@ def _item(error: dict, body: Any = None) -> dict:
     return item
 
 
+def error_body(items: list[dict]) -> dict:
+    """The ErrorResponse every 4xx carries: each item's field and message, joined, and the items."""
+    return {"message": "; ".join(f"{i['field']}: {i['msg']}" for i in items), "detail": items}
+
+
 def _response(items: list[dict], status: int = 422) -> JSONResponse:
-    message = "; ".join(f"{i['field']}: {i['msg']}" for i in items)
-    return JSONResponse({"message": message, "detail": items}, status_code=status)
+    return JSONResponse(error_body(items), status_code=status)
+
+
+def validation_items(errors: list[dict], body: Any = None) -> list[dict]:
+    """pydantic's errors (a request's, or a page form's validated by the same model) as items."""
+    return [_item(e, body) for e in errors]
 
 
 async def _validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
-    return _response([_item(e, exc.body) for e in exc.errors()])
+    return _response(validation_items(exc.errors(), exc.body))
 
 
 class NotFound(InvalidInput):
     """No item under this path parameter: 404."""
 
 
-async def _invalid_input(_: Request, exc: InvalidInput) -> JSONResponse:
+def invalid_input_item(exc: InvalidInput) -> dict:
+    """An engine rule's refusal (or a missing item's) as an item naming its field."""
     where = "path" if isinstance(exc, NotFound) else "body"
-    loc = [where, *exc.field.split(".")]
     kind = "not_found" if isinstance(exc, NotFound) else "invalid_input"
-    item = {"loc": loc, "field": exc.field, "msg": exc.message, "type": kind}
-    return _response([item], 404 if isinstance(exc, NotFound) else 422)
+    return {"loc": [where, *exc.field.split(".")], "field": exc.field, "msg": exc.message, "type": kind}
+
+
+async def _invalid_input(_: Request, exc: InvalidInput) -> JSONResponse:
+    return _response([invalid_input_item(exc)], 404 if isinstance(exc, NotFound) else 422)
 
 
 class Conflict(InvalidInput):
@@ -140,18 +154,20 @@ def _allowed(request: Request) -> str:
     return ", ".join(sorted(methods))
 
 
+def http_error_body(exc: HTTPException) -> dict:
+    """An HTTP-level refusal (401, 413, 429 ...) in the ErrorResponse shape, naming what it is about."""
+    if exc.status_code not in _HTTP_FIELDS:
+        return {"message": str(exc.detail), "detail": []}
+    field, kind = _HTTP_FIELDS[exc.status_code]
+    loc = ["header", "authorization"] if field == "authorization" else [field]
+    return error_body([{"loc": loc, "field": field, "msg": str(exc.detail), "type": kind}])
+
+
 async def _http_error(request: Request, exc: HTTPException) -> JSONResponse:
-    message, items = str(exc.detail), []
     headers = dict(exc.headers or {})
     if exc.status_code == 405 and "app" in request.scope:
         headers["Allow"] = _allowed(request)
-    if exc.status_code in _HTTP_FIELDS:
-        field, kind = _HTTP_FIELDS[exc.status_code]
-        loc = ["header", "authorization"] if field == "authorization" else [field]
-        items = [{"loc": loc, "field": field, "msg": message, "type": kind}]
-        message = f"{field}: {message}"
-    return JSONResponse({"message": message, "detail": items}, status_code=exc.status_code,
-                        headers=headers)
+    return JSONResponse(http_error_body(exc), status_code=exc.status_code, headers=headers)
 
 
 class BodyTooLarge(HTTPException):

@@ -22,3 +22,8 @@ def _adapter(cls: type) -> TypeAdapter:
 
 def respond(result: Any) -> Response:
     return Response(_adapter(type(result)).dump_json(result), media_type="application/json")
+
+
+def jsonable(result: Any) -> Any:
+    """The result as `respond` would send it, parsed back: dicts, lists, numbers, strings."""
+    return _adapter(type(result)).dump_python(result, mode="json")

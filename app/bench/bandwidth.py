@@ -4,8 +4,8 @@ size_bytes and writes size_bytes, so it moves 2 x size_bytes."""
 import torch
 
 from app.bench.common import setup, to_json
-from app.contract.results import BandwidthResult
 from app.contract.params import BandwidthParams, bandwidth_bytes
+from app.contract.results import BandwidthResult
 
 
 def run(raw: dict, progress) -> dict:

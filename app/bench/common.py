@@ -8,8 +8,8 @@ from pydantic import TypeAdapter
 
 from app.accounting import hardware
 from app.bench import env
-from app.contract.params import ProbeParams
 from app.bench.timer import Timer
+from app.contract.params import ProbeParams
 
 P = TypeVar("P", bound=ProbeParams)
 

@@ -6,9 +6,9 @@ import sys
 
 import torch
 
+from app import device as device_info
 from app.accounting import hardware
 from app.contract.results import Environment
-from app import device as device_info
 
 
 def seed_everything(seed: int) -> None:

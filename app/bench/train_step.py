@@ -7,12 +7,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from app.contract import predict
 from app.bench.common import Setup, setup, to_json
 from app.bench.livebytes import LiveBytes
 from app.bench.models import Cruncher, Transformer
-from app.contract.results import MemoryComparison, TrainStepResult
+from app.contract import predict
 from app.contract.params import TrainStepParams
+from app.contract.results import MemoryComparison, TrainStepResult
 
 LR = 1e-3
 PEAK_KEY = {"fp32": "float32", "bf16_autocast": "bfloat16"}

@@ -4,8 +4,8 @@ memory, each with and without non_blocking. GB/s is 10^9 bytes per second."""
 import torch
 
 from app.bench.common import setup, to_json
-from app.contract.results import Skipped, TransferPoint, TransferResult
 from app.contract.params import TransferParams, transfer_sizes
+from app.contract.results import Skipped, TransferPoint, TransferResult
 
 CPU_NOTE = ("No CUDA device: both directions are copies between two pageable host buffers, "
             "which tests the method but measures host memcpy, not a bus.")

@@ -31,8 +31,8 @@ def add(commands: argparse._SubParsersAction, name: str, help_text: str) -> None
 
 
 def parser() -> argparse.ArgumentParser:
-    from app.contract.registry import PROBES
     from app.config import get_settings
+    from app.contract.registry import PROBES
 
     settings = get_settings()
     raw = argparse.RawDescriptionHelpFormatter
@@ -67,8 +67,8 @@ def parser() -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from app.config import get_settings
     from app import device
+    from app.config import get_settings
     from app.jobs.dispatcher import Dispatcher
     from app.jobs.store import Store
 

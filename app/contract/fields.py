@@ -9,17 +9,40 @@ them, and are enforced exactly as the schema writes them.
 
 import dataclasses
 import typing
+from collections.abc import Callable
 from decimal import Decimal
-from typing import Annotated, Any
+from typing import Annotated, Any, Union
 
 from annotated_types import Ge, Le
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, create_model
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    TypeAdapter,
+    create_model,
+)
 
 STRICT = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False, use_attribute_docstrings=True)
 
 
 class Input(BaseModel):
     model_config = STRICT
+
+
+UNION_TAGS: set[str] = set()
+"""The tag of every member of every union built by `tagged`. pydantic puts a member's tag in
+an error's location after the field (model.preset); the error formatter drops these."""
+
+
+def tagged(members: dict[str, Any], kind: Callable[[Any], str | None], message: str) -> Any:
+    """A union whose member `kind(value)` names is the one validated: {tag: type}. A value that
+    `kind` names none of fails with `message` (error type model_kind)."""
+    UNION_TAGS.update(members)
+    union = Union[tuple(Annotated[t, Tag(tag)] for tag, t in members.items())]  # type: ignore[valid-type]  # noqa: UP007
+    return Annotated[union, Discriminator(kind, custom_error_type="model_kind", custom_error_message=message)]
 
 
 def _integral(value: Any) -> Any:

@@ -6,10 +6,10 @@ and the child parses the same model and reads the same defaults.
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from pydantic import Discriminator, Field, Tag, ValidationInfo, field_validator
+from pydantic import Field, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
 
-from app.contract.fields import Input, count, number
+from app.contract.fields import Input, count, number, tagged
 from app.contract.schemas import PresetName, TransformerConfigIn
 
 Device = Literal["auto", "cuda", "cpu"]
@@ -100,12 +100,8 @@ def _train_model_kind(value: Any) -> str | None:
 
 _TRAIN_MODEL_HELP = ('{"kind": "cruncher", ...}, a preset name (GET /api/v1/models) or an inline '
                      "TransformerConfig")
-TrainModel = Annotated[
-    Annotated[CruncherSpec, Tag("cruncher")] | Annotated[PresetName, Tag("preset")]
-    | Annotated[TransformerConfigIn, Tag("config")],
-    Discriminator(_train_model_kind, custom_error_type="model_kind",
-                  custom_error_message=f"model must be {_TRAIN_MODEL_HELP}"),
-]
+TrainModel = tagged({"cruncher": CruncherSpec, "preset": PresetName, "config": TransformerConfigIn},
+                    _train_model_kind, f"model must be {_TRAIN_MODEL_HELP}")
 
 
 class TrainStepParams(ProbeParams):

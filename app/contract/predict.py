@@ -5,8 +5,8 @@ import dataclasses
 from dataclasses import dataclass
 
 from app.accounting import activations, dtypes, flops, memory, models, stepmemory
-from app.contract.schemas import engine_model
 from app.contract.params import CruncherSpec, TrainStepParams
+from app.contract.schemas import engine_model
 
 INT64_BYTES = 8
 

@@ -1,20 +1,15 @@
-"""Request parts shared by the routers: names, model references, GPUs, pages.
+"""Request parts shared by the calculators and the probes: names, model references, GPUs, pages.
 
 Rules that span fields are the engine's, and fail as 422 naming a field.
 """
 
 from typing import Annotated, Any, Generic, Literal, TypeVar
 
-from pydantic import (
-    BaseModel,
-    Discriminator,
-    Field,
-    Tag,
-)
+from pydantic import BaseModel, Field
 
 from app.accounting import dtypes, hardware, models
 from app.accounting.errors import InvalidInput
-from app.contract.fields import Input, count, strict_input
+from app.contract.fields import Input, count, strict_input, tagged
 
 DtypeName = Literal[dtypes.accepted_names()]  # type: ignore[valid-type]
 PeakDtype = Literal[tuple(n for n in dtypes.accepted_names()  # type: ignore[misc]
@@ -39,17 +34,13 @@ def _model_kind(value: Any) -> str | None:
 
 _MODEL_HELP = "a preset name (see GET /api/v1/models) or an inline TransformerConfig"
 ModelSpec = Annotated[
-    Annotated[PresetName, Tag("preset")] | Annotated[TransformerConfigIn, Tag("config")],
-    Discriminator(_model_kind, custom_error_type="model_kind",
-                  custom_error_message=f"model must be {_MODEL_HELP}"),
+    tagged({"preset": PresetName, "config": TransformerConfigIn}, _model_kind, f"model must be {_MODEL_HELP}"),
     Field(description=f"The model: {_MODEL_HELP}."),
 ]
 ModelOrParams = Annotated[
-    Annotated[PresetName, Tag("preset")] | Annotated[TransformerConfigIn, Tag("config")]
     # 10^14 keeps params x bytes-per-parameter below 2^53, where floats hold integers exactly.
-    | Annotated[count(1, 10**14), Tag("params")],
-    Discriminator(_model_kind, custom_error_type="model_kind",
-                  custom_error_message=f"model must be {_MODEL_HELP}, or a parameter count"),
+    tagged({"preset": PresetName, "config": TransformerConfigIn, "params": count(1, 10**14)}, _model_kind,
+           f"model must be {_MODEL_HELP}, or a parameter count"),
     Field(description=f"The model: {_MODEL_HELP}, or a bare parameter count."),
 ]
 

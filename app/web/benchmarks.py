@@ -1,19 +1,31 @@
-"""Benchmark pages: launch a probe, follow it, read and compare results. Everything
-goes through the JSON API (app/web/bridge.py); charts get their figures from it."""
+"""Benchmark pages: launch a probe, follow it, read and compare results. The launch form is
+validated by the jobs API's request model and submitted by its service function; charts get
+their figures from the same functions the API uses."""
 
 from typing import Any
 from urllib.parse import parse_qsl
 
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
+from pydantic import TypeAdapter
+from starlette.concurrency import run_in_threadpool
 
-from app.web import bridge
-from app.web.calculators import PRESETS
+from app import deps, device
+from app.api.responses import jsonable
+from app.api.services import device as device_service
+from app.api.services import flops
+from app.api.services import jobs as service
+from app.contract.params import MATMUL_DTYPES
+from app.contract.registry import PROBES
+from app.contract.schemas import PresetName
+from app.deps import SettingsDep, StoreDep
+from app.jobs.store import Store
+from app.web import forms
 from app.web.templating import templates
 
 router = APIRouter(include_in_schema=False)
-PROBES = ("matmul", "bandwidth", "transfer", "train_step")
-MATMUL_DTYPES = ("float32", "tfloat32", "bfloat16", "float16", "float8_e4m3fn")
+JOB_REQUEST = TypeAdapter(service.JobRequest)
+PRESETS = PresetName.__args__
 
 
 def params_from(form: dict[str, str]) -> dict[str, Any]:
@@ -26,67 +38,73 @@ def params_from(form: dict[str, str]) -> dict[str, Any]:
         if dtypes:
             p["dtypes"] = dtypes
         if p["sweep"] == "custom":
-            mkn = bridge.body({"shape": form.get("shape", "")}, ["shape"], {"shape"}).get("shape", [])
+            mkn = forms.body({"shape": form.get("shape", "")}, ["shape"], {"shape"}).get("shape", [])
             p["shapes"] = [dict(zip("mkn", mkn, strict=False))]
     elif probe == "train_step":
         model = form.get("model", "cruncher")
-        cruncher = {"kind": "cruncher", "dim": bridge.number(form.get("dim", "1024")),
-                    "num_layers": bridge.number(form.get("num_layers", "4"))}
+        cruncher = {"kind": "cruncher", "dim": forms.number(form.get("dim", "1024")),
+                    "num_layers": forms.number(form.get("num_layers", "4"))}
         p["model"] = cruncher if model == "cruncher" else model
         for name in ("batch_size", "seq_len", "steps"):
             if form.get(name, "").strip():
-                p[name] = bridge.number(form[name].strip())
+                p[name] = forms.number(form[name].strip())
         p["optimizer"] = form.get("optimizer", "adamw")
         p["precision"] = form.get("precision", "fp32")
     gpu = form.get("gpu", "").strip()
-    return {"probe": probe, "params": p} | ({"gpu": bridge.number(gpu)} if gpu else {})
+    return {"probe": probe, "params": p} | ({"gpu": forms.number(gpu)} if gpu else {})
+
+
+def _job(job_id: int, jobs: Store) -> dict:
+    """The job as GET /api/v1/jobs/{id} answers it; 404 with the API's message when there is none."""
+    return jsonable(service.job_out(service.get(job_id, jobs=jobs)))
 
 
 @router.get("/benchmarks", response_class=HTMLResponse)
-async def benchmarks(request: Request) -> HTMLResponse:
-    device = await bridge.get(request, "/api/v1/device")
-    devices = await bridge.get(request, "/api/v1/devices")
-    history = await bridge.get(request, "/api/v1/jobs?limit=25")
+def benchmarks(request: Request, jobs: StoreDep, settings: SettingsDep) -> HTMLResponse:
+    history = service.page(jobs=jobs, limit=25)
     return templates.TemplateResponse(request, "benchmarks.html", {
-        "device": device, "devices": devices, "history": history["data"], "presets": PRESETS,
-        "probes": PROBES, "token_needed": request.app.state.settings.api_token is not None})
+        "device": jsonable(device.describe()), "devices": jsonable(device_service.devices(settings)),
+        "history": jsonable(history)["data"], "presets": PRESETS, "probes": tuple(PROBES),
+        "matmul_dtypes": MATMUL_DTYPES, "token_needed": settings.api_token is not None})
 
 
 @router.post("/ui/benchmarks/launch", response_class=HTMLResponse)
-async def launch(request: Request) -> HTMLResponse:
+async def launch(request: Request, jobs: StoreDep, settings: SettingsDep) -> HTMLResponse:
     # htmx posts the form urlencoded; parsed here rather than through python-multipart.
     form = dict(parse_qsl((await request.body()).decode(errors="replace"), keep_blank_values=True))
-    headers = {"Authorization": f"Bearer {form['token']}"} if form.get("token") else {}
-    status, answer = await bridge.call(request, "/api/v1/jobs", params_from(form), headers=headers)
-    if status != 202:
-        errors = bridge.field_errors(answer)
+
+    def submit(body: Any) -> dict:
+        deps.check_token(settings, form.get("token") or None)
+        return jsonable(service.job_out(service.submit(body, jobs=jobs, settings=settings)))
+
+    job, refused = await run_in_threadpool(forms.run, JOB_REQUEST, params_from(form), submit)
+    if refused is not None:
         return templates.TemplateResponse(request, "partials/launch_error.html", {
-            "message": answer.get("message", ""), "errors": errors})
-    return templates.TemplateResponse(request, "partials/job_status.html", {"job": answer})
+            "message": refused["message"], "errors": forms.field_errors(refused)})
+    return templates.TemplateResponse(request, "partials/job_status.html", {"job": job})
 
 
 @router.get("/ui/benchmarks/jobs/{job_id}", response_class=HTMLResponse)
-async def job_status(request: Request, job_id: int) -> HTMLResponse:
-    job = await bridge.get(request, f"/api/v1/jobs/{job_id}")
+def job_status(request: Request, job_id: int, jobs: StoreDep) -> HTMLResponse:
+    job = _job(job_id, jobs)
     return templates.TemplateResponse(request, "partials/job_status.html", {
-        "job": job, "charts": await charts(request, job) if job.get("status") == "succeeded" else {}})
+        "job": job, "charts": charts(job, jobs) if job["status"] == "succeeded" else {}})
 
 
 @router.get("/benchmarks/jobs/{job_id}", response_class=HTMLResponse)
-async def job_page(request: Request, job_id: int) -> HTMLResponse:
-    job = await bridge.get(request, f"/api/v1/jobs/{job_id}")
+def job_page(request: Request, job_id: int, jobs: StoreDep) -> HTMLResponse:
+    job = _job(job_id, jobs)
     return templates.TemplateResponse(request, "job.html", {
-        "job": job, "charts": await charts(request, job) if job.get("status") == "succeeded" else {}})
+        "job": job, "charts": charts(job, jobs) if job["status"] == "succeeded" else {}})
 
 
 @router.get("/benchmarks/compare", response_class=HTMLResponse)
-async def compare(request: Request, a: int, b: int) -> HTMLResponse:
-    jobs = [await bridge.get(request, f"/api/v1/jobs/{i}") for i in (a, b)]
-    return templates.TemplateResponse(request, "compare.html", {"jobs": jobs})
+def compare(request: Request, a: int, b: int, jobs: StoreDep) -> HTMLResponse:
+    return templates.TemplateResponse(request, "compare.html", {"jobs": [_job(i, jobs) for i in (a, b)]})
 
 
-async def charts(request: Request, job: dict) -> dict:
-    """Chart specs for a succeeded job; figures that need a formula come from the API."""
+def charts(job: dict, jobs: Store) -> dict:
+    """Chart specs for a succeeded job; figures that need a formula come from the services."""
     r = job["result"]
     if job["probe"] == "matmul":
         series: dict[str, list] = {}
@@ -95,7 +113,7 @@ async def charts(request: Request, job: dict) -> dict:
             series.setdefault(p["dtype"], []).append({"x": p["m"], "y": p["flop_per_sec"] / 1e12})
             peaks[p["dtype"]] = None if p["peak_flop_per_sec"] is None else p["peak_flop_per_sec"] / 1e12
         return {"sizes": {"type": "matmul_sizes", "series": series, "peaks": peaks},
-                "roofline": await roofline(request, r)}
+                "roofline": roofline(r, jobs)}
     if job["probe"] == "transfer":
         series = {}
         for p in r["points"]:
@@ -124,22 +142,19 @@ def memory_chart(memory: dict) -> dict:
             "measured": memory["measured_peak_allocated"] / scale}
 
 
-async def roofline(request: Request, result: dict) -> dict:
-    """Measured points at their arithmetic intensity (from /api/v1/flops/matmul), under the
+def roofline(result: dict, jobs: Store) -> dict:
+    """Measured points at their arithmetic intensity (the matmul calculator's), under the
     measured ceilings: this device's latest bandwidth run and its best matmul."""
-    calib = await bridge.get(request, "/api/v1/calibration")
-    bandwidth = await bridge.get(request, "/api/v1/jobs?probe=bandwidth&status=succeeded&limit=1")
+    calib = jsonable(device_service.calibration(jobs))
     gbs = None
-    for summary in bandwidth["data"]:  # summaries carry no result; the job itself does
-        job = await bridge.get(request, f"/api/v1/jobs/{summary['id']}")
-        if job["result"]["environment"]["device_name"] == result["environment"]["device_name"]:
-            gbs = job["result"]["gb_per_sec"]
+    for summary in jobs.list(probe="bandwidth", status="succeeded", limit=1)[0]:
+        if summary.result["environment"]["device_name"] == result["environment"]["device_name"]:
+            gbs = summary.result["gb_per_sec"]
     points = []
     for p in result["points"]:
         dtype = "float32" if p["dtype"] == "tfloat32" else p["dtype"]  # TF32 stores float32
-        _, f = await bridge.call(request, "/api/v1/flops/matmul", {"m": p["m"], "k": p["k"], "n": p["n"],
-                                                                   "dtype": dtype})
-        points.append({"x": f["arithmetic_intensity"], "y": p["flop_per_sec"] / 1e12, "dtype": p["dtype"]})
+        f = flops.matmul(flops.MatmulRequest(m=p["m"], k=p["k"], n=p["n"], dtype=dtype))
+        points.append({"x": f.arithmetic_intensity, "y": p["flop_per_sec"] / 1e12, "dtype": p["dtype"]})
     compute = max((m["flop_per_sec"] for m in calib["matmul"].values()), default=None)
     return {"type": "roofline", "points": points, "bandwidth_gb_per_sec": gbs,
             "compute_tflop_per_sec": None if compute is None else compute / 1e12}

@@ -1,15 +1,19 @@
 """HTML pages, served from templates/ with assets from static/ (no CDN).
 
 Each calculator page is a form whose inputs live in the URL (so a result is a link);
-htmx fetches the result fragment as the inputs change, and the fragment comes from
-the JSON API through app/web/bridge.py.
+htmx fetches the result fragment as the inputs change. Pages validate with the API's
+request models and compute with its service functions (app/web/forms.py), in-process.
 """
 
 from fastapi import APIRouter, Request
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse
+from starlette.concurrency import run_in_threadpool
 
-from app.web import bridge
+from app import device
+from app.api.responses import jsonable
+from app.api.services import device as device_service
+from app.deps import StoreDep
 from app.web.calculators import CALCULATORS, Calculator
 from app.web.templating import templates
 
@@ -17,11 +21,10 @@ router = APIRouter(include_in_schema=False)
 
 
 @router.get("/", response_class=HTMLResponse)
-async def index(request: Request) -> HTMLResponse:
+def index(request: Request, jobs: StoreDep) -> HTMLResponse:
     """What this box is and what it has measured, then a way into each tool."""
-    device = await bridge.get(request, "/api/v1/device")
-    calibration = await bridge.get(request, "/api/v1/calibration")
-    return templates.TemplateResponse(request, "index.html", {"device": device, "calibration": calibration})
+    context = {"device": jsonable(device.describe()), "calibration": jsonable(device_service.calibration(jobs))}
+    return templates.TemplateResponse(request, "index.html", context)
 
 
 @router.get("/docs", response_class=HTMLResponse)
@@ -36,14 +39,14 @@ async def docs() -> HTMLResponse:
 
 
 def _page(calc: Calculator):
-    async def page(request: Request) -> HTMLResponse:
+    async def page(request: Request, jobs: StoreDep) -> HTMLResponse:
         form = calc.form(dict(request.query_params), defaults=True)
-        context = {"calc": calc, "form": form, **await calc.compute(request, form)}
+        context = {"calc": calc, "form": form, **await run_in_threadpool(calc.compute, jobs, form)}
         return templates.TemplateResponse(request, "calc.html", context)
 
-    async def fragment(request: Request) -> HTMLResponse:
+    async def fragment(request: Request, jobs: StoreDep) -> HTMLResponse:
         form = calc.form(dict(request.query_params), defaults=False)
-        context = {"calc": calc, **await calc.compute(request, form)}
+        context = {"calc": calc, **await run_in_threadpool(calc.compute, jobs, form)}
         response = templates.TemplateResponse(request, f"partials/{calc.slug}.html", context)
         response.headers["HX-Replace-Url"] = f"/{calc.slug}?{request.query_params}"
         return response

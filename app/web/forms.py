@@ -1,0 +1,74 @@
+"""Pages compute as the API does, without calling it: a form's fields become the API's JSON
+body, the route's own request model validates it, the route's own service function computes,
+and a refusal is formatted by the API's own error formatter, so its messages name the same
+fields. A page view is never an API request."""
+
+import json
+import math
+from collections.abc import Callable
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+from starlette.exceptions import HTTPException
+
+from app.accounting.errors import InvalidInput
+from app.api import errors
+
+ABSENT = ("", None)
+
+
+def number(text: str) -> int | float | str | bool:
+    """A form field as the API's JSON value: "70e9" -> 70000000000, "0.5" -> 0.5, "true" ->
+    true. Anything else goes through as text, for the API to refuse with its own message."""
+    if text in ("true", "false"):
+        return text == "true"
+    try:
+        value = float(text)
+    except ValueError:
+        return text
+    if not math.isfinite(value):  # "nan", "inf": JSON has no such number
+        return text
+    return int(value) if value.is_integer() and abs(value) < 2**63 else value
+
+
+def body(query: dict[str, str], fields: list[str], lists: set[str] = frozenset()) -> dict[str, Any]:
+    """The JSON body from the page's query: the named fields, numbers where they parse as
+    numbers (no field of ours takes a numeric-looking string), `lists` split on commas,
+    empty ones left out."""
+    out: dict[str, Any] = {}
+    for name in fields:
+        value = query.get(name, "").strip().strip("()[]")
+        if value in ABSENT:
+            continue
+        if name in lists:
+            out[name] = [number(v.strip()) for v in value.split(",") if v.strip()]
+        else:
+            out[name] = number(value)
+    return out
+
+
+def run(model: type[BaseModel] | Any, payload: Any, compute: Callable[[Any], Any]) -> tuple[Any, dict | None]:
+    """(compute's result, None), or (None, the API's error body) when `payload` is refused.
+    `model` is a request model or a pydantic TypeAdapter (a union of them, say). The payload
+    goes through JSON, so it is validated exactly as the API validates a request body."""
+    text = json.dumps(payload)
+    try:
+        body = model.validate_json(text) if hasattr(model, "validate_json") else model.model_validate_json(text)
+    except ValidationError as e:
+        # Located as FastAPI locates a request body's errors, so fields are named the same.
+        found = [{**err, "loc": ("body", *err["loc"])} for err in e.errors(include_url=False)]
+        return None, errors.error_body(errors.validation_items(found, payload))
+    try:
+        return compute(body), None
+    except InvalidInput as e:
+        return None, errors.error_body([errors.invalid_input_item(e)])
+    except HTTPException as e:
+        return None, errors.http_error_body(e)
+
+
+def field_errors(answer: dict[str, Any]) -> dict[str, str]:
+    """A 4xx answer's messages by top-level field, for showing beside each input."""
+    by_field: dict[str, str] = {}
+    for item in answer.get("detail", []):
+        by_field.setdefault(item["field"].split(".")[0], item["msg"])
+    return by_field
