@@ -8,7 +8,7 @@ from app.config import settings_or_exit
 
 def main() -> int:
     settings = settings_or_exit()
-    uvicorn.run("app.main:app", host=settings.host, port=settings.port, log_level=settings.log_level,
+    uvicorn.run("app.main:create_app", factory=True, host=settings.host, port=settings.port, log_level=settings.log_level,
                 log_config=logs.config(settings.log_level, settings.log_format, settings.secrets()))
     return 0
 

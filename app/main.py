@@ -1,12 +1,14 @@
-"""create_app(): the JSON API, the pages, static files and error handlers.
+"""create_app(): the JSON API, the pages, static files and error handlers; a uvicorn app
+factory (`uvicorn --factory app.main:create_app`), so importing this module creates nothing.
+build_api(): the JSON API alone, which `tally calc` and `tally probe` call in process.
 
 This process never imports torch: GPU work runs in child processes.
 """
 
 import logging
 import socket
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
@@ -46,6 +48,7 @@ TAGS = [
     {"name": "operations", "description": "Liveness, readiness and Prometheus metrics."},
 ]
 log = logging.getLogger("tally")
+Lifespan = Callable[[FastAPI], AbstractAsyncContextManager[None]]
 
 
 def dispatchers(store: Store, settings: Settings) -> list[Dispatcher]:
@@ -79,25 +82,25 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
             await run_in_threadpool(dispatcher.stop)
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
+def build_api(settings: Settings, store: Store, *, lifespan: Lifespan | None = None) -> FastAPI:
+    """The JSON API (/api/v1) with its error handlers, over `settings` and `store` (app.state)."""
     app = FastAPI(title="Tally", version=__version__, description=DESCRIPTION, lifespan=lifespan,
                   openapi_tags=TAGS, docs_url=None, redoc_url=None)
-    install(app, settings or get_settings())
+    app.state.settings, app.state.store = settings, store
+    errors.install(app, max_body_bytes=settings.max_body_bytes)
+    include_api(app)
     return app
 
 
-def install(app: FastAPI, settings: Settings) -> None:
-    """Settings, the job store, error handlers, the JSON API, the pages and static files."""
-    app.state.settings = settings
-    app.state.store = Store(settings.database_path)
+def create_app(settings: Settings | None = None) -> FastAPI:
+    """The server: the API, with the embedded dispatchers, request metrics, /healthz, /readyz
+    and /metrics, the pages and static files."""
+    settings = settings or get_settings()
+    app = build_api(settings, Store(settings.database_path), lifespan=lifespan)
     app.state.metrics = Metrics(app.state.store, device.gauges)
     app.add_middleware(RequestMetrics, metrics=app.state.metrics)
-    errors.install(app, max_body_bytes=settings.max_body_bytes)
-    include_api(app)
     app.include_router(ops_router)
     app.include_router(pages_router)
     app.include_router(benchmarks_router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
-
-
-app = create_app()
+    return app

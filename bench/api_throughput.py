@@ -1,10 +1,14 @@
 """Requests/s and latency of calculator routes beside a trivial echo route.
 
-One uvicorn worker serves Tally plus POST /bench/echo (a FastAPI route that
-returns its JSON body, registered first, so it does the least routing) on
-loopback. wrk drives each route in turn with the same
-connections and duration, so the ratio route/echo measures what Tally's
-validation, arithmetic and serialisation cost over bare FastAPI.
+One uvicorn worker serves Tally (create_app, as `tally serve` does) plus POST /bench/echo
+(a FastAPI route that returns its JSON body, first in the table, so it does the least
+routing) on loopback. wrk drives each route in turn with the same connections and
+duration, so the ratio route/echo measures what Tally's validation, arithmetic and
+serialisation cost over bare FastAPI.
+
+Two such servers run side by side: one with the API's flat route table (app/api/router.py,
+what Tally serves) and one with plain include_router, so the ratios show whether the flat
+table still earns its place.
 
     make bench                      # or: .venv/bin/python bench/api_throughput.py
     python bench/api_throughput.py --seconds 10 --connections 32
@@ -42,23 +46,26 @@ ROUTES = {
 # as any add-on route would be; the two bracket what a route's table position costs.
 # Everything else is installed exactly as create_app() does.
 SERVER = """
+import os
 from typing import Any
-from fastapi import FastAPI
-from app.config import get_settings
-from app.main import install
+from app.api import router
+from app import main
 
-app = FastAPI(docs_url=None, redoc_url=None)
+if os.environ["TALLY_BENCH_ROUTING"] == "nested":
+    main.include_api = router.include_api_nested
+app = main.create_app()
 
 @app.post("/bench/echo")
 async def echo(body: dict[str, Any]) -> dict[str, Any]:
     return body
 
-install(app, get_settings())
+app.router.routes.insert(0, app.router.routes.pop())  # first in the table
 
 @app.post("/bench/echo-last")
 async def echo_last(body: dict[str, Any]) -> dict[str, Any]:
     return body
 """
+ROUTINGS = ("flat", "nested")
 
 LUA = """wrk.method = "POST"
 wrk.body = [[{body}]]
@@ -116,41 +123,49 @@ def main() -> None:
     if shutil.which("wrk") is None:
         raise SystemExit("wrk not found: apt-get install wrk")
 
-    port = free_port()
+    ports = {routing: free_port() for routing in ROUTINGS}
+    results: dict[str, dict[str, list[dict]]] = {r: {name: [] for name in ROUTES} for r in ROUTINGS}
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         (tmp / "bench_server.py").write_text(SERVER)
-        env = {**os.environ, "PYTHONPATH": f"{tmp}{os.pathsep}{ROOT}"}
-        server = subprocess.Popen(
-            [sys.executable, "-m", "uvicorn", "bench_server:app", "--host", "127.0.0.1",
-             "--port", str(port), "--workers", "1", "--log-level", "warning", "--no-access-log"],
-            env=env, cwd=ROOT)
+        servers = []
+        for routing, port in ports.items():
+            env = {**os.environ, "PYTHONPATH": f"{tmp}{os.pathsep}{ROOT}", "TALLY_BENCH_ROUTING": routing,
+                   "TALLY_DATABASE_PATH": str(tmp / f"{routing}.db"), "TALLY_EMBEDDED_WORKER": "false"}
+            servers.append(subprocess.Popen(
+                [sys.executable, "-m", "uvicorn", "bench_server:app", "--host", "127.0.0.1",
+                 "--port", str(port), "--workers", "1", "--log-level", "warning", "--no-access-log"],
+                env=env, cwd=ROOT))
         try:
-            wait_until_up(port)
-            for path, body in ROUTES.values():  # warm up each route
-                run_wrk(f"http://127.0.0.1:{port}{path}", body, 2, args.connections, args.threads, tmp)
-            results: dict[str, list[dict]] = {name: [] for name in ROUTES}
-            for _ in range(args.rounds):  # interleave, so drift hits every route alike
+            for routing, port in ports.items():
+                wait_until_up(port)
+                for path, body in ROUTES.values():  # warm up each route
+                    run_wrk(f"http://127.0.0.1:{port}{path}", body, 2, args.connections, args.threads, tmp)
+            for _ in range(args.rounds):  # interleave, so drift hits every route and server alike
                 for name, (path, body) in ROUTES.items():
-                    results[name].append(run_wrk(f"http://127.0.0.1:{port}{path}", body, args.seconds,
-                                                 args.connections, args.threads, tmp))
+                    for routing, port in ports.items():
+                        results[routing][name].append(run_wrk(
+                            f"http://127.0.0.1:{port}{path}", body, args.seconds, args.connections,
+                            args.threads, tmp))
         finally:
-            server.terminate()
-            server.wait(timeout=10)
+            for server in servers:
+                server.terminate()
+                server.wait(timeout=10)
 
-    echo_rps = sum(r["rps"] for r in results["echo"]) / args.rounds
-    print(f"one uvicorn worker, wrk -t{args.threads} -c{args.connections}, "
-          f"{args.rounds} x {args.seconds}s per route, loopback")
-    print(f"{'route':<20} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'vs echo':>8} {'non-2xx':>8}")
-    for name, runs in results.items():
-        rps = sum(r["rps"] for r in runs) / len(runs)
-        p50 = sum(r["p50_ms"] for r in runs) / len(runs)
-        p99 = sum(r["p99_ms"] for r in runs) / len(runs)
-        bad = sum(r["non_2xx"] for r in runs)
-        print(f"{name:<20} {rps:>9.0f} {p50:>8.2f} {p99:>8.2f} {rps / echo_rps:>8.2f} {bad:>8d}")
-        for r in runs:
-            if r["socket_errors"]:
-                print(f"  {name}: socket errors {r['socket_errors']}")
+    print(f"one uvicorn worker each, wrk -t{args.threads} -c{args.connections}, "
+          f"{args.rounds} x {args.seconds}s per route, loopback, servers taking turns")
+    print(f"{'routing':<8} {'route':<20} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'vs echo':>8} {'non-2xx':>8}")
+    for routing, by_route in results.items():
+        echo_rps = sum(r["rps"] for r in by_route["echo"]) / args.rounds
+        for name, runs in by_route.items():
+            rps = sum(r["rps"] for r in runs) / len(runs)
+            p50 = sum(r["p50_ms"] for r in runs) / len(runs)
+            p99 = sum(r["p99_ms"] for r in runs) / len(runs)
+            bad = sum(r["non_2xx"] for r in runs)
+            print(f"{routing:<8} {name:<20} {rps:>9.0f} {p50:>8.2f} {p99:>8.2f} {rps / echo_rps:>8.2f} {bad:>8d}")
+            for r in runs:
+                if r["socket_errors"]:
+                    print(f"  {routing} {name}: socket errors {r['socket_errors']}")
 
 
 if __name__ == "__main__":

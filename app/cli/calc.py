@@ -144,12 +144,13 @@ class _StoreOnDemand:
 
 def run(args: argparse.Namespace) -> int:
     from app.config import get_settings
+    from app.main import build_api
 
     cli = parser(calculators())
     opts = cli.parse_args(args.argv)
     calc: Calculator = opts.calc
     settings = get_settings()
-    app = options.api_app(settings, _StoreOnDemand(settings.database_path))
+    app = build_api(settings, _StoreOnDemand(settings.database_path))
     path = calc.path
     for name in calc.path_params:
         path = path.replace(f"{{{name}}}", urllib.parse.quote(getattr(opts, name), safe=""))

@@ -189,21 +189,6 @@ def merge(raw: str | None, fields: dict[str, Any]) -> str:
 
 # --- the API, in process -------------------------------------------------------------------------
 
-def api_app(settings: Any, store: Any) -> Any:
-    """A FastAPI app with the real /api/v1 routes and error handlers, and no lifespan: no
-    dispatcher, no pages, no metrics; `store` is whatever routes that read app.state.store get."""
-    from fastapi import FastAPI
-
-    from app.api import errors
-    from app.api.router import include_api
-
-    app = FastAPI(docs_url=None, redoc_url=None, openapi_url=None)
-    app.state.settings, app.state.store = settings, store
-    errors.install(app, max_body_bytes=settings.max_body_bytes)
-    include_api(app)
-    return app
-
-
 def call(app: Any, method: str, path: str, content: str | None = None,
          params: dict[str, Any] | None = None) -> Any:
     """One request through httpx's ASGI transport (no socket); the httpx.Response."""

@@ -71,6 +71,7 @@ def run(args: argparse.Namespace) -> int:
     from app.config import get_settings
     from app.jobs.dispatcher import Dispatcher
     from app.jobs.store import Store
+    from app.main import build_api
 
     cli = parser()
     opts = cli.parse_args(args.argv)
@@ -88,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
         private = {"database_path": Path(tmp) / "jobs.db", "api_token": None}
         settings = get_settings().model_copy(update=private)
         store = Store(settings.database_path)
-        response = options.call(options.api_app(settings, store), "POST", "/api/v1/jobs", json.dumps(body))
+        response = options.call(build_api(settings, store), "POST", "/api/v1/jobs", json.dumps(body))
         if response.status_code != 202:
             options.print_json(response.text, False, sys.stderr)
             return options.exit_status(response.status_code)
