@@ -1,4 +1,5 @@
-"""`tally serve`: the server, with its embedded dispatchers unless TALLY_EMBEDDED_WORKER=false."""
+"""`tally serve` (and `python -m app`): the server, with its embedded dispatchers unless
+TALLY_EMBEDDED_WORKER=false."""
 
 import argparse
 
@@ -12,6 +13,19 @@ def add(commands: argparse._SubParsersAction, name: str, help_text: str) -> None
         epilog="Every setting is a TALLY_* environment variable (or .env line); see the README.")
 
 
+def serve() -> int:
+    """uvicorn over the app factory, with Tally's log configuration."""
+    import uvicorn
+
+    from app import logs
+    from app.config import settings_or_exit
+
+    settings = settings_or_exit()
+    uvicorn.run("app.main:create_app", factory=True, host=settings.host, port=settings.port,
+                log_level=settings.log_level,
+                log_config=logs.config(settings.log_level, settings.log_format, settings.secrets()))
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
-    from app.__main__ import main as serve
     return serve()
