@@ -1,0 +1,71 @@
+"""One record per probe (app/contract/registry.py), read by everything that names probes:
+the child, the jobs API, admission, the launch form and `tally probe`."""
+
+import dataclasses
+import importlib
+import re
+import typing
+
+import pytest
+import torch
+
+from app.bench.timer import flush_bytes as timer_flush_bytes
+from app.contract import params as probe_params
+from app.contract.registry import PROBES
+from app.device import host
+from app.jobs import admission
+from tests.test_cli import run_main
+
+NAMES = list(PROBES)
+
+
+def test_the_openapi_document_lists_the_registrys_probes(api):
+    spec = api.get("/openapi.json").json()
+    body = spec["paths"]["/api/v1/jobs"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    assert list(body["discriminator"]["mapping"]) == NAMES
+    result = spec["components"]["schemas"]["JobOut"]["properties"]["result"]["anyOf"][0]
+    assert sorted(result["discriminator"]["mapping"]) == sorted(NAMES)
+    listed = spec["paths"]["/api/v1/jobs"]["get"]["parameters"]
+    probe = next(p for p in listed if p["name"] == "probe")["schema"]["anyOf"][0]["enum"]
+    assert probe == NAMES
+
+
+def test_the_launch_form_lists_the_registrys_probes(api):
+    page = api.get("/benchmarks").text
+    select = re.search(r'<select id="probe".*?</select>', page, re.S).group(0)
+    assert re.findall(r'<option value="([^"]+)"', select) == NAMES
+
+
+def test_tally_probe_help_lists_the_registrys_probes(capsys):
+    status, out, _ = run_main(capsys, "probe", "--help")
+    assert status == 0
+    listed = out.split("positional arguments:")[1].split("options:")[0]
+    assert re.findall(r"^    (\w+)", listed, re.M) == NAMES
+    for probe in PROBES.values():
+        assert " ".join(probe.summary.split()[:4]) in " ".join(out.split())
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_each_record_is_whole(name):
+    probe = PROBES[name]
+    module, _, function = probe.entry.partition(":")
+    assert callable(getattr(importlib.import_module(module), function))
+    hints = typing.get_type_hints(probe.result)
+    assert dataclasses.is_dataclass(probe.result) and typing.get_args(hints["probe"]) == (name,)
+    defaults = probe.params()  # every parameter has a default
+    for kind in ("cpu", "cuda"):
+        need, field = probe.need(defaults, kind)
+        assert need > 0 and field.startswith("params.")
+
+
+def test_admission_counts_the_timers_flush_buffer():
+    """The size the timer allocates and the size admission adds are one function's answer."""
+    assert timer_flush_bytes(torch.device("cpu")) == probe_params.flush_bytes("cpu", None)
+    assert probe_params.flush_bytes("cuda", 50 * 10**6) == 256 * 2**20  # an H100's 50 MB L2
+    assert probe_params.flush_bytes("cuda", 200 * 2**20) == 400 * 2**20  # max(256 MiB, 2 x L2)
+    params = probe_params.BandwidthParams(device="cpu", size_bytes=probe_params.MIB)
+    memory = host().memory_bytes
+    just_over = (memory - probe_params.flush_bytes("cpu", None)) // 2 + probe_params.MIB
+    admission.check_fits("bandwidth", params, host())  # 2 MiB and the flush buffer fit
+    with pytest.raises(Exception, match="needs about"):
+        admission.check_fits("bandwidth", params.model_copy(update={"size_bytes": just_over}), host())
