@@ -109,7 +109,8 @@ def _describe_gpu(nvml: Any, index: int) -> DeviceInfo | None:
         major, minor = nvml.nvmlDeviceGetCudaComputeCapability(handle)
         cuda = nvml.nvmlSystemGetCudaDriverVersion()
         return DeviceInfo(
-            kind="cuda", name=name, catalogue_id=hardware.catalogue_id(name), index=index, memory_bytes=int(mem.total),
+            kind="cuda", name=name, catalogue_id=hardware.catalogue_id(name), index=index,
+            memory_bytes=int(mem.total),
             memory_used_bytes=int(mem.used), gpu_count=count, compute_capability=f"{major}.{minor}",
             driver_version=_text(nvml.nvmlSystemGetDriverVersion()),
             cuda_driver_version=f"{cuda // 1000}.{cuda % 1000 // 10}", cpu_count=os.cpu_count() or 1,

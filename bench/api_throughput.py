@@ -137,7 +137,7 @@ def main() -> None:
                  "--port", str(port), "--workers", "1", "--log-level", "warning", "--no-access-log"],
                 env=env, cwd=ROOT))
         try:
-            for routing, port in ports.items():
+            for port in ports.values():
                 wait_until_up(port)
                 for path, body in ROUTES.values():  # warm up each route
                     run_wrk(f"http://127.0.0.1:{port}{path}", body, 2, args.connections, args.threads, tmp)
@@ -154,7 +154,8 @@ def main() -> None:
 
     print(f"one uvicorn worker each, wrk -t{args.threads} -c{args.connections}, "
           f"{args.rounds} x {args.seconds}s per route, loopback, servers taking turns")
-    print(f"{'routing':<8} {'route':<20} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'vs echo':>8} {'non-2xx':>8}")
+    print(f"{'routing':<8} {'route':<20} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'vs echo':>8} "
+          f"{'non-2xx':>8}")
     for routing, by_route in results.items():
         echo_rps = sum(r["rps"] for r in by_route["echo"]) / args.rounds
         for name, runs in by_route.items():
@@ -162,7 +163,8 @@ def main() -> None:
             p50 = sum(r["p50_ms"] for r in runs) / len(runs)
             p99 = sum(r["p99_ms"] for r in runs) / len(runs)
             bad = sum(r["non_2xx"] for r in runs)
-            print(f"{routing:<8} {name:<20} {rps:>9.0f} {p50:>8.2f} {p99:>8.2f} {rps / echo_rps:>8.2f} {bad:>8d}")
+            print(f"{routing:<8} {name:<20} {rps:>9.0f} {p50:>8.2f} {p99:>8.2f} {rps / echo_rps:>8.2f} "
+                  f"{bad:>8d}")
             for r in runs:
                 if r["socket_errors"]:
                     print(f"  {routing} {name}: socket errors {r['socket_errors']}")

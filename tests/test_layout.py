@@ -124,7 +124,8 @@ def test_torch_is_imported_in_app_bench_only():
 
 def test_the_checker_sees_a_wrong_arrow():
     """The reading itself: an import up from the engine, relative or lazy, would be caught."""
-    probe = {APP / "accounting" / "probe.py": "from ..api import errors\n\ndef f():\n    from app import device\n",
+    probe = {APP / "accounting" / "probe.py":
+             "from ..api import errors\n\ndef f():\n    from app import device\n",
              APP / "bench" / "probe.py": "from app.jobs.store import Store\n"}
     arrows = edges(probe)
     wrong = {(a, b) for (a, b) in arrows if RANK[a] <= RANK[b]}

@@ -44,7 +44,8 @@ class ErrorResponse(BaseModel):
 
 
 def _is_union_member(part: str) -> bool:
-    return part in UNION_TAGS or part in _PYDANTIC_MEMBERS or part.startswith(("function-", "literal[", "constrained-"))
+    return (part in UNION_TAGS or part in _PYDANTIC_MEMBERS
+            or part.startswith(("function-", "literal[", "constrained-")))
 
 
 def field_name(loc: tuple | list, body: Any = None) -> str:

@@ -132,7 +132,8 @@ class MatmulSizes:
 MATMUL_SIZES = {
     "cuda": MatmulSizes(squares=(1024, 2048, 4096, 8192, 16384), quick_step=256, quick_width=4096,
                         dtypes=MATMUL_DTYPES),
-    "cpu": MatmulSizes(squares=(128, 256, 512), quick_step=32, quick_width=256, dtypes=("float32", "bfloat16")),
+    "cpu": MatmulSizes(squares=(128, 256, 512), quick_step=32, quick_width=256,
+                       dtypes=("float32", "bfloat16")),
 }
 # Bytes per buffer: on CUDA far larger than any L2.
 BANDWIDTH_BYTES = {"cuda": 2**30, "cpu": 64 * MIB}

@@ -34,7 +34,8 @@ def _model_kind(value: Any) -> str | None:
 
 _MODEL_HELP = "a preset name (see GET /api/v1/models) or an inline TransformerConfig"
 ModelSpec = Annotated[
-    tagged({"preset": PresetName, "config": TransformerConfigIn}, _model_kind, f"model must be {_MODEL_HELP}"),
+    tagged({"preset": PresetName, "config": TransformerConfigIn}, _model_kind,
+           f"model must be {_MODEL_HELP}"),
     Field(description=f"The model: {_MODEL_HELP}."),
 ]
 ModelOrParams = Annotated[

@@ -47,7 +47,9 @@ def _members(hint: Any) -> list[Any]:
 
 def _offered(value: Any) -> bool:
     """A format's alias (bf16, fp32) is not offered beside its name."""
-    return not (isinstance(value, str) and value in formats.accepted_names() and formats.lookup(value).name != value)
+    if not isinstance(value, str) or value not in formats.accepted_names():
+        return True
+    return formats.lookup(value).name == value
 
 
 def choices(model: type[BaseModel], name: str) -> tuple[str, ...]:
@@ -92,7 +94,8 @@ class Calculator:
         """The fragment's context. Blocking (a measured MFU reads the database): run it off the loop."""
         payload = forms.body(form, [i.name for i in self.inputs],
                              lists={i.name for i in self.inputs if i.is_list})
-        outcome, refused = forms.run(self.request, payload, lambda body: (body, self.compute_with(body, jobs)))
+        outcome, refused = forms.run(self.request, payload,
+                                     lambda body: (body, self.compute_with(body, jobs)))
         if refused is not None:
             return {"errors": forms.field_errors(refused), "message": refused["message"]}
         body, result = outcome

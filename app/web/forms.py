@@ -53,7 +53,8 @@ def run(model: type[BaseModel] | Any, payload: Any, compute: Callable[[Any], Any
     goes through JSON, so it is validated exactly as the API validates a request body."""
     text = json.dumps(payload)
     try:
-        body = model.validate_json(text) if hasattr(model, "validate_json") else model.model_validate_json(text)
+        validate = model.validate_json if hasattr(model, "validate_json") else model.model_validate_json
+        body = validate(text)
     except ValidationError as e:
         # Located as FastAPI locates a request body's errors, so fields are named the same.
         found = [{**err, "loc": ("body", *err["loc"])} for err in e.errors(include_url=False)]

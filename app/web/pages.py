@@ -23,7 +23,8 @@ router = APIRouter(include_in_schema=False)
 @router.get("/", response_class=HTMLResponse)
 def index(request: Request, jobs: StoreDep) -> HTMLResponse:
     """What this box is and what it has measured, then a way into each tool."""
-    context = {"device": jsonable(device.describe()), "calibration": jsonable(device_service.calibration(jobs))}
+    context = {"device": jsonable(device.describe()),
+               "calibration": jsonable(device_service.calibration(jobs))}
     return templates.TemplateResponse(request, "index.html", context)
 
 

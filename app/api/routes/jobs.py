@@ -77,7 +77,8 @@ async def events(job_id: JobId, request: Request, jobs: StoreDep, job: Annotated
         if job.revision != seen:
             seen = job.revision
             if job.terminal:
-                yield ServerSentEvent(raw_data=service.job_out(job).model_dump_json(), event="end", id=str(seen))
+                yield ServerSentEvent(raw_data=service.job_out(job).model_dump_json(), event="end",
+                                      id=str(seen))
                 return
             yield ServerSentEvent(raw_data=service.summary(job).model_dump_json(), event="progress",
                                   id=str(seen))
@@ -98,4 +99,5 @@ def result(job_id: JobId, jobs: StoreDep, format: Literal["json", "csv"] = "json
     disposition = {"Content-Disposition": f'attachment; filename="{name}"'}
     if format == "csv":
         return Response(export.to_csv(job), media_type="text/csv", headers=disposition)
-    return Response(service.job_out(job).model_dump_json(), media_type="application/json", headers=disposition)
+    return Response(service.job_out(job).model_dump_json(), media_type="application/json",
+                    headers=disposition)
