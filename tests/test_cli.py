@@ -327,9 +327,9 @@ def test_probe_reports_how_the_job_ended_and_runs_on_the_gpu_named(capsys, monke
             self.store, self.worker_id, self.gpu = store, worker_id, gpu
 
         def start(self):
-            job = self.store.claim(self.worker_id, self.gpu)
+            job = self.store.claim(worker_id=self.worker_id, gpu=self.gpu)
             ran_on.append(job.ran_on_gpu)
-            self.store.finish(job.id, "oom", error=OOM)
+            self.store.finish(job.id, status="oom", error=OOM)
 
         def stop(self):
             return True

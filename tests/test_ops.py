@@ -33,7 +33,7 @@ def test_healthz_answers_while_the_process_lives(api):
 def test_readyz_needs_a_dispatcher(api):
     down = api.get("/readyz")
     assert down.status_code == 503 and down.json()["database"] and not down.json()["dispatcher_running"]
-    api.app.state.store.seen("worker-a")  # what a running `tally worker` does every poll
+    api.app.state.store.seen(worker_id="worker-a")  # what a running `tally worker` does every poll
     up = api.get("/readyz")
     assert up.status_code == 200 and up.json()["workers"] == ["worker-a"]
     assert up.json()["dispatcher"] == "external"
@@ -41,7 +41,7 @@ def test_readyz_needs_a_dispatcher(api):
 
 def test_readyz_is_503_when_the_database_fails(api, tmp_path):
     api.app.state.store.path = tmp_path / "missing" / "gone.db"  # cannot be opened
-    api.app.state.store.seen = lambda _: None
+    api.app.state.store.seen = lambda **_: None
     response = api.get("/readyz")
     assert response.status_code == 503 and response.json()["database"] is False
 

@@ -217,7 +217,7 @@ class Dispatcher:
         while not stop.is_set():
             try:
                 if time.monotonic() >= next_seen:  # idle or between jobs: /readyz reads it
-                    self.store.seen(self.worker_id)
+                    self.store.seen(worker_id=self.worker_id)
                     next_seen = time.monotonic() + HEARTBEAT_EVERY_S
                 ran = self.run_once()
                 if time.monotonic() >= next_recovery:
@@ -232,14 +232,14 @@ class Dispatcher:
         log.info("dispatcher %s stopped", self.worker_id)
 
     def _recover(self, worker_id: str | None) -> None:
-        for job_id in self.store.recover(worker_id, self.stale_after_s):
+        for job_id in self.store.recover(worker_id=worker_id, stale_after_s=self.stale_after_s):
             job = self.store.get(job_id)
             logs.for_job(log, job_id).warning("recovered after its worker died: now %s (attempts %d)",
                                               job.status, job.attempts)
 
     def run_once(self) -> bool:
         """Claim the oldest queued job and run it to its end; False when none was queued."""
-        job = self.store.claim(self.worker_id, self.gpu)
+        job = self.store.claim(worker_id=self.worker_id, gpu=self.gpu)
         if job is None:
             return False
         self.current = job
@@ -255,7 +255,7 @@ class Dispatcher:
             self.child = child = Child(self.child_argv, self._env(job), job)
         except OSError as exc:  # a missing interpreter, no pids or fds left: the job cannot start
             jlog.error("could not start its process: %s", exc)
-            self.store.finish(job.id, "crashed", error=_error(
+            self.store.finish(job.id, status="crashed", error=_error(
                 "ChildCrashed", f"the job's process could not start: {exc}", argv=self.child_argv),
                 worker_id=self.worker_id)
             return
@@ -280,7 +280,8 @@ class Dispatcher:
             outcome = Outcome("crashed", error=_error(
                 "ChildCrashed", f"the job's process {how} before reporting a result",
                 exit_code=rc, signal=name, stderr_tail=child.stderr_tail()))
-        if self.store.finish(job.id, outcome.status, outcome.result, outcome.error, worker_id=self.worker_id):
+        if self.store.finish(job.id, status=outcome.status, result=outcome.result, error=outcome.error,
+                             worker_id=self.worker_id):
             jlog.info("ended: %s", outcome.status)
         else:
             jlog.warning("ended %s, but its row is no longer running here; left as it is", outcome.status)
@@ -350,9 +351,9 @@ class Dispatcher:
             if now >= next_heartbeat:
                 next_heartbeat = now + HEARTBEAT_EVERY_S
                 self.store.heartbeat(job.id, worker_id=self.worker_id)
-                self.store.seen(self.worker_id)
+                self.store.seen(worker_id=self.worker_id)
 
     def _write_progress(self, job: Job, message: dict | None) -> None:
         if message is not None:
-            self.store.progress(job.id, message["done"], message["total"], message.get("message", ""),
-                                worker_id=self.worker_id)
+            self.store.progress(job.id, done=message["done"], total=message["total"],
+                                message=message.get("message", ""), worker_id=self.worker_id)

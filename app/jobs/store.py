@@ -10,8 +10,6 @@ States: queued -> running -> one of TERMINAL. `revision` grows on every update o
 a row, so a watcher can tell a row changed without comparing every field.
 """
 
-from __future__ import annotations  # the method Store.list shadows the builtin in later annotations
-
 import json
 import sqlite3
 import time
@@ -177,13 +175,13 @@ class Store:
                 raise
             db.execute("COMMIT")
 
-    def seen(self, worker_id: str) -> None:
+    def seen(self, *, worker_id: str) -> None:
         """A dispatcher says it is alive (idle or busy), for readiness checks."""
         with self._write() as db:
             db.execute("INSERT INTO workers (worker_id, seen_at) VALUES (?, ?) ON CONFLICT (worker_id) "
                        "DO UPDATE SET seen_at = excluded.seen_at", (worker_id, time.time()))
 
-    def live_workers(self, within_s: float) -> list[str]:
+    def live_workers(self, *, within_s: float) -> list[str]:
         """Dispatchers seen in the last within_s seconds."""
         with self._connect() as db:
             rows = db.execute("SELECT worker_id FROM workers WHERE seen_at >= ? ORDER BY worker_id",
@@ -199,8 +197,8 @@ class Store:
         with self._connect() as db:
             return db.execute("PRAGMA journal_mode").fetchone()[0]
 
-    def submit(self, probe: str, params: dict, timeout_s: float, limit: int,
-               device: str | None = None, gpu: int | None = None) -> Job:
+    def submit(self, *, probe: str, params: dict, timeout_s: float, limit: int, device: str | None = None,
+               gpu: int | None = None) -> Job:
         """Queue a job (for GPU `gpu` only, when given), or raise QueueFull when `limit` jobs are
         queued or running already."""
         with self._write() as db:
@@ -218,7 +216,7 @@ class Store:
         with self._connect() as db:
             return self._row(db, job_id)
 
-    def list(self, probe: str | None = None, status: str | Sequence[str] | None = None, limit: int = 50,
+    def page(self, *, probe: str | None = None, status: str | Sequence[str] | None = None, limit: int = 50,
              offset: int = 0) -> tuple[list[Job], int]:
         """Newest first, and how many jobs match the filter in all."""
         where, args = [], []
@@ -239,7 +237,7 @@ class Store:
             db.execute("COMMIT")
         return [_job(row) for row in rows], total
 
-    def claim(self, worker_id: str, gpu: int | None = None) -> Job | None:
+    def claim(self, *, worker_id: str, gpu: int | None = None) -> Job | None:
         """Take the oldest queued job for `worker_id` and mark it running; None when none waits.
 
         A dispatcher of GPU `gpu` takes the jobs that name that GPU or none; one without a GPU
@@ -271,7 +269,7 @@ class Store:
                 [*args, job_id, *guard_args])
             return cursor.rowcount == 1
 
-    def progress(self, job_id: int, done: int, total: int, message: str = "", *,
+    def progress(self, job_id: int, *, done: int, total: int, message: str = "",
                  worker_id: str | None = None) -> bool:
         return self._update_running(
             job_id, "progress_done = ?, progress_total = ?, progress_message = ?, heartbeat_at = ?",
@@ -281,7 +279,7 @@ class Store:
         """Say the job's worker is alive; False when the job is no longer running (for that worker)."""
         return self._update_running(job_id, "heartbeat_at = ?", (time.time(),), worker_id)
 
-    def finish(self, job_id: int, status: str, result: dict | None = None, error: dict | None = None, *,
+    def finish(self, job_id: int, *, status: str, result: dict | None = None, error: dict | None = None,
                worker_id: str | None = None) -> bool:
         """Record a running job's end; False, changing nothing, when it was not running."""
         if status not in TERMINAL:
@@ -299,7 +297,7 @@ class Store:
                        "WHERE id = ? AND status = 'running' AND cancel_requested = 0", (job_id,))
             return self._row(db, job_id)
 
-    def recover(self, worker_id: str | None, stale_after_s: float) -> list[int]:
+    def recover(self, *, worker_id: str | None, stale_after_s: float) -> list[int]:
         """Jobs left running by a dead worker: requeued, or crashed once interrupted MAX_ATTEMPTS times.
 
         A job is orphaned when `worker_id` holds it (this worker is starting, so it cannot be
@@ -365,7 +363,7 @@ class Store:
             return db.execute(f"SELECT COUNT(*) FROM jobs WHERE status IN ({_marks(ACTIVE)})",
                               ACTIVE).fetchone()[0]
 
-    def latest(self, probe: str, device: str | None = None, status: str = "succeeded",
+    def latest(self, *, probe: str, device: str | None = None, status: str = "succeeded",
                limit: int = 20) -> list[Job]:
         """The newest jobs of `probe` in `status` (of `device`, when given): calibration's measurements."""
         where, args = ["probe = ?", "status = ?"], [probe, *_statuses(status)]

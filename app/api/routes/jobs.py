@@ -153,8 +153,9 @@ def submit(body: JobRequest, request: Request, credentials: Credentials) -> Resp
     where = admission.device_for(body.gpu, body.params, settings.gpus)
     kind = admission.check_fits(body.params, where)
     try:
-        job = deps.store(request).submit(body.probe, body.params.model_dump(mode="json"), timeout,
-                                         settings.queue_limit, device=kind, gpu=body.gpu)
+        job = deps.store(request).submit(probe=body.probe, params=body.params.model_dump(mode="json"),
+                                         timeout_s=timeout, limit=settings.queue_limit, device=kind,
+                                         gpu=body.gpu)
     except store.QueueFull as e:
         raise QueueFull(e.limit) from None
     return Response(job_out(job).model_dump_json(), status_code=202, media_type="application/json",
@@ -167,7 +168,7 @@ def list_jobs(request: Request, probe: Probe | None = None,  # type: ignore[vali
               limit: Annotated[int, Query(ge=1, le=500)] = 50,
               offset: Annotated[int, Query(ge=0, le=10**9)] = 0) -> Response:
     """Newest first. status may repeat: ?status=queued&status=running."""
-    jobs, total = deps.store(request).list(probe=probe, status=status, limit=limit, offset=offset)
+    jobs, total = deps.store(request).page(probe=probe, status=status, limit=limit, offset=offset)
     page = JobPage(data=[JobSummary(**_fields(j)) for j in jobs], count=total, limit=limit, offset=offset)
     return respond(page)
 
