@@ -4,8 +4,10 @@ Children are tests/fault_child.py: the real child protocol with probes that misb
 request. Waits poll against generous deadlines; nothing here asserts a speed.
 """
 
+import inspect
 import json
 import logging
+import re
 import signal
 import subprocess
 import sys
@@ -17,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from app.jobs.dispatcher import Dispatcher
-from app.jobs.store import STATES, QueueFull, Store
+from app.jobs import store as store_module
+from app.jobs.store import STATES, TERMINAL, TRANSITIONS, QueueFull, Store
 
 ROOT = Path(__file__).resolve().parent.parent
 FAULT_ARGV = [sys.executable, "-m", "tests.fault_child"]
@@ -151,6 +154,32 @@ def test_finish_needs_a_terminal_status(store):
     store.claim(worker_id="w")
     with pytest.raises(ValueError, match="terminal"):
         store.finish(job.id, status="queued")
+
+
+def test_the_transition_table_is_the_one_the_docstring_draws():
+    drawn: dict[str, set[str]] = {state: set() for state in STATES}
+    for old, new in re.findall(r"^    (\w+) +-> (\w+) ", store_module.__doc__, re.MULTILINE):
+        drawn[old].add(new)
+    assert drawn == {state: set(moves) for state, moves in TRANSITIONS.items()}
+    never_left = re.search(r"TERMINAL states \(([^)]*)\) are never left", store_module.__doc__)
+    assert set(never_left.group(1).split(", ")) == TERMINAL
+    assert all(not TRANSITIONS[state] for state in TERMINAL)
+    # _move's UPDATE is the one statement that writes status (submit's INSERT only creates a row).
+    assert inspect.getsource(store_module).count("SET status") == 1
+
+
+def test_a_move_the_table_lacks_is_refused(store):
+    job = store.submit(probe="matmul", params={}, timeout_s=60, limit=10)
+    with store._write() as db, pytest.raises(ValueError, match="cannot move from 'queued' to 'succeeded'"):
+        store._move(db, job.id, old="queued", new="succeeded", values={})
+    store.claim(worker_id="w")
+    assert store.finish(job.id, status="succeeded", result={})
+    with store._write() as db, pytest.raises(ValueError, match="cannot move from 'succeeded' to 'running'"):
+        store._move(db, job.id, old="succeeded", new="running", values={"worker_id": "w"})
+    with store._write() as db, pytest.raises(ValueError, match="cannot write"):
+        store._move(db, job.id, old="running", new="failed", values={"probe": "bandwidth"})
+    after = store.get(job.id)
+    assert (after.status, after.probe, after.result) == ("succeeded", "matmul", {})
 
 
 def test_recover_requeues_once_then_marks_crashed(store):
