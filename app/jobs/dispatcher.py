@@ -171,8 +171,6 @@ class Dispatcher:
         self.poll_s = poll_s
         self.kill_grace_s = kill_grace_s
         self.stale_after_s = stale_after_s
-        self.current: Job | None = None
-        self.child: Child | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -242,17 +240,13 @@ class Dispatcher:
         job = self.store.claim(worker_id=self.worker_id, gpu=self.gpu)
         if job is None:
             return False
-        self.current = job
-        try:
-            self._run(job)
-        finally:
-            self.current = self.child = None
+        self._run(job)
         return True
 
     def _run(self, job: Job) -> None:
         jlog = logs.for_job(log, job.id)
         try:
-            self.child = child = Child(self.child_argv, self._env(job), job)
+            child = Child(self.child_argv, self._env(job), job)
         except OSError as exc:  # a missing interpreter, no pids or fds left: the job cannot start
             jlog.error("could not start its process: %s", exc)
             self.store.finish(job.id, status="crashed", error=_error(
