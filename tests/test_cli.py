@@ -25,6 +25,7 @@ from app.cli.probe import TABLES
 from app.config import Settings
 from app.main import create_app
 from tests.conftest import Api
+from tests.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 TALLY = [sys.executable, "-c", "import sys; from app.cli import main; sys.exit(main())"]
@@ -420,10 +421,7 @@ def test_ctrl_c_stops_the_probe_and_its_child():
     cli = subprocess.Popen([*TALLY, *LONG], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                            cwd=ROOT)
     try:
-        deadline = time.monotonic() + 30
-        while not (kids := children(cli.pid)) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert kids, "the probe's child never started"
+        kids = wait_for(lambda: children(cli.pid), timeout=30, what="the probe's child to start", every=0.05)
         time.sleep(0.5)
         cli.send_signal(signal.SIGINT)
         out, err = cli.communicate(timeout=30)

@@ -14,7 +14,8 @@ from app.jobs.store import Store
 from app.main import create_app, dispatchers
 from app.ops.metrics import Metrics
 from tests.conftest import Api, assert_names_field
-from tests.test_jobs import FAULT_ARGV, PATIENCE_S, wait_for
+from tests.test_jobs import FAULT_ARGV
+from tests.waiting import PATIENCE_S, wait_for
 
 JOBS = "/api/v1/jobs"
 

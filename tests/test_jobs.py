@@ -18,23 +18,13 @@ from pathlib import Path
 
 import pytest
 
-from app.jobs.dispatcher import Dispatcher
 from app.jobs import store as store_module
+from app.jobs.dispatcher import Dispatcher
 from app.jobs.store import STATES, TERMINAL, TRANSITIONS, QueueFull, Store
+from tests.waiting import PATIENCE_S, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 FAULT_ARGV = [sys.executable, "-m", "tests.fault_child"]
-# Seconds to wait for what should take well under one; a loaded CI box may be slow.
-PATIENCE_S = 30
-
-
-def wait_for(predicate, timeout: float = PATIENCE_S, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if value := predicate():
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 def alive(pid: int) -> bool:

@@ -7,6 +7,7 @@ import pytest
 from app.config import Settings
 from app.main import create_app
 from tests.conftest import Api
+from tests.waiting import wait_for
 
 
 @pytest.fixture
@@ -78,16 +79,12 @@ def test_no_gpu_gauges_without_a_gpu(api):
 
 
 def test_a_running_dispatcher_makes_the_server_ready(api):
-    import time
-
     from app.jobs.dispatcher import Dispatcher
     dispatcher = Dispatcher(api.app.state.store, "worker-b")
     dispatcher.start()
     try:
-        deadline = time.monotonic() + 20
-        while api.get("/readyz").status_code != 200:
-            assert time.monotonic() < deadline, api.get("/readyz").json()
-            time.sleep(0.1)
+        wait_for(lambda: api.get("/readyz").status_code == 200, timeout=20, what="/readyz to answer 200",
+                 every=0.1, context=lambda: api.get("/readyz").json())
         assert api.get("/readyz").json()["workers"] == ["worker-b"]
     finally:
         dispatcher.stop()
