@@ -11,7 +11,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 import types
 from pathlib import Path
 
@@ -23,6 +22,7 @@ from app.api import router as api_router
 from app.cli import main, options
 from app.cli.probe import TABLES
 from app.config import Settings
+from app.jobs.store import Store
 from app.main import create_app
 from tests.conftest import Api
 from tests.waiting import wait_for
@@ -417,12 +417,13 @@ def test_a_probe_past_its_time_limit_is_stopped():
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads child pids from /proc")
-def test_ctrl_c_stops_the_probe_and_its_child():
+def test_ctrl_c_stops_the_probe_and_its_child(tmp_path):
+    # TMPDIR: the probe's private job store is then under tmp_path, where the test can read it.
     cli = subprocess.Popen([*TALLY, *LONG], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                           cwd=ROOT)
+                           cwd=ROOT, env={**os.environ, "TMPDIR": str(tmp_path)})
     try:
         kids = wait_for(lambda: children(cli.pid), timeout=30, what="the probe's child to start", every=0.05)
-        time.sleep(0.5)
+        wait_for(lambda: measuring(tmp_path), what="the probe to report progress", every=0.05)
         cli.send_signal(signal.SIGINT)
         out, err = cli.communicate(timeout=30)
     finally:
@@ -430,6 +431,15 @@ def test_ctrl_c_stops_the_probe_and_its_child():
     assert cli.returncode == 130 and out == "" and "interrupted" in err
     for pid in kids:
         assert not Path(f"/proc/{pid}").exists() or state(pid) == "Z", f"child {pid} outlived the CLI"
+
+
+def measuring(tmp: Path) -> bool:
+    """Whether the `tally probe` whose temporary directory is in `tmp` runs a job that has reported
+    progress: its child is past start-up and measuring, and the CLI is following the row."""
+    for database in tmp.glob("tally-probe-*/jobs.db"):
+        running = Store(database).page(status="running")[0]
+        return bool(running) and running[0].progress_total > 0
+    return False
 
 
 def children(pid: int) -> list[int]:
