@@ -4,7 +4,9 @@ It is the real app.bench.child with every probe name mapped to a fault, so the
 dispatcher meets the real protocol and the real error handling. TALLY_FAULT picks:
 ok, hang, crash (SIGSEGV), oom (torch's CUDA OOM error), fail (ValueError), garbage
 (a non-JSON line on the protocol channel), flaky (hangs the first time, then ok; the
-first time is remembered by creating the file TALLY_FAULT_MARKER).
+first time is remembered by creating the file TALLY_FAULT_MARKER), gated (waits until
+the file TALLY_FAULT_GATE exists, then ok: a test opens the gate once the children it
+needs are all running, so they are certain to run at the same time).
 When TALLY_FAULT_PIDS names a file, each child appends its pid to it, so a test can
 check that the child is gone.
 """
@@ -61,6 +63,13 @@ def _flaky(probe: str, params: dict, progress: child.Progress) -> dict:
     _hang()
 
 
+def _gated(probe: str, params: dict, progress: child.Progress) -> dict:
+    gate = os.environ["TALLY_FAULT_GATE"]
+    while not os.path.exists(gate):
+        time.sleep(0.01)
+    return _ok(probe, params, progress)
+
+
 def fault(probe: str, params: dict, progress: child.Progress) -> dict:
     if pids := os.environ.get("TALLY_FAULT_PIDS"):
         with open(pids, "a") as out:
@@ -80,6 +89,8 @@ def fault(probe: str, params: dict, progress: child.Progress) -> dict:
             _garbage(progress)
         case "flaky":
             return _flaky(probe, params, progress)
+        case "gated":
+            return _gated(probe, params, progress)
         case other:
             raise SystemExit(f"unknown TALLY_FAULT {other!r}")
 

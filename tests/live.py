@@ -5,13 +5,14 @@ import os
 import signal
 import socket
 import subprocess
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+
+from tests.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -41,17 +42,16 @@ def serve(argv: list[str], env: dict[str, str], log_path: Path, wait_s: float = 
     with open(log_path, "wb") as log:
         process = subprocess.Popen(argv, env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
     live = Live(url, process, log_path)
+
+    def healthy() -> bool:
+        assert process.poll() is None, f"exited {process.returncode}:\n{live.log()}"
+        try:
+            return httpx.get(f"{url}/healthz", timeout=1).status_code == 200
+        except httpx.TransportError:
+            return False
+
     try:
-        deadline = time.monotonic() + wait_s
-        while True:
-            assert process.poll() is None, f"exited {process.returncode}:\n{live.log()}"
-            try:
-                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, f"no answer within {wait_s} s:\n{live.log()}"
-            time.sleep(0.1)
+        wait_for(healthy, timeout=wait_s, what=f"an answer from {url}/healthz", every=0.1, context=live.log)
         yield live
     finally:
         if process.poll() is None:

@@ -5,7 +5,6 @@ and a browser that cannot start fails these tests."""
 import os
 import struct
 import threading
-import time
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -17,6 +16,7 @@ from playwright.sync_api import Page, expect, sync_playwright
 
 from app.config import Settings
 from app.main import create_app
+from tests.waiting import wait_for
 
 CHROMIUM = os.environ.get("TALLY_CHROMIUM", "/usr/bin/chromium")
 FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
@@ -33,10 +33,7 @@ def base_url(tmp_path_factory):
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert time.monotonic() < deadline, "the server did not start"
-        time.sleep(0.05)
+    wait_for(lambda: server.started, timeout=30, what="the server to start", every=0.05)
     port = server.servers[0].sockets[0].getsockname()[1]
     yield f"http://127.0.0.1:{port}"
     server.should_exit = True

@@ -11,7 +11,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 import types
 from pathlib import Path
 
@@ -23,8 +22,10 @@ from app.api import router as api_router
 from app.cli import main, options
 from app.cli.probe import TABLES
 from app.config import Settings
+from app.jobs.store import Store
 from app.main import create_app
 from tests.conftest import Api
+from tests.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 TALLY = [sys.executable, "-c", "import sys; from app.cli import main; sys.exit(main())"]
@@ -327,9 +328,9 @@ def test_probe_reports_how_the_job_ended_and_runs_on_the_gpu_named(capsys, monke
             self.store, self.worker_id, self.gpu = store, worker_id, gpu
 
         def start(self):
-            job = self.store.claim(self.worker_id, self.gpu)
+            job = self.store.claim(worker_id=self.worker_id, gpu=self.gpu)
             ran_on.append(job.ran_on_gpu)
-            self.store.finish(job.id, "oom", error=OOM)
+            self.store.finish(job.id, status="oom", error=OOM)
 
         def stop(self):
             return True
@@ -416,15 +417,13 @@ def test_a_probe_past_its_time_limit_is_stopped():
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads child pids from /proc")
-def test_ctrl_c_stops_the_probe_and_its_child():
+def test_ctrl_c_stops_the_probe_and_its_child(tmp_path):
+    # TMPDIR: the probe's private job store is then under tmp_path, where the test can read it.
     cli = subprocess.Popen([*TALLY, *LONG], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                           cwd=ROOT)
+                           cwd=ROOT, env={**os.environ, "TMPDIR": str(tmp_path)})
     try:
-        deadline = time.monotonic() + 30
-        while not (kids := children(cli.pid)) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert kids, "the probe's child never started"
-        time.sleep(0.5)
+        kids = wait_for(lambda: children(cli.pid), timeout=30, what="the probe's child to start", every=0.05)
+        wait_for(lambda: measuring(tmp_path), what="the probe to report progress", every=0.05)
         cli.send_signal(signal.SIGINT)
         out, err = cli.communicate(timeout=30)
     finally:
@@ -432,6 +431,15 @@ def test_ctrl_c_stops_the_probe_and_its_child():
     assert cli.returncode == 130 and out == "" and "interrupted" in err
     for pid in kids:
         assert not Path(f"/proc/{pid}").exists() or state(pid) == "Z", f"child {pid} outlived the CLI"
+
+
+def measuring(tmp: Path) -> bool:
+    """Whether the `tally probe` whose temporary directory is in `tmp` runs a job that has reported
+    progress: its child is past start-up and measuring, and the CLI is following the row."""
+    for database in tmp.glob("tally-probe-*/jobs.db"):
+        running = Store(database).page(status="running")[0]
+        return bool(running) and running[0].progress_total > 0
+    return False
 
 
 def children(pid: int) -> list[int]:

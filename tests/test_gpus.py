@@ -5,7 +5,6 @@ the fault child reports what it saw, as a probe's torch would.
 """
 
 import sqlite3
-import threading
 from urllib.parse import urlencode
 
 from app.config import Settings
@@ -14,62 +13,60 @@ from app.jobs.store import Store
 from app.main import create_app, dispatchers
 from app.ops.metrics import Metrics
 from tests.conftest import Api, assert_names_field
-from tests.test_jobs import FAULT_ARGV, PATIENCE_S, wait_for
+from tests.test_jobs import FAULT_ARGV, overlapping
+from tests.waiting import PATIENCE_S, wait_for
 
 JOBS = "/api/v1/jobs"
 
 
 def test_a_gpu_dispatcher_takes_its_own_jobs_and_unnamed_ones(tmp_path):
     store = Store(tmp_path / "tally.db")
-    for_one = store.submit("matmul", {}, 60, 10, gpu=1)
-    anywhere = store.submit("matmul", {}, 60, 10)
-    assert store.claim("w0", gpu=0).id == anywhere.id  # job 1 is GPU 1's: GPU 0 skips it
-    assert store.claim("w0", gpu=0) is None
-    claimed = store.claim("w1", gpu=1)
+    for_one = store.submit(probe="matmul", params={}, timeout_s=60, limit=10, gpu=1)
+    anywhere = store.submit(probe="matmul", params={}, timeout_s=60, limit=10)
+    assert store.claim(worker_id="w0", gpu=0).id == anywhere.id  # job 1 is GPU 1's: GPU 0 skips it
+    assert store.claim(worker_id="w0", gpu=0) is None
+    claimed = store.claim(worker_id="w1", gpu=1)
     assert (claimed.id, claimed.gpu, claimed.ran_on_gpu) == (for_one.id, 1, 1)
     assert store.get(anywhere.id).ran_on_gpu == 0
     assert store.requeue(for_one.id) and store.get(for_one.id).ran_on_gpu is None
     # A dispatcher serving no one GPU takes any job, and runs a named one on its GPU.
-    assert store.claim("any").ran_on_gpu == 1
+    assert store.claim(worker_id="any").ran_on_gpu == 1
 
 
 def test_jobs_for_different_gpus_run_side_by_side_and_never_two_on_one(tmp_path):
+    """Each GPU's first child waits at a gate that opens only once both GPUs run a job, so the two
+    runs certainly overlap; the rows' [started_at, finished_at] then show every overlap there was."""
     store = Store(tmp_path / "tally.db")
-    running = [Dispatcher(store, f"box:gpu{i}", child_argv=FAULT_ARGV, child_env={"TALLY_FAULT": "ok"},
-                          poll_s=0.02, gpu=i) for i in (0, 1)]
-    per_gpu_highest: dict[int, int] = {0: 0, 1: 0}
-    both_at_once = False
-    done = threading.Event()
-
-    def sample() -> None:
-        nonlocal both_at_once
-        while not done.is_set():
-            rows = store.list(status="running")[0]
-            for gpu in (0, 1):
-                per_gpu_highest[gpu] = max(per_gpu_highest[gpu], sum(r.ran_on_gpu == gpu for r in rows))
-            both_at_once |= {r.ran_on_gpu for r in rows} == {0, 1}
-
-    ids = [store.submit("matmul", {"sleep_s": 0.4}, 60, 100, gpu=gpu).id for gpu in (1, 1, 0, 0, 1)]
-    ids += [store.submit("matmul", {"sleep_s": 0.1}, 60, 100).id for _ in range(3)]
-    sampler = threading.Thread(target=sample)
-    sampler.start()
+    gate = tmp_path / "gate"
+    env = {"TALLY_FAULT": "gated", "TALLY_FAULT_GATE": str(gate)}
+    running = [Dispatcher(store, f"box:gpu{i}", child_argv=FAULT_ARGV, child_env=env, poll_s=0.02, gpu=i)
+               for i in (0, 1)]
+    ids = [store.submit(probe="matmul", params={"sleep_s": 0.4}, timeout_s=60, limit=100, gpu=gpu).id
+           for gpu in (1, 1, 0, 0, 1)]
+    ids += [store.submit(probe="matmul", params={"sleep_s": 0.1}, timeout_s=60, limit=100).id
+            for _ in range(3)]
     for each in running:
         each.start()
     try:
+        wait_for(lambda: {job.ran_on_gpu for job in store.page(status="running")[0]} == {0, 1},
+                 what="a job running on each GPU")
+        gate.touch()
         wait_for(lambda: store.counts()["succeeded"] == len(ids), what="every job to finish")
     finally:
-        done.set()
-        sampler.join()
         for each in running:
             each.stop(PATIENCE_S)
-    jobs = {job.id: job for job in store.list(limit=100)[0]}
+    jobs = {job.id: job for job in store.page(limit=100)[0]}
     for job_id in ids:
         job = jobs[job_id]
+        assert job.attempts == 1  # one run each, so each row's times are its only run
         if job.gpu is not None:  # a named GPU is the one it ran on, and the only one its child saw
             assert job.ran_on_gpu == job.gpu and job.worker_id == f"box:gpu{job.gpu}"
         assert job.result["cuda_visible_devices"] == str(job.ran_on_gpu)
-    assert per_gpu_highest == {0: 1, 1: 1}
-    assert both_at_once
+    on = {gpu: [job for job in jobs.values() if job.ran_on_gpu == gpu] for gpu in (0, 1)}
+    assert len(on[0]) + len(on[1]) == len(ids)
+    assert overlapping(on[0]) == [] and overlapping(on[1]) == []
+    side_by_side = overlapping(list(jobs.values()))
+    assert side_by_side and all(jobs[a].ran_on_gpu != jobs[b].ran_on_gpu for a, b in side_by_side)
 
 
 def test_the_server_starts_one_dispatcher_per_gpu(tmp_path):
@@ -119,7 +116,7 @@ def test_an_older_database_gains_the_gpu_columns_and_keeps_its_jobs(tmp_path):
     store = Store(path)
     old = store.get(1)
     assert (old.probe, old.status, old.gpu, old.ran_on_gpu) == ("bandwidth", "queued", None, None)
-    assert store.submit("matmul", {}, 60, 10, gpu=3).gpu == 3
+    assert store.submit(probe="matmul", params={}, timeout_s=60, limit=10, gpu=3).gpu == 3
 
 
 def test_gpu_gauges_carry_the_gpu_index(tmp_path):

@@ -4,8 +4,11 @@ Children are tests/fault_child.py: the real child protocol with probes that misb
 request. Waits poll against generous deadlines; nothing here asserts a speed.
 """
 
+import inspect
+import itertools
 import json
 import logging
+import re
 import signal
 import subprocess
 import sys
@@ -16,22 +19,13 @@ from pathlib import Path
 
 import pytest
 
+from app.jobs import store as store_module
 from app.jobs.dispatcher import Dispatcher
-from app.jobs.store import STATES, QueueFull, Store
+from app.jobs.store import STATES, TERMINAL, TRANSITIONS, Job, QueueFull, Store
+from tests.waiting import PATIENCE_S, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 FAULT_ARGV = [sys.executable, "-m", "tests.fault_child"]
-# Seconds to wait for what should take well under one; a loaded CI box may be slow.
-PATIENCE_S = 30
-
-
-def wait_for(predicate, timeout: float = PATIENCE_S, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if value := predicate():
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 def alive(pid: int) -> bool:
@@ -66,14 +60,14 @@ def dispatcher(store: Store, fault: str, pidfile: Path | None = None, **env: str
 # --- the store ---------------------------------------------------------------------------------------
 
 def test_submit_claim_finish(store):
-    job = store.submit("matmul", {"m": 4}, timeout_s=60, limit=10, device="cuda:0")
+    job = store.submit(probe="matmul", params={"m": 4}, timeout_s=60, limit=10, device="cuda:0")
     assert (job.status, job.attempts, job.params, job.device) == ("queued", 0, {"m": 4}, "cuda:0")
-    claimed = store.claim("w1")
+    claimed = store.claim(worker_id="w1")
     assert (claimed.id, claimed.status, claimed.attempts, claimed.worker_id) == (job.id, "running", 1, "w1")
     assert claimed.started_at >= job.created_at and claimed.heartbeat_at is not None
-    assert store.claim("w1") is None
-    assert store.progress(job.id, 3, 10, "step 3")
-    assert store.finish(job.id, "succeeded", result={"seconds": 1.5})
+    assert store.claim(worker_id="w1") is None
+    assert store.progress(job.id, done=3, total=10, message="step 3")
+    assert store.finish(job.id, status="succeeded", result={"seconds": 1.5})
     done = store.get(job.id)
     assert (done.status, done.result, done.error) == ("succeeded", {"seconds": 1.5}, None)
     assert done.progress_done == 3
@@ -83,122 +77,150 @@ def test_submit_claim_finish(store):
 
 
 def test_claim_takes_the_oldest(store):
-    first, second = (store.submit("matmul", {"n": n}, 60, 10) for n in range(2))
-    assert store.claim("w").id == first.id
-    assert store.claim("w").id == second.id
+    first, second = (store.submit(probe="matmul", params={"n": n}, timeout_s=60, limit=10) for n in range(2))
+    assert store.claim(worker_id="w").id == first.id
+    assert store.claim(worker_id="w").id == second.id
 
 
 def test_submit_refuses_beyond_the_limit(store):
-    jobs = [store.submit("matmul", {}, 60, limit=2) for _ in range(2)]
-    store.claim("w")  # running jobs count against the limit too
+    jobs = [store.submit(probe="matmul", params={}, timeout_s=60, limit=2) for _ in range(2)]
+    store.claim(worker_id="w")  # running jobs count against the limit too
     with pytest.raises(QueueFull) as refused:
-        store.submit("matmul", {}, 60, limit=2)
+        store.submit(probe="matmul", params={}, timeout_s=60, limit=2)
     assert refused.value.limit == 2 and "2" in str(refused.value)
     assert store.queue_depth() == 2
-    store.finish(jobs[0].id, "succeeded", result={})
-    assert store.submit("matmul", {}, 60, limit=2).status == "queued"
+    store.finish(jobs[0].id, status="succeeded", result={})
+    assert store.submit(probe="matmul", params={}, timeout_s=60, limit=2).status == "queued"
 
 
 def test_list_filters_paginates_and_counts(store):
-    matmuls = [store.submit("matmul", {"i": i}, 60, 100).id for i in range(5)]
-    bandwidths = [store.submit("bandwidth", {"i": i}, 60, 100).id for i in range(3)]
-    page, total = store.list(probe="matmul", limit=2, offset=1)
+    matmuls = [store.submit(probe="matmul", params={"i": i}, timeout_s=60, limit=100).id for i in range(5)]
+    bandwidths = [store.submit(probe="bandwidth", params={"i": i}, timeout_s=60, limit=100).id
+                  for i in range(3)]
+    page, total = store.page(probe="matmul", limit=2, offset=1)
     assert [job.id for job in page] == matmuls[::-1][1:3] and total == 5
-    everything, total = store.list()
+    everything, total = store.page()
     assert [job.id for job in everything] == sorted(matmuls + bandwidths, reverse=True) and total == 8
-    store.claim("w")
+    store.claim(worker_id="w")
     store.cancel(bandwidths[0])
-    running, total = store.list(status="running")
+    running, total = store.page(status="running")
     assert [job.id for job in running] == [matmuls[0]] and total == 1
-    some, total = store.list(status=["running", "cancelled"], limit=1)
+    some, total = store.page(status=["running", "cancelled"], limit=1)
     assert [job.id for job in some] == [bandwidths[0]] and total == 2
-    assert store.list(probe="transfer") == ([], 0)
+    assert store.page(probe="transfer") == ([], 0)
     with pytest.raises(ValueError, match="unknown job status"):
-        store.list(status="done")
+        store.page(status="done")
 
 
 def test_cancel_a_queued_job_at_once(store):
-    job = store.submit("matmul", {}, 60, 10)
+    job = store.submit(probe="matmul", params={}, timeout_s=60, limit=10)
     cancelled = store.cancel(job.id)
     assert cancelled.status == "cancelled" and cancelled.finished_at is not None
-    assert store.claim("w") is None
+    assert store.claim(worker_id="w") is None
     assert store.cancel(job.id).revision == cancelled.revision  # terminal: unchanged
     assert store.cancel(job.id + 1) is None
 
 
 def test_cancel_a_running_job_flags_it_and_a_late_finish_is_a_no_op(store):
-    job = store.submit("matmul", {}, 60, 10)
-    store.claim("w")
+    job = store.submit(probe="matmul", params={}, timeout_s=60, limit=10)
+    store.claim(worker_id="w")
     flagged = store.cancel(job.id)
     assert (flagged.status, flagged.cancel_requested) == ("running", True)
-    assert store.finish(job.id, "cancelled")
-    assert not store.finish(job.id, "succeeded", result={"late": True})
-    assert not store.progress(job.id, 1, 1) and not store.heartbeat(job.id)
+    assert store.finish(job.id, status="cancelled")
+    assert not store.finish(job.id, status="succeeded", result={"late": True})
+    assert not store.progress(job.id, done=1, total=1) and not store.heartbeat(job.id)
     after = store.get(job.id)
     assert (after.status, after.result) == ("cancelled", None)
 
 
 def test_writes_guarded_by_worker_id(store):
-    job = store.submit("matmul", {}, 60, 10)
-    store.claim("w1")
-    assert not store.finish(job.id, "succeeded", result={}, worker_id="w2")
-    assert store.finish(job.id, "succeeded", result={}, worker_id="w1")
+    job = store.submit(probe="matmul", params={}, timeout_s=60, limit=10)
+    store.claim(worker_id="w1")
+    assert not store.finish(job.id, status="succeeded", result={}, worker_id="w2")
+    assert store.finish(job.id, status="succeeded", result={}, worker_id="w1")
 
 
 def test_finish_needs_a_terminal_status(store):
-    job = store.submit("matmul", {}, 60, 10)
-    store.claim("w")
+    job = store.submit(probe="matmul", params={}, timeout_s=60, limit=10)
+    store.claim(worker_id="w")
     with pytest.raises(ValueError, match="terminal"):
-        store.finish(job.id, "queued")
+        store.finish(job.id, status="queued")
+
+
+def test_the_transition_table_is_the_one_the_docstring_draws():
+    drawn: dict[str, set[str]] = {state: set() for state in STATES}
+    for old, new in re.findall(r"^    (\w+) +-> (\w+) ", store_module.__doc__, re.MULTILINE):
+        drawn[old].add(new)
+    assert drawn == {state: set(moves) for state, moves in TRANSITIONS.items()}
+    never_left = re.search(r"TERMINAL states \(([^)]*)\) are never left", store_module.__doc__)
+    assert set(never_left.group(1).split(", ")) == TERMINAL
+    assert all(not TRANSITIONS[state] for state in TERMINAL)
+    # _move's UPDATE is the one statement that writes status (submit's INSERT only creates a row).
+    assert inspect.getsource(store_module).count("SET status") == 1
+
+
+def test_a_move_the_table_lacks_is_refused(store):
+    job = store.submit(probe="matmul", params={}, timeout_s=60, limit=10)
+    with store._write() as db, pytest.raises(ValueError, match="cannot move from 'queued' to 'succeeded'"):
+        store._move(db, job.id, old="queued", new="succeeded", values={})
+    store.claim(worker_id="w")
+    assert store.finish(job.id, status="succeeded", result={})
+    with store._write() as db, pytest.raises(ValueError, match="cannot move from 'succeeded' to 'running'"):
+        store._move(db, job.id, old="succeeded", new="running", values={"worker_id": "w"})
+    with store._write() as db, pytest.raises(ValueError, match="cannot write"):
+        store._move(db, job.id, old="running", new="failed", values={"probe": "bandwidth"})
+    after = store.get(job.id)
+    assert (after.status, after.probe, after.result) == ("succeeded", "matmul", {})
 
 
 def test_recover_requeues_once_then_marks_crashed(store):
-    job = store.submit("matmul", {}, 60, 10)
-    store.claim("w1")
-    assert store.recover("w1", stale_after_s=3600) == [job.id]
+    job = store.submit(probe="matmul", params={}, timeout_s=60, limit=10)
+    store.claim(worker_id="w1")
+    assert store.recover(worker_id="w1", stale_after_s=3600) == [job.id]
     requeued = store.get(job.id)
     assert (requeued.status, requeued.attempts, requeued.worker_id) == ("queued", 1, None)
-    assert store.claim("w1").attempts == 2
-    assert store.recover("w1", stale_after_s=3600) == [job.id]
+    assert store.claim(worker_id="w1").attempts == 2
+    assert store.recover(worker_id="w1", stale_after_s=3600) == [job.id]
     crashed = store.get(job.id)
     assert crashed.status == "crashed" and crashed.error["type"] == "Interrupted"
     assert "interrupted 2 times" in crashed.error["message"]
-    assert store.list() == ([crashed], 1)  # kept, never deleted
+    assert store.page() == ([crashed], 1)  # kept, never deleted
 
 
 def test_recover_takes_stale_jobs_of_other_workers_only(store):
-    fresh, stale = (store.submit("matmul", {}, 60, 10) for _ in range(2))
-    store.claim("alive")
-    store.claim("dead")
+    fresh, stale = (store.submit(probe="matmul", params={}, timeout_s=60, limit=10) for _ in range(2))
+    store.claim(worker_id="alive")
+    store.claim(worker_id="dead")
     with store._write() as db:  # a heartbeat from long ago
         db.execute("UPDATE jobs SET heartbeat_at = 0 WHERE id = ?", (stale.id,))
-    assert store.recover("me", stale_after_s=30) == [stale.id]
-    assert store.recover(None, stale_after_s=30) == []
+    assert store.recover(worker_id="me", stale_after_s=30) == [stale.id]
+    assert store.recover(worker_id=None, stale_after_s=30) == []
     assert store.get(fresh.id).status == "running"
 
 
 def test_requeue_does_not_count_the_attempt(store):
-    job = store.submit("matmul", {}, 60, 10)
-    store.claim("w")
+    job = store.submit(probe="matmul", params={}, timeout_s=60, limit=10)
+    store.claim(worker_id="w")
     assert store.requeue(job.id)
     assert (store.get(job.id).status, store.get(job.id).attempts) == ("queued", 0)
     assert not store.requeue(job.id)
-    store.claim("w")
+    store.claim(worker_id="w")
     store.cancel(job.id)
     assert store.requeue(job.id) and store.get(job.id).status == "cancelled"
 
 
 def test_counts_and_latest(store):
-    ids = [store.submit("matmul", {"i": i}, 60, 10, device=f"cuda:{i % 2}").id for i in range(4)]
+    ids = [store.submit(probe="matmul", params={"i": i}, timeout_s=60, limit=10, device=f"cuda:{i % 2}").id
+           for i in range(4)]
     for _ in ids[:3]:
-        job = store.claim("w")
-        store.finish(job.id, "succeeded", result={"i": job.params["i"]})
+        job = store.claim(worker_id="w")
+        store.finish(job.id, status="succeeded", result={"i": job.params["i"]})
     counts = store.counts()
     assert set(counts) == set(STATES) and counts["succeeded"] == 3 and counts["queued"] == 1
     assert sum(counts.values()) == 4 and counts["oom"] == 0
-    assert [job.id for job in store.latest("matmul")] == ids[2::-1]
-    assert [job.id for job in store.latest("matmul", device="cuda:0", limit=1)] == [ids[2]]
-    assert store.latest("bandwidth") == []
+    assert [job.id for job in store.latest(probe="matmul")] == ids[2::-1]
+    assert [job.id for job in store.latest(probe="matmul", device="cuda:0", limit=1)] == [ids[2]]
+    assert store.latest(probe="bandwidth") == []
 
 
 def test_wal_mode(store):
@@ -210,7 +232,7 @@ def test_wal_mode(store):
 
 def run_one(store: Store, fault: str, pidfile: Path | None = None, timeout_s: float = 60,
             params: dict | None = None):
-    job = store.submit("matmul", params or {}, timeout_s, 10)
+    job = store.submit(probe="matmul", params=params or {}, timeout_s=timeout_s, limit=10)
     assert dispatcher(store, fault, pidfile).run_once()
     return store.get(job.id)
 
@@ -264,7 +286,7 @@ def test_a_malformed_line_is_a_crash(store, pidfile):
 
 
 def test_a_child_that_cannot_start_is_a_crash(store):
-    job = store.submit("matmul", {}, 60, 10)
+    job = store.submit(probe="matmul", params={}, timeout_s=60, limit=10)
     assert Dispatcher(store, "w", child_argv=["/nonexistent/python"]).run_once()
     after = store.get(job.id)
     assert after.status == "crashed" and "could not start" in after.error["message"]
@@ -276,7 +298,7 @@ def running_child(store: Store, job_id: int, pidfile: Path) -> int:
 
 
 def test_cancel_stops_a_running_child(store, pidfile):
-    job = store.submit("matmul", {}, 60, 10)
+    job = store.submit(probe="matmul", params={}, timeout_s=60, limit=10)
     worker = threading.Thread(target=dispatcher(store, "hang", pidfile).run_once)
     worker.start()
     pid = running_child(store, job.id, pidfile)
@@ -287,7 +309,7 @@ def test_cancel_stops_a_running_child(store, pidfile):
 
 
 def test_stop_requeues_the_running_job(store, pidfile):
-    job = store.submit("matmul", {}, 60, 10)
+    job = store.submit(probe="matmul", params={}, timeout_s=60, limit=10)
     running = dispatcher(store, "hang", pidfile)
     running.start()
     pid = running_child(store, job.id, pidfile)
@@ -297,30 +319,32 @@ def test_stop_requeues_the_running_job(store, pidfile):
     assert not alive(pid)
 
 
+def overlapping(jobs: list[Job]) -> list[tuple[int, int]]:
+    """The pairs of ended jobs whose runs, [started_at, finished_at] from their rows, share a moment.
+
+    A dispatcher claims its next job only after recording the last one's end, so the rows alone
+    show whether two ever ran at once, however briefly: no sampling that could miss it.
+    """
+    return [(a.id, b.id) for a, b in itertools.combinations(jobs, 2)
+            if a.started_at < b.finished_at and b.started_at < a.finished_at]
+
+
 def test_one_job_at_a_time_under_concurrent_submits(store):
     running = dispatcher(store, "ok")
     running.start()
-    highest, done = 0, threading.Event()
-
-    def sample() -> None:
-        nonlocal highest
-        while not done.is_set():
-            highest = max(highest, store.counts()["running"])
-
-    sampler = threading.Thread(target=sample)
-    sampler.start()
     try:
         with ThreadPoolExecutor(16) as pool:
-            jobs = pool.map(lambda i: store.submit("matmul", {"i": i, "sleep_s": 0}, 60, 100), range(50))
+            jobs = pool.map(lambda i: store.submit(probe="matmul", params={"i": i, "sleep_s": 0},
+                                                   timeout_s=60, limit=100), range(50))
             ids = [job.id for job in jobs]
         wait_for(lambda: store.counts()["succeeded"] == 50, what="50 jobs to finish")
     finally:
-        done.set()
-        sampler.join()
         running.stop(PATIENCE_S)
     assert sorted(ids) == list(range(1, 51))
-    assert highest == 1
-    assert {job.result["echo"]["i"] for job in store.list(limit=100)[0]} == set(range(50))
+    rows = store.page(limit=100)[0]
+    assert {job.attempts for job in rows} == {1}  # one run each, so each row's times are its only run
+    assert overlapping(rows) == []
+    assert {job.result["echo"]["i"] for job in rows} == set(range(50))
 
 
 def test_two_dispatchers_claim_each_job_once(store):
@@ -330,12 +354,12 @@ def test_two_dispatchers_claim_each_job_once(store):
         each.start()
     try:
         for i in range(12):
-            store.submit("matmul", {"i": i, "sleep_s": 0}, 60, 100)
+            store.submit(probe="matmul", params={"i": i, "sleep_s": 0}, timeout_s=60, limit=100)
         wait_for(lambda: store.counts()["succeeded"] == 12, what="12 jobs to finish")
     finally:
         for each in dispatchers:
             each.stop(PATIENCE_S)
-    assert {job.attempts for job in store.list()[0]} == {1}
+    assert {job.attempts for job in store.page()[0]} == {1}
 
 
 # --- the standalone worker, killed and restarted ------------------------------------------------------
@@ -378,7 +402,7 @@ def kill_mid_job(store: Store, worker: subprocess.Popen, job_id: int, pidfile: P
 
 
 def test_a_killed_worker_requeues_its_job_on_restart(store, workers, pidfile):
-    job = store.submit("matmul", {"sleep_s": 0}, 60, 10)
+    job = store.submit(probe="matmul", params={"sleep_s": 0}, timeout_s=60, limit=10)
     kill_mid_job(store, workers("flaky"), job.id, pidfile, attempt=1)
     worker = workers("flaky")
     done = wait_for(lambda: (row := store.get(job.id)).terminal and row, what="the retried job to end")
@@ -388,7 +412,7 @@ def test_a_killed_worker_requeues_its_job_on_restart(store, workers, pidfile):
 
 
 def test_a_job_interrupted_twice_is_crashed(store, workers, pidfile):
-    job = store.submit("matmul", {}, 60, 10)
+    job = store.submit(probe="matmul", params={}, timeout_s=60, limit=10)
     kill_mid_job(store, workers("hang"), job.id, pidfile, attempt=1)
     kill_mid_job(store, workers("hang"), job.id, pidfile, attempt=2)
     workers("hang")
@@ -398,7 +422,7 @@ def test_a_job_interrupted_twice_is_crashed(store, workers, pidfile):
 
 
 def test_sigterm_requeues_and_exits_cleanly(store, workers, pidfile):
-    job = store.submit("matmul", {}, 60, 10)
+    job = store.submit(probe="matmul", params={}, timeout_s=60, limit=10)
     worker = workers("hang")
     pid = running_child(store, job.id, pidfile)
     worker.send_signal(signal.SIGTERM)

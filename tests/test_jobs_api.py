@@ -196,12 +196,12 @@ def test_time_calculator_uses_the_measured_mfu(make_api, monkeypatch):
 
     monkeypatch.setattr(device, "describe", lambda index=0: H100)
     store = api.app.state.store
-    job = store.submit("train_step", {}, 60, 10, device="cuda")
-    store.claim("w")
+    job = store.submit(probe="train_step", params={}, timeout_s=60, limit=10, device="cuda")
+    store.claim(worker_id="w")
     environment = {"device": "cuda", "device_name": H100.name}
     result = {"probe": "train_step", "environment": environment, "precision": "bf16_autocast", "mfu": 0.5,
               "achieved_flop_per_sec": 4.9e14, "tokens_per_sec": 1e5, "model": "gpt2"}
-    store.finish(job.id, "succeeded", result=result)
+    store.finish(job.id, status="succeeded", result=result)
     measured = api.ok("/api/v1/time/training", body)
     assert measured["mfu"] == 0.5 and f"job {job.id}" in measured["mfu_source"]
     assert round(measured["days"], 1) == 143.9  # the course's figure at MFU 0.5

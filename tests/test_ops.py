@@ -7,6 +7,7 @@ import pytest
 from app.config import Settings
 from app.main import create_app
 from tests.conftest import Api
+from tests.waiting import wait_for
 
 
 @pytest.fixture
@@ -33,7 +34,7 @@ def test_healthz_answers_while_the_process_lives(api):
 def test_readyz_needs_a_dispatcher(api):
     down = api.get("/readyz")
     assert down.status_code == 503 and down.json()["database"] and not down.json()["dispatcher_running"]
-    api.app.state.store.seen("worker-a")  # what a running `tally worker` does every poll
+    api.app.state.store.seen(worker_id="worker-a")  # what a running `tally worker` does every poll
     up = api.get("/readyz")
     assert up.status_code == 200 and up.json()["workers"] == ["worker-a"]
     assert up.json()["dispatcher"] == "external"
@@ -41,7 +42,7 @@ def test_readyz_needs_a_dispatcher(api):
 
 def test_readyz_is_503_when_the_database_fails(api, tmp_path):
     api.app.state.store.path = tmp_path / "missing" / "gone.db"  # cannot be opened
-    api.app.state.store.seen = lambda _: None
+    api.app.state.store.seen = lambda **_: None
     response = api.get("/readyz")
     assert response.status_code == 503 and response.json()["database"] is False
 
@@ -78,16 +79,12 @@ def test_no_gpu_gauges_without_a_gpu(api):
 
 
 def test_a_running_dispatcher_makes_the_server_ready(api):
-    import time
-
     from app.jobs.dispatcher import Dispatcher
     dispatcher = Dispatcher(api.app.state.store, "worker-b")
     dispatcher.start()
     try:
-        deadline = time.monotonic() + 20
-        while api.get("/readyz").status_code != 200:
-            assert time.monotonic() < deadline, api.get("/readyz").json()
-            time.sleep(0.1)
+        wait_for(lambda: api.get("/readyz").status_code == 200, timeout=20, what="/readyz to answer 200",
+                 every=0.1, context=lambda: api.get("/readyz").json())
         assert api.get("/readyz").json()["workers"] == ["worker-b"]
     finally:
         dispatcher.stop()

@@ -29,7 +29,7 @@ def test_every_curl_example_works_in_order(tmp_path):
     (on the CPU, with real children) only where an example reads a result."""
     api = Api(create_app(Settings(database_path=tmp_path / "readme.db")))
     dispatcher = Dispatcher(api.app.state.store, "readme")
-    api.app.state.store.seen("readme")  # as a running dispatcher does, for /readyz
+    api.app.state.store.seen(worker_id="readme")  # as a running dispatcher does, for /readyz
     try:
         for line in curl_examples():
             args = shlex.split(line)

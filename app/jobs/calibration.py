@@ -69,7 +69,7 @@ def _when(job: Job) -> datetime:
 
 def calibration(store: Store, device: DeviceInfo) -> Calibration:
     peaks: dict[str, MatmulPeak] = {}
-    for job in store.latest("matmul", limit=LOOKBACK):
+    for job in store.latest(probe="matmul", limit=LOOKBACK):
         if not _here(job, device):
             continue
         for dtype, p in job.result["best"].items():
@@ -77,7 +77,7 @@ def calibration(store: Store, device: DeviceInfo) -> Calibration:
                 peaks[dtype] = MatmulPeak(dtype=dtype, flop_per_sec=p["flop_per_sec"], m=p["m"], k=p["k"],
                                           n=p["n"], mfu=p["mfu"], job_id=job.id, measured_at=_when(job))
     steps: dict[str, TrainStepMfu] = {}
-    for job in store.latest("train_step", limit=LOOKBACK):
+    for job in store.latest(probe="train_step", limit=LOOKBACK):
         r = job.result
         if _here(job, device) and r["precision"] not in steps:
             steps[r["precision"]] = TrainStepMfu(

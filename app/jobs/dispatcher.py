@@ -7,6 +7,7 @@ allocator abort) ends that job, not the server. The protocol is in app/bench/chi
 """
 
 import contextlib
+import enum
 import json
 import logging
 import os
@@ -36,17 +37,23 @@ HEARTBEAT_EVERY_S = 1.0
 CHILD_STATUSES = ("failed", "oom")
 
 
+class Ending(enum.Enum):
+    """How watching a job's child ended, and so what becomes of the job's row."""
+
+    # Over, as Outcome.status says: the child's report, or a timeout, protocol error or cancel seen here.
+    FINISHED = "finished"
+    CRASHED = "crashed"  # its output ended without a report; its exit status, once reaped, says why
+    STOPPING = "stopping"  # the dispatcher is stopping: the job goes back to the queue
+    LOST = "lost"  # another worker holds the row now, so this one must not write it
+
+
 @dataclass(frozen=True)
 class Outcome:
-    status: str
+    ending: Ending
+    status: str | None = None
+    """The terminal status to record; FINISHED only."""
     result: dict | None = None
     error: dict | None = None
-
-
-# Not ends of a job, told apart by identity. STOPPING: the dispatcher is stopping, the job goes
-# back to the queue. LOST: another worker holds the row now, so this one must not write it.
-STOPPING = Outcome("queued")
-LOST = Outcome("running")
 
 
 def _error(kind: str, message: str, **detail: Any) -> dict:
@@ -150,6 +157,35 @@ class Child:
                 pipe.close()
 
 
+def _crashed(child: Child) -> Outcome:
+    """A crash, named by the reaped child's exit status, for a child that ended without a report."""
+    rc = child.proc.returncode
+    name = signal.Signals(-rc).name if rc < 0 and -rc in signal.valid_signals() else None
+    how = f"was killed by {name}" if name else f"exited with code {rc}"
+    return Outcome(Ending.FINISHED, "crashed", error=_error(
+        "ChildCrashed", f"the job's process {how} before reporting a result",
+        exit_code=rc, signal=name, stderr_tail=child.stderr_tail()))
+
+
+@dataclass
+class Watch:
+    """What the watch loop carries from one step to the next. Times are time.monotonic()'s."""
+
+    job: Job
+    child: Child
+    deadline: float
+    next_poll: float
+    next_heartbeat: float
+    progress_due: float
+    """When the newest progress may be written: at most one write per PROGRESS_EVERY_S."""
+    pending: dict | None = None
+    """The newest progress message, not yet written."""
+
+    @property
+    def jlog(self) -> logging.LoggerAdapter:
+        return logs.for_job(log, self.job.id)
+
+
 class Dispatcher:
     """Claims queued jobs from `store` as `worker_id` and runs each in a child process.
 
@@ -171,8 +207,6 @@ class Dispatcher:
         self.poll_s = poll_s
         self.kill_grace_s = kill_grace_s
         self.stale_after_s = stale_after_s
-        self.current: Job | None = None
-        self.child: Child | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -217,7 +251,7 @@ class Dispatcher:
         while not stop.is_set():
             try:
                 if time.monotonic() >= next_seen:  # idle or between jobs: /readyz reads it
-                    self.store.seen(self.worker_id)
+                    self.store.seen(worker_id=self.worker_id)
                     next_seen = time.monotonic() + HEARTBEAT_EVERY_S
                 ran = self.run_once()
                 if time.monotonic() >= next_recovery:
@@ -232,30 +266,26 @@ class Dispatcher:
         log.info("dispatcher %s stopped", self.worker_id)
 
     def _recover(self, worker_id: str | None) -> None:
-        for job_id in self.store.recover(worker_id, self.stale_after_s):
+        for job_id in self.store.recover(worker_id=worker_id, stale_after_s=self.stale_after_s):
             job = self.store.get(job_id)
             logs.for_job(log, job_id).warning("recovered after its worker died: now %s (attempts %d)",
                                               job.status, job.attempts)
 
     def run_once(self) -> bool:
         """Claim the oldest queued job and run it to its end; False when none was queued."""
-        job = self.store.claim(self.worker_id, self.gpu)
+        job = self.store.claim(worker_id=self.worker_id, gpu=self.gpu)
         if job is None:
             return False
-        self.current = job
-        try:
-            self._run(job)
-        finally:
-            self.current = self.child = None
+        self._run(job)
         return True
 
     def _run(self, job: Job) -> None:
         jlog = logs.for_job(log, job.id)
         try:
-            self.child = child = Child(self.child_argv, self._env(job), job)
+            child = Child(self.child_argv, self._env(job), job)
         except OSError as exc:  # a missing interpreter, no pids or fds left: the job cannot start
             jlog.error("could not start its process: %s", exc)
-            self.store.finish(job.id, "crashed", error=_error(
+            self.store.finish(job.id, status="crashed", error=_error(
                 "ChildCrashed", f"the job's process could not start: {exc}", argv=self.child_argv),
                 worker_id=self.worker_id)
             return
@@ -267,92 +297,117 @@ class Dispatcher:
             raise
         finally:
             child.close(self.kill_grace_s)
-        if outcome is STOPPING:
+        if outcome.ending is Ending.STOPPING:
             self.store.requeue(job.id)
             jlog.info("requeued: the dispatcher is stopping")
             return
-        if outcome is LOST:
+        if outcome.ending is Ending.LOST:
             return
-        if outcome is None:
-            rc = child.proc.returncode
-            name = signal.Signals(-rc).name if rc < 0 and -rc in signal.valid_signals() else None
-            how = f"was killed by {name}" if name else f"exited with code {rc}"
-            outcome = Outcome("crashed", error=_error(
-                "ChildCrashed", f"the job's process {how} before reporting a result",
-                exit_code=rc, signal=name, stderr_tail=child.stderr_tail()))
-        if self.store.finish(job.id, outcome.status, outcome.result, outcome.error, worker_id=self.worker_id):
+        if outcome.ending is Ending.CRASHED:
+            outcome = _crashed(child)
+        if self.store.finish(job.id, status=outcome.status, result=outcome.result, error=outcome.error,
+                             worker_id=self.worker_id):
             jlog.info("ended: %s", outcome.status)
         else:
             jlog.warning("ended %s, but its row is no longer running here; left as it is", outcome.status)
 
-    def _watch(self, job: Job, child: Child) -> Outcome | None:
-        """Relay the child's messages until it reports, dies, or must be stopped.
-
-        None: the child ended without a word (a crash). STOPPING: the dispatcher is stopping.
-        LOST: the job is no longer this worker's to finish. A child still running is stopped.
-        """
-        jlog = logs.for_job(log, job.id)
-        deadline = child.started + job.timeout_s
+    def _watch(self, job: Job, child: Child) -> Outcome:
+        """Relay the child's messages until it reports, dies, or must be stopped (a child still
+        running is stopped), and say how it ended."""
         now = time.monotonic()
-        next_poll, next_heartbeat, progress_due = now + self.poll_s, now + HEARTBEAT_EVERY_S, now
-        pending: dict | None = None
+        w = Watch(job, child, deadline=child.started + job.timeout_s, next_poll=now + self.poll_s,
+                  next_heartbeat=now + HEARTBEAT_EVERY_S, progress_due=now)
         while True:
-            wakeups = [deadline, next_poll, next_heartbeat] + ([progress_due] if pending else [])
-            try:
-                line = child.lines.get(timeout=max(0.0, min(wakeups) - time.monotonic()))
-            except queue.Empty:
-                line = b""
+            line = self._next_line(w)
             if line is None:
-                self._write_progress(job, pending)
-                return None
-            if line:
-                try:
-                    message = parse_message(line)
-                except ValueError as why:
-                    jlog.error("protocol error: %s: %r", why, line[:200])
-                    child.stop(self.kill_grace_s)
-                    return Outcome("crashed", error=_error(
-                        "ProtocolError", f"the job's process wrote {why} where a message belongs",
-                        line=line[:1000].decode("utf-8", "replace"), stderr_tail=child.stderr_tail()))
-                if message["type"] == "progress":
-                    pending = message
-                else:
-                    self._write_progress(job, pending)
-                    if message["type"] == "result":
-                        return Outcome("succeeded", result=message["result"])
-                    return Outcome(message["status"], error=message["error"])
+                self._write_progress(job, w.pending)
+                return Outcome(Ending.CRASHED)
+            if line and (outcome := self._take_message(w, line)):
+                return outcome
             now = time.monotonic()
-            if pending and now >= progress_due:
-                self._write_progress(job, pending)
-                pending, progress_due = None, now + PROGRESS_EVERY_S
-            if now >= deadline:
-                jlog.warning("timed out after %g s; stopping pid %d", job.timeout_s, child.pid)
-                child.stop(self.kill_grace_s)
-                return Outcome("timeout", error=_error(
-                    "Timeout", f"the job exceeded its time limit of {job.timeout_s:g} s",
-                    timeout_s=job.timeout_s, stderr_tail=child.stderr_tail()))
-            if self._stop.is_set():
-                child.stop(self.kill_grace_s)
-                return STOPPING
-            if now >= next_poll:
-                next_poll = now + self.poll_s
-                row = self.store.get(job.id)
-                if row is None or row.status != "running" or row.worker_id != self.worker_id:
-                    jlog.warning("was taken from this worker (now %s); stopping pid %d",
-                                 row and row.status, child.pid)
-                    child.stop(self.kill_grace_s)
-                    return LOST
-                if row.cancel_requested:
-                    jlog.info("cancel requested; stopping pid %d", child.pid)
-                    child.stop(self.kill_grace_s)
-                    return Outcome("cancelled",
-                                   error=_error("Cancelled", "the job was cancelled while running"))
-            if now >= next_heartbeat:
-                next_heartbeat = now + HEARTBEAT_EVERY_S
-                self.store.heartbeat(job.id, worker_id=self.worker_id)
-                self.store.seen(self.worker_id)
+            self._progress_if_due(w, now)
+            if outcome := self._past_deadline(w, now) or self._stopping(w) or self._poll_row(w, now):
+                return outcome
+            self._heartbeat_if_due(w, now)
+
+    @staticmethod
+    def _next_line(w: Watch) -> bytes | None:
+        """The child's next line; b"" when a timer falls due first; None at the end of its output."""
+        wakeups = [w.deadline, w.next_poll, w.next_heartbeat] + ([w.progress_due] if w.pending else [])
+        try:
+            return w.child.lines.get(timeout=max(0.0, min(wakeups) - time.monotonic()))
+        except queue.Empty:
+            return b""
+
+    def _take_message(self, w: Watch, line: bytes) -> Outcome | None:
+        """Keep a progress message for the next write (None); a result or an error ends the job,
+        and so does a line that is no message (the child is stopped)."""
+        try:
+            message = parse_message(line)
+        except ValueError as why:
+            w.jlog.error("protocol error: %s: %r", why, line[:200])
+            w.child.stop(self.kill_grace_s)
+            return Outcome(Ending.FINISHED, "crashed", error=_error(
+                "ProtocolError", f"the job's process wrote {why} where a message belongs",
+                line=line[:1000].decode("utf-8", "replace"), stderr_tail=w.child.stderr_tail()))
+        if message["type"] == "progress":
+            w.pending = message
+            return None
+        self._write_progress(w.job, w.pending)
+        if message["type"] == "result":
+            return Outcome(Ending.FINISHED, "succeeded", result=message["result"])
+        return Outcome(Ending.FINISHED, message["status"], error=message["error"])
+
+    def _progress_if_due(self, w: Watch, now: float) -> None:
+        # At most one write per PROGRESS_EVERY_S: a chatty probe must not keep the database busy.
+        if w.pending and now >= w.progress_due:
+            self._write_progress(w.job, w.pending)
+            w.pending, w.progress_due = None, now + PROGRESS_EVERY_S
+
+    def _past_deadline(self, w: Watch, now: float) -> Outcome | None:
+        """A timeout, the child stopped, once the job has run for its timeout_s; else None."""
+        if now < w.deadline:
+            return None
+        w.jlog.warning("timed out after %g s; stopping pid %d", w.job.timeout_s, w.child.pid)
+        w.child.stop(self.kill_grace_s)
+        return Outcome(Ending.FINISHED, "timeout", error=_error(
+            "Timeout", f"the job exceeded its time limit of {w.job.timeout_s:g} s",
+            timeout_s=w.job.timeout_s, stderr_tail=w.child.stderr_tail()))
+
+    def _stopping(self, w: Watch) -> Outcome | None:
+        """STOPPING, the child stopped, once the dispatcher has been asked to stop; else None."""
+        if not self._stop.is_set():
+            return None
+        w.child.stop(self.kill_grace_s)
+        return Outcome(Ending.STOPPING)
+
+    def _poll_row(self, w: Watch, now: float) -> Outcome | None:
+        """Every poll_s, read the job's row: LOST when it is no longer this worker's, cancelled when
+        a cancel was asked for (the child stopped either way); else None."""
+        if now < w.next_poll:
+            return None
+        w.next_poll = now + self.poll_s
+        row = self.store.get(w.job.id)
+        if row is None or row.status != "running" or row.worker_id != self.worker_id:
+            w.jlog.warning("was taken from this worker (now %s); stopping pid %d", row and row.status,
+                           w.child.pid)
+            w.child.stop(self.kill_grace_s)
+            return Outcome(Ending.LOST)
+        if row.cancel_requested:
+            w.jlog.info("cancel requested; stopping pid %d", w.child.pid)
+            w.child.stop(self.kill_grace_s)
+            return Outcome(Ending.FINISHED, "cancelled",
+                           error=_error("Cancelled", "the job was cancelled while running"))
+        return None
+
+    def _heartbeat_if_due(self, w: Watch, now: float) -> None:
+        # The row's heartbeat keeps other workers from recovering the job; seen() keeps /readyz green.
+        if now >= w.next_heartbeat:
+            w.next_heartbeat = now + HEARTBEAT_EVERY_S
+            self.store.heartbeat(w.job.id, worker_id=self.worker_id)
+            self.store.seen(worker_id=self.worker_id)
 
     def _write_progress(self, job: Job, message: dict | None) -> None:
         if message is not None:
-            self.store.progress(job.id, message["done"], message["total"], message.get("message", ""),
-                                worker_id=self.worker_id)
+            self.store.progress(job.id, done=message["done"], total=message["total"],
+                                message=message.get("message", ""), worker_id=self.worker_id)

@@ -6,11 +6,23 @@ once. WAL mode lets readers (the API, a watcher) run beside the one writer;
 writes take `BEGIN IMMEDIATE` so a read-then-write such as a claim cannot
 interleave with another process's.
 
-States: queued -> running -> one of TERMINAL. `revision` grows on every update of
-a row, so a watcher can tell a row changed without comparing every field.
-"""
+A job's states and the only moves between them (TRANSITIONS; every change of state goes
+through Store._move, which refuses any other):
 
-from __future__ import annotations  # the method Store.list shadows the builtin in later annotations
+    queued  -> running     claim: a dispatcher takes it
+    queued  -> cancelled   cancel: before it ran
+    running -> succeeded   finish: the child reported a result
+    running -> failed      finish: the probe raised
+    running -> timeout     finish: it outlived its timeout_s and was stopped
+    running -> oom         finish: the probe ran out of device memory
+    running -> crashed     finish: the child died or broke the protocol; recover: interrupted too often
+    running -> cancelled   finish: stopped on request; requeue or recover: its cancel was asked for
+    running -> queued      requeue: its dispatcher is stopping; recover: its worker died, attempts left
+
+The TERMINAL states (succeeded, failed, timeout, oom, crashed, cancelled) are never left.
+`revision` grows on every update of a row, so a watcher can tell a row changed without
+comparing every field.
+"""
 
 import json
 import sqlite3
@@ -24,6 +36,17 @@ from typing import Any
 STATES = ("queued", "running", "succeeded", "failed", "timeout", "oom", "crashed", "cancelled")
 TERMINAL = frozenset(STATES[2:])
 ACTIVE = ("queued", "running")
+# The module docstring draws this table; tests/test_jobs.py holds the two to each other.
+TRANSITIONS: dict[str, frozenset[str]] = {
+    "queued": frozenset({"running", "cancelled"}),
+    "running": TERMINAL | {"queued"},
+    **{state: frozenset() for state in STATES[2:]},
+}
+# What a move may write besides status (its one writer is Store._move) and revision (every write's).
+MOVE_COLUMNS = ("attempts", "started_at", "finished_at", "heartbeat_at", "worker_id", "ran_on_gpu",
+                "progress_done", "progress_total", "progress_message", "result", "error", "cancel_requested")
+# A claimed or requeued job starts its progress over.
+FRESH_PROGRESS = {"progress_done": 0, "progress_total": 0, "progress_message": ""}
 # A job interrupted this many times (its worker died under it) is marked crashed, not requeued.
 MAX_ATTEMPTS = 2
 # Seconds a connection waits on another's write lock; writes are short, so only a stuck peer gets near.
@@ -177,13 +200,13 @@ class Store:
                 raise
             db.execute("COMMIT")
 
-    def seen(self, worker_id: str) -> None:
+    def seen(self, *, worker_id: str) -> None:
         """A dispatcher says it is alive (idle or busy), for readiness checks."""
         with self._write() as db:
             db.execute("INSERT INTO workers (worker_id, seen_at) VALUES (?, ?) ON CONFLICT (worker_id) "
                        "DO UPDATE SET seen_at = excluded.seen_at", (worker_id, time.time()))
 
-    def live_workers(self, within_s: float) -> list[str]:
+    def live_workers(self, *, within_s: float) -> list[str]:
         """Dispatchers seen in the last within_s seconds."""
         with self._connect() as db:
             rows = db.execute("SELECT worker_id FROM workers WHERE seen_at >= ? ORDER BY worker_id",
@@ -195,12 +218,35 @@ class Store:
         row = db.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
         return None if row is None else _job(row)
 
+    @staticmethod
+    def _move(db: sqlite3.Connection, job_id: int, *, old: str, new: str, values: dict[str, Any],
+              worker_id: str | None = None) -> bool:
+        """Move job `job_id` from state `old` to `new`, writing `values` (column: value) with it.
+
+        The only writer of `status`: a move TRANSITIONS lacks raises ValueError, writing nothing.
+        False, changing nothing, when the row is not in `old` or, with worker_id, no longer held by
+        that worker (another may have recovered it as stale and claimed it since).
+        """
+        if new not in TRANSITIONS.get(old, ()):
+            raise ValueError(f"a job cannot move from {old!r} to {new!r}; from {old!r} it may go to "
+                             f"{sorted(TRANSITIONS.get(old, ()))}")
+        unknown = sorted(set(values) - set(MOVE_COLUMNS))
+        if unknown:
+            raise ValueError(f"a move cannot write {unknown}; only {list(MOVE_COLUMNS)}")
+        # Column names come from MOVE_COLUMNS alone; every value is a bound parameter.
+        assignments = "".join(f", {column} = ?" for column in values)
+        cursor = db.execute(
+            f"UPDATE jobs SET status = ?{assignments}, revision = revision + 1 "
+            "WHERE id = ? AND status = ? AND (? IS NULL OR worker_id = ?)",
+            [new, *values.values(), job_id, old, worker_id, worker_id])
+        return cursor.rowcount == 1
+
     def journal_mode(self) -> str:
         with self._connect() as db:
             return db.execute("PRAGMA journal_mode").fetchone()[0]
 
-    def submit(self, probe: str, params: dict, timeout_s: float, limit: int,
-               device: str | None = None, gpu: int | None = None) -> Job:
+    def submit(self, *, probe: str, params: dict, timeout_s: float, limit: int, device: str | None = None,
+               gpu: int | None = None) -> Job:
         """Queue a job (for GPU `gpu` only, when given), or raise QueueFull when `limit` jobs are
         queued or running already."""
         with self._write() as db:
@@ -218,7 +264,7 @@ class Store:
         with self._connect() as db:
             return self._row(db, job_id)
 
-    def list(self, probe: str | None = None, status: str | Sequence[str] | None = None, limit: int = 50,
+    def page(self, *, probe: str | None = None, status: str | Sequence[str] | None = None, limit: int = 50,
              offset: int = 0) -> tuple[list[Job], int]:
         """Newest first, and how many jobs match the filter in all."""
         where, args = [], []
@@ -239,7 +285,7 @@ class Store:
             db.execute("COMMIT")
         return [_job(row) for row in rows], total
 
-    def claim(self, worker_id: str, gpu: int | None = None) -> Job | None:
+    def claim(self, *, worker_id: str, gpu: int | None = None) -> Job | None:
         """Take the oldest queued job for `worker_id` and mark it running; None when none waits.
 
         A dispatcher of GPU `gpu` takes the jobs that name that GPU or none; one without a GPU
@@ -248,58 +294,57 @@ class Store:
         now = time.time()
         mine, args = ("AND (gpu IS NULL OR gpu = ?)", (gpu,)) if gpu is not None else ("", ())
         with self._write() as db:
-            row = db.execute(f"SELECT id FROM jobs WHERE status = 'queued' {mine} ORDER BY id LIMIT 1",
-                             args).fetchone()
+            row = db.execute(f"SELECT id, attempts, gpu FROM jobs WHERE status = 'queued' {mine} "
+                             "ORDER BY id LIMIT 1", args).fetchone()
             if row is None:
                 return None
-            db.execute(
-                "UPDATE jobs SET status = 'running', attempts = attempts + 1, started_at = ?, "
-                "heartbeat_at = ?, worker_id = ?, ran_on_gpu = COALESCE(gpu, ?), progress_done = 0, "
-                "progress_total = 0, progress_message = '', revision = revision + 1 WHERE id = ?",
-                (now, now, worker_id, gpu, row["id"]))
+            self._move(db, row["id"], old="queued", new="running", values={
+                "attempts": row["attempts"] + 1, "started_at": now, "heartbeat_at": now,
+                "worker_id": worker_id, "ran_on_gpu": row["gpu"] if row["gpu"] is not None else gpu,
+                **FRESH_PROGRESS})
             return self._row(db, row["id"])
 
-    def _update_running(self, job_id: int, assignments: str, args: Sequence[Any],
-                        worker_id: str | None) -> bool:
-        # Only a running job is written to; with worker_id, only while that worker still holds it
-        # (another may have recovered it as stale and claimed it since).
-        guard, guard_args = ("AND worker_id = ?", [worker_id]) if worker_id is not None else ("", [])
+    def progress(self, job_id: int, *, done: int, total: int, message: str = "",
+                 worker_id: str | None = None) -> bool:
+        """Record a running job's progress (a heartbeat too); False when it is no longer running
+        (for that worker)."""
         with self._write() as db:
             cursor = db.execute(
-                f"UPDATE jobs SET {assignments}, revision = revision + 1 "
-                f"WHERE id = ? AND status = 'running' {guard}",
-                [*args, job_id, *guard_args])
+                "UPDATE jobs SET progress_done = ?, progress_total = ?, progress_message = ?, "
+                "heartbeat_at = ?, revision = revision + 1 "
+                "WHERE id = ? AND status = 'running' AND (? IS NULL OR worker_id = ?)",
+                (done, total, message, time.time(), job_id, worker_id, worker_id))
             return cursor.rowcount == 1
-
-    def progress(self, job_id: int, done: int, total: int, message: str = "", *,
-                 worker_id: str | None = None) -> bool:
-        return self._update_running(
-            job_id, "progress_done = ?, progress_total = ?, progress_message = ?, heartbeat_at = ?",
-            (done, total, message, time.time()), worker_id)
 
     def heartbeat(self, job_id: int, *, worker_id: str | None = None) -> bool:
         """Say the job's worker is alive; False when the job is no longer running (for that worker)."""
-        return self._update_running(job_id, "heartbeat_at = ?", (time.time(),), worker_id)
+        with self._write() as db:
+            cursor = db.execute(
+                "UPDATE jobs SET heartbeat_at = ?, revision = revision + 1 "
+                "WHERE id = ? AND status = 'running' AND (? IS NULL OR worker_id = ?)",
+                (time.time(), job_id, worker_id, worker_id))
+            return cursor.rowcount == 1
 
-    def finish(self, job_id: int, status: str, result: dict | None = None, error: dict | None = None, *,
+    def finish(self, job_id: int, *, status: str, result: dict | None = None, error: dict | None = None,
                worker_id: str | None = None) -> bool:
-        """Record a running job's end; False, changing nothing, when it was not running."""
+        """Record a running job's end; False, changing nothing, when it was not running (for that worker)."""
         if status not in TERMINAL:
             raise ValueError(f"finish needs a terminal status, one of {sorted(TERMINAL)}; got {status!r}")
-        return self._update_running(
-            job_id, "status = ?, result = ?, error = ?, finished_at = ?",
-            (status, _json(result), _json(error), time.time()), worker_id)
+        with self._write() as db:
+            return self._move(db, job_id, old="running", new=status, worker_id=worker_id, values={
+                "result": _json(result), "error": _json(error), "finished_at": time.time()})
 
     def cancel(self, job_id: int) -> Job | None:
         """Queued: cancelled now. Running: flagged, and its dispatcher stops it. Terminal: unchanged."""
         with self._write() as db:
-            db.execute("UPDATE jobs SET status = 'cancelled', finished_at = ?, cancel_requested = 1, "
-                       "revision = revision + 1 WHERE id = ? AND status = 'queued'", (time.time(), job_id))
+            self._move(db, job_id, old="queued", new="cancelled",
+                       values={"finished_at": time.time(), "cancel_requested": 1})
+            # Not a move: the job stays running until its dispatcher has stopped the child.
             db.execute("UPDATE jobs SET cancel_requested = 1, revision = revision + 1 "
                        "WHERE id = ? AND status = 'running' AND cancel_requested = 0", (job_id,))
             return self._row(db, job_id)
 
-    def recover(self, worker_id: str | None, stale_after_s: float) -> list[int]:
+    def recover(self, *, worker_id: str | None, stale_after_s: float) -> list[int]:
         """Jobs left running by a dead worker: requeued, or crashed once interrupted MAX_ATTEMPTS times.
 
         A job is orphaned when `worker_id` holds it (this worker is starting, so it cannot be
@@ -315,28 +360,27 @@ class Store:
                 (worker_id, stale_before)).fetchall()
             for row in rows:
                 if row["cancel_requested"]:
-                    self._end(db, row["id"], "cancelled", None)
+                    self._end(db, row["id"], status="cancelled", error=None)
                 elif row["attempts"] < MAX_ATTEMPTS:
-                    self._requeue(db, row["id"], "attempts")
+                    self._requeue(db, row["id"], attempts=row["attempts"])
                 else:
-                    self._end(db, row["id"], "crashed", {
+                    self._end(db, row["id"], status="crashed", error={
                         "type": "Interrupted",
                         "message": f"the job was interrupted {row['attempts']} times (its worker died "
                                    "while running it); not retried again",
                         "detail": {"attempts": row["attempts"]}})
         return [row["id"] for row in rows]
 
-    @staticmethod
-    def _end(db: sqlite3.Connection, job_id: int, status: str, error: dict | None) -> None:
-        db.execute("UPDATE jobs SET status = ?, error = ?, finished_at = ?, revision = revision + 1 "
-                   "WHERE id = ?", (status, _json(error), time.time(), job_id))
+    @classmethod
+    def _end(cls, db: sqlite3.Connection, job_id: int, *, status: str, error: dict | None) -> None:
+        cls._move(db, job_id, old="running", new=status,
+                  values={"error": _json(error), "finished_at": time.time()})
 
-    @staticmethod
-    def _requeue(db: sqlite3.Connection, job_id: int, attempts: str) -> None:
-        db.execute(
-            f"UPDATE jobs SET status = 'queued', attempts = {attempts}, started_at = NULL, "
-            "heartbeat_at = NULL, worker_id = NULL, ran_on_gpu = NULL, progress_done = 0, "
-            "progress_total = 0, progress_message = '', revision = revision + 1 WHERE id = ?", (job_id,))
+    @classmethod
+    def _requeue(cls, db: sqlite3.Connection, job_id: int, *, attempts: int) -> None:
+        cls._move(db, job_id, old="running", new="queued", values={
+            "attempts": attempts, "started_at": None, "heartbeat_at": None, "worker_id": None,
+            "ran_on_gpu": None, **FRESH_PROGRESS})
 
     def requeue(self, job_id: int) -> bool:
         """Graceful shutdown: a running job goes back to the queue, this attempt not counted.
@@ -348,9 +392,9 @@ class Store:
             if job is None or job.status != "running":
                 return False
             if job.cancel_requested:
-                self._end(db, job_id, "cancelled", None)
+                self._end(db, job_id, status="cancelled", error=None)
             else:
-                self._requeue(db, job_id, "MAX(attempts - 1, 0)")
+                self._requeue(db, job_id, attempts=max(job.attempts - 1, 0))
             return True
 
     def counts(self) -> dict[str, int]:
@@ -365,7 +409,7 @@ class Store:
             return db.execute(f"SELECT COUNT(*) FROM jobs WHERE status IN ({_marks(ACTIVE)})",
                               ACTIVE).fetchone()[0]
 
-    def latest(self, probe: str, device: str | None = None, status: str = "succeeded",
+    def latest(self, *, probe: str, device: str | None = None, status: str = "succeeded",
                limit: int = 20) -> list[Job]:
         """The newest jobs of `probe` in `status` (of `device`, when given): calibration's measurements."""
         where, args = ["probe = ?", "status = ?"], [probe, *_statuses(status)]

@@ -37,7 +37,7 @@ def _readiness(request: Request) -> Readiness:
     store = request.app.state.store
     try:
         store.counts()
-        workers, database = store.live_workers(WORKER_SEEN_WITHIN_S), True
+        workers, database = store.live_workers(within_s=WORKER_SEEN_WITHIN_S), True
     except Exception:  # any database failure means not ready, never a 500
         workers, database = [], False
     embedded = getattr(request.app.state, "dispatchers", None)

@@ -147,7 +147,7 @@ def roofline(result: dict, jobs: Store) -> dict:
     measured ceilings: this device's latest bandwidth run and its best matmul."""
     calib = jsonable(device_service.calibration(jobs))
     gbs = None
-    for summary in jobs.list(probe="bandwidth", status="succeeded", limit=1)[0]:
+    for summary in jobs.page(probe="bandwidth", status="succeeded", limit=1)[0]:
         if summary.result["environment"]["device_name"] == result["environment"]["device_name"]:
             gbs = summary.result["gb_per_sec"]
     points = []

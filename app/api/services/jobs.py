@@ -130,7 +130,7 @@ def submit(body: Any, *, jobs: Store, settings: Settings) -> Job:
 def page(*, jobs: Store, probe: str | None = None, status: Sequence[str] | None = None, limit: int = 50,
          offset: int = 0) -> JobPage:
     """Newest first."""
-    found, total = jobs.list(probe=probe, status=status, limit=limit, offset=offset)
+    found, total = jobs.page(probe=probe, status=status, limit=limit, offset=offset)
     return JobPage(data=[summary(j) for j in found], count=total, limit=limit, offset=offset)
 
 
