@@ -6,11 +6,13 @@ ok, hang, crash (SIGSEGV), oom (torch's CUDA OOM error), fail (ValueError), garb
 (a non-JSON line on the protocol channel), flaky (hangs the first time, then ok; the
 first time is remembered by creating the file TALLY_FAULT_MARKER), gated (waits until
 the file TALLY_FAULT_GATE exists, then ok: a test opens the gate once the children it
-needs are all running, so they are certain to run at the same time).
+needs are all running, so they are certain to run at the same time), misreport (a result
+that is not of its probe's type).
 When TALLY_FAULT_PIDS names a file, each child appends its pid to it, so a test can
 check that the child is gone.
 """
 
+import dataclasses
 import os
 import resource
 import signal
@@ -20,6 +22,7 @@ import time
 from collections.abc import Callable
 
 from app.bench import child
+from tests.results import reporting
 
 
 def _hang() -> None:
@@ -30,8 +33,10 @@ def _ok(probe: str, params: dict, progress: child.Progress) -> dict:
     progress(1, 2, "warming up")
     progress(2, 2, "measuring")
     time.sleep(params.get("sleep_s", 0.05))
-    # The GPU the dispatcher gave this child, as a probe's torch would see it.
-    return {"probe": probe, "echo": params, "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
+    # A result of the probe's own type, reporting its parameters and the GPU the dispatcher gave
+    # this child, as a probe's torch would see it (tests/results.py's `report` reads them back).
+    seen = reporting(probe, echo=params, cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"))
+    return dataclasses.asdict(seen)
 
 
 def _crash() -> None:
@@ -91,6 +96,8 @@ def fault(probe: str, params: dict, progress: child.Progress) -> dict:
             return _flaky(probe, params, progress)
         case "gated":
             return _gated(probe, params, progress)
+        case "misreport":
+            return {"probe": probe, "seconds": 1.5}
         case other:
             raise SystemExit(f"unknown TALLY_FAULT {other!r}")
 

@@ -22,6 +22,7 @@ from app.api import router as api_router
 from app.cli import main, options
 from app.cli.probe import TABLES
 from app.config import Settings
+from app.contract.registry import RESULTS
 from app.jobs.store import Store
 from app.main import create_app
 from tests.conftest import Api
@@ -400,7 +401,7 @@ def render(result: dict) -> str:
     from rich.console import Console
 
     console = Console(width=200, record=True, file=io.StringIO())
-    for part in TABLES[result["probe"]](result):
+    for part in TABLES[result["probe"]](RESULTS.validate_python(result)):
         console.print(part)
     return console.export_text()
 

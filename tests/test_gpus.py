@@ -13,6 +13,7 @@ from app.jobs.store import Store
 from app.main import create_app, dispatchers
 from app.ops.metrics import Metrics
 from tests.conftest import Api, assert_names_field
+from tests.results import report
 from tests.test_jobs import FAULT_ARGV, overlapping
 from tests.waiting import PATIENCE_S, wait_for
 
@@ -61,7 +62,7 @@ def test_jobs_for_different_gpus_run_side_by_side_and_never_two_on_one(tmp_path)
         assert job.attempts == 1  # one run each, so each row's times are its only run
         if job.gpu is not None:  # a named GPU is the one it ran on, and the only one its child saw
             assert job.ran_on_gpu == job.gpu and job.worker_id == f"box:gpu{job.gpu}"
-        assert job.result["cuda_visible_devices"] == str(job.ran_on_gpu)
+        assert report(job)["cuda_visible_devices"] == str(job.ran_on_gpu)
     on = {gpu: [job for job in jobs.values() if job.ran_on_gpu == gpu] for gpu in (0, 1)}
     assert len(on[0]) + len(on[1]) == len(ids)
     assert overlapping(on[0]) == [] and overlapping(on[1]) == []

@@ -19,10 +19,16 @@ from pathlib import Path
 
 import pytest
 
+from app.contract.results import Skipped
+from app.jobs import job as job_module
 from app.jobs import store as store_module
 from app.jobs.dispatcher import Dispatcher
-from app.jobs.store import STATES, TERMINAL, TRANSITIONS, Job, QueueFull, Store
+from app.jobs.job import STATES, TERMINAL, TRANSITIONS, Job
+from app.jobs.store import QueueFull, Store
+from tests.results import report, result_for
 from tests.waiting import PATIENCE_S, wait_for
+
+SKIPPED = Skipped("float8_e4m3fn", "on purpose")
 
 ROOT = Path(__file__).resolve().parent.parent
 FAULT_ARGV = [sys.executable, "-m", "tests.fault_child"]
@@ -67,9 +73,11 @@ def test_submit_claim_finish(store):
     assert claimed.started_at >= job.created_at and claimed.heartbeat_at is not None
     assert store.claim(worker_id="w1") is None
     assert store.progress(job.id, done=3, total=10, message="step 3")
-    assert store.finish(job.id, status="succeeded", result={"seconds": 1.5})
+    assert store.finish(job.id, status="succeeded", result=result_for("matmul", skipped=[SKIPPED]))
     done = store.get(job.id)
-    assert (done.status, done.result, done.error) == ("succeeded", {"seconds": 1.5}, None)
+    assert (done.status, done.error) == ("succeeded", None)
+    assert done.result == result_for("matmul", skipped=[SKIPPED])
+    assert done.result.skipped[0].reason == "on purpose"  # typed: attributes, not keys
     assert done.progress_done == 3
     assert done.terminal and done.finished_at >= done.started_at
     assert done.revision > claimed.revision > job.revision
@@ -89,7 +97,7 @@ def test_submit_refuses_beyond_the_limit(store):
         store.submit(probe="matmul", params={}, timeout_s=60, limit=2)
     assert refused.value.limit == 2 and "2" in str(refused.value)
     assert store.queue_depth() == 2
-    store.finish(jobs[0].id, status="succeeded", result={})
+    store.finish(jobs[0].id, status="succeeded", result=result_for("matmul"))
     assert store.submit(probe="matmul", params={}, timeout_s=60, limit=2).status == "queued"
 
 
@@ -127,7 +135,7 @@ def test_cancel_a_running_job_flags_it_and_a_late_finish_is_a_no_op(store):
     flagged = store.cancel(job.id)
     assert (flagged.status, flagged.cancel_requested) == ("running", True)
     assert store.finish(job.id, status="cancelled")
-    assert not store.finish(job.id, status="succeeded", result={"late": True})
+    assert not store.finish(job.id, status="succeeded", result=result_for("matmul"))
     assert not store.progress(job.id, done=1, total=1) and not store.heartbeat(job.id)
     after = store.get(job.id)
     assert (after.status, after.result) == ("cancelled", None)
@@ -136,8 +144,8 @@ def test_cancel_a_running_job_flags_it_and_a_late_finish_is_a_no_op(store):
 def test_writes_guarded_by_worker_id(store):
     job = store.submit(probe="matmul", params={}, timeout_s=60, limit=10)
     store.claim(worker_id="w1")
-    assert not store.finish(job.id, status="succeeded", result={}, worker_id="w2")
-    assert store.finish(job.id, status="succeeded", result={}, worker_id="w1")
+    assert not store.finish(job.id, status="succeeded", result=result_for("matmul"), worker_id="w2")
+    assert store.finish(job.id, status="succeeded", result=result_for("matmul"), worker_id="w1")
 
 
 def test_finish_needs_a_terminal_status(store):
@@ -149,10 +157,10 @@ def test_finish_needs_a_terminal_status(store):
 
 def test_the_transition_table_is_the_one_the_docstring_draws():
     drawn: dict[str, set[str]] = {state: set() for state in STATES}
-    for old, new in re.findall(r"^    (\w+) +-> (\w+) ", store_module.__doc__, re.MULTILINE):
+    for old, new in re.findall(r"^    (\w+) +-> (\w+) ", job_module.__doc__, re.MULTILINE):
         drawn[old].add(new)
     assert drawn == {state: set(moves) for state, moves in TRANSITIONS.items()}
-    never_left = re.search(r"TERMINAL states \(([^)]*)\) are never left", store_module.__doc__)
+    never_left = re.search(r"TERMINAL states \(([^)]*)\) are never left", job_module.__doc__)
     assert set(never_left.group(1).split(", ")) == TERMINAL
     assert all(not TRANSITIONS[state] for state in TERMINAL)
     # _move's UPDATE is the one statement that writes status (submit's INSERT only creates a row).
@@ -164,13 +172,13 @@ def test_a_move_the_table_lacks_is_refused(store):
     with store._write() as db, pytest.raises(ValueError, match="cannot move from 'queued' to 'succeeded'"):
         store._move(db, job.id, old="queued", new="succeeded", values={})
     store.claim(worker_id="w")
-    assert store.finish(job.id, status="succeeded", result={})
+    assert store.finish(job.id, status="succeeded", result=result_for("matmul"))
     with store._write() as db, pytest.raises(ValueError, match="cannot move from 'succeeded' to 'running'"):
         store._move(db, job.id, old="succeeded", new="running", values={"worker_id": "w"})
     with store._write() as db, pytest.raises(ValueError, match="cannot write"):
         store._move(db, job.id, old="running", new="failed", values={"probe": "bandwidth"})
     after = store.get(job.id)
-    assert (after.status, after.probe, after.result) == ("succeeded", "matmul", {})
+    assert (after.status, after.probe, after.result) == ("succeeded", "matmul", result_for("matmul"))
 
 
 def test_recover_requeues_once_then_marks_crashed(store):
@@ -214,7 +222,7 @@ def test_counts_and_latest(store):
            for i in range(4)]
     for _ in ids[:3]:
         job = store.claim(worker_id="w")
-        store.finish(job.id, status="succeeded", result={"i": job.params["i"]})
+        store.finish(job.id, status="succeeded", result=result_for("matmul"))
     counts = store.counts()
     assert set(counts) == set(STATES) and counts["succeeded"] == 3 and counts["queued"] == 1
     assert sum(counts.values()) == 4 and counts["oom"] == 0
@@ -242,7 +250,8 @@ def test_ok_succeeds_with_result_and_progress(store, caplog):
     job = run_one(store, "ok", params={"sleep_s": 0.2, "n": 3})
     assert caplog.records and all(record.job_id == job.id for record in caplog.records)
     assert (job.status, job.error) == ("succeeded", None)
-    assert job.result == {"probe": "matmul", "echo": {"sleep_s": 0.2, "n": 3}, "cuda_visible_devices": None}
+    assert job.result.probe == "matmul"
+    assert report(job) == {"echo": {"sleep_s": 0.2, "n": 3}, "cuda_visible_devices": None}
     assert (job.progress_done, job.progress_total, job.progress_message) == (2, 2, "measuring")
     assert job.attempts == 1 and job.worker_id == "test-worker"
 
@@ -283,6 +292,13 @@ def test_a_malformed_line_is_a_crash(store, pidfile):
     assert job.status == "crashed" and job.error["type"] == "ProtocolError"
     assert job.error["detail"]["line"] == "this is not JSON\n"
     assert [pid for pid in pids(pidfile) if alive(pid)] == []
+
+
+def test_a_result_not_of_its_probes_type_is_a_crash(store):
+    """Results are parsed into their probe's type as they arrive; one that is not is refused there."""
+    job = run_one(store, "misreport")
+    assert (job.status, job.result, job.error["type"]) == ("crashed", None, "ProtocolError")
+    assert "not a matmul result" in job.error["message"] and "environment" in job.error["message"]
 
 
 def test_a_child_that_cannot_start_is_a_crash(store):
@@ -344,7 +360,7 @@ def test_one_job_at_a_time_under_concurrent_submits(store):
     rows = store.page(limit=100)[0]
     assert {job.attempts for job in rows} == {1}  # one run each, so each row's times are its only run
     assert overlapping(rows) == []
-    assert {job.result["echo"]["i"] for job in rows} == set(range(50))
+    assert {report(job)["echo"]["i"] for job in rows} == set(range(50))
 
 
 def test_two_dispatchers_claim_each_job_once(store):

@@ -11,9 +11,11 @@ from pydantic import SecretStr
 
 from app import device
 from app.config import Settings
+from app.contract.results import Environment
 from app.jobs.dispatcher import Dispatcher
 from app.main import create_app
 from tests.conftest import Api, assert_names_field
+from tests.results import minimal, result_for
 
 JOBS = "/api/v1/jobs"
 TINY_MATMUL = {"probe": "matmul", "params": {
@@ -198,9 +200,9 @@ def test_time_calculator_uses_the_measured_mfu(make_api, monkeypatch):
     store = api.app.state.store
     job = store.submit(probe="train_step", params={}, timeout_s=60, limit=10, device="cuda")
     store.claim(worker_id="w")
-    environment = {"device": "cuda", "device_name": H100.name}
-    result = {"probe": "train_step", "environment": environment, "precision": "bf16_autocast", "mfu": 0.5,
-              "achieved_flop_per_sec": 4.9e14, "tokens_per_sec": 1e5, "model": "gpt2"}
+    environment = minimal(Environment, device="cuda", device_name=H100.name)
+    result = result_for("train_step", environment=environment, precision="bf16_autocast", mfu=0.5,
+                        achieved_flop_per_sec=4.9e14, tokens_per_sec=1e5, model="gpt2")
     store.finish(job.id, status="succeeded", result=result)
     measured = api.ok("/api/v1/time/training", body)
     assert measured["mfu"] == 0.5 and f"job {job.id}" in measured["mfu_source"]

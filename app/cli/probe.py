@@ -157,7 +157,9 @@ def _report(row: Any, output: str) -> int:
             options.print_json(json.dumps({"status": row.status, "error": row.error}), False)
         return 1
     if output == "json":
-        options.print_json(json.dumps(row.result), False)
+        from app.contract.registry import RESULTS
+
+        options.print_json(RESULTS.dump_json(row.result).decode(), False)
         return 0
     from rich.console import Console
 
@@ -206,24 +208,24 @@ def _table(headers: list[str], rows: list[list[str]], text_columns: int = 1) -> 
     return table
 
 
-def _where(result: dict) -> str:
-    env = result["environment"]
-    return f"{result['probe']} on {env['device_name']} ({env['device']}), torch {env['torch_version']}"
+def _where(result: Any) -> str:
+    env = result.environment
+    return f"{result.probe} on {env.device_name} ({env.device}), torch {env.torch_version}"
 
 
-def _skipped(result: dict) -> list[str]:
-    return [f"skipped {s['what']}: {s['reason']}" for s in result.get("skipped", [])]
+def _skipped(result: Any) -> list[str]:
+    return [f"skipped {s.what}: {s.reason}" for s in getattr(result, "skipped", [])]
 
 
-def _matmul(result: dict) -> list:
-    points = result["points"]
-    unit, scale = _flops_unit(max([p["best_flop_per_sec"] for p in points] + [p["peak_flop_per_sec"] or 0
-                                                                             for p in points]))
-    best = {(p["m"], p["k"], p["n"], p["dtype"]) for p in result["best"].values()}
-    rows = [[f"{p['m']}x{p['k']}x{p['n']}" + (" *" if (p["m"], p["k"], p["n"], p["dtype"]) in best else ""),
-             p["dtype"], f"{p['flops']:,}", _ms(p["time"]["median"]), _ms(p["time"]["best"]),
-             _ms(p["predicted_seconds_at_peak"]), _per(p["flop_per_sec"], scale),
-             _per(p["best_flop_per_sec"], scale), _per(p["peak_flop_per_sec"], scale), _pct(p["mfu"])]
+def _matmul(result: Any) -> list:
+    points = result.points
+    unit, scale = _flops_unit(max([p.best_flop_per_sec for p in points] + [p.peak_flop_per_sec or 0
+                                                                           for p in points]))
+    best = {(p.m, p.k, p.n, p.dtype) for p in result.best.values()}
+    rows = [[f"{p.m}x{p.k}x{p.n}" + (" *" if (p.m, p.k, p.n, p.dtype) in best else ""),
+             p.dtype, f"{p.flops:,}", _ms(p.time.median), _ms(p.time.best),
+             _ms(p.predicted_seconds_at_peak), _per(p.flop_per_sec, scale),
+             _per(p.best_flop_per_sec, scale), _per(p.peak_flop_per_sec, scale), _pct(p.mfu)]
             for p in points]
     headers = ["m x k x n", "dtype", "FLOPs", "median ms", "best ms", "at peak ms", unit, f"best {unit}",
                f"peak {unit}", "MFU %"]
@@ -231,57 +233,60 @@ def _matmul(result: dict) -> list:
             "at peak: the time at the catalogue's dense peak", *_skipped(result)]
 
 
-def _bandwidth(result: dict) -> list:
+def _bandwidth(result: Any) -> list:
     r = result
-    percent = r["percent_of_catalogue"]
-    row = [f"{r['size_bytes'] / 2**20:,.0f}", f"{r['bytes_moved'] / 1e9:.4g}", _ms(r["time"]["median"]),
-           _ms(r["predicted_seconds"]), _g(r["gb_per_sec"]), _g(r["best_gb_per_sec"]),
-           _g(r["catalogue_gb_per_sec"]), "-" if percent is None else f"{percent:.1f}"]
+    percent = r.percent_of_catalogue
+    row = [f"{r.size_bytes / 2**20:,.0f}", f"{r.bytes_moved / 1e9:.4g}", _ms(r.time.median),
+           _ms(r.predicted_seconds), _g(r.gb_per_sec), _g(r.best_gb_per_sec),
+           _g(r.catalogue_gb_per_sec), "-" if percent is None else f"{percent:.1f}"]
     headers = ["buffer MiB", "moved GB", "median ms", "at catalogue ms", "GB/s", "best GB/s",
                "catalogue GB/s", "% of catalogue"]
     return [_where(r), _table(headers, [row], 0)]
 
 
-def _transfer(result: dict) -> list:
-    rows = [[f"{p['size_bytes'] / 1024:,.0f}", p["direction"].replace("_", " "), p["host_memory"],
-             "yes" if p["non_blocking"] else "no", _ms(p["time"]["median"]), _g(p["gb_per_sec"]),
-             _g(p["best_gb_per_sec"])] for p in result["points"]]
+def _transfer(result: Any) -> list:
+    rows = [[f"{p.size_bytes / 1024:,.0f}", p.direction.replace("_", " "), p.host_memory,
+             "yes" if p.non_blocking else "no", _ms(p.time.median), _g(p.gb_per_sec),
+             _g(p.best_gb_per_sec)] for p in result.points]
     headers = ["size KiB", "direction", "host memory", "non_blocking", "median ms", "GB/s", "best GB/s"]
-    return [_where(result), _table(headers, rows, 0), result["note"], *_skipped(result)]
+    return [_where(result), _table(headers, rows, 0), result.note, *_skipped(result)]
 
 
-def _train_step(result: dict) -> list:
+def _train_step(result: Any) -> list:
     r = result
-    where = (f"{_where(r)}: {r['model']} ({r['params']:,} params), batch {r['batch_size']} x seq "
-             f"{r['seq_len']}, {r['optimizer']}, {r['precision']}")
-    phases = [[name.replace("_", " "), _ms(r[name]["median"]), _ms(r[name]["p20"]), _ms(r[name]["p80"]),
-               _ms(r[name]["best"]), str(r[name]["iterations"])]
-              for name in ("step", "forward", "backward", "optimizer_step")]
-    unit, scale = _flops_unit(max(r["achieved_flop_per_sec"], r["peak_flop_per_sec"] or 0))
-    rates = [["tokens/s", _g(r["tokens_per_sec"])], ["FLOPs/step (exact)", f"{r['flops_per_step']:,}"],
-             ["FLOPs/step (6ND)", f"{r['flops_per_step_6nd']:,.0f}"],
-             [f"achieved {unit}", _per(r["achieved_flop_per_sec"], scale)],
-             [f"peak {unit}", _per(r["peak_flop_per_sec"], scale)], ["MFU %", _pct(r["mfu"])],
-             ["loss first -> last", f"{r['loss_first']:.4g} -> {r['loss_last']:.4g}"]]
-    mem = r["memory"]
-    largest = max(mem["predicted"]["total"], mem["measured_peak_allocated"])
+    where = (f"{_where(r)}: {r.model} ({r.params:,} params), batch {r.batch_size} x seq "
+             f"{r.seq_len}, {r.optimizer}, {r.precision}")
+    timed = {"step": r.step, "forward": r.forward, "backward": r.backward, "optimizer_step": r.optimizer_step}
+    phases = [[name.replace("_", " "), _ms(t.median), _ms(t.p20), _ms(t.p80), _ms(t.best), str(t.iterations)]
+              for name, t in timed.items()]
+    unit, scale = _flops_unit(max(r.achieved_flop_per_sec, r.peak_flop_per_sec or 0))
+    rates = [["tokens/s", _g(r.tokens_per_sec)], ["FLOPs/step (exact)", f"{r.flops_per_step:,}"],
+             ["FLOPs/step (6ND)", f"{r.flops_per_step_6nd:,.0f}"],
+             [f"achieved {unit}", _per(r.achieved_flop_per_sec, scale)],
+             [f"peak {unit}", _per(r.peak_flop_per_sec, scale)], ["MFU %", _pct(r.mfu)],
+             ["loss first -> last", f"{r.loss_first:.4g} -> {r.loss_last:.4g}"]]
+    mem = r.memory
+    largest = max(mem.predicted["total"], mem.measured_peak_allocated)
     unit, scale = next((u, s) for u, s in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 1024), ("bytes", 1))
                        if largest >= s)
-    memory = [[name.replace("_", " "), _per(n, scale), "", ""] for name, n in mem["predicted"].items()
+    memory = [[name.replace("_", " "), _per(n, scale), "", ""] for name, n in mem.predicted.items()
               if name != "total"]
-    memory.append(["peak (total)", _per(mem["predicted"]["total"], scale),
-                   _per(mem["measured_peak_allocated"], scale), _g(mem["relative_error"] * 100, 3)])
-    if mem["measured_reserved"] is not None:
-        memory.append(["reserved by the allocator", "", _per(mem["measured_reserved"], scale), ""])
+    memory.append(["peak (total)", _per(mem.predicted["total"], scale),
+                   _per(mem.measured_peak_allocated, scale), _g(mem.relative_error * 100, 3)])
+    if mem.measured_reserved is not None:
+        memory.append(["reserved by the allocator", "", _per(mem.measured_reserved, scale), ""])
     return [where, _table(["phase", "median ms", "p20 ms", "p80 ms", "best ms", "runs"], phases),
             "throughput", _table(["", "value"], rates),
             "peak memory", _table(["bytes", f"predicted {unit}", f"measured {unit}", "error %"], memory),
-            f"measured: {mem['method']}; error = predicted / measured - 1",
-            *(f"assumes {a}" for a in r["assumptions"])]
+            f"measured: {mem.method}; error = predicted / measured - 1",
+            *(f"assumes {a}" for a in r.assumptions)]
 
 
-def _as_json(result: dict) -> list:
-    return [json.dumps(result, indent=2)]
+def _as_json(result: Any) -> list:
+    """A probe without a table of its own: its result, as JSON."""
+    from app.contract.registry import RESULTS
+
+    return [RESULTS.dump_json(result, indent=2).decode()]
 
 
 TABLES = {"matmul": _matmul, "bandwidth": _bandwidth, "transfer": _transfer, "train_step": _train_step}

@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import Field
+from pydantic import Field, TypeAdapter
 
 from app.contract import predict
 from app.contract.params import (
@@ -83,3 +83,5 @@ ProbeName = Literal[tuple(PROBES)]  # type: ignore[valid-type]
 ProbeResult = Annotated[Union[tuple(p.result for p in PROBES.values())],  # type: ignore[valid-type]  # noqa: UP007
                         Field(discriminator="probe")]
 """Any probe's result, told apart by its `probe` field."""
+RESULTS: TypeAdapter[Any] = TypeAdapter(ProbeResult)
+"""Parses a result (a child's report, a stored row) into its probe's type, and dumps one."""

@@ -7,7 +7,8 @@ from datetime import UTC, datetime
 
 from app.accounting.records import RECORD
 from app.device import DeviceInfo
-from app.jobs.store import Job, Store
+from app.jobs.job import Job
+from app.jobs.store import Store
 
 LOOKBACK = 200  # newest succeeded jobs per probe searched for each dtype's latest run
 
@@ -59,8 +60,8 @@ class Calibration:
 
 
 def _here(job: Job, device: DeviceInfo) -> bool:
-    env = (job.result or {}).get("environment", {})
-    return env.get("device") == device.kind and env.get("device_name") == device.name
+    env = job.result.environment
+    return env.device == device.kind and env.device_name == device.name
 
 
 def _when(job: Job) -> datetime:
@@ -72,15 +73,15 @@ def calibration(store: Store, device: DeviceInfo) -> Calibration:
     for job in store.latest(probe="matmul", limit=LOOKBACK):
         if not _here(job, device):
             continue
-        for dtype, p in job.result["best"].items():
+        for dtype, p in job.result.best.items():
             if dtype not in peaks:
-                peaks[dtype] = MatmulPeak(dtype=dtype, flop_per_sec=p["flop_per_sec"], m=p["m"], k=p["k"],
-                                          n=p["n"], mfu=p["mfu"], job_id=job.id, measured_at=_when(job))
+                peaks[dtype] = MatmulPeak(dtype=dtype, flop_per_sec=p.flop_per_sec, m=p.m, k=p.k, n=p.n,
+                                          mfu=p.mfu, job_id=job.id, measured_at=_when(job))
     steps: dict[str, TrainStepMfu] = {}
     for job in store.latest(probe="train_step", limit=LOOKBACK):
         r = job.result
-        if _here(job, device) and r["precision"] not in steps:
-            steps[r["precision"]] = TrainStepMfu(
-                precision=r["precision"], mfu=r["mfu"], achieved_flop_per_sec=r["achieved_flop_per_sec"],
-                tokens_per_sec=r["tokens_per_sec"], model=r["model"], job_id=job.id, measured_at=_when(job))
+        if _here(job, device) and r.precision not in steps:
+            steps[r.precision] = TrainStepMfu(
+                precision=r.precision, mfu=r.mfu, achieved_flop_per_sec=r.achieved_flop_per_sec,
+                tokens_per_sec=r.tokens_per_sec, model=r.model, job_id=job.id, measured_at=_when(job))
     return Calibration(device=device.name, catalogue_id=device.catalogue_id, matmul=peaks, train_step=steps)

@@ -6,14 +6,11 @@ inherits no CUDA context or lock, and a crash in it (a segfault in a kernel, an
 allocator abort) ends that job, not the server. The protocol is in app/bench/child.py.
 """
 
-import contextlib
 import enum
-import json
 import logging
 import os
 import queue
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -22,19 +19,18 @@ from pathlib import Path
 from typing import Any
 
 from app import logs
-from app.jobs.store import Job, Store
+from app.contract.registry import RESULTS
+from app.jobs.job import Job
+from app.jobs.process import Child, error, parse_message
+from app.jobs.store import Store
 
 log = logging.getLogger("tally.jobs")
 
 CHILD_ARGV = (sys.executable, "-m", "app.bench.child")
 # The child's imports resolve to this checkout whatever the server's working directory.
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
-STDERR_TAIL_BYTES = 8192
-# A longer line is not one of ours; the cap keeps a runaway child from filling memory.
-MAX_LINE_BYTES = 16 << 20
 PROGRESS_EVERY_S = 0.1
 HEARTBEAT_EVERY_S = 1.0
-CHILD_STATUSES = ("failed", "oom")
 
 
 class Ending(enum.Enum):
@@ -52,109 +48,9 @@ class Outcome:
     ending: Ending
     status: str | None = None
     """The terminal status to record; FINISHED only."""
-    result: dict | None = None
+    result: Any = None
+    """The probe's result type, parsed from the child's report (succeeded only)."""
     error: dict | None = None
-
-
-def _error(kind: str, message: str, **detail: Any) -> dict:
-    # The shape app.bench.child uses for its own errors, so clients read one kind of error.
-    return {"type": kind, "message": message, "detail": detail}
-
-
-def _no_constants(name: str) -> None:
-    raise ValueError(f"{name} is not JSON")
-
-
-def parse_message(line: bytes) -> dict:
-    """One protocol line as a dict; ValueError saying why when it is not one."""
-    if not line.endswith(b"\n"):
-        raise ValueError("an unterminated line")
-    try:
-        message = json.loads(line, parse_constant=_no_constants)
-    except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError are both ValueErrors
-        raise ValueError(f"not JSON ({exc})") from None
-    kind = message.get("type") if isinstance(message, dict) else None
-    valid = {
-        "progress": lambda m: isinstance(m.get("done"), int) and isinstance(m.get("total"), int)
-        and isinstance(m.get("message", ""), str),
-        "result": lambda m: isinstance(m.get("result"), dict),
-        "error": lambda m: m.get("status") in CHILD_STATUSES and isinstance(m.get("error"), dict),
-    }
-    if kind not in valid or not valid[kind](message):
-        raise ValueError("not a progress, result or error message")
-    return message
-
-
-class Child:
-    """One child interpreter running one job: its pipes, the threads draining them, how to stop it."""
-
-    def __init__(self, argv: list[str], env: dict[str, str], job: Job) -> None:
-        # A new session: a Ctrl-C meant for the server's terminal does not reach the child.
-        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, env=env, start_new_session=True)
-        self.started = time.monotonic()
-        self.lines: queue.Queue[bytes | None] = queue.Queue()  # None: end of stdout
-        self._tail = bytearray()
-        self._threads = [threading.Thread(target=self._read_stdout, daemon=True),
-                         threading.Thread(target=self._read_stderr, daemon=True)]
-        for thread in self._threads:
-            thread.start()
-        request = {"job_id": job.id, "probe": job.probe, "params": job.params}
-        try:
-            # stdin stays open while the job runs: its end-of-file tells the child we died.
-            self.proc.stdin.write(json.dumps(request).encode() + b"\n")
-            self.proc.stdin.flush()
-        except BrokenPipeError:
-            pass  # it died at once; its exit status says why
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    def _read_stdout(self) -> None:
-        for line in iter(lambda: self.proc.stdout.readline(MAX_LINE_BYTES), b""):
-            self.lines.put(line)
-        self.lines.put(None)
-
-    def _read_stderr(self) -> None:
-        fd = self.proc.stderr.fileno()
-        while chunk := os.read(fd, 65536):
-            self._tail += chunk
-            del self._tail[:-STDERR_TAIL_BYTES]
-
-    def stderr_tail(self) -> str:
-        return bytes(self._tail).decode("utf-8", "replace")
-
-    def _signal(self, sig: signal.Signals) -> None:
-        # The whole process group, so anything the probe started goes too. Only while the child
-        # is unreaped: after that its pid, and so the group id, may belong to someone else.
-        if self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, sig)
-
-    def stop(self, grace_s: float) -> None:
-        """SIGTERM, then SIGKILL after grace_s; returns once the child is reaped."""
-        self._signal(signal.SIGTERM)
-        try:
-            self.proc.wait(grace_s)
-        except subprocess.TimeoutExpired:
-            self._signal(signal.SIGKILL)
-            self.proc.wait()
-
-    def close(self, grace_s: float) -> None:
-        """Reap the child (stopping it when it outlives grace_s) and release its pipes."""
-        try:
-            self.proc.wait(grace_s)
-        except subprocess.TimeoutExpired:
-            self.stop(grace_s)
-        # A grandchild may hold the pipes open; the readers are daemons, so do not wait long. A pipe
-        # still being read stays open: closing it could give its fd number to another file under the reader.
-        for thread in self._threads:
-            thread.join(1.0)
-        readers = zip((self.proc.stdout, self.proc.stderr), self._threads, strict=True)
-        for pipe in [self.proc.stdin] + [pipe for pipe, thread in readers if not thread.is_alive()]:
-            with contextlib.suppress(OSError):  # stdin's flush meets a closed pipe
-                pipe.close()
 
 
 def _crashed(child: Child) -> Outcome:
@@ -162,7 +58,7 @@ def _crashed(child: Child) -> Outcome:
     rc = child.proc.returncode
     name = signal.Signals(-rc).name if rc < 0 and -rc in signal.valid_signals() else None
     how = f"was killed by {name}" if name else f"exited with code {rc}"
-    return Outcome(Ending.FINISHED, "crashed", error=_error(
+    return Outcome(Ending.FINISHED, "crashed", error=error(
         "ChildCrashed", f"the job's process {how} before reporting a result",
         exit_code=rc, signal=name, stderr_tail=child.stderr_tail()))
 
@@ -285,7 +181,7 @@ class Dispatcher:
             child = Child(self.child_argv, self._env(job), job)
         except OSError as exc:  # a missing interpreter, no pids or fds left: the job cannot start
             jlog.error("could not start its process: %s", exc)
-            self.store.finish(job.id, status="crashed", error=_error(
+            self.store.finish(job.id, status="crashed", error=error(
                 "ChildCrashed", f"the job's process could not start: {exc}", argv=self.child_argv),
                 worker_id=self.worker_id)
             return
@@ -347,7 +243,7 @@ class Dispatcher:
         except ValueError as why:
             w.jlog.error("protocol error: %s: %r", why, line[:200])
             w.child.stop(self.kill_grace_s)
-            return Outcome(Ending.FINISHED, "crashed", error=_error(
+            return Outcome(Ending.FINISHED, "crashed", error=error(
                 "ProtocolError", f"the job's process wrote {why} where a message belongs",
                 line=line[:1000].decode("utf-8", "replace"), stderr_tail=w.child.stderr_tail()))
         if message["type"] == "progress":
@@ -355,8 +251,23 @@ class Dispatcher:
             return None
         self._write_progress(w.job, w.pending)
         if message["type"] == "result":
-            return Outcome(Ending.FINISHED, "succeeded", result=message["result"])
+            return self._take_result(w, message["result"])
         return Outcome(Ending.FINISHED, message["status"], error=message["error"])
+
+    @staticmethod
+    def _take_result(w: Watch, raw: dict) -> Outcome:
+        """The job's result, parsed here into its probe's type once and for all; a report that is
+        no such result is the child breaking the protocol, and the job crashed."""
+        try:
+            result = RESULTS.validate_python(raw)
+            if result.probe != w.job.probe:
+                raise ValueError(f"a {result.probe} result for a {w.job.probe} job")
+        except ValueError as why:  # pydantic's ValidationError is a ValueError
+            w.jlog.error("protocol error: the result is not a %s result: %s", w.job.probe, why)
+            return Outcome(Ending.FINISHED, "crashed", error=error(
+                "ProtocolError", f"the job's process reported a result that is not a {w.job.probe} result: "
+                                 f"{str(why)[:2000]}", stderr_tail=w.child.stderr_tail()))
+        return Outcome(Ending.FINISHED, "succeeded", result=result)
 
     def _progress_if_due(self, w: Watch, now: float) -> None:
         # At most one write per PROGRESS_EVERY_S: a chatty probe must not keep the database busy.
@@ -370,7 +281,7 @@ class Dispatcher:
             return None
         w.jlog.warning("timed out after %g s; stopping pid %d", w.job.timeout_s, w.child.pid)
         w.child.stop(self.kill_grace_s)
-        return Outcome(Ending.FINISHED, "timeout", error=_error(
+        return Outcome(Ending.FINISHED, "timeout", error=error(
             "Timeout", f"the job exceeded its time limit of {w.job.timeout_s:g} s",
             timeout_s=w.job.timeout_s, stderr_tail=w.child.stderr_tail()))
 
@@ -397,7 +308,7 @@ class Dispatcher:
             w.jlog.info("cancel requested; stopping pid %d", w.child.pid)
             w.child.stop(self.kill_grace_s)
             return Outcome(Ending.FINISHED, "cancelled",
-                           error=_error("Cancelled", "the job was cancelled while running"))
+                           error=error("Cancelled", "the job was cancelled while running"))
         return None
 
     def _heartbeat_if_due(self, w: Watch, now: float) -> None:

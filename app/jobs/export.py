@@ -6,7 +6,8 @@ import csv
 import io
 from typing import Any
 
-from app.jobs.store import Job
+from app.contract.registry import RESULTS
+from app.jobs.job import Job
 
 
 def _flatten(value: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -21,10 +22,9 @@ def _flatten(value: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def rows(job: Job) -> list[dict[str, Any]]:
-    result = dict(job.result or {})
-    env = result.pop("environment", {})
-    common = {"job_id": job.id, "probe": job.probe, "device": env.get("device"),
-              "device_name": env.get("device_name")}
+    env = job.result.environment
+    result = RESULTS.dump_python(job.result, mode="json", exclude={"environment"})
+    common = {"job_id": job.id, "probe": job.probe, "device": env.device, "device_name": env.device_name}
     result.pop("best", None)  # repeats rows of points
     points = result.pop("points", None)
     if points is None:

@@ -6,22 +6,8 @@ once. WAL mode lets readers (the API, a watcher) run beside the one writer;
 writes take `BEGIN IMMEDIATE` so a read-then-write such as a claim cannot
 interleave with another process's.
 
-A job's states and the only moves between them (TRANSITIONS; every change of state goes
-through Store._move, which refuses any other):
-
-    queued  -> running     claim: a dispatcher takes it
-    queued  -> cancelled   cancel: before it ran
-    running -> succeeded   finish: the child reported a result
-    running -> failed      finish: the probe raised
-    running -> timeout     finish: it outlived its timeout_s and was stopped
-    running -> oom         finish: the probe ran out of device memory
-    running -> crashed     finish: the child died or broke the protocol; recover: interrupted too often
-    running -> cancelled   finish: stopped on request; requeue or recover: its cancel was asked for
-    running -> queued      requeue: its dispatcher is stopping; recover: its worker died, attempts left
-
-The TERMINAL states (succeeded, failed, timeout, oom, crashed, cancelled) are never left.
-`revision` grows on every update of a row, so a watcher can tell a row changed without
-comparing every field.
+Every change of a job's state goes through Store._move, which makes only the moves
+app/jobs/job.py's TRANSITIONS table allows.
 """
 
 import json
@@ -29,19 +15,12 @@ import sqlite3
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-STATES = ("queued", "running", "succeeded", "failed", "timeout", "oom", "crashed", "cancelled")
-TERMINAL = frozenset(STATES[2:])
-ACTIVE = ("queued", "running")
-# The module docstring draws this table; tests/test_jobs.py holds the two to each other.
-TRANSITIONS: dict[str, frozenset[str]] = {
-    "queued": frozenset({"running", "cancelled"}),
-    "running": TERMINAL | {"queued"},
-    **{state: frozenset() for state in STATES[2:]},
-}
+from app.contract.registry import ProbeResult
+from app.jobs.job import ACTIVE, STATES, TERMINAL, TRANSITIONS, Job, from_row, result_json
+
 # What a move may write besides status (its one writer is Store._move) and revision (every write's).
 MOVE_COLUMNS = ("attempts", "started_at", "finished_at", "heartbeat_at", "worker_id", "ran_on_gpu",
                 "progress_done", "progress_total", "progress_message", "result", "error", "cancel_requested")
@@ -94,48 +73,6 @@ class QueueFull(Exception):
     def __init__(self, limit: int) -> None:
         super().__init__(f"the queue is full: {limit} jobs are queued or running")
         self.limit = limit
-
-
-@dataclass(frozen=True)
-class Job:
-    """One row, JSON columns decoded. Times are unix seconds."""
-
-    id: int
-    probe: str
-    params: dict[str, Any]
-    status: str
-    attempts: int
-    timeout_s: float
-    created_at: float
-    started_at: float | None
-    finished_at: float | None
-    progress_done: int
-    progress_total: int
-    progress_message: str
-    result: dict[str, Any] | None
-    error: dict[str, Any] | None
-    worker_id: str | None
-    heartbeat_at: float | None
-    cancel_requested: bool
-    revision: int
-    device: str | None
-    gpu: int | None
-    """The GPU index the job asked for; None: any dispatcher may take it."""
-    ran_on_gpu: int | None
-    """The GPU index its dispatcher gave the child (CUDA_VISIBLE_DEVICES); None on the CPU."""
-
-    @property
-    def terminal(self) -> bool:
-        return self.status in TERMINAL
-
-
-def _job(row: sqlite3.Row) -> Job:
-    fields = dict(row)
-    for name in ("params", "result", "error"):
-        if fields[name] is not None:
-            fields[name] = json.loads(fields[name])
-    fields["cancel_requested"] = bool(fields["cancel_requested"])
-    return Job(**fields)
 
 
 def _json(value: Any) -> str | None:
@@ -216,7 +153,7 @@ class Store:
     @staticmethod
     def _row(db: sqlite3.Connection, job_id: int) -> Job | None:
         row = db.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
-        return None if row is None else _job(row)
+        return None if row is None else from_row(row)
 
     @staticmethod
     def _move(db: sqlite3.Connection, job_id: int, *, old: str, new: str, values: dict[str, Any],
@@ -283,7 +220,7 @@ class Store:
             rows = db.execute(f"SELECT * FROM jobs {clause} ORDER BY id DESC LIMIT ? OFFSET ?",
                               [*args, limit, offset]).fetchall()
             db.execute("COMMIT")
-        return [_job(row) for row in rows], total
+        return [from_row(row) for row in rows], total
 
     def claim(self, *, worker_id: str, gpu: int | None = None) -> Job | None:
         """Take the oldest queued job for `worker_id` and mark it running; None when none waits.
@@ -325,14 +262,15 @@ class Store:
                 (time.time(), job_id, worker_id, worker_id))
             return cursor.rowcount == 1
 
-    def finish(self, job_id: int, *, status: str, result: dict | None = None, error: dict | None = None,
-               worker_id: str | None = None) -> bool:
+    def finish(self, job_id: int, *, status: str, result: ProbeResult | None = None,  # type: ignore[valid-type]
+               error: dict | None = None, worker_id: str | None = None) -> bool:
         """Record a running job's end; False, changing nothing, when it was not running (for that worker)."""
         if status not in TERMINAL:
             raise ValueError(f"finish needs a terminal status, one of {sorted(TERMINAL)}; got {status!r}")
         with self._write() as db:
             return self._move(db, job_id, old="running", new=status, worker_id=worker_id, values={
-                "result": _json(result), "error": _json(error), "finished_at": time.time()})
+                "result": None if result is None else result_json(result), "error": _json(error),
+                "finished_at": time.time()})
 
     def cancel(self, job_id: int) -> Job | None:
         """Queued: cancelled now. Running: flagged, and its dispatcher stops it. Terminal: unchanged."""
@@ -419,4 +357,4 @@ class Store:
         with self._connect() as db:
             rows = db.execute(f"SELECT * FROM jobs WHERE {' AND '.join(where)} ORDER BY id DESC LIMIT ?",
                               [*args, limit]).fetchall()
-        return [_job(row) for row in rows]
+        return [from_row(row) for row in rows]

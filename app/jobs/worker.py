@@ -15,8 +15,6 @@ from pathlib import Path
 
 from app import logs
 from app.config import settings_or_exit
-from app.jobs.dispatcher import Dispatcher
-from app.jobs.store import Store
 
 log = logging.getLogger("tally.jobs")
 
@@ -25,6 +23,10 @@ def run(database: str | Path, worker_id: str, child_argv: list[str] | None = Non
         child_env: dict[str, str] | None = None, stop: threading.Event | None = None,
         gpu: int | None = None) -> None:
     """Dispatch jobs from `database` until SIGTERM or SIGINT (or `stop`, when given, is set)."""
+    # Here, not at the top: `tally --help` builds this module's parser and should stay quick.
+    from app.jobs.dispatcher import Dispatcher
+    from app.jobs.store import Store
+
     stop = stop or threading.Event()
     if threading.current_thread() is threading.main_thread():
         def on_signal(signum: int, _frame: object) -> None:

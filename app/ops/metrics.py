@@ -9,14 +9,15 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import GaugeMetricFamily
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.jobs import store as jobs
+from app.jobs.job import STATES
+from app.jobs.store import Store
 
 # Calculators answer in well under a millisecond; probes' routes and pages take longer.
 BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 
 
 class Metrics:
-    def __init__(self, store: jobs.Store, gpu: Callable[[], dict[int, dict[str, float]]]) -> None:
+    def __init__(self, store: Store, gpu: Callable[[], dict[int, dict[str, float]]]) -> None:
         self.registry = CollectorRegistry()
         self.requests = Counter("tally_http_requests", "HTTP requests by route template, method and status",
                                 ["route", "method", "status"], registry=self.registry)
@@ -42,13 +43,13 @@ class Metrics:
 
 
 class _Jobs:
-    def __init__(self, store: jobs.Store) -> None:
+    def __init__(self, store: Store) -> None:
         self.store = store
 
     def collect(self):
         counts = self.store.counts()
         by_state = GaugeMetricFamily("tally_jobs", "Jobs by state", labels=["state"])
-        for state in jobs.STATES:
+        for state in STATES:
             by_state.add_metric([state], counts.get(state, 0))
         yield by_state
         yield GaugeMetricFamily("tally_queue_depth", "Jobs queued or running",

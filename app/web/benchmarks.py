@@ -17,8 +17,10 @@ from app.api.services import flops
 from app.api.services import jobs as service
 from app.contract.params import MATMUL_DTYPES
 from app.contract.registry import PROBES
+from app.contract.results import MatmulResult, MemoryComparison, TrainStepResult, TransferResult
 from app.contract.schemas import PresetName
 from app.deps import SettingsDep, StoreDep
+from app.jobs.job import Job
 from app.jobs.store import Store
 from app.web import forms
 from app.web.templating import templates
@@ -54,9 +56,9 @@ def params_from(form: dict[str, str]) -> dict[str, Any]:
     return {"probe": probe, "params": p} | ({"gpu": forms.number(gpu)} if gpu else {})
 
 
-def _job(job_id: int, jobs: Store) -> dict:
-    """The job as GET /api/v1/jobs/{id} answers it; 404 with the API's message when there is none."""
-    return jsonable(service.job_out(service.get(job_id, jobs=jobs)))
+def _shown(job: Job, jobs: Store) -> dict[str, Any]:
+    """What a job page shows: the job as GET /api/v1/jobs/{id} answers it, and its charts."""
+    return {"job": jsonable(service.job_out(job)), "charts": charts(job.result, jobs) if job.result else {}}
 
 
 @router.get("/benchmarks", response_class=HTMLResponse)
@@ -86,43 +88,41 @@ async def launch(request: Request, jobs: StoreDep, settings: SettingsDep) -> HTM
 
 @router.get("/ui/benchmarks/jobs/{job_id}", response_class=HTMLResponse)
 def job_status(request: Request, job_id: int, jobs: StoreDep) -> HTMLResponse:
-    job = _job(job_id, jobs)
-    return templates.TemplateResponse(request, "partials/job_status.html", {
-        "job": job, "charts": charts(job, jobs) if job["status"] == "succeeded" else {}})
+    """404 with the API's message for an unknown job, as every job page."""
+    return templates.TemplateResponse(request, "partials/job_status.html",
+                                      _shown(service.get(job_id, jobs=jobs), jobs))
 
 
 @router.get("/benchmarks/jobs/{job_id}", response_class=HTMLResponse)
 def job_page(request: Request, job_id: int, jobs: StoreDep) -> HTMLResponse:
-    job = _job(job_id, jobs)
-    return templates.TemplateResponse(request, "job.html", {
-        "job": job, "charts": charts(job, jobs) if job["status"] == "succeeded" else {}})
+    return templates.TemplateResponse(request, "job.html", _shown(service.get(job_id, jobs=jobs), jobs))
 
 
 @router.get("/benchmarks/compare", response_class=HTMLResponse)
 def compare(request: Request, a: int, b: int, jobs: StoreDep) -> HTMLResponse:
-    return templates.TemplateResponse(request, "compare.html", {"jobs": [_job(i, jobs) for i in (a, b)]})
+    shown = [jsonable(service.job_out(service.get(i, jobs=jobs))) for i in (a, b)]
+    return templates.TemplateResponse(request, "compare.html", {"jobs": shown})
 
 
-def charts(job: dict, jobs: Store) -> dict:
-    """Chart specs for a succeeded job; figures that need a formula come from the services."""
-    r = job["result"]
-    if job["probe"] == "matmul":
+def charts(result: Any, jobs: Store) -> dict:
+    """Chart specs for a job's result; figures that need a formula come from the services."""
+    if isinstance(result, MatmulResult):
         series: dict[str, list] = {}
         peaks = {}
-        for p in r["points"]:
-            series.setdefault(p["dtype"], []).append({"x": p["m"], "y": p["flop_per_sec"] / 1e12})
-            peaks[p["dtype"]] = None if p["peak_flop_per_sec"] is None else p["peak_flop_per_sec"] / 1e12
+        for p in result.points:
+            series.setdefault(p.dtype, []).append({"x": p.m, "y": p.flop_per_sec / 1e12})
+            peaks[p.dtype] = None if p.peak_flop_per_sec is None else p.peak_flop_per_sec / 1e12
         return {"sizes": {"type": "matmul_sizes", "series": series, "peaks": peaks},
-                "roofline": roofline(r, jobs)}
-    if job["probe"] == "transfer":
+                "roofline": roofline(result, jobs)}
+    if isinstance(result, TransferResult):
         series = {}
-        for p in r["points"]:
-            mode = ", non_blocking" if p["non_blocking"] else ""
-            key = f"{p['direction'].replace('_', ' ')}, {p['host_memory']}{mode}"
-            series.setdefault(key, []).append({"x": p["size_bytes"], "y": p["gb_per_sec"]})
+        for t in result.points:
+            mode = ", non_blocking" if t.non_blocking else ""
+            key = f"{t.direction.replace('_', ' ')}, {t.host_memory}{mode}"
+            series.setdefault(key, []).append({"x": t.size_bytes, "y": t.gb_per_sec})
         return {"transfer": {"type": "transfer_sizes", "series": series}}
-    if job["probe"] == "train_step":
-        return {"memory": memory_chart(r["memory"])}
+    if isinstance(result, TrainStepResult):
+        return {"memory": memory_chart(result.memory)}
     return {}
 
 
@@ -130,31 +130,31 @@ PHASES = ("start_of_backward", "lm_head_weight_gradient", "end_of_backward", "op
 STATES = ("parameters", "gradients", "optimizer_state", "master_weights")
 
 
-def memory_chart(memory: dict) -> dict:
+def memory_chart(memory: MemoryComparison) -> dict:
     """The predicted peak as model states plus the rest of its phase, beside the measured peak."""
-    pred = memory["predicted"]
+    pred = memory.predicted
     phase = max((p for p in PHASES if p in pred), key=lambda p: pred[p])
     scale, unit = (1e9, "GB") if pred["total"] >= 1e9 else (1e6, "MB")
     parts = {k.replace("_", " "): pred[k] / scale for k in STATES if pred.get(k)}
     parts[f"rest of the peak ({phase.replace('_', ' ')})"] = (
         pred["total"] - sum(pred.get(k, 0) for k in STATES)) / scale
     return {"type": "memory_compare", "unit": unit, "parts": parts,
-            "measured": memory["measured_peak_allocated"] / scale}
+            "measured": memory.measured_peak_allocated / scale}
 
 
-def roofline(result: dict, jobs: Store) -> dict:
+def roofline(result: MatmulResult, jobs: Store) -> dict:
     """Measured points at their arithmetic intensity (the matmul calculator's), under the
     measured ceilings: this device's latest bandwidth run and its best matmul."""
-    calib = jsonable(device_service.calibration(jobs))
+    calib = device_service.calibration(jobs)
     gbs = None
-    for summary in jobs.page(probe="bandwidth", status="succeeded", limit=1)[0]:
-        if summary.result["environment"]["device_name"] == result["environment"]["device_name"]:
-            gbs = summary.result["gb_per_sec"]
+    for latest in jobs.page(probe="bandwidth", status="succeeded", limit=1)[0]:
+        if latest.result.environment.device_name == result.environment.device_name:
+            gbs = latest.result.gb_per_sec
     points = []
-    for p in result["points"]:
-        dtype = "float32" if p["dtype"] == "tfloat32" else p["dtype"]  # TF32 stores float32
-        f = flops.matmul(flops.MatmulRequest(m=p["m"], k=p["k"], n=p["n"], dtype=dtype))
-        points.append({"x": f.arithmetic_intensity, "y": p["flop_per_sec"] / 1e12, "dtype": p["dtype"]})
-    compute = max((m["flop_per_sec"] for m in calib["matmul"].values()), default=None)
+    for p in result.points:
+        dtype = "float32" if p.dtype == "tfloat32" else p.dtype  # TF32 stores float32
+        f = flops.matmul(flops.MatmulRequest(m=p.m, k=p.k, n=p.n, dtype=dtype))
+        points.append({"x": f.arithmetic_intensity, "y": p.flop_per_sec / 1e12, "dtype": p.dtype})
+    compute = max((m.flop_per_sec for m in calib.matmul.values()), default=None)
     return {"type": "roofline", "points": points, "bandwidth_gb_per_sec": gbs,
             "compute_tflop_per_sec": None if compute is None else compute / 1e12}

@@ -14,7 +14,7 @@ from app.api.services.jobs import JobOut, JobPage, JobRequest, Status
 from app.contract.registry import ProbeName
 from app.deps import Authorized, SettingsDep, StoreDep
 from app.jobs import export
-from app.jobs.store import Job
+from app.jobs.job import Job
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 

@@ -11,10 +11,11 @@ from app.api.errors import Conflict, NotFound, QueueFull
 from app.config import Settings
 from app.contract.fields import Input, count, number
 from app.contract.registry import PROBES, ProbeName, ProbeResult
-from app.jobs import admission, store
-from app.jobs.store import Job, Store
+from app.jobs import admission, job, store
+from app.jobs.job import Job
+from app.jobs.store import Store
 
-Status = Literal[store.STATES]  # type: ignore[valid-type]
+Status = Literal[job.STATES]  # type: ignore[valid-type]
 
 
 def _request_model(name: str, params: type) -> type[Input]:

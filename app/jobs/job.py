@@ -1,0 +1,87 @@
+"""A benchmark job as the store returns it: its row, with its parameters decoded and its
+result parsed once into the probe's result type (app/contract/registry.py).
+
+A job's states and the only moves between them (TRANSITIONS; every change of state goes
+through Store._move, which refuses any other):
+
+    queued  -> running     claim: a dispatcher takes it
+    queued  -> cancelled   cancel: before it ran
+    running -> succeeded   finish: the child reported a result
+    running -> failed      finish: the probe raised
+    running -> timeout     finish: it outlived its timeout_s and was stopped
+    running -> oom         finish: the probe ran out of device memory
+    running -> crashed     finish: the child died or broke the protocol; recover: interrupted too often
+    running -> cancelled   finish: stopped on request; requeue or recover: its cancel was asked for
+    running -> queued      requeue: its dispatcher is stopping; recover: its worker died, attempts left
+
+The TERMINAL states (succeeded, failed, timeout, oom, crashed, cancelled) are never left.
+`revision` grows on every update of a row, so a watcher can tell a row changed without
+comparing every field.
+"""
+
+import json
+import sqlite3
+from dataclasses import dataclass
+from typing import Any
+
+from app.contract.registry import RESULTS, ProbeResult
+
+STATES = ("queued", "running", "succeeded", "failed", "timeout", "oom", "crashed", "cancelled")
+TERMINAL = frozenset(STATES[2:])
+ACTIVE = ("queued", "running")
+# The module docstring draws this table; tests/test_jobs.py holds the two to each other.
+TRANSITIONS: dict[str, frozenset[str]] = {
+    "queued": frozenset({"running", "cancelled"}),
+    "running": TERMINAL | {"queued"},
+    **{state: frozenset() for state in STATES[2:]},
+}
+
+
+@dataclass(frozen=True)
+class Job:
+    """One row, JSON columns decoded. Times are unix seconds."""
+
+    id: int
+    probe: str
+    params: dict[str, Any]
+    status: str
+    attempts: int
+    timeout_s: float
+    created_at: float
+    started_at: float | None
+    finished_at: float | None
+    progress_done: int
+    progress_total: int
+    progress_message: str
+    result: ProbeResult | None  # type: ignore[valid-type]
+    """The probe's result type (MatmulResult, TrainStepResult ...), once the job has succeeded."""
+    error: dict[str, Any] | None
+    worker_id: str | None
+    heartbeat_at: float | None
+    cancel_requested: bool
+    revision: int
+    device: str | None
+    gpu: int | None
+    """The GPU index the job asked for; None: any dispatcher may take it."""
+    ran_on_gpu: int | None
+    """The GPU index its dispatcher gave the child (CUDA_VISIBLE_DEVICES); None on the CPU."""
+
+    @property
+    def terminal(self) -> bool:
+        return self.status in TERMINAL
+
+
+def from_row(row: sqlite3.Row) -> Job:
+    fields = dict(row)
+    for name in ("params", "error"):
+        if fields[name] is not None:
+            fields[name] = json.loads(fields[name])
+    if fields["result"] is not None:
+        fields["result"] = RESULTS.validate_json(fields["result"])
+    fields["cancel_requested"] = bool(fields["cancel_requested"])
+    return Job(**fields)
+
+
+def result_json(result: ProbeResult) -> str:  # type: ignore[valid-type]
+    """How the store keeps a result: its type's JSON, which never holds a NaN or an infinity."""
+    return json.dumps(RESULTS.dump_python(result, mode="json"), allow_nan=False)
