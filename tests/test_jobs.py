@@ -1,14 +1,12 @@
-"""The job queue (app/jobs/store.py), the dispatcher, and the standalone worker.
+"""The dispatcher and the standalone worker, over a real job queue (the queue itself: test_store.py).
 
 Children are tests/fault_child.py: the real child protocol with probes that misbehave on
 request. Waits poll against generous deadlines; nothing here asserts a speed.
 """
 
-import inspect
 import itertools
 import json
 import logging
-import re
 import signal
 import subprocess
 import sys
@@ -19,16 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from app.contract.results import Skipped
-from app.jobs import job as job_module
-from app.jobs import store as store_module
 from app.jobs.dispatcher import Dispatcher
-from app.jobs.job import STATES, TERMINAL, TRANSITIONS, Job
-from app.jobs.store import QueueFull, Store
-from tests.results import report, result_for
+from app.jobs.job import Job
+from app.jobs.store import Store
+from tests.results import report
 from tests.waiting import PATIENCE_S, wait_for
-
-SKIPPED = Skipped("float8_e4m3fn", "on purpose")
 
 ROOT = Path(__file__).resolve().parent.parent
 FAULT_ARGV = [sys.executable, "-m", "tests.fault_child"]
@@ -61,179 +54,6 @@ def dispatcher(store: Store, fault: str, pidfile: Path | None = None, **env: str
     child_env = {"TALLY_FAULT": fault, **env} | ({"TALLY_FAULT_PIDS": str(pidfile)} if pidfile else {})
     return Dispatcher(store, "test-worker", child_argv=FAULT_ARGV, child_env=child_env, poll_s=0.05,
                       kill_grace_s=2)
-
-
-# --- the store ---------------------------------------------------------------------------------------
-
-def test_submit_claim_finish(store):
-    job = store.submit(probe="matmul", params={"m": 4}, timeout_s=60, limit=10, device="cuda:0")
-    assert (job.status, job.attempts, job.params, job.device) == ("queued", 0, {"m": 4}, "cuda:0")
-    claimed = store.claim(worker_id="w1")
-    assert (claimed.id, claimed.status, claimed.attempts, claimed.worker_id) == (job.id, "running", 1, "w1")
-    assert claimed.started_at >= job.created_at and claimed.heartbeat_at is not None
-    assert store.claim(worker_id="w1") is None
-    assert store.progress(job.id, done=3, total=10, message="step 3")
-    assert store.finish(job.id, status="succeeded", result=result_for("matmul", skipped=[SKIPPED]))
-    done = store.get(job.id)
-    assert (done.status, done.error) == ("succeeded", None)
-    assert done.result == result_for("matmul", skipped=[SKIPPED])
-    assert done.result.skipped[0].reason == "on purpose"  # typed: attributes, not keys
-    assert done.progress_done == 3
-    assert done.terminal and done.finished_at >= done.started_at
-    assert done.revision > claimed.revision > job.revision
-    assert store.get(job.id + 1) is None
-
-
-def test_claim_takes_the_oldest(store):
-    first, second = (store.submit(probe="matmul", params={"n": n}, timeout_s=60, limit=10) for n in range(2))
-    assert store.claim(worker_id="w").id == first.id
-    assert store.claim(worker_id="w").id == second.id
-
-
-def test_submit_refuses_beyond_the_limit(store):
-    jobs = [store.submit(probe="matmul", params={}, timeout_s=60, limit=2) for _ in range(2)]
-    store.claim(worker_id="w")  # running jobs count against the limit too
-    with pytest.raises(QueueFull) as refused:
-        store.submit(probe="matmul", params={}, timeout_s=60, limit=2)
-    assert refused.value.limit == 2 and "2" in str(refused.value)
-    assert store.queue_depth() == 2
-    store.finish(jobs[0].id, status="succeeded", result=result_for("matmul"))
-    assert store.submit(probe="matmul", params={}, timeout_s=60, limit=2).status == "queued"
-
-
-def test_list_filters_paginates_and_counts(store):
-    matmuls = [store.submit(probe="matmul", params={"i": i}, timeout_s=60, limit=100).id for i in range(5)]
-    bandwidths = [store.submit(probe="bandwidth", params={"i": i}, timeout_s=60, limit=100).id
-                  for i in range(3)]
-    page, total = store.page(probe="matmul", limit=2, offset=1)
-    assert [job.id for job in page] == matmuls[::-1][1:3] and total == 5
-    everything, total = store.page()
-    assert [job.id for job in everything] == sorted(matmuls + bandwidths, reverse=True) and total == 8
-    store.claim(worker_id="w")
-    store.cancel(bandwidths[0])
-    running, total = store.page(status="running")
-    assert [job.id for job in running] == [matmuls[0]] and total == 1
-    some, total = store.page(status=["running", "cancelled"], limit=1)
-    assert [job.id for job in some] == [bandwidths[0]] and total == 2
-    assert store.page(probe="transfer") == ([], 0)
-    with pytest.raises(ValueError, match="unknown job status"):
-        store.page(status="done")
-
-
-def test_cancel_a_queued_job_at_once(store):
-    job = store.submit(probe="matmul", params={}, timeout_s=60, limit=10)
-    cancelled = store.cancel(job.id)
-    assert cancelled.status == "cancelled" and cancelled.finished_at is not None
-    assert store.claim(worker_id="w") is None
-    assert store.cancel(job.id).revision == cancelled.revision  # terminal: unchanged
-    assert store.cancel(job.id + 1) is None
-
-
-def test_cancel_a_running_job_flags_it_and_a_late_finish_is_a_no_op(store):
-    job = store.submit(probe="matmul", params={}, timeout_s=60, limit=10)
-    store.claim(worker_id="w")
-    flagged = store.cancel(job.id)
-    assert (flagged.status, flagged.cancel_requested) == ("running", True)
-    assert store.finish(job.id, status="cancelled")
-    assert not store.finish(job.id, status="succeeded", result=result_for("matmul"))
-    assert not store.progress(job.id, done=1, total=1) and not store.heartbeat(job.id)
-    after = store.get(job.id)
-    assert (after.status, after.result) == ("cancelled", None)
-
-
-def test_writes_guarded_by_worker_id(store):
-    job = store.submit(probe="matmul", params={}, timeout_s=60, limit=10)
-    store.claim(worker_id="w1")
-    assert not store.finish(job.id, status="succeeded", result=result_for("matmul"), worker_id="w2")
-    assert store.finish(job.id, status="succeeded", result=result_for("matmul"), worker_id="w1")
-
-
-def test_finish_needs_a_terminal_status(store):
-    job = store.submit(probe="matmul", params={}, timeout_s=60, limit=10)
-    store.claim(worker_id="w")
-    with pytest.raises(ValueError, match="terminal"):
-        store.finish(job.id, status="queued")
-
-
-def test_the_transition_table_is_the_one_the_docstring_draws():
-    drawn: dict[str, set[str]] = {state: set() for state in STATES}
-    for old, new in re.findall(r"^    (\w+) +-> (\w+) ", job_module.__doc__, re.MULTILINE):
-        drawn[old].add(new)
-    assert drawn == {state: set(moves) for state, moves in TRANSITIONS.items()}
-    never_left = re.search(r"TERMINAL states \(([^)]*)\) are never left", job_module.__doc__)
-    assert set(never_left.group(1).split(", ")) == TERMINAL
-    assert all(not TRANSITIONS[state] for state in TERMINAL)
-    # _move's UPDATE is the one statement that writes status (submit's INSERT only creates a row).
-    assert inspect.getsource(store_module).count("SET status") == 1
-
-
-def test_a_move_the_table_lacks_is_refused(store):
-    job = store.submit(probe="matmul", params={}, timeout_s=60, limit=10)
-    with store._write() as db, pytest.raises(ValueError, match="cannot move from 'queued' to 'succeeded'"):
-        store._move(db, job.id, old="queued", new="succeeded", values={})
-    store.claim(worker_id="w")
-    assert store.finish(job.id, status="succeeded", result=result_for("matmul"))
-    with store._write() as db, pytest.raises(ValueError, match="cannot move from 'succeeded' to 'running'"):
-        store._move(db, job.id, old="succeeded", new="running", values={"worker_id": "w"})
-    with store._write() as db, pytest.raises(ValueError, match="cannot write"):
-        store._move(db, job.id, old="running", new="failed", values={"probe": "bandwidth"})
-    after = store.get(job.id)
-    assert (after.status, after.probe, after.result) == ("succeeded", "matmul", result_for("matmul"))
-
-
-def test_recover_requeues_once_then_marks_crashed(store):
-    job = store.submit(probe="matmul", params={}, timeout_s=60, limit=10)
-    store.claim(worker_id="w1")
-    assert store.recover(worker_id="w1", stale_after_s=3600) == [job.id]
-    requeued = store.get(job.id)
-    assert (requeued.status, requeued.attempts, requeued.worker_id) == ("queued", 1, None)
-    assert store.claim(worker_id="w1").attempts == 2
-    assert store.recover(worker_id="w1", stale_after_s=3600) == [job.id]
-    crashed = store.get(job.id)
-    assert crashed.status == "crashed" and crashed.error["type"] == "Interrupted"
-    assert "interrupted 2 times" in crashed.error["message"]
-    assert store.page() == ([crashed], 1)  # kept, never deleted
-
-
-def test_recover_takes_stale_jobs_of_other_workers_only(store):
-    fresh, stale = (store.submit(probe="matmul", params={}, timeout_s=60, limit=10) for _ in range(2))
-    store.claim(worker_id="alive")
-    store.claim(worker_id="dead")
-    with store._write() as db:  # a heartbeat from long ago
-        db.execute("UPDATE jobs SET heartbeat_at = 0 WHERE id = ?", (stale.id,))
-    assert store.recover(worker_id="me", stale_after_s=30) == [stale.id]
-    assert store.recover(worker_id=None, stale_after_s=30) == []
-    assert store.get(fresh.id).status == "running"
-
-
-def test_requeue_does_not_count_the_attempt(store):
-    job = store.submit(probe="matmul", params={}, timeout_s=60, limit=10)
-    store.claim(worker_id="w")
-    assert store.requeue(job.id)
-    assert (store.get(job.id).status, store.get(job.id).attempts) == ("queued", 0)
-    assert not store.requeue(job.id)
-    store.claim(worker_id="w")
-    store.cancel(job.id)
-    assert store.requeue(job.id) and store.get(job.id).status == "cancelled"
-
-
-def test_counts_and_latest(store):
-    ids = [store.submit(probe="matmul", params={"i": i}, timeout_s=60, limit=10, device=f"cuda:{i % 2}").id
-           for i in range(4)]
-    for _ in ids[:3]:
-        job = store.claim(worker_id="w")
-        store.finish(job.id, status="succeeded", result=result_for("matmul"))
-    counts = store.counts()
-    assert set(counts) == set(STATES) and counts["succeeded"] == 3 and counts["queued"] == 1
-    assert sum(counts.values()) == 4 and counts["oom"] == 0
-    assert [job.id for job in store.latest(probe="matmul")] == ids[2::-1]
-    assert [job.id for job in store.latest(probe="matmul", device="cuda:0", limit=1)] == [ids[2]]
-    assert store.latest(probe="bandwidth") == []
-
-
-def test_wal_mode(store):
-    assert store.journal_mode() == "wal"
-    assert Store(store.path).journal_mode() == "wal"
 
 
 # --- the dispatcher, one fault at a time -------------------------------------------------------------

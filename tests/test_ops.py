@@ -42,7 +42,6 @@ def test_readyz_needs_a_dispatcher(api):
 
 def test_readyz_is_503_when_the_database_fails(api, tmp_path):
     api.app.state.store.path = tmp_path / "missing" / "gone.db"  # cannot be opened
-    api.app.state.store.seen = lambda **_: None
     response = api.get("/readyz")
     assert response.status_code == 503 and response.json()["database"] is False
 
