@@ -7,6 +7,9 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 
+from app.deps import StoreDep
+from app.jobs.store import Store
+
 router = APIRouter(tags=["operations"])
 # A dispatcher says it is alive every heartbeat (1 s), idle or running a job.
 WORKER_SEEN_WITHIN_S = 15
@@ -33,14 +36,12 @@ async def healthz() -> Response:
     return JSONResponse({"status": "ok"})
 
 
-def _readiness(request: Request) -> Readiness:
-    store = request.app.state.store
+def _readiness(store: Store, embedded: list | None) -> Readiness:
     try:
         store.counts()
         workers, database = store.live_workers(within_s=WORKER_SEEN_WITHIN_S), True
     except Exception:  # any database failure means not ready, never a 500
         workers, database = [], False
-    embedded = getattr(request.app.state, "dispatchers", None)
     if embedded:
         kind, running = "embedded", all(d.is_running() for d in embedded)
     else:
@@ -51,10 +52,10 @@ def _readiness(request: Request) -> Readiness:
 
 @router.get("/readyz", response_model=Readiness, responses={503: {"model": Readiness,
                                                                   "description": "Not ready."}})
-async def readyz(request: Request) -> Response:
+async def readyz(request: Request, jobs: StoreDep) -> Response:
     """Ready when the database answers and a dispatcher runs (embedded, or a `tally worker`
     seen in the last 15 s); 503 otherwise."""
-    state = await run_in_threadpool(_readiness, request)
+    state = await run_in_threadpool(_readiness, jobs, getattr(request.app.state, "dispatchers", None))
     return JSONResponse(state.model_dump(), status_code=200 if state.ready else 503)
 
 
