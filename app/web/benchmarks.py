@@ -133,11 +133,12 @@ STATES = ("parameters", "gradients", "optimizer_state", "master_weights")
 def memory_chart(memory: MemoryComparison) -> dict:
     """The predicted peak as model states plus the rest of its phase, beside the measured peak."""
     pred = memory.predicted
-    phase = max((p for p in PHASES if p in pred), key=lambda p: pred[p])
+    # Results from the first release predate the per-phase peaks: their total is one sum.
+    phases = [p for p in PHASES if p in pred]
+    phase = f" ({max(phases, key=lambda p: pred[p]).replace('_', ' ')})" if phases else ""
     scale, unit = (1e9, "GB") if pred["total"] >= 1e9 else (1e6, "MB")
     parts = {k.replace("_", " "): pred[k] / scale for k in STATES if pred.get(k)}
-    parts[f"rest of the peak ({phase.replace('_', ' ')})"] = (
-        pred["total"] - sum(pred.get(k, 0) for k in STATES)) / scale
+    parts[f"rest of the peak{phase}"] = (pred["total"] - sum(pred.get(k, 0) for k in STATES)) / scale
     return {"type": "memory_compare", "unit": unit, "parts": parts,
             "measured": memory.measured_peak_allocated / scale}
 
