@@ -7,8 +7,10 @@ This process never imports torch: GPU work runs in child processes.
 
 import logging
 import socket
+import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from pathlib import Path
 
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
@@ -19,6 +21,7 @@ from app.api import errors
 from app.api.router import include_api
 from app.config import Settings, get_settings
 from app.jobs.dispatcher import Dispatcher
+from app.jobs.storage import StoreUnavailable
 from app.jobs.store import Store
 from app.ops.metrics import Metrics, RequestMetrics
 from app.ops.routes import router as ops_router
@@ -92,11 +95,22 @@ def build_api(settings: Settings, store: Store, *, lifespan: Lifespan | None = N
     return app
 
 
+def open_store_or_exit(path: Path) -> Store:
+    """Start-up's open: a database that cannot be opened, created or written (a missing or
+    read-only directory, a file that is no database, a full disk) stops the process with one
+    line naming the path and the problem, status 2, as a bad setting does."""
+    try:
+        return Store(path)
+    except StoreUnavailable as e:
+        print(f"tally: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     """The server: the API, with the embedded dispatchers, request metrics, /healthz, /readyz
     and /metrics, the pages and static files."""
     settings = settings or get_settings()
-    app = build_api(settings, Store(settings.database_path), lifespan=lifespan)
+    app = build_api(settings, open_store_or_exit(settings.database_path), lifespan=lifespan)
     app.state.metrics = Metrics(app.state.store, device.gauges)
     app.add_middleware(RequestMetrics, metrics=app.state.metrics)
     app.include_router(ops_router)

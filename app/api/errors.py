@@ -6,7 +6,9 @@ JSON schema cannot state); every other type is a per-field schema check.
 """
 
 import json
+import logging
 import math
+import sqlite3
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -20,6 +22,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.accounting.errors import InvalidInput
 from app.contract.fields import UNION_TAGS
+from app.jobs import storage
 
 _LOCATIONS = {"body", "query", "path", "header", "cookie"}
 # Names pydantic puts in a loc after a union field, for the member that failed: the tags of our
@@ -203,12 +206,46 @@ class BodyLimit:
         await self.app(scope, counted, send)
 
 
+# Seconds a client should wait before trying a request the database could not serve.
+DATABASE_RETRY_AFTER_S = 30
+log = logging.getLogger("tally")
+
+
+def _unavailable(why: str, kind: str) -> JSONResponse:
+    item = {"loc": ["database"], "field": "database", "msg": f"the job database is unavailable: {why}",
+            "type": kind}
+    return JSONResponse(error_body([item]), status_code=503,
+                        headers={"Retry-After": str(DATABASE_RETRY_AFTER_S)})
+
+
+async def _database_error(request: Request, exc: sqlite3.Error) -> JSONResponse:
+    """A full disk, a locked or broken file: 503 with Retry-After; nothing was written."""
+    log.error("job database error on %s %s: %s", request.method, request.url.path, exc)
+    path = getattr(getattr(request.app.state, "store", None), "path", None)
+    why = str(exc) if path is None else storage.problem(path, exc)
+    return _unavailable(why, "disk_full" if storage.is_full(exc) else "database_unavailable")
+
+
+async def _store_unavailable(request: Request, exc: storage.StoreUnavailable) -> JSONResponse:
+    log.error("%s", exc)
+    return _unavailable(exc.problem, "database_unavailable")
+
+
+async def _internal_error(request: Request, exc: Exception) -> JSONResponse:
+    """Anything else: the documented shape still, and the traceback in the server's log only."""
+    return JSONResponse({"message": "internal error: the server's log has the details", "detail": []},
+                        status_code=500)
+
+
 def install(app: FastAPI, *, max_body_bytes: int) -> None:
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(Conflict, _conflict)
     app.add_exception_handler(InvalidInput, _invalid_input)
     app.add_exception_handler(HTTPException, _http_error)
+    app.add_exception_handler(sqlite3.Error, _database_error)
+    app.add_exception_handler(storage.StoreUnavailable, _store_unavailable)
+    app.add_exception_handler(Exception, _internal_error)
 
 
 # For `responses=` on routes, so the OpenAPI document states the error shape.
@@ -222,4 +259,6 @@ NOT_FOUND = {404: {"model": ErrorResponse, "description": "No such item."}}
 CONFLICT = {409: {"model": ErrorResponse, "description": "The item is not in a state that allows this."}}
 AUTH = {401: {"model": ErrorResponse, "description": "TALLY_API_TOKEN is set and the bearer token is "
                                                       "missing or wrong."}}
+UNAVAILABLE = {503: {"model": ErrorResponse, "description": "The job database cannot be read or written "
+                                                          "(a full disk, say); try again after Retry-After."}}
 QUEUE_FULL = {429: {"model": ErrorResponse, "description": "TALLY_QUEUE_LIMIT jobs are queued or running."}}

@@ -10,7 +10,9 @@ Every change of a job's state goes through Store._move, which makes only the mov
 app/jobs/job.py's TRANSITIONS table allows.
 """
 
+import contextlib
 import json
+import logging
 import sqlite3
 import time
 from collections.abc import Iterator, Sequence
@@ -20,6 +22,9 @@ from typing import Any
 
 from app.contract.registry import ProbeResult
 from app.jobs.job import ACTIVE, STATES, TERMINAL, TRANSITIONS, Job, from_row, result_json
+from app.jobs.storage import StoreUnavailable
+
+log = logging.getLogger("tally.jobs")
 
 # What a move may write besides status (its one writer is Store._move) and revision (every write's).
 MOVE_COLUMNS = ("attempts", "started_at", "finished_at", "heartbeat_at", "worker_id", "ran_on_gpu",
@@ -96,12 +101,27 @@ class Store:
     """The jobs table in the SQLite file at `path` (created, with its schema, if missing)."""
 
     def __init__(self, path: str | Path) -> None:
+        """StoreUnavailable, saying why, when the file cannot be opened, created or written."""
         self.path = Path(path)
-        with self._connect() as db:
+        try:
+            self._create()
+        except sqlite3.Error as e:
+            raise StoreUnavailable(self.path, e) from None
+
+    def _create(self) -> None:
+        with contextlib.closing(self._open()) as db:
             # Persistent in the file: set once, every later connection is in WAL mode.
             db.execute("PRAGMA journal_mode=WAL")
             self._migrate(db)
             db.executescript(SCHEMA)
+
+    def _recreate(self) -> None:
+        """The file was deleted under a running server: start a new one rather than answer every
+        request with "no such table". Its WAL and shared-memory files belonged to the old one."""
+        log.warning("the job database %s is gone; creating a new, empty one", self.path)
+        for leftover in ("-wal", "-shm"):
+            Path(f"{self.path}{leftover}").unlink(missing_ok=True)
+        self._create()
 
     @staticmethod
     def _migrate(db: sqlite3.Connection) -> None:
@@ -113,15 +133,21 @@ class Store:
             if name not in have:
                 db.execute(f"ALTER TABLE jobs ADD COLUMN {name} {declaration}")
 
-    @contextmanager
-    def _connect(self) -> Iterator[sqlite3.Connection]:
+    def _open(self) -> sqlite3.Connection:
         # isolation_level=None: no implicit transactions; _write says BEGIN IMMEDIATE itself.
         db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+        db.row_factory = sqlite3.Row
+        db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_S * 1000}")
+        # NORMAL in WAL mode: a power cut may lose the last commits, never corrupt the file.
+        db.execute("PRAGMA synchronous=NORMAL")
+        return db
+
+    @contextmanager
+    def _connect(self) -> Iterator[sqlite3.Connection]:
+        if not self.path.exists():  # one stat: connecting would silently create an empty file
+            self._recreate()
+        db = self._open()
         try:
-            db.row_factory = sqlite3.Row
-            db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_S * 1000}")
-            # NORMAL in WAL mode: a power cut may lose the last commits, never corrupt the file.
-            db.execute("PRAGMA synchronous=NORMAL")
             yield db
         finally:
             db.close()
@@ -133,7 +159,10 @@ class Store:
             try:
                 yield db
             except BaseException:
-                db.execute("ROLLBACK")
+                # SQLite has already rolled back after some errors (SQLITE_FULL): a second
+                # ROLLBACK would raise and hide the error that matters.
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
                 raise
             db.execute("COMMIT")
 

@@ -10,11 +10,13 @@ import argparse
 import logging
 import signal
 import socket
+import sys
 import threading
 from pathlib import Path
 
 from app import logs
 from app.config import settings_or_exit
+from app.jobs.storage import StoreUnavailable
 
 log = logging.getLogger("tally.jobs")
 
@@ -76,7 +78,11 @@ def start(args: argparse.Namespace) -> int:
     """Run with parsed arguments (also `tally worker`'s)."""
     settings = settings_or_exit()
     logs.configure(args.log_level, settings.log_format, settings.secrets())
-    run(args.database, args.worker_id, gpu=args.gpu)
+    try:
+        run(args.database, args.worker_id, gpu=args.gpu)
+    except StoreUnavailable as e:  # one line naming the file, as a bad setting gets
+        print(f"tally: {e}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -7,7 +7,7 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.sse import EventSourceResponse, ServerSentEvent
 from pydantic import Field
 
-from app.api.errors import AUTH, CONFLICT, NOT_FOUND, QUEUE_FULL, REQUEST_ERRORS
+from app.api.errors import AUTH, CONFLICT, NOT_FOUND, QUEUE_FULL, REQUEST_ERRORS, UNAVAILABLE
 from app.api.responses import respond
 from app.api.services import jobs as service
 from app.api.services.jobs import JobOut, JobPage, JobRequest, Status
@@ -26,7 +26,8 @@ def _existing(job_id: JobId, jobs: StoreDep) -> Job:
     return service.get(job_id, jobs=jobs)
 
 
-@router.post("", status_code=202, response_model=JobOut, responses=REQUEST_ERRORS | AUTH | QUEUE_FULL)
+@router.post("", status_code=202, response_model=JobOut,
+             responses=REQUEST_ERRORS | AUTH | QUEUE_FULL | UNAVAILABLE)
 def submit(body: JobRequest, request: Request, jobs: StoreDep, settings: SettingsDep,  # type: ignore[valid-type]
            authorized: Authorized) -> Response:
     """Queue a probe. 202 with the job; follow it at /jobs/{id} or /jobs/{id}/events."""
