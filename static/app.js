@@ -124,13 +124,19 @@
     Object.entries(byDtype).forEach(([dtype, points], i) => {
       sets.push({ label: dtype, data: points, showLine: false, pointRadius: 4, backgroundColor: dtypeColor(dtype, i) });
     });
-    if (spec.bandwidth_gb_per_sec !== null && spec.compute_tflop_per_sec !== null) {
-      const bw = spec.bandwidth_gb_per_sec / 1e3;  // TB/s: TFLOP/s per FLOP/byte
-      const knee = spec.compute_tflop_per_sec / bw;
-      const roof = [{ x: lo, y: bw * lo }];
-      if (knee > lo && knee < hi) roof.push({ x: knee, y: spec.compute_tflop_per_sec });
-      roof.push({ x: hi, y: Math.min(bw * hi, spec.compute_tflop_per_sec) });
-      sets.push({ label: "measured ceilings", data: roof, borderColor: color("--bad") || "#cf222e", pointRadius: 0 });
+    const ceiling = { borderColor: color("--bad") || "#cf222e", pointRadius: 0 };
+    const bw = spec.bandwidth_gb_per_sec === null ? null : spec.bandwidth_gb_per_sec / 1e3;  // TB/s
+    const top = spec.compute_tflop_per_sec;
+    if (bw !== null && top !== null) {
+      const knee = top / bw;  // FLOP/byte where the two ceilings meet
+      const roof = [{ x: lo, y: Math.min(bw * lo, top) }];  // flat from the start when the knee lies left of it
+      if (knee > lo && knee < hi) roof.push({ x: knee, y: top });
+      roof.push({ x: hi, y: Math.min(bw * hi, top) });
+      sets.push({ label: "measured ceilings", data: roof, ...ceiling });
+    } else if (bw !== null) {  // the page says which ceiling is missing, and offers its probe
+      sets.push({ label: "measured bandwidth", data: [{ x: lo, y: bw * lo }, { x: hi, y: bw * hi }], ...ceiling });
+    } else if (top !== null) {
+      sets.push({ label: "measured compute", data: [{ x: lo, y: top }, { x: hi, y: top }], ...ceiling });
     }
     return lines(canvas, sets, axes("arithmetic intensity (FLOP/byte)", "TFLOP/s", true, true));
   }

@@ -15,6 +15,7 @@ from app.api.responses import jsonable
 from app.api.services import device as device_service
 from app.api.services import flops
 from app.api.services import jobs as service
+from app.config import Settings
 from app.contract.params import MATMUL_DTYPES
 from app.contract.registry import PROBES
 from app.contract.results import MatmulResult, MemoryComparison, TrainStepResult, TransferResult
@@ -56,17 +57,24 @@ def params_from(form: dict[str, str]) -> dict[str, Any]:
     return {"probe": probe, "params": p} | ({"gpu": forms.number(gpu)} if gpu else {})
 
 
-def _shown(job: Job, jobs: Store) -> dict[str, Any]:
+def _shown(job: Job, jobs: Store, settings: Settings) -> dict[str, Any]:
     """What a job page shows: the job as GET /api/v1/jobs/{id} answers it, and its charts."""
-    return {"job": jsonable(service.job_out(job)), "charts": charts(job.result, jobs) if job.result else {}}
+    return {"job": jsonable(service.job_out(job)), "charts": charts(job.result, jobs) if job.result else {},
+            "token_needed": settings.api_token is not None}
+
+
+HISTORY_ROWS = 25
+
+
+def _history(jobs: Store) -> list[dict]:
+    return jsonable(service.page(jobs=jobs, limit=HISTORY_ROWS))["data"]
 
 
 @router.get("/benchmarks", response_class=HTMLResponse)
 def benchmarks(request: Request, jobs: StoreDep, settings: SettingsDep) -> HTMLResponse:
-    history = service.page(jobs=jobs, limit=25)
     return templates.TemplateResponse(request, "benchmarks.html", {
         "device": jsonable(device.describe()), "devices": jsonable(device_service.devices(settings)),
-        "history": jsonable(history)["data"], "presets": PRESETS, "probes": tuple(PROBES),
+        "history": _history(jobs), "presets": PRESETS, "probes": tuple(PROBES),
         "matmul_dtypes": MATMUL_DTYPES, "token_needed": settings.api_token is not None})
 
 
@@ -83,19 +91,33 @@ async def launch(request: Request, jobs: StoreDep, settings: SettingsDep) -> HTM
     if refused is not None:
         return templates.TemplateResponse(request, "partials/launch_error.html", {
             "message": refused["message"], "errors": forms.field_errors(refused)})
-    return templates.TemplateResponse(request, "partials/job_status.html", {"job": job})
+    response = templates.TemplateResponse(request, "partials/job_status.html", {
+        "job": job, "token_needed": settings.api_token is not None})
+    response.headers["HX-Trigger"] = "job-launched"  # the history lists it at once
+    return response
 
 
 @router.get("/ui/benchmarks/jobs/{job_id}", response_class=HTMLResponse)
-def job_status(request: Request, job_id: int, jobs: StoreDep) -> HTMLResponse:
-    """404 with the API's message for an unknown job, as every job page."""
-    return templates.TemplateResponse(request, "partials/job_status.html",
-                                      _shown(service.get(job_id, jobs=jobs), jobs))
+def job_status(request: Request, job_id: int, jobs: StoreDep, settings: SettingsDep) -> HTMLResponse:
+    """404 with the API's message for an unknown job, as every job page. The poll that finds the
+    job ended tells the page (history, a roofline waiting for its ceiling) to refresh."""
+    job = service.get(job_id, jobs=jobs)
+    response = templates.TemplateResponse(request, "partials/job_status.html", _shown(job, jobs, settings))
+    if job.terminal:
+        response.headers["HX-Trigger"] = "job-ended"
+    return response
+
+
+@router.get("/ui/benchmarks/history", response_class=HTMLResponse)
+def history(request: Request, jobs: StoreDep) -> HTMLResponse:
+    """The history table alone, refreshed when a job is launched or ends."""
+    return templates.TemplateResponse(request, "partials/history.html", {"history": _history(jobs)})
 
 
 @router.get("/benchmarks/jobs/{job_id}", response_class=HTMLResponse)
-def job_page(request: Request, job_id: int, jobs: StoreDep) -> HTMLResponse:
-    return templates.TemplateResponse(request, "job.html", _shown(service.get(job_id, jobs=jobs), jobs))
+def job_page(request: Request, job_id: int, jobs: StoreDep, settings: SettingsDep) -> HTMLResponse:
+    job = service.get(job_id, jobs=jobs)
+    return templates.TemplateResponse(request, "job.html", _shown(job, jobs, settings))
 
 
 @router.get("/benchmarks/compare", response_class=HTMLResponse)
@@ -157,5 +179,13 @@ def roofline(result: MatmulResult, jobs: Store) -> dict:
         f = flops.matmul(flops.MatmulRequest(m=p.m, k=p.k, n=p.n, dtype=dtype))
         points.append({"x": f.arithmetic_intensity, "y": p.flop_per_sec / 1e12, "dtype": p.dtype})
     compute = max((m.flop_per_sec for m in calib.matmul.values()), default=None)
+    where = {"device": result.environment.device}
+    missing = []
+    if gbs is None:
+        missing.append({"probe": "bandwidth", "launch": {"probe": "bandwidth", **where}, "message":
+                        "No bandwidth run on this device yet, so the roofline has no memory ceiling."})
+    if compute is None:
+        missing.append({"probe": "matmul", "launch": {"probe": "matmul", **where}, "message":
+                        "No matmul measured on this device yet, so the roofline has no compute ceiling."})
     return {"type": "roofline", "points": points, "bandwidth_gb_per_sec": gbs,
-            "compute_tflop_per_sec": None if compute is None else compute / 1e12}
+            "compute_tflop_per_sec": None if compute is None else compute / 1e12, "missing": missing}
