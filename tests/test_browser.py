@@ -55,8 +55,16 @@ def wait_for_charts(page: Page, selector: str, count: int) -> None:
     page.wait_for_function(f"{drawn}.length === {count} && {drawn}.every(Boolean)")
 
 
+# Chromium logs a Content-Security-Policy violation as a console error; this makes sure of it
+# (and names the directive), whatever the browser's wording.
+REPORT_CSP = """document.addEventListener("securitypolicyviolation", e => console.error(
+    `CSP violation: ${e.effectiveDirective} blocked ${e.blockedURI || "inline"}`
+    + ` at ${e.sourceFile}:${e.lineNumber}`));"""
+
+
 class Watched:
-    """A page that records console errors and every request leaving 127.0.0.1."""
+    """A page that records console errors, Content-Security-Policy violations among them,
+    and every request leaving 127.0.0.1."""
 
     def __init__(self, page: Page) -> None:
         self.page, self.errors, self.outside = page, [], []
@@ -65,7 +73,11 @@ class Watched:
         page.on("request", lambda r: self.outside.append(r.url)
                 if urlparse(r.url).hostname not in ("127.0.0.1", None) else None)
 
+    def violations(self) -> list[str]:
+        return [e for e in self.errors if "Content Security Policy" in e or "CSP violation" in e]
+
     def clean(self) -> None:
+        assert self.violations() == [], self.violations()
         assert self.errors == [], self.errors
         assert self.outside == [], self.outside
 
@@ -73,6 +85,7 @@ class Watched:
 @pytest.fixture
 def watched(browser):
     context = browser.new_context(viewport={"width": 1280, "height": 900})
+    context.add_init_script(REPORT_CSP)
     yield Watched(context.new_page())
     context.close()
 
@@ -297,3 +310,16 @@ def test_a_page_for_a_job_that_does_not_exist_is_a_404(base_url):
                  "/benchmarks/compare?a=999998&b=999999"):
         response = httpx.get(base_url + path)
         assert response.status_code == 404 and "no job 99999" in response.json()["message"], path
+
+
+def test_an_inline_script_is_a_csp_violation_that_fails_the_check(watched, base_url):
+    """The pages' policy runs no inline script, and the helper above catches the attempt."""
+    page = watched.page
+    page.goto(base_url + "/", wait_until="networkidle")
+    page.evaluate("() => { const s = document.createElement('script'); s.textContent = 'window.ran = 1';"
+                  " document.head.append(s); }")
+    assert page.evaluate("window.ran") is None
+    wait_for(watched.violations, what="the violation to be reported")
+    with pytest.raises(AssertionError, match="script-src"):
+        watched.clean()
+

@@ -1,6 +1,9 @@
 """The server refuses what a hostile web page could make a browser send it: state changes from
-another site (403), requests under a rebound host name (400). The browser's view: tests/test_browser.py."""
+another site (403), requests under a rebound host name (400); and its pages carry a
+Content-Security-Policy and friends. The browser's view: tests/test_browser.py."""
 
+import re
+from pathlib import Path
 from urllib.parse import urlencode
 
 import pytest
@@ -8,6 +11,7 @@ import pytest
 from app.config import Settings
 from app.main import create_app
 from app.ops.security import hostname
+from app.paths import TEMPLATES_DIR
 from tests.conftest import Api, assert_names_field
 
 JOBS = "/api/v1/jobs"
@@ -123,3 +127,36 @@ def test_allowed_hosts_from_the_environment(monkeypatch, make_api):
 def test_hostname_of_a_host_header():
     assert [hostname(h) for h in ("a.b:80", "A.B", "[::1]:8000", "[::1]", "::1", "[bad")] == [
         "a.b", "a.b", "::1", "::1", "::1", "[bad"]
+
+
+# --- headers on the pages ------------------------------------------------------------------------
+
+PAGES = ["/", "/formats", "/tensors", "/time", "/memory", "/flops", "/matmul", "/mlp", "/benchmarks", "/docs",
+         "/ui/time", "/static/app.js"]
+
+
+@pytest.mark.parametrize("path", PAGES)
+def test_every_page_carries_the_security_headers(api, path):
+    response = api.get(path)
+    assert response.status_code == 200
+    csp = dict(part.strip().split(" ", 1) for part in response.headers["content-security-policy"].split(";"))
+    assert csp["default-src"] == csp["script-src"] == csp["style-src"] == "'self'"
+    assert csp["frame-ancestors"] == "'none'"
+    assert response.headers["x-content-type-options"] == "nosniff"
+    assert response.headers["referrer-policy"] == "same-origin"
+
+
+def test_pages_run_no_inline_script():
+    """Every <script> names a file in static/; no on*= handler, no style= attribute."""
+    for template in Path(TEMPLATES_DIR).rglob("*.html"):
+        text = template.read_text()
+        scripts = re.findall(r"<script\b[^>]*>", text)
+        assert all('src="/static/' in s for s in scripts), (template, scripts)
+        assert not re.search(r"\son[a-z]+\s*=|\sstyle\s*=|hx-on", text), template
+
+
+def test_the_docs_page_starts_swagger_from_a_static_file(api):
+    page = api.get("/docs").text
+    assert re.findall(r"<script\b[^>]*>", page) == [
+        '<script src="/static/vendor/swagger-ui/swagger-ui-bundle.js">', '<script src="/static/docs.js">']
+    assert api.get("/static/docs.js").status_code == 200
