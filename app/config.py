@@ -19,6 +19,10 @@ class Settings(BaseSettings):
 
     host: str = "127.0.0.1"
     port: Annotated[int, Field(ge=1, le=65535)] = 8000
+    allowed_hosts: Annotated[list[str] | None, NoDecode] = None
+    """Host header names (without the port) the server answers, written "tally.lab,10.0.0.5";
+    "*" answers any. The loopback names are always accepted. Default: the loopback names when
+    TALLY_HOST is a loopback address, any host otherwise. Another Host gets a 400."""
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
     log_format: Literal["human", "json"] = "human"
     """json: one JSON object per line (time, level, logger, message, job_id, access fields)."""
@@ -39,10 +43,6 @@ class Settings(BaseSettings):
     """Run the dispatcher inside the server; false when `tally worker` runs beside it."""
     worker_id: str | None = None
     """Names this dispatcher in the job rows; defaults to the host name."""
-    allowed_hosts: Annotated[list[str] | None, NoDecode] = None
-    """Host header names (without the port) the server answers, written "tally.lab,10.0.0.5";
-    "*" answers any. The loopback names are always accepted. Default: the loopback names when
-    TALLY_HOST is a loopback address, any host otherwise. Another Host gets a 400."""
     gpus: Annotated[list[Annotated[int, Field(ge=0, le=1023)]] | None, NoDecode] = None
     """GPU indices (as NVML and CUDA number them) that each get an embedded dispatcher and
     take jobs, written "0,1"; default every GPU NVML reports. Without a GPU, one dispatcher
