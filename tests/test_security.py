@@ -80,8 +80,9 @@ def test_reading_from_another_site_is_not_refused(make_api):
 
 def test_the_launch_route_refuses_a_body_that_is_not_its_form(make_api):
     api = make_api()
-    assert_names_field(api.post("/ui/benchmarks/launch", content=b"anything",
-                                headers={"content-type": "text/plain"}), "body")
+    body = assert_names_field(api.post("/ui/benchmarks/launch", content=b"anything",
+                                       headers={"content-type": "text/plain"}), "body")
+    assert body["detail"][0]["loc"] == ["body"] and "x-www-form-urlencoded" in body["message"]
     assert_names_field(api.post("/ui/benchmarks/launch", json={"probe": "bandwidth"}), "body")
     assert_names_field(api.post("/ui/benchmarks/launch", content=b"anything", headers=FORM), "probe")
     assert_names_field(api.post("/ui/benchmarks/launch", content=b"", headers=FORM), "probe")
