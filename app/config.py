@@ -9,6 +9,9 @@ from pydantic import Field, SecretStr, ValidationError, field_validator, model_v
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 ENV_PREFIX = "TALLY_"
+# The names a loopback server answers by default, and always accepts (`tally healthcheck` asks
+# 127.0.0.1): a DNS-rebinding page reaches the server under its own name, never under these.
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 
 
 class Settings(BaseSettings):
@@ -16,6 +19,10 @@ class Settings(BaseSettings):
 
     host: str = "127.0.0.1"
     port: Annotated[int, Field(ge=1, le=65535)] = 8000
+    allowed_hosts: Annotated[list[str] | None, NoDecode] = None
+    """Host header names (without the port) the server answers, written "tally.lab,10.0.0.5";
+    "*" answers any. The loopback names are always accepted. Default: the loopback names when
+    TALLY_HOST is a loopback address, any host otherwise. Another Host gets a 400."""
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
     log_format: Literal["human", "json"] = "human"
     """json: one JSON object per line (time, level, logger, message, job_id, access fields)."""
@@ -47,6 +54,15 @@ class Settings(BaseSettings):
         # compose's `TALLY_API_TOKEN: ${TALLY_API_TOKEN:-}` passes "" for "not set".
         return None if isinstance(value, str) and not value.strip() else value
 
+    @field_validator("allowed_hosts", mode="before")
+    @classmethod
+    def _host_list(cls, value: object) -> object:
+        if isinstance(value, str):  # "tally.lab, 10.0.0.5" from the environment
+            value = [v for v in value.split(",") if v.strip()] or None
+        if isinstance(value, list | tuple):  # compared as the Host header's name is: lower case, no []
+            return [str(v).strip().lower().removeprefix("[").removesuffix("]") for v in value]
+        return value
+
     @field_validator("gpus", mode="before")
     @classmethod
     def _gpu_list(cls, value: object) -> object:
@@ -67,6 +83,18 @@ class Settings(BaseSettings):
     def secrets(self) -> tuple[str, ...]:
         """Values no log line may contain."""
         return (self.api_token.get_secret_value(),) if self.api_token else ()
+
+    def host_names(self) -> frozenset[str] | None:
+        """The Host names this server answers (lower case, IPv6 without brackets); None for any."""
+        if self.allowed_hosts is None or "*" in self.allowed_hosts:
+            return None
+        return frozenset(self.allowed_hosts) | frozenset(LOOPBACK_NAMES)
+
+    @model_validator(mode="after")
+    def _loopback_hosts(self) -> "Settings":
+        if self.allowed_hosts is None and self.host.strip("[]").lower() in LOOPBACK_NAMES:
+            self.allowed_hosts = list(LOOPBACK_NAMES)
+        return self
 
     @model_validator(mode="after")
     def _timeouts(self) -> "Settings":

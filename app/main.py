@@ -25,8 +25,10 @@ from app.jobs.storage import StoreUnavailable
 from app.jobs.store import Store
 from app.ops.metrics import Metrics, RequestMetrics
 from app.ops.routes import router as ops_router
+from app.ops.security import RequestGuard
 from app.paths import STATIC_DIR
 from app.web.benchmarks import router as benchmarks_router
+from app.web.headers import PageHeaders
 from app.web.pages import router as pages_router
 
 DESCRIPTION = """Deep-learning resource accounting: FLOPs, bytes and seconds.
@@ -108,10 +110,14 @@ def open_store_or_exit(path: Path) -> Store:
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     """The server: the API, with the embedded dispatchers, request metrics, /healthz, /readyz
-    and /metrics, the pages and static files."""
+    and /metrics, the pages and static files; the Host and cross-site checks in front of
+    them all (app/ops/security.py), the security headers on the pages (app/web/headers.py)."""
     settings = settings or get_settings()
     app = build_api(settings, open_store_or_exit(settings.database_path), lifespan=lifespan)
     app.state.metrics = Metrics(app.state.store, device.gauges)
+    # The last added runs first: metrics count the guard's refusals too.
+    app.add_middleware(PageHeaders)
+    app.add_middleware(RequestGuard, allowed_hosts=settings.host_names())
     app.add_middleware(RequestMetrics, metrics=app.state.metrics)
     app.include_router(ops_router)
     app.include_router(pages_router)

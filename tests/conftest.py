@@ -22,7 +22,7 @@ class Api:
         self.loop = asyncio.new_event_loop()
         self.app = app or create_app()
         transport = httpx.ASGITransport(app=self.app)
-        self.client = httpx.AsyncClient(transport=transport, base_url="http://tally.test")
+        self.client = httpx.AsyncClient(transport=transport, base_url="http://localhost")
 
     def request(self, method: str, path: str, **kwargs) -> httpx.Response:
         return self.loop.run_until_complete(self.client.request(method, path, **kwargs))

@@ -2,6 +2,8 @@
 a live server on 127.0.0.1. No skip: `make test` installs chromium where it is missing,
 and a browser that cannot start fails these tests."""
 
+import functools
+import http.server
 import os
 import struct
 import threading
@@ -55,8 +57,16 @@ def wait_for_charts(page: Page, selector: str, count: int) -> None:
     page.wait_for_function(f"{drawn}.length === {count} && {drawn}.every(Boolean)")
 
 
+# Chromium logs a Content-Security-Policy violation as a console error; this makes sure of it
+# (and names the directive), whatever the browser's wording.
+REPORT_CSP = """document.addEventListener("securitypolicyviolation", e => console.error(
+    `CSP violation: ${e.effectiveDirective} blocked ${e.blockedURI || "inline"}`
+    + ` at ${e.sourceFile}:${e.lineNumber}`));"""
+
+
 class Watched:
-    """A page that records console errors and every request leaving 127.0.0.1."""
+    """A page that records console errors, Content-Security-Policy violations among them,
+    and every request leaving 127.0.0.1."""
 
     def __init__(self, page: Page) -> None:
         self.page, self.errors, self.outside = page, [], []
@@ -65,7 +75,11 @@ class Watched:
         page.on("request", lambda r: self.outside.append(r.url)
                 if urlparse(r.url).hostname not in ("127.0.0.1", None) else None)
 
+    def violations(self) -> list[str]:
+        return [e for e in self.errors if "Content Security Policy" in e or "CSP violation" in e]
+
     def clean(self) -> None:
+        assert self.violations() == [], self.violations()
         assert self.errors == [], self.errors
         assert self.outside == [], self.outside
 
@@ -73,6 +87,7 @@ class Watched:
 @pytest.fixture
 def watched(browser):
     context = browser.new_context(viewport={"width": 1280, "height": 900})
+    context.add_init_script(REPORT_CSP)
     yield Watched(context.new_page())
     context.close()
 
@@ -297,3 +312,65 @@ def test_a_page_for_a_job_that_does_not_exist_is_a_404(base_url):
                  "/benchmarks/compare?a=999998&b=999999"):
         response = httpx.get(base_url + path)
         assert response.status_code == 404 and "no job 99999" in response.json()["message"], path
+
+
+def test_an_inline_script_is_a_csp_violation_that_fails_the_check(watched, base_url):
+    """The pages' policy runs no inline script, and the helper above catches the attempt."""
+    page = watched.page
+    page.goto(base_url + "/", wait_until="networkidle")
+    page.evaluate("() => { const s = document.createElement('script'); s.textContent = 'window.ran = 1';"
+                  " document.head.append(s); }")
+    assert page.evaluate("window.ran") is None
+    wait_for(watched.violations, what="the violation to be reported")
+    with pytest.raises(AssertionError, match="script-src"):
+        watched.clean()
+
+
+ATTACK = """<!doctype html><title>another site</title>
+<iframe name="a"></iframe><iframe name="b"></iframe><iframe name="c"></iframe>
+<form action="{tally}/ui/benchmarks/launch" method="post" target="a">
+  <input name="probe" value="bandwidth"></form>
+<form action="{tally}/ui/benchmarks/launch" method="post" target="b" enctype="text/plain">
+  <input name="anything" value="x"></form>
+<form action="{tally}/api/v1/jobs/{job}/cancel" method="post" target="c"></form>
+<script>for (const form of document.forms) form.submit();</script>
+"""
+
+
+@pytest.fixture(scope="module")
+def other_site(tmp_path_factory):
+    """A second web server on another loopback port, serving the pages in its folder."""
+    root = tmp_path_factory.mktemp("other-site")
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield root, server.server_address[1]
+    server.shutdown()
+    thread.join(10)
+
+
+@pytest.mark.parametrize("name", ["127.0.0.1", "localhost"])  # same site, another port; another site
+def test_a_page_on_another_origin_cannot_launch_or_cancel_jobs(browser, base_url, other_site, name):
+    jobs = base_url + "/api/v1/jobs"
+    slow = {"probe": "bandwidth", "params": {"size_bytes": 2**20, "measure_s": 30}}
+    job = httpx.post(jobs, json=slow).json()
+    before = httpx.get(jobs).json()["count"]
+    root, port = other_site
+    (root / f"attack-{job['id']}.html").write_text(ATTACK.format(tally=base_url, job=job["id"]))
+    context = browser.new_context()
+    page = context.new_page()
+    answers: dict[str, list[int]] = {}
+    page.on("response", lambda r: answers.setdefault(r.url.removeprefix(base_url), []).append(r.status)
+            if r.url.startswith(base_url) else None)
+    try:
+        page.goto(f"http://{name}:{port}/attack-{job['id']}.html")
+        # Playwright delivers events only inside its own calls: wait in one, not in time.sleep.
+        wait_for(lambda: page.wait_for_timeout(20) or sum(map(len, answers.values())) >= 3,
+                 what="the three posts to be answered", context=lambda: answers)
+        assert answers == {"/ui/benchmarks/launch": [403, 403], f"/api/v1/jobs/{job['id']}/cancel": [403]}
+        assert httpx.get(jobs).json()["count"] == before
+        assert httpx.get(f"{jobs}/{job['id']}").json()["status"] in ("queued", "running")
+    finally:
+        context.close()
+        httpx.post(f"{jobs}/{job['id']}/cancel")  # no Origin, as curl: allowed

@@ -13,7 +13,7 @@ SERVE_EVERY_ROUTE = textwrap.dedent("""
     async def main():
         app = create_app()
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as c:
             for path in ("/", "/docs", "/openapi.json", "/api/v1/dtypes", "/api/v1/models",
                          "/api/v1/hardware", "/api/v1/hardware/h100-sxm", "/api/v1/device",
                          "/api/v1/calibration", "/api/v1/jobs"):

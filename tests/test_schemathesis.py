@@ -27,8 +27,10 @@ bearer = "{TOKEN}"
 """)
 
 # With a token set, as a shared server would run: the auth checks then test that
-# submitting and cancelling refuse requests without it.
-app = create_app(get_settings().model_copy(update={"api_token": SecretStr(TOKEN)}))
+# submitting and cancelling refuse requests without it. schemathesis's in-process client
+# asks for Host testserver, which a loopback server answers only when allowed.
+app = create_app(get_settings().model_copy(update={"api_token": SecretStr(TOKEN),
+                                                   "allowed_hosts": ["testserver"]}))
 schema = schemathesis.openapi.from_asgi("/openapi.json", app, config=CONFIG)
 
 

@@ -118,7 +118,8 @@ def invalid_input_item(exc: InvalidInput) -> dict:
     """An engine rule's refusal (or a missing item's) as an item naming its field."""
     where = "path" if isinstance(exc, NotFound) else "body"
     kind = "not_found" if isinstance(exc, NotFound) else "invalid_input"
-    return {"loc": [where, *exc.field.split(".")], "field": exc.field, "msg": exc.message, "type": kind}
+    loc = [where] if exc.field == where else [where, *exc.field.split(".")]  # the whole body: ["body"]
+    return {"loc": loc, "field": exc.field, "msg": exc.message, "type": kind}
 
 
 async def _invalid_input(_: Request, exc: InvalidInput) -> JSONResponse:

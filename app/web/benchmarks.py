@@ -3,7 +3,6 @@ validated by the jobs API's request model and submitted by its service function;
 their figures from the same functions the API uses."""
 
 from typing import Any
-from urllib.parse import parse_qsl
 
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
@@ -33,7 +32,7 @@ PRESETS = PresetName.__args__
 
 def params_from(form: dict[str, str]) -> dict[str, Any]:
     """The launch form's fields as the API's {probe, params}."""
-    probe = form.get("probe", "matmul")
+    probe = form["probe"]
     p: dict[str, Any] = {"device": form.get("device", "auto")}
     if probe == "matmul":
         p["sweep"] = form.get("sweep", "squares")
@@ -80,8 +79,8 @@ def benchmarks(request: Request, jobs: StoreDep, settings: SettingsDep) -> HTMLR
 
 @router.post("/ui/benchmarks/launch", response_class=HTMLResponse)
 async def launch(request: Request, jobs: StoreDep, settings: SettingsDep) -> HTMLResponse:
-    # htmx posts the form urlencoded; parsed here rather than through python-multipart.
-    form = dict(parse_qsl((await request.body()).decode(errors="replace"), keep_blank_values=True))
+    """422 for a body that is not the launch form (urlencoded, naming its probe)."""
+    form = forms.posted(request.headers.get("content-type"), await request.body(), "probe")
 
     def submit(body: Any) -> dict:
         deps.check_token(settings, form.get("token") or None)

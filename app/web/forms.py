@@ -7,6 +7,7 @@ import json
 import math
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import parse_qsl
 
 from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException
@@ -73,3 +74,18 @@ def field_errors(answer: dict[str, Any]) -> dict[str, str]:
     for item in answer.get("detail", []):
         by_field.setdefault(item["field"].split(".")[0], item["msg"])
     return by_field
+
+
+FORM_TYPE = "application/x-www-form-urlencoded"
+
+
+def posted(content_type: str | None, raw: bytes, required: str) -> dict[str, str]:
+    """A form posted urlencoded (as htmx posts it; parsed here rather than through
+    python-multipart) that has the field `required`. Anything else is refused (422) rather
+    than read as an empty form, so a stray body never becomes a job with default fields."""
+    if (content_type or "").partition(";")[0].strip().lower() != FORM_TYPE:
+        raise InvalidInput("body", f"send the form as {FORM_TYPE}")
+    form = dict(parse_qsl(raw.decode(errors="replace"), keep_blank_values=True))
+    if required not in form:
+        raise InvalidInput(required, "the form has no such field")
+    return form
