@@ -35,7 +35,7 @@ class Settings(BaseSettings):
     embedded_worker: bool = True
     """Run the dispatcher inside the server; false when `tally worker` runs beside it."""
     worker_id: str | None = None
-    """Names this dispatcher in the job rows; defaults to the host name."""
+    """Names this dispatcher in the job rows, before `:gpu<i>` or `:cpu`; default host and process id."""
     gpus: Annotated[list[Annotated[int, Field(ge=0, le=1023)]] | None, NoDecode] = None
     """GPU indices (as NVML and CUDA number them) that each get an embedded dispatcher and
     take jobs, written "0,1"; default every GPU NVML reports. Without a GPU, one dispatcher

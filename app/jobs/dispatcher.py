@@ -11,6 +11,7 @@ import logging
 import os
 import queue
 import signal
+import socket
 import sys
 import threading
 import time
@@ -22,7 +23,7 @@ from app import logs
 from app.contract.registry import RESULTS
 from app.jobs.job import Job
 from app.jobs.process import Child, error, parse_message
-from app.jobs.store import Store
+from app.jobs.store import STALE_AFTER_S, Store
 
 log = logging.getLogger("tally.jobs")
 
@@ -31,6 +32,13 @@ CHILD_ARGV = (sys.executable, "-m", "app.bench.child")
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 PROGRESS_EVERY_S = 0.1
 HEARTBEAT_EVERY_S = 1.0
+
+
+def default_worker_id(configured: str | None, gpu: int | None) -> str:
+    """A dispatcher's id when none is given: host, process and device, so no two running
+    dispatchers share one (TALLY_WORKER_ID, when set, replaces host and process)."""
+    base = configured or f"{socket.gethostname()}:{os.getpid()}"
+    return f"{base}:{'cpu' if gpu is None else f'gpu{gpu}'}"
 
 
 class Ending(enum.Enum):
@@ -86,17 +94,18 @@ class Dispatcher:
     """Claims queued jobs from `store` as `worker_id` and runs each in a child process.
 
     Times in seconds: poll_s between looks at the queue and at a running job's cancel flag;
-    kill_grace_s between SIGTERM and SIGKILL; stale_after_s without a heartbeat before another
-    worker's running job counts as orphaned. `gpu`: the GPU index this dispatcher serves (one
+    kill_grace_s between SIGTERM and SIGKILL; stale_after_s without a heartbeat before a running
+    job (and its device lease) counts as its dead worker's. `gpu`: the GPU index this dispatcher serves (one
     dispatcher per GPU); it takes jobs naming that GPU or none. None serves the CPU, or on a
     GPU box runs each job on the GPU it names.
     """
 
     def __init__(self, store: Store, worker_id: str, child_argv: list[str] | None = None,
                  child_env: dict[str, str] | None = None, poll_s: float = 0.2, kill_grace_s: float = 5,
-                 stale_after_s: float = 30, gpu: int | None = None) -> None:
+                 stale_after_s: float = STALE_AFTER_S, gpu: int | None = None) -> None:
         self.store = store
         self.worker_id = worker_id
+        self.host = socket.gethostname()
         self.gpu = gpu
         self.child_argv = list(child_argv or CHILD_ARGV)
         self.child_env = dict(child_env or {})
@@ -140,7 +149,7 @@ class Dispatcher:
     def run_forever(self, stop: threading.Event | None = None) -> None:
         """Claim and run jobs until `stop` is set, recovering orphaned jobs first."""
         self._stop = stop = stop or self._stop
-        self._recover(self.worker_id)
+        self._recover()
         next_recovery = time.monotonic() + self.stale_after_s
         log.info("dispatcher %s started", self.worker_id)
         next_seen = 0.0
@@ -151,8 +160,7 @@ class Dispatcher:
                     next_seen = time.monotonic() + HEARTBEAT_EVERY_S
                 ran = self.run_once()
                 if time.monotonic() >= next_recovery:
-                    # Only stale heartbeats here: our own id may be shared by a live peer.
-                    self._recover(None)
+                    self._recover()
                     next_recovery = time.monotonic() + self.stale_after_s
             except Exception:  # a locked or broken database must not end the dispatcher
                 log.exception("dispatcher %s: error in the job loop; retrying", self.worker_id)
@@ -161,15 +169,17 @@ class Dispatcher:
                 stop.wait(self.poll_s)
         log.info("dispatcher %s stopped", self.worker_id)
 
-    def _recover(self, worker_id: str | None) -> None:
-        for job_id in self.store.recover(worker_id=worker_id, stale_after_s=self.stale_after_s):
+    def _recover(self) -> None:
+        # Stale heartbeats only, at start-up too: our id may be shared by a live peer.
+        for job_id in self.store.recover(stale_after_s=self.stale_after_s):
             job = self.store.get(job_id)
             logs.for_job(log, job_id).warning("recovered after its worker died: now %s (attempts %d)",
                                               job.status, job.attempts)
 
     def run_once(self) -> bool:
         """Claim the oldest queued job and run it to its end; False when none was queued."""
-        job = self.store.claim(worker_id=self.worker_id, gpu=self.gpu)
+        job = self.store.claim(worker_id=self.worker_id, gpu=self.gpu, host=self.host,
+                               stale_after_s=self.stale_after_s)
         if job is None:
             return False
         self._run(job)

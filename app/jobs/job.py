@@ -4,7 +4,7 @@ result parsed once into the probe's result type (app/contract/registry.py).
 A job's states and the only moves between them (TRANSITIONS; every change of state goes
 through Store._move, which refuses any other):
 
-    queued  -> running     claim: a dispatcher takes it
+    queued  -> running     claim: a dispatcher takes it, and the lease of its device
     queued  -> cancelled   cancel: before it ran
     running -> succeeded   finish: the child reported a result
     running -> failed      finish: the probe raised

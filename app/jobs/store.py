@@ -11,6 +11,7 @@ app/jobs/job.py's TRANSITIONS table allows.
 """
 
 import json
+import socket
 import sqlite3
 import time
 from collections.abc import Iterator, Sequence
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from app.contract.registry import ProbeResult
+from app.jobs import leases
 from app.jobs.job import ACTIVE, STATES, TERMINAL, TRANSITIONS, Job, from_row, result_json
 
 # What a move may write besides status (its one writer is Store._move) and revision (every write's).
@@ -28,6 +30,11 @@ MOVE_COLUMNS = ("attempts", "started_at", "finished_at", "heartbeat_at", "worker
 FRESH_PROGRESS = {"progress_done": 0, "progress_total": 0, "progress_message": ""}
 # A job interrupted this many times (its worker died under it) is marked crashed, not requeued.
 MAX_ATTEMPTS = 2
+# Seconds without a heartbeat before a running job (and its device lease) counts as its dead
+# worker's: the dispatcher's default, and the lease rule's when a caller names none.
+STALE_AFTER_S = 30
+# Queued jobs a claim looks at for one whose device is free (older ones whose device is busy wait).
+CLAIM_WINDOW = 50
 # Seconds a connection waits on another's write lock; writes are short, so only a stuck peer gets near.
 BUSY_TIMEOUT_S = 30
 
@@ -101,7 +108,7 @@ class Store:
             # Persistent in the file: set once, every later connection is in WAL mode.
             db.execute("PRAGMA journal_mode=WAL")
             self._migrate(db)
-            db.executescript(SCHEMA)
+            db.executescript(SCHEMA + leases.SCHEMA)
 
     @staticmethod
     def _migrate(db: sqlite3.Connection) -> None:
@@ -176,7 +183,10 @@ class Store:
             f"UPDATE jobs SET status = ?{assignments}, revision = revision + 1 "
             "WHERE id = ? AND status = ? AND (? IS NULL OR worker_id = ?)",
             [new, *values.values(), job_id, old, worker_id, worker_id])
-        return cursor.rowcount == 1
+        moved = cursor.rowcount == 1
+        if moved and old == "running":  # the job's child is gone: its device is free for the next
+            leases.release(db, job_id=job_id)
+        return moved
 
     def journal_mode(self) -> str:
         with self._connect() as db:
@@ -222,44 +232,59 @@ class Store:
             db.execute("COMMIT")
         return [from_row(row) for row in rows], total
 
-    def claim(self, *, worker_id: str, gpu: int | None = None) -> Job | None:
-        """Take the oldest queued job for `worker_id` and mark it running; None when none waits.
+    def claim(self, *, worker_id: str, gpu: int | None = None, host: str | None = None,
+              stale_after_s: float = STALE_AFTER_S) -> Job | None:
+        """Take the oldest queued job for `worker_id` whose device is free, lease the device
+        (app/jobs/leases.py) and mark the job running; None when no such job waits.
 
         A dispatcher of GPU `gpu` takes the jobs that name that GPU or none; one without a GPU
-        (gpu None) takes any, and runs a job that names a GPU on that GPU.
+        (gpu None) takes any, and runs a job that names a GPU on that GPU. `host` (default this
+        machine's name) names the device in the lease; a lease older than stale_after_s is free.
         """
         now = time.time()
+        host = host or socket.gethostname()
         mine, args = ("AND (gpu IS NULL OR gpu = ?)", (gpu,)) if gpu is not None else ("", ())
         with self._write() as db:
-            row = db.execute(f"SELECT id, attempts, gpu FROM jobs WHERE status = 'queued' {mine} "
-                             "ORDER BY id LIMIT 1", args).fetchone()
-            if row is None:
-                return None
-            self._move(db, row["id"], old="queued", new="running", values={
-                "attempts": row["attempts"] + 1, "started_at": now, "heartbeat_at": now,
-                "worker_id": worker_id, "ran_on_gpu": row["gpu"] if row["gpu"] is not None else gpu,
-                **FRESH_PROGRESS})
-            return self._row(db, row["id"])
+            rows = db.execute(f"SELECT id, attempts, gpu, device FROM jobs WHERE status = 'queued' {mine} "
+                              "ORDER BY id LIMIT ?", (*args, CLAIM_WINDOW)).fetchall()
+            for row in rows:
+                ran_on_gpu = row["gpu"] if row["gpu"] is not None else gpu
+                key = leases.device_key(host=host, device=row["device"], ran_on_gpu=ran_on_gpu)
+                if not leases.is_free(db, key, now=now, stale_after_s=stale_after_s):
+                    continue  # another dispatcher's job runs there: two at once would disturb both
+                leases.take(db, key, job_id=row["id"], worker_id=worker_id, now=now)
+                self._move(db, row["id"], old="queued", new="running", values={
+                    "attempts": row["attempts"] + 1, "started_at": now, "heartbeat_at": now,
+                    "worker_id": worker_id, "ran_on_gpu": ran_on_gpu, **FRESH_PROGRESS})
+                return self._row(db, row["id"])
+            return None
 
     def progress(self, job_id: int, *, done: int, total: int, message: str = "",
                  worker_id: str | None = None) -> bool:
         """Record a running job's progress (a heartbeat too); False when it is no longer running
         (for that worker)."""
+        now = time.time()
         with self._write() as db:
             cursor = db.execute(
                 "UPDATE jobs SET progress_done = ?, progress_total = ?, progress_message = ?, "
                 "heartbeat_at = ?, revision = revision + 1 "
                 "WHERE id = ? AND status = 'running' AND (? IS NULL OR worker_id = ?)",
-                (done, total, message, time.time(), job_id, worker_id, worker_id))
+                (done, total, message, now, job_id, worker_id, worker_id))
+            if cursor.rowcount == 1:
+                leases.renew(db, job_id=job_id, now=now)
             return cursor.rowcount == 1
 
     def heartbeat(self, job_id: int, *, worker_id: str | None = None) -> bool:
-        """Say the job's worker is alive; False when the job is no longer running (for that worker)."""
+        """Say the job's worker is alive, renewing its device lease; False when the job is no
+        longer running (for that worker)."""
+        now = time.time()
         with self._write() as db:
             cursor = db.execute(
                 "UPDATE jobs SET heartbeat_at = ?, revision = revision + 1 "
                 "WHERE id = ? AND status = 'running' AND (? IS NULL OR worker_id = ?)",
-                (time.time(), job_id, worker_id, worker_id))
+                (now, job_id, worker_id, worker_id))
+            if cursor.rowcount == 1:
+                leases.renew(db, job_id=job_id, now=now)
             return cursor.rowcount == 1
 
     def finish(self, job_id: int, *, status: str, result: ProbeResult | None = None,  # type: ignore[valid-type]
@@ -282,20 +307,20 @@ class Store:
                        "WHERE id = ? AND status = 'running' AND cancel_requested = 0", (job_id,))
             return self._row(db, job_id)
 
-    def recover(self, *, worker_id: str | None, stale_after_s: float) -> list[int]:
+    def recover(self, *, stale_after_s: float) -> list[int]:
         """Jobs left running by a dead worker: requeued, or crashed once interrupted MAX_ATTEMPTS times.
 
-        A job is orphaned when `worker_id` holds it (this worker is starting, so it cannot be
-        running it) or when its heartbeat is older than `stale_after_s`, whoever holds it.
-        worker_id None looks at heartbeats only. One whose cancellation was asked for is cancelled.
-        Returns the ids recovered, oldest first.
+        A job is orphaned when its heartbeat is older than `stale_after_s`, whoever holds it, and
+        only then: a worker id says nothing of life (two live dispatchers may share one, and a
+        starting worker must not take the job a live one runs). One whose cancellation was asked
+        for is cancelled. Returns the ids recovered, oldest first.
         """
         stale_before = time.time() - stale_after_s
         with self._write() as db:
             rows = db.execute(
                 "SELECT id, attempts, cancel_requested FROM jobs WHERE status = 'running' "
-                "AND (worker_id = ? OR heartbeat_at IS NULL OR heartbeat_at < ?) ORDER BY id",
-                (worker_id, stale_before)).fetchall()
+                "AND (heartbeat_at IS NULL OR heartbeat_at < ?) ORDER BY id",
+                (stale_before,)).fetchall()
             for row in rows:
                 if row["cancel_requested"]:
                     self._end(db, row["id"], status="cancelled", error=None)
@@ -334,6 +359,11 @@ class Store:
             else:
                 self._requeue(db, job_id, attempts=max(job.attempts - 1, 0))
             return True
+
+    def held_leases(self) -> list[tuple[str, int]]:
+        """(device, job id) of every device lease held, live or stale."""
+        with self._connect() as db:
+            return leases.held(db)
 
     def counts(self) -> dict[str, int]:
         """Jobs per status, every status present."""
