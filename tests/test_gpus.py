@@ -127,6 +127,7 @@ def test_an_older_database_gains_the_gpu_columns_and_keeps_its_jobs(tmp_path):
     store = Store(path)
     old = store.get(1)
     assert (old.probe, old.status, old.gpu, old.ran_on_gpu) == ("bandwidth", "queued", None, None)
+    assert old.attempts_log == []
     assert store.submit(probe="matmul", params={}, timeout_s=60, limit=10, gpu=3).gpu == 3
 
 

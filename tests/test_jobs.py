@@ -216,11 +216,12 @@ def workers(tmp_path, pidfile):
     tmp_path/<worker_id>.log; jobs it leaves running are stale after STALE_S; all killed at the end."""
     started: list[subprocess.Popen] = []
 
-    def start(fault: str, worker_id: str = "w1", **env: str) -> subprocess.Popen:
+    def start(fault: str, worker_id: str = "w1", worker_loss_retries: int = 3,
+              **env: str) -> subprocess.Popen:
         env = {"TALLY_FAULT": fault, "TALLY_FAULT_PIDS": str(pidfile),
                "TALLY_FAULT_MARKER": str(tmp_path / "flaky.marker"), **env}
         args = {"database": str(tmp_path / "tally.db"), "worker_id": worker_id, "child_argv": FAULT_ARGV,
-                "child_env": env, "stale_after_s": STALE_S}
+                "child_env": env, "stale_after_s": STALE_S, "worker_loss_retries": worker_loss_retries}
         with open(tmp_path / f"{worker_id}.log", "a") as log:
             started.append(subprocess.Popen([sys.executable, "-c", WORKER, json.dumps(args)], cwd=ROOT,
                                             stderr=log))
@@ -253,13 +254,28 @@ def test_a_killed_worker_requeues_its_job_on_restart(store, workers, pidfile):
     assert worker.wait(PATIENCE_S) == 0
 
 
-def test_a_job_interrupted_twice_is_crashed(store, workers, pidfile):
+def test_a_healthy_job_is_not_blamed_for_its_workers_deaths(store, workers, pidfile, tmp_path):
+    """Killing the worker twice in a row requeues the job twice (TALLY_WORKER_LOSS_RETRIES is 3);
+    the third run succeeds, and the job's attempts_log tells the story."""
+    gate = tmp_path / "gate"
     job = store.submit(probe="matmul", params={}, timeout_s=60, limit=10)
-    kill_mid_job(store, workers("hang"), job.id, pidfile, attempt=1)
-    kill_mid_job(store, workers("hang"), job.id, pidfile, attempt=2)
-    workers("hang")
-    done = wait_for(lambda: (row := store.get(job.id)).terminal and row, what="the job to be marked crashed")
-    assert (done.status, done.attempts, done.error["type"]) == ("crashed", 2, "Interrupted")
+    kill_mid_job(store, workers("gated", TALLY_FAULT_GATE=str(gate)), job.id, pidfile, attempt=1)
+    kill_mid_job(store, workers("gated", TALLY_FAULT_GATE=str(gate)), job.id, pidfile, attempt=2)
+    workers("gated", TALLY_FAULT_GATE=str(gate))
+    wait_for(lambda: len(pids(pidfile)) == 3, what="the third attempt to start")
+    gate.touch()
+    done = wait_for(lambda: (row := store.get(job.id)).terminal and row, what="the job to end")
+    assert (done.status, done.attempts) == ("succeeded", 3)
+    assert [e["reason"] for e in done.attempts_log] == ["worker_lost", "worker_lost", "succeeded"]
+
+
+def test_a_job_whose_workers_keep_dying_fails_as_worker_lost(store, workers, pidfile):
+    job = store.submit(probe="matmul", params={}, timeout_s=60, limit=10)
+    for attempt in (1, 2):
+        kill_mid_job(store, workers("hang", worker_loss_retries=1), job.id, pidfile, attempt=attempt)
+    workers("hang", worker_loss_retries=1)
+    done = wait_for(lambda: (row := store.get(job.id)).terminal and row, what="the job to fail")
+    assert (done.status, done.attempts, done.error["type"]) == ("failed", 2, "WorkerLost")
     assert len(pids(pidfile)) == 2  # no third attempt ran
 
 

@@ -66,6 +66,9 @@ def test_a_cpu_job_runs_and_exports(make_api):
     job = api.get(f"{JOBS}/{job_id}").json()
     assert job["status"] == "succeeded", job["error"]
     assert job["progress"]["done"] == job["progress"]["total"] == 2 and job["progress"]["fraction"] == 1
+    [attempt] = job["attempts_log"]
+    assert (attempt["attempt"], attempt["worker_id"], attempt["reason"]) == (1, "test-worker", "succeeded")
+    assert job["created_at"] <= attempt["started_at"] <= attempt["ended_at"]
     points = job["result"]["points"]
     assert [p["flops"] for p in points] == [2 * 16 * 16 * 16, 2 * 32 * 16 * 16]
 

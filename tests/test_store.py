@@ -147,20 +147,33 @@ def stale(store: Store, job_id: int) -> None:
         db.execute("UPDATE leases SET heartbeat_at = 0 WHERE job_id = ?", (job_id,))
 
 
-def test_recover_requeues_once_then_marks_crashed(store):
+def test_worker_losses_are_retried_then_fail_as_worker_lost_never_crashed(store):
     job = store.submit(probe="matmul", params={}, timeout_s=60, limit=10)
-    store.claim(worker_id="w1")
-    stale(store, job.id)
-    assert store.recover(stale_after_s=30) == [job.id]
-    requeued = store.get(job.id)
-    assert (requeued.status, requeued.attempts, requeued.worker_id) == ("queued", 1, None)
-    assert store.claim(worker_id="w1").attempts == 2
-    stale(store, job.id)
-    assert store.recover(stale_after_s=30) == [job.id]
-    crashed = store.get(job.id)
-    assert crashed.status == "crashed" and crashed.error["type"] == "Interrupted"
-    assert "interrupted 2 times" in crashed.error["message"]
-    assert store.page() == ([crashed], 1)  # kept, never deleted
+    for attempt in (1, 2, 3):
+        claimed = store.claim(worker_id=f"w{attempt}")
+        assert claimed.attempts == attempt
+        stale(store, job.id)
+        assert store.recover(stale_after_s=30, loss_retries=2) == [job.id]
+        if attempt < 3:
+            requeued = store.get(job.id)
+            assert (requeued.status, requeued.attempts, requeued.worker_id) == ("queued", attempt, None)
+    lost = store.get(job.id)
+    assert lost.status == "failed" and lost.error["type"] == "WorkerLost"
+    assert lost.error["detail"] == {"worker_losses": 3, "retries": 2}
+    assert [(e["attempt"], e["worker_id"], e["reason"]) for e in lost.attempts_log] == [
+        (1, "w1", "worker_lost"), (2, "w2", "worker_lost"), (3, "w3", "worker_lost")]
+    assert all(e["started_at"] <= e["ended_at"] for e in lost.attempts_log)
+    assert store.page() == ([lost], 1)  # kept, never deleted
+
+
+def test_every_attempts_end_is_logged(store):
+    job = store.submit(probe="matmul", params={}, timeout_s=60, limit=10)
+    store.claim(worker_id="a")
+    store.requeue(job.id)
+    store.claim(worker_id="b")
+    store.finish(job.id, status="crashed", error={"type": "ChildCrashed", "message": "m", "detail": {}})
+    assert [(e["attempt"], e["worker_id"], e["reason"]) for e in store.get(job.id).attempts_log] == [
+        (1, "a", "requeued"), (1, "b", "crashed")]
 
 
 def test_recover_takes_stale_jobs_only_whoever_holds_them(store):

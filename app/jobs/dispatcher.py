@@ -23,7 +23,7 @@ from app import logs
 from app.contract.registry import RESULTS
 from app.jobs.job import Job
 from app.jobs.process import Child, error, parse_message
-from app.jobs.store import STALE_AFTER_S, Store
+from app.jobs.store import STALE_AFTER_S, WORKER_LOSS_RETRIES, Store
 
 log = logging.getLogger("tally.jobs")
 
@@ -97,12 +97,14 @@ class Dispatcher:
     kill_grace_s between SIGTERM and SIGKILL; stale_after_s without a heartbeat before a running
     job (and its device lease) counts as its dead worker's. `gpu`: the GPU index this dispatcher serves (one
     dispatcher per GPU); it takes jobs naming that GPU or none. None serves the CPU, or on a
-    GPU box runs each job on the GPU it names.
+    GPU box runs each job on the GPU it names. worker_loss_retries: times a job whose worker
+    died under it is requeued (TALLY_WORKER_LOSS_RETRIES).
     """
 
     def __init__(self, store: Store, worker_id: str, child_argv: list[str] | None = None,
                  child_env: dict[str, str] | None = None, poll_s: float = 0.2, kill_grace_s: float = 5,
-                 stale_after_s: float = STALE_AFTER_S, gpu: int | None = None) -> None:
+                 stale_after_s: float = STALE_AFTER_S, gpu: int | None = None,
+                 worker_loss_retries: int = WORKER_LOSS_RETRIES) -> None:
         self.store = store
         self.worker_id = worker_id
         self.host = socket.gethostname()
@@ -112,6 +114,7 @@ class Dispatcher:
         self.poll_s = poll_s
         self.kill_grace_s = kill_grace_s
         self.stale_after_s = stale_after_s
+        self.worker_loss_retries = worker_loss_retries
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -171,7 +174,8 @@ class Dispatcher:
 
     def _recover(self) -> None:
         # Stale heartbeats only, at start-up too: our id may be shared by a live peer.
-        for job_id in self.store.recover(stale_after_s=self.stale_after_s):
+        for job_id in self.store.recover(stale_after_s=self.stale_after_s,
+                                         loss_retries=self.worker_loss_retries):
             job = self.store.get(job_id)
             logs.for_job(log, job_id).warning("recovered after its worker died: now %s (attempts %d)",
                                               job.status, job.attempts)

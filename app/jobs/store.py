@@ -1,4 +1,6 @@
-"""The durable job queue: one SQLite table, all of Tally's SQL.
+"""The durable job queue: all of Tally's SQL, here and in the three modules beside it that
+keep its parts (schema.py: the tables and migration; leases.py: one job per device;
+attempt_log.py: how each attempt ended).
 
 Every operation opens its own connection (microseconds for a local file), so a
 Store is safe to share between threads and to open from several processes at
@@ -20,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from app.contract.registry import ProbeResult
-from app.jobs import leases
+from app.jobs import attempt_log, leases, schema
 from app.jobs.job import ACTIVE, STATES, TERMINAL, TRANSITIONS, Job, from_row, result_json
 
 # What a move may write besides status (its one writer is Store._move) and revision (every write's).
@@ -28,8 +30,9 @@ MOVE_COLUMNS = ("attempts", "started_at", "finished_at", "heartbeat_at", "worker
                 "progress_done", "progress_total", "progress_message", "result", "error", "cancel_requested")
 # A claimed or requeued job starts its progress over.
 FRESH_PROGRESS = {"progress_done": 0, "progress_total": 0, "progress_message": ""}
-# A job interrupted this many times (its worker died under it) is marked crashed, not requeued.
-MAX_ATTEMPTS = 2
+# Times a job whose worker died under it goes back to the queue (TALLY_WORKER_LOSS_RETRIES);
+# such requeues are not the job's fault, so they never count against it as a crash would.
+WORKER_LOSS_RETRIES = 3
 # Seconds without a heartbeat before a running job (and its device lease) counts as its dead
 # worker's: the dispatcher's default, and the lease rule's when a caller names none.
 STALE_AFTER_S = 30
@@ -37,42 +40,6 @@ STALE_AFTER_S = 30
 CLAIM_WINDOW = 50
 # Seconds a connection waits on another's write lock; writes are short, so only a stuck peer gets near.
 BUSY_TIMEOUT_S = 30
-
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS jobs (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    probe TEXT NOT NULL,
-    params TEXT NOT NULL,
-    status TEXT NOT NULL,
-    attempts INTEGER NOT NULL DEFAULT 0,
-    timeout_s REAL NOT NULL,
-    created_at REAL NOT NULL,
-    started_at REAL,
-    finished_at REAL,
-    progress_done INTEGER NOT NULL DEFAULT 0,
-    progress_total INTEGER NOT NULL DEFAULT 0,
-    progress_message TEXT NOT NULL DEFAULT '',
-    result TEXT,
-    error TEXT,
-    worker_id TEXT,
-    heartbeat_at REAL,
-    cancel_requested INTEGER NOT NULL DEFAULT 0,
-    revision INTEGER NOT NULL DEFAULT 0,
-    device TEXT,
-    gpu INTEGER,
-    ran_on_gpu INTEGER
-);
-CREATE INDEX IF NOT EXISTS jobs_status_gpu_id ON jobs (status, gpu, id);
-CREATE INDEX IF NOT EXISTS jobs_status_id ON jobs (status, id);
-CREATE INDEX IF NOT EXISTS jobs_probe_id ON jobs (probe, id);
-CREATE TABLE IF NOT EXISTS workers (
-    worker_id TEXT PRIMARY KEY,
-    seen_at REAL NOT NULL
-);
-"""
-# Columns added since the first release: (name, declaration), added to an older file on open.
-ADDED_COLUMNS = (("gpu", "INTEGER"), ("ran_on_gpu", "INTEGER"))
-
 
 class QueueFull(Exception):
     """Raised by submit when `limit` jobs are already queued or running."""
@@ -107,18 +74,8 @@ class Store:
         with self._connect() as db:
             # Persistent in the file: set once, every later connection is in WAL mode.
             db.execute("PRAGMA journal_mode=WAL")
-            self._migrate(db)
-            db.executescript(SCHEMA + leases.SCHEMA)
-
-    @staticmethod
-    def _migrate(db: sqlite3.Connection) -> None:
-        """A jobs table from an older Tally gets the columns added since; its rows keep their data."""
-        have = {row[1] for row in db.execute("PRAGMA table_info(jobs)")}
-        if not have:
-            return  # a new file: SCHEMA creates the table whole
-        for name, declaration in ADDED_COLUMNS:
-            if name not in have:
-                db.execute(f"ALTER TABLE jobs ADD COLUMN {name} {declaration}")
+            schema.migrate(db)
+            db.executescript(schema.SCHEMA + leases.SCHEMA)
 
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
@@ -164,8 +121,11 @@ class Store:
 
     @staticmethod
     def _move(db: sqlite3.Connection, job_id: int, *, old: str, new: str, values: dict[str, Any],
-              worker_id: str | None = None) -> bool:
+              worker_id: str | None = None, reason: str | None = None) -> bool:
         """Move job `job_id` from state `old` to `new`, writing `values` (column: value) with it.
+
+        A move out of `running` ends an attempt: its entry goes on the job's attempts_log, with
+        `reason` (default: the new status), and its device lease is released.
 
         The only writer of `status`: a move TRANSITIONS lacks raises ValueError, writing nothing.
         False, changing nothing, when the row is not in `old` or, with worker_id, no longer held by
@@ -179,10 +139,14 @@ class Store:
             raise ValueError(f"a move cannot write {unknown}; only {list(MOVE_COLUMNS)}")
         # Column names come from MOVE_COLUMNS alone; every value is a bound parameter.
         assignments = "".join(f", {column} = ?" for column in values)
+        logged = []
+        if old == "running":
+            assignments += f", attempts_log = {attempt_log.APPEND}"
+            logged = [values.get("finished_at") or time.time(), reason or new]
         cursor = db.execute(
             f"UPDATE jobs SET status = ?{assignments}, revision = revision + 1 "
             "WHERE id = ? AND status = ? AND (? IS NULL OR worker_id = ?)",
-            [new, *values.values(), job_id, old, worker_id, worker_id])
+            [new, *values.values(), *logged, job_id, old, worker_id, worker_id])
         moved = cursor.rowcount == 1
         if moved and old == "running":  # the job's child is gone: its device is free for the next
             leases.release(db, job_id=job_id)
@@ -307,8 +271,10 @@ class Store:
                        "WHERE id = ? AND status = 'running' AND cancel_requested = 0", (job_id,))
             return self._row(db, job_id)
 
-    def recover(self, *, stale_after_s: float) -> list[int]:
-        """Jobs left running by a dead worker: requeued, or crashed once interrupted MAX_ATTEMPTS times.
+    def recover(self, *, stale_after_s: float, loss_retries: int = WORKER_LOSS_RETRIES) -> list[int]:
+        """Jobs left running by a dead worker: requeued up to `loss_retries` times each (attempts
+        ending so are logged as worker_lost), then failed as WorkerLost. Never `crashed`: that
+        says the job's own child died, and these jobs were never seen to fail.
 
         A job is orphaned when its heartbeat is older than `stale_after_s`, whoever holds it, and
         only then: a worker id says nothing of life (two live dispatchers may share one, and a
@@ -318,30 +284,29 @@ class Store:
         stale_before = time.time() - stale_after_s
         with self._write() as db:
             rows = db.execute(
-                "SELECT id, attempts, cancel_requested FROM jobs WHERE status = 'running' "
+                "SELECT id, attempts, cancel_requested, attempts_log FROM jobs WHERE status = 'running' "
                 "AND (heartbeat_at IS NULL OR heartbeat_at < ?) ORDER BY id",
                 (stale_before,)).fetchall()
             for row in rows:
+                losses = attempt_log.worker_losses(row["attempts_log"]) + 1  # this one too
                 if row["cancel_requested"]:
-                    self._end(db, row["id"], status="cancelled", error=None)
-                elif row["attempts"] < MAX_ATTEMPTS:
-                    self._requeue(db, row["id"], attempts=row["attempts"])
+                    self._end(db, row["id"], status="cancelled", error=None, reason=attempt_log.WORKER_LOST)
+                elif losses <= loss_retries:
+                    self._requeue(db, row["id"], attempts=row["attempts"], reason=attempt_log.WORKER_LOST)
                 else:
-                    self._end(db, row["id"], status="crashed", error={
-                        "type": "Interrupted",
-                        "message": f"the job was interrupted {row['attempts']} times (its worker died "
-                                   "while running it); not retried again",
-                        "detail": {"attempts": row["attempts"]}})
+                    self._end(db, row["id"], status="failed", error=attempt_log.lost_too_often(
+                        losses, loss_retries), reason=attempt_log.WORKER_LOST)
         return [row["id"] for row in rows]
 
     @classmethod
-    def _end(cls, db: sqlite3.Connection, job_id: int, *, status: str, error: dict | None) -> None:
-        cls._move(db, job_id, old="running", new=status,
+    def _end(cls, db: sqlite3.Connection, job_id: int, *, status: str, error: dict | None,
+             reason: str | None = None) -> None:
+        cls._move(db, job_id, old="running", new=status, reason=reason,
                   values={"error": _json(error), "finished_at": time.time()})
 
     @classmethod
-    def _requeue(cls, db: sqlite3.Connection, job_id: int, *, attempts: int) -> None:
-        cls._move(db, job_id, old="running", new="queued", values={
+    def _requeue(cls, db: sqlite3.Connection, job_id: int, *, attempts: int, reason: str) -> None:
+        cls._move(db, job_id, old="running", new="queued", reason=reason, values={
             "attempts": attempts, "started_at": None, "heartbeat_at": None, "worker_id": None,
             "ran_on_gpu": None, **FRESH_PROGRESS})
 
@@ -357,7 +322,7 @@ class Store:
             if job.cancel_requested:
                 self._end(db, job_id, status="cancelled", error=None)
             else:
-                self._requeue(db, job_id, attempts=max(job.attempts - 1, 0))
+                self._requeue(db, job_id, attempts=max(job.attempts - 1, 0), reason=attempt_log.REQUEUED)
             return True
 
     def held_leases(self) -> list[tuple[str, int]]:

@@ -21,11 +21,12 @@ log = logging.getLogger("tally.jobs")
 
 def run(database: str | Path, worker_id: str, child_argv: list[str] | None = None,
         child_env: dict[str, str] | None = None, stop: threading.Event | None = None,
-        gpu: int | None = None, stale_after_s: float | None = None) -> None:
+        gpu: int | None = None, stale_after_s: float | None = None,
+        worker_loss_retries: int | None = None) -> None:
     """Dispatch jobs from `database` until SIGTERM or SIGINT (or `stop`, when given, is set)."""
     # Here, not at the top: `tally --help` builds this module's parser and should stay quick.
     from app.jobs.dispatcher import Dispatcher
-    from app.jobs.store import STALE_AFTER_S, Store
+    from app.jobs.store import STALE_AFTER_S, WORKER_LOSS_RETRIES, Store
 
     stop = stop or threading.Event()
     if threading.current_thread() is threading.main_thread():
@@ -35,8 +36,9 @@ def run(database: str | Path, worker_id: str, child_argv: list[str] | None = Non
 
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
+    retries = WORKER_LOSS_RETRIES if worker_loss_retries is None else worker_loss_retries
     Dispatcher(Store(database), worker_id, child_argv=child_argv, child_env=child_env, gpu=gpu,
-               stale_after_s=stale_after_s or STALE_AFTER_S).run_forever(stop)
+               stale_after_s=stale_after_s or STALE_AFTER_S, worker_loss_retries=retries).run_forever(stop)
 
 
 def _gpu_index(text: str) -> int:
@@ -80,7 +82,7 @@ def start(args: argparse.Namespace) -> int:
         # Here, not at the top: `tally --help` should stay quick.
         from app.jobs.dispatcher import default_worker_id
         worker_id = default_worker_id(settings.worker_id, args.gpu)
-    run(args.database, worker_id, gpu=args.gpu)
+    run(args.database, worker_id, gpu=args.gpu, worker_loss_retries=settings.worker_loss_retries)
     return 0
 
 
