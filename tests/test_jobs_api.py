@@ -146,6 +146,9 @@ def test_a_full_queue_answers_429(make_api):
 
 @pytest.mark.parametrize("body,field", [
     (TINY_MATMUL | {"timeout_s": 7200}, "timeout_s"),
+    # Six warm-ups of 50 s (three shapes, two dtypes on a CPU) cannot fit in 200 s.
+    ({"probe": "matmul", "params": {"warmup_s": 50}, "timeout_s": 200}, "timeout_s"),
+    ({"probe": "transfer", "params": {"warmup_s": 60, "sizes_bytes": [4096]}, "timeout_s": 200}, "timeout_s"),
     ({"probe": "matmul", "params": {"sweep": "custom", "shapes": [{"m": 0, "k": 1, "n": 1}]}},
      "params.shapes.0.m"),
     ({"probe": "matmul", "params": {"sweep": "custom"}}, "params.shapes"),

@@ -47,7 +47,7 @@ class Progress(BaseModel):
 
 class JobError(BaseModel):
     type: str
-    """The exception's class, or ChildCrashed, Timeout, Cancelled, Interrupted, ProtocolError."""
+    """The exception's class, or ChildCrashed, Timeout, Cancelled, WorkerLost, ProtocolError."""
     message: str
     detail: dict[str, Any]
     """oom: the allocator's figures in bytes; crashed: exit code, signal, the child's last stderr."""
@@ -138,6 +138,7 @@ def submit(body: Any, *, jobs: Store, settings: Settings) -> Job:
                                         f"({settings.job_timeout_max_s})")
     where = admission.device_for(body.gpu, body.params, settings.gpus)
     kind = admission.check_fits(body.probe, body.params, where)
+    admission.check_time(body.probe, body.params, kind, timeout)
     try:
         return jobs.submit(probe=body.probe, params=body.params.model_dump(mode="json"), timeout_s=timeout,
                            limit=settings.queue_limit, device=kind, gpu=body.gpu)
