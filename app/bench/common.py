@@ -1,13 +1,13 @@
 """What every probe does first: parse its parameters, pick and seed the device, build a timer."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import torch
 from pydantic import TypeAdapter
 
 from app.accounting import hardware
-from app.bench import env
+from app.bench import env, load
 from app.bench.timer import Timer
 from app.contract.params import ProbeParams
 
@@ -18,13 +18,16 @@ P = TypeVar("P", bound=ProbeParams)
 class Setup:
     device: torch.device
     timer: Timer
+    neighbours: load.Watch = field(default_factory=load.Watch)
+    """What else runs on the host, watched from set-up until the result's environment is read."""
 
     @property
     def cuda(self) -> bool:
         return self.device.type == "cuda"
 
     def environment(self, seed: int):
-        return env.environment(self.device, seed=seed, l2_flush_bytes=self.timer.flush_bytes)
+        return env.environment(self.device, seed=seed, l2_flush_bytes=self.timer.flush_bytes,
+                               contention=self.neighbours.finish())
 
     def catalogue(self):
         """The device's catalogue entry; None on CPU or an unlisted GPU."""
