@@ -1,9 +1,11 @@
 """Runs queued jobs one at a time, each in a fresh child interpreter (app.bench.child).
 
 One at a time because the jobs measure a GPU: two at once would share it and both
-measurements would be wrong. A child is a new interpreter, never a fork, so it
-inherits no CUDA context or lock, and a crash in it (a segfault in a kernel, an
-allocator abort) ends that job, not the server. The protocol is in app/bench/child.py.
+measurements would be wrong. Each claim also leases its device (app/jobs/leases.py), so
+no other dispatcher on the database, whatever its id, runs a job there meanwhile. A child
+is a new interpreter, never a fork, so it inherits no CUDA context or lock, and a crash
+in it (a segfault in a kernel, an allocator abort) ends that job, not the server.
+The protocol is in app/bench/child.py.
 """
 
 import enum
