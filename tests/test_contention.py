@@ -75,3 +75,16 @@ def test_every_probe_result_carries_its_contention():
     raw = {"device": "cpu", "size_bytes": 2**20, "warmup_s": 0, "measure_s": 0.001, "max_iters": 5}
     watched = bandwidth.run(raw, lambda *_: None)["environment"]["contention"]
     assert watched["seconds"] > 0 and watched["cpu_count"] >= 1 and isinstance(watched["quiet"], bool)
+
+
+def test_another_process_on_the_probes_gpu_is_contention(monkeypatch):
+    counts = iter([1, 2])  # the probe alone as it starts; a neighbour by its end
+    monkeypatch.setattr(load.device, "gpu_process_count", lambda index: next(counts) if index == 3 else None)
+    monkeypatch.setattr(load, "cpu_times", lambda: {1: ("idle", 0.0)})
+    seen = load.Watch(gpu=3).finish()
+    assert (seen.gpu_processes, seen.others_cpu_cores, seen.quiet) == (2, 0.0, False)
+    alone = load.judge({}, {}, seconds=1, exclude=set(), load_before=None, load_after=None, cpu_count=1,
+                       gpu_processes=1)
+    assert alone.quiet
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
+    assert load.visible_gpu() == 3

@@ -1,6 +1,6 @@
 """What every probe does first: parse its parameters, pick and seed the device, build a timer."""
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import torch
@@ -18,7 +18,7 @@ P = TypeVar("P", bound=ProbeParams)
 class Setup:
     device: torch.device
     timer: Timer
-    neighbours: load.Watch = field(default_factory=load.Watch)
+    neighbours: load.Watch
     """What else runs on the host, watched from set-up until the result's environment is read."""
 
     @property
@@ -40,7 +40,9 @@ def setup(model: type[P], raw: dict[str, Any]) -> tuple[P, Setup]:
     env.seed_everything(params.seed)
     timer = Timer(device, warmup_s=params.warmup_s, measure_s=params.measure_s,
                   min_iters=params.min_iters, max_iters=params.max_iters)
-    return params, Setup(device, timer)
+    # After the timer's buffer, so this process's CUDA context exists when the GPU's are counted.
+    neighbours = load.Watch(gpu=load.visible_gpu() if device.type == "cuda" else None)
+    return params, Setup(device, timer, neighbours)
 
 
 def to_json(result: Any) -> dict:

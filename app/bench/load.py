@@ -12,6 +12,7 @@ import os
 import time
 from pathlib import Path
 
+from app import device
 from app.contract.results import BusyProcess, Contention
 
 PROC = Path("/proc")
@@ -49,29 +50,47 @@ def cpu_times() -> Snapshot:
 
 
 def judge(before: Snapshot, after: Snapshot, *, seconds: float, exclude: set[int], load_before: float | None,
-          load_after: float | None, cpu_count: int) -> Contention:
+          load_after: float | None, cpu_count: int, gpu_processes: int | None = None) -> Contention:
     """The contention between two snapshots `seconds` apart, not counting the `exclude` pids
-    (the probe's own process). A process born in the window counts all its CPU time."""
+    (the probe's own process). A process born in the window counts all its CPU time.
+    gpu_processes counts the probe's own: more than one is a neighbour on its GPU."""
     used = [(pid, name, (cpu - before.get(pid, ("", 0.0))[1]) / max(seconds, 1e-9))
             for pid, (name, cpu) in after.items() if pid not in exclude]
     others = sum(cores for _, _, cores in used if cores > 0)
     busy = [BusyProcess(pid=pid, name=name, cpu_cores=round(cores, 3))
             for pid, name, cores in sorted(used, key=lambda u: -u[2]) if cores >= BUSY_CORES]
     return Contention(seconds=seconds, load_before=load_before, load_after=load_after, cpu_count=cpu_count,
-                      others_cpu_cores=round(others, 3), busy=busy, quiet=others < QUIET_CORES)
+                      others_cpu_cores=round(others, 3), busy=busy, gpu_processes=gpu_processes,
+                      quiet=others < QUIET_CORES and (gpu_processes or 0) <= 1)
+
+
+def visible_gpu() -> int:
+    """NVML's index of the GPU this child sees as cuda:0: the dispatcher names it in
+    CUDA_VISIBLE_DEVICES, in NVML's PCI bus order; 0 when it names none."""
+    named = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
+    return int(named) if named.isdigit() else 0
 
 
 class Watch:
-    """Started as a probe sets up; finish() says what else ran since."""
+    """Started as a probe sets up (once its CUDA context exists, so the GPU's process count
+    holds it); finish() says what else ran since. `gpu`: NVML's index of the probe's GPU."""
 
-    def __init__(self) -> None:
+    def __init__(self, gpu: int | None = None) -> None:
+        self.gpu = gpu
+        self.gpu_processes = self._gpu_processes()
         self.load_before = loadavg()
         self.before = cpu_times()
         self.started = time.monotonic()
+
+    def _gpu_processes(self) -> int | None:
+        return None if self.gpu is None else device.gpu_process_count(self.gpu)
 
     def finish(self) -> Contention | None:
         if not self.before:
             return None  # no /proc here: nothing to say, rather than a false "quiet"
         seconds = time.monotonic() - self.started
-        return judge(self.before, cpu_times(), seconds=seconds, exclude={os.getpid()},
-                     load_before=self.load_before, load_after=loadavg(), cpu_count=os.cpu_count() or 1)
+        after = cpu_times()
+        counts = [n for n in (self.gpu_processes, self._gpu_processes()) if n is not None]
+        return judge(self.before, after, seconds=seconds, exclude={os.getpid()}, load_before=self.load_before,
+                     load_after=loadavg(), cpu_count=os.cpu_count() or 1,
+                     gpu_processes=max(counts) if counts else None)

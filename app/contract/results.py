@@ -50,8 +50,12 @@ class Contention:
     """Cores the other processes used together, on average over the window."""
     busy: list[BusyProcess] = field(default_factory=list)
     """The others that used a tenth of a core or more, busiest first."""
+    gpu_processes: int | None = None
+    """Processes with a context on the probe's GPU, its own included, the most NVML saw at the
+    start or the end; null on a CPU or without NVML."""
     quiet: bool = True
-    """False when the others used half a core or more: the numbers may be slower than alone."""
+    """False when the others used half a core or more, or another process held the probe's
+    GPU: the numbers may be slower than the device alone."""
 
     __pydantic_config__ = RECORD
 
