@@ -42,7 +42,10 @@ class Settings(BaseSettings):
     embedded_worker: bool = True
     """Run the dispatcher inside the server; false when `tally worker` runs beside it."""
     worker_id: str | None = None
-    """Names this dispatcher in the job rows; defaults to the host name."""
+    """Names this dispatcher in the job rows, before `:gpu<i>` or `:cpu`; default host and process id."""
+    worker_loss_retries: Annotated[int, Field(ge=0, le=100)] = 3
+    """Times a job goes back to the queue when its worker dies under it (a killed server or
+    worker, not the job's fault), before it fails as WorkerLost."""
     gpus: Annotated[list[Annotated[int, Field(ge=0, le=1023)]] | None, NoDecode] = None
     """GPU indices (as NVML and CUDA number them) that each get an embedded dispatcher and
     take jobs, written "0,1"; default every GPU NVML reports. Without a GPU, one dispatcher

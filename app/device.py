@@ -92,6 +92,18 @@ def gpu_indices() -> list[int]:
             return []
 
 
+def gpu_process_count(index: int) -> int | None:
+    """Processes holding a compute context on GPU `index` (NVML's), or None where NVML cannot
+    say. A count, not pids: inside a container NVML reports the host's pids."""
+    with _nvml() as nvml:
+        if nvml is None:
+            return None
+        try:
+            return len(nvml.nvmlDeviceGetComputeRunningProcesses(nvml.nvmlDeviceGetHandleByIndex(index)))
+        except nvml.NVMLError:
+            return None
+
+
 def served_gpus(configured: list[int] | None) -> list[int]:
     """The GPUs that get a dispatcher each and that jobs may name: TALLY_GPUS when set, else
     every GPU NVML sees; empty on a box without one."""

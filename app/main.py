@@ -6,7 +6,6 @@ This process never imports torch: GPU work runs in child processes.
 """
 
 import logging
-import socket
 import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -20,7 +19,7 @@ from app import __version__, device
 from app.api import errors
 from app.api.router import include_api
 from app.config import Settings, get_settings
-from app.jobs.dispatcher import Dispatcher
+from app.jobs.dispatcher import Dispatcher, default_worker_id
 from app.jobs.storage import StoreUnavailable
 from app.jobs.store import Store
 from app.ops.metrics import Metrics, RequestMetrics
@@ -59,11 +58,9 @@ Lifespan = Callable[[FastAPI], AbstractAsyncContextManager[None]]
 def dispatchers(store: Store, settings: Settings) -> list[Dispatcher]:
     """One dispatcher per GPU served (TALLY_GPUS, or every GPU NVML sees), so jobs on different
     GPUs run side by side and never two on one; one CPU dispatcher on a box without a GPU."""
-    base = settings.worker_id or socket.gethostname()
     gpus = device.served_gpus(settings.gpus)
-    if not gpus:
-        return [Dispatcher(store, base)]
-    return [Dispatcher(store, f"{base}:gpu{index}", gpu=index) for index in gpus]
+    return [Dispatcher(store, default_worker_id(settings.worker_id, gpu), gpu=gpu,
+                       worker_loss_retries=settings.worker_loss_retries) for gpu in gpus or [None]]
 
 
 @asynccontextmanager

@@ -4,11 +4,13 @@ No GPU is needed: a dispatcher's GPU is the CUDA_VISIBLE_DEVICES its children ge
 the fault child reports what it saw, as a probe's torch would.
 """
 
+import os
+import socket
 import sqlite3
 from urllib.parse import urlencode
 
 from app.config import Settings
-from app.jobs.dispatcher import Dispatcher
+from app.jobs.dispatcher import Dispatcher, default_worker_id
 from app.jobs.store import Store
 from app.main import create_app, dispatchers
 from app.ops.metrics import Metrics
@@ -76,7 +78,15 @@ def test_the_server_starts_one_dispatcher_per_gpu(tmp_path):
         ("box:gpu0", 0), ("box:gpu1", 1)]
     cpu_only = settings.model_copy(update={"gpus": []})
     assert [(d.worker_id, d.gpu) for d in dispatchers(Store(settings.database_path), cpu_only)] == [
-        ("box", None)]
+        ("box:cpu", None)]
+
+
+def test_default_dispatcher_ids_name_host_process_and_device(tmp_path):
+    """The server's dispatchers and a `tally worker` on one host never share an id by default."""
+    settings = Settings(database_path=tmp_path / "tally.db", gpus=[0, 1])
+    ids = [d.worker_id for d in dispatchers(Store(settings.database_path), settings)]
+    assert ids == [f"{socket.gethostname()}:{os.getpid()}:gpu{i}" for i in (0, 1)]
+    assert default_worker_id(None, None) == f"{socket.gethostname()}:{os.getpid()}:cpu"
 
 
 def test_a_job_may_name_only_a_gpu_the_server_serves(tmp_path):
@@ -117,6 +127,7 @@ def test_an_older_database_gains_the_gpu_columns_and_keeps_its_jobs(tmp_path):
     store = Store(path)
     old = store.get(1)
     assert (old.probe, old.status, old.gpu, old.ran_on_gpu) == ("bandwidth", "queued", None, None)
+    assert old.attempts_log == []
     assert store.submit(probe="matmul", params={}, timeout_s=60, limit=10, gpu=3).gpu == 3
 
 

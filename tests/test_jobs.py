@@ -201,23 +201,30 @@ def test_two_dispatchers_claim_each_job_once(store):
 # --- the standalone worker, killed and restarted ------------------------------------------------------
 
 WORKER = """
-import json, sys
+import json, logging, sys
 from app.jobs.worker import run
+logging.basicConfig(level=logging.INFO)
 run(**json.loads(sys.argv[1]))
 """
+# Seconds without a heartbeat before a killed worker's job is recovered (the dispatcher beats every 1 s).
+STALE_S = 3
 
 
 @pytest.fixture
 def workers(tmp_path, pidfile):
-    """start(fault) -> a worker process on tmp_path's database, as worker id w1; all killed at the end."""
+    """start(fault, worker_id="w1") -> a worker process on tmp_path's database, its log in
+    tmp_path/<worker_id>.log; jobs it leaves running are stale after STALE_S; all killed at the end."""
     started: list[subprocess.Popen] = []
 
-    def start(fault: str) -> subprocess.Popen:
+    def start(fault: str, worker_id: str = "w1", worker_loss_retries: int = 3,
+              **env: str) -> subprocess.Popen:
         env = {"TALLY_FAULT": fault, "TALLY_FAULT_PIDS": str(pidfile),
-               "TALLY_FAULT_MARKER": str(tmp_path / "flaky.marker")}
-        args = {"database": str(tmp_path / "tally.db"), "worker_id": "w1", "child_argv": FAULT_ARGV,
-                "child_env": env}
-        started.append(subprocess.Popen([sys.executable, "-c", WORKER, json.dumps(args)], cwd=ROOT))
+               "TALLY_FAULT_MARKER": str(tmp_path / "flaky.marker"), **env}
+        args = {"database": str(tmp_path / "tally.db"), "worker_id": worker_id, "child_argv": FAULT_ARGV,
+                "child_env": env, "stale_after_s": STALE_S, "worker_loss_retries": worker_loss_retries}
+        with open(tmp_path / f"{worker_id}.log", "a") as log:
+            started.append(subprocess.Popen([sys.executable, "-c", WORKER, json.dumps(args)], cwd=ROOT,
+                                            stderr=log))
         return started[-1]
 
     yield start
@@ -247,13 +254,28 @@ def test_a_killed_worker_requeues_its_job_on_restart(store, workers, pidfile):
     assert worker.wait(PATIENCE_S) == 0
 
 
-def test_a_job_interrupted_twice_is_crashed(store, workers, pidfile):
+def test_a_healthy_job_is_not_blamed_for_its_workers_deaths(store, workers, pidfile, tmp_path):
+    """Killing the worker twice in a row requeues the job twice (TALLY_WORKER_LOSS_RETRIES is 3);
+    the third run succeeds, and the job's attempts_log tells the story."""
+    gate = tmp_path / "gate"
     job = store.submit(probe="matmul", params={}, timeout_s=60, limit=10)
-    kill_mid_job(store, workers("hang"), job.id, pidfile, attempt=1)
-    kill_mid_job(store, workers("hang"), job.id, pidfile, attempt=2)
-    workers("hang")
-    done = wait_for(lambda: (row := store.get(job.id)).terminal and row, what="the job to be marked crashed")
-    assert (done.status, done.attempts, done.error["type"]) == ("crashed", 2, "Interrupted")
+    kill_mid_job(store, workers("gated", TALLY_FAULT_GATE=str(gate)), job.id, pidfile, attempt=1)
+    kill_mid_job(store, workers("gated", TALLY_FAULT_GATE=str(gate)), job.id, pidfile, attempt=2)
+    workers("gated", TALLY_FAULT_GATE=str(gate))
+    wait_for(lambda: len(pids(pidfile)) == 3, what="the third attempt to start")
+    gate.touch()
+    done = wait_for(lambda: (row := store.get(job.id)).terminal and row, what="the job to end")
+    assert (done.status, done.attempts) == ("succeeded", 3)
+    assert [e["reason"] for e in done.attempts_log] == ["worker_lost", "worker_lost", "succeeded"]
+
+
+def test_a_job_whose_workers_keep_dying_fails_as_worker_lost(store, workers, pidfile):
+    job = store.submit(probe="matmul", params={}, timeout_s=60, limit=10)
+    for attempt in (1, 2):
+        kill_mid_job(store, workers("hang", worker_loss_retries=1), job.id, pidfile, attempt=attempt)
+    workers("hang", worker_loss_retries=1)
+    done = wait_for(lambda: (row := store.get(job.id)).terminal and row, what="the job to fail")
+    assert (done.status, done.attempts, done.error["type"]) == ("failed", 2, "WorkerLost")
     assert len(pids(pidfile)) == 2  # no third attempt ran
 
 
@@ -272,3 +294,34 @@ def test_worker_help():
                             capture_output=True, text=True, timeout=PATIENCE_S)
     assert result.returncode == 0, result.stderr
     assert "--database" in result.stdout and "--worker-id" in result.stdout
+
+
+# --- two dispatchers on one database and one device ----------------------------------------------------
+
+def test_a_starting_worker_leaves_a_live_workers_job_alone(store, workers, pidfile, tmp_path):
+    """Even under the same id: start-up recovery takes only jobs whose heartbeat is stale."""
+    gate = tmp_path / "gate"
+    job = store.submit(probe="matmul", params={}, timeout_s=60, limit=10)
+    workers("gated", "same", TALLY_FAULT_GATE=str(gate))
+    wait_for(lambda: len(pids(pidfile)) == 1 and store.get(job.id).status == "running", what="the job to run")
+    workers("gated", "same", TALLY_FAULT_GATE=str(gate))
+    log = tmp_path / "same.log"
+    wait_for(lambda: log.read_text().count("dispatcher same started") == 2, what="the second worker to start")
+    later = store.submit(probe="matmul", params={}, timeout_s=60, limit=10)
+    time.sleep(1)  # several polls of both workers: neither may start a second child on the one device
+    assert (store.get(job.id).status, store.get(job.id).attempts, len(pids(pidfile))) == ("running", 1, 1)
+    assert store.get(later.id).status == "queued"
+    gate.touch()
+    wait_for(lambda: store.counts()["succeeded"] == 2, what="both jobs to finish")
+    assert overlapping(store.page()[0]) == []
+
+
+def test_two_worker_processes_never_run_two_jobs_on_one_device(store, workers):
+    ids = [store.submit(probe="matmul", params={"sleep_s": 0.3, "i": i}, timeout_s=60, limit=10).id
+           for i in range(6)]
+    workers("ok", "w1")
+    workers("ok", "w2")
+    wait_for(lambda: store.counts()["succeeded"] == len(ids), what="every job to finish")
+    rows = store.page()[0]
+    assert overlapping(rows) == [] and {job.attempts for job in rows} == {1}
+    assert store.held_leases() == []

@@ -66,6 +66,9 @@ def test_a_cpu_job_runs_and_exports(make_api):
     job = api.get(f"{JOBS}/{job_id}").json()
     assert job["status"] == "succeeded", job["error"]
     assert job["progress"]["done"] == job["progress"]["total"] == 2 and job["progress"]["fraction"] == 1
+    [attempt] = job["attempts_log"]
+    assert (attempt["attempt"], attempt["worker_id"], attempt["reason"]) == (1, "test-worker", "succeeded")
+    assert job["created_at"] <= attempt["started_at"] <= attempt["ended_at"]
     points = job["result"]["points"]
     assert [p["flops"] for p in points] == [2 * 16 * 16 * 16, 2 * 32 * 16 * 16]
 
@@ -143,6 +146,9 @@ def test_a_full_queue_answers_429(make_api):
 
 @pytest.mark.parametrize("body,field", [
     (TINY_MATMUL | {"timeout_s": 7200}, "timeout_s"),
+    # Six warm-ups of 50 s (three shapes, two dtypes on a CPU) cannot fit in 200 s.
+    ({"probe": "matmul", "params": {"warmup_s": 50}, "timeout_s": 200}, "timeout_s"),
+    ({"probe": "transfer", "params": {"warmup_s": 60, "sizes_bytes": [4096]}, "timeout_s": 200}, "timeout_s"),
     ({"probe": "matmul", "params": {"sweep": "custom", "shapes": [{"m": 0, "k": 1, "n": 1}]}},
      "params.shapes.0.m"),
     ({"probe": "matmul", "params": {"sweep": "custom"}}, "params.shapes"),

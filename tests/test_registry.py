@@ -4,6 +4,7 @@ the child, the jobs API, admission, the launch form and `tally probe`."""
 import dataclasses
 import importlib
 import re
+import time
 import typing
 
 import pytest
@@ -56,6 +57,26 @@ def test_each_record_is_whole(name):
     for kind in ("cpu", "cuda"):
         need, field = probe.need(defaults, kind)
         assert need > 0 and field.startswith("params.")
+        least, field = probe.least_seconds(defaults, kind)
+        assert least >= 0 and field.startswith("params.")
+
+
+@pytest.mark.parametrize("name,raw", [
+    ("matmul", {"device": "cpu", "sweep": "custom", "shapes": [{"m": 8, "k": 8, "n": 8}] * 3,
+                "dtypes": ["float32", "tfloat32", "bfloat16"]}),
+    ("bandwidth", {"device": "cpu", "size_bytes": probe_params.MIB}),
+    ("transfer", {"device": "cpu", "sizes_bytes": [4096, 16384]}),
+])
+def test_least_seconds_is_a_floor_of_the_real_run(name, raw):
+    """The estimate admission refuses by is never more than the probe really takes."""
+    probe = PROBES[name]
+    raw |= {"warmup_s": 0.05, "measure_s": 0.001, "min_iters": 1, "max_iters": 2}
+    least, _ = probe.least_seconds(probe.params.model_validate(raw), "cpu")
+    assert least >= 0.05  # one warm-up at least
+    module, _, function = probe.entry.partition(":")
+    start = time.perf_counter()
+    getattr(importlib.import_module(module), function)(raw, lambda *_: None)
+    assert time.perf_counter() - start >= least
 
 
 def test_admission_counts_the_timers_flush_buffer():

@@ -43,6 +43,9 @@ def test_submit_claim_finish(store):
 def test_claim_takes_the_oldest(store):
     first, second = (store.submit(probe="matmul", params={"n": n}, timeout_s=60, limit=10) for n in range(2))
     assert store.claim(worker_id="w").id == first.id
+    store.requeue(first.id)  # the device is free again, and the first job is still the oldest
+    assert store.claim(worker_id="w").id == first.id
+    store.finish(first.id, status="failed", error={"type": "E", "message": "m", "detail": {}})
     assert store.claim(worker_id="w").id == second.id
 
 
@@ -137,29 +140,74 @@ def test_a_move_the_table_lacks_is_refused(store):
     assert (after.status, after.probe, after.result) == ("succeeded", "matmul", result_for("matmul"))
 
 
-def test_recover_requeues_once_then_marks_crashed(store):
+def stale(store: Store, job_id: int) -> None:
+    """Make the job's heartbeat (and so its device lease) one from long ago: its worker died."""
+    with store._write() as db:
+        db.execute("UPDATE jobs SET heartbeat_at = 0 WHERE id = ?", (job_id,))
+        db.execute("UPDATE leases SET heartbeat_at = 0 WHERE job_id = ?", (job_id,))
+
+
+def test_worker_losses_are_retried_then_fail_as_worker_lost_never_crashed(store):
     job = store.submit(probe="matmul", params={}, timeout_s=60, limit=10)
-    store.claim(worker_id="w1")
-    assert store.recover(worker_id="w1", stale_after_s=3600) == [job.id]
-    requeued = store.get(job.id)
-    assert (requeued.status, requeued.attempts, requeued.worker_id) == ("queued", 1, None)
-    assert store.claim(worker_id="w1").attempts == 2
-    assert store.recover(worker_id="w1", stale_after_s=3600) == [job.id]
-    crashed = store.get(job.id)
-    assert crashed.status == "crashed" and crashed.error["type"] == "Interrupted"
-    assert "interrupted 2 times" in crashed.error["message"]
-    assert store.page() == ([crashed], 1)  # kept, never deleted
+    for attempt in (1, 2, 3):
+        claimed = store.claim(worker_id=f"w{attempt}")
+        assert claimed.attempts == attempt
+        stale(store, job.id)
+        assert store.recover(stale_after_s=30, loss_retries=2) == [job.id]
+        if attempt < 3:
+            requeued = store.get(job.id)
+            assert (requeued.status, requeued.attempts, requeued.worker_id) == ("queued", attempt, None)
+    lost = store.get(job.id)
+    assert lost.status == "failed" and lost.error["type"] == "WorkerLost"
+    assert lost.error["detail"] == {"worker_losses": 3, "retries": 2}
+    assert [(e["attempt"], e["worker_id"], e["reason"]) for e in lost.attempts_log] == [
+        (1, "w1", "worker_lost"), (2, "w2", "worker_lost"), (3, "w3", "worker_lost")]
+    assert all(e["started_at"] <= e["ended_at"] for e in lost.attempts_log)
+    assert store.page() == ([lost], 1)  # kept, never deleted
 
 
-def test_recover_takes_stale_jobs_of_other_workers_only(store):
-    fresh, stale = (store.submit(probe="matmul", params={}, timeout_s=60, limit=10) for _ in range(2))
-    store.claim(worker_id="alive")
-    store.claim(worker_id="dead")
-    with store._write() as db:  # a heartbeat from long ago
-        db.execute("UPDATE jobs SET heartbeat_at = 0 WHERE id = ?", (stale.id,))
-    assert store.recover(worker_id="me", stale_after_s=30) == [stale.id]
-    assert store.recover(worker_id=None, stale_after_s=30) == []
+def test_every_attempts_end_is_logged(store):
+    job = store.submit(probe="matmul", params={}, timeout_s=60, limit=10)
+    store.claim(worker_id="a")
+    store.requeue(job.id)
+    store.claim(worker_id="b")
+    store.finish(job.id, status="crashed", error={"type": "ChildCrashed", "message": "m", "detail": {}})
+    assert [(e["attempt"], e["worker_id"], e["reason"]) for e in store.get(job.id).attempts_log] == [
+        (1, "a", "requeued"), (1, "b", "crashed")]
+
+
+def test_recover_takes_stale_jobs_only_whoever_holds_them(store):
+    fresh, old = (store.submit(probe="matmul", params={}, timeout_s=60, limit=10) for _ in range(2))
+    store.claim(worker_id="alive", gpu=0)
+    store.claim(worker_id="dead", gpu=1)
+    stale(store, old.id)
+    assert store.recover(stale_after_s=30) == [old.id]
+    assert store.recover(stale_after_s=30) == []
     assert store.get(fresh.id).status == "running"
+
+
+def test_one_job_per_device_whatever_the_worker_ids(store):
+    """A claim leases its device: a second dispatcher (or a second one with the same id) finds it
+    busy until the job ends, or until the lease's heartbeat is stale."""
+    first, second, cpu = (store.submit(probe="matmul", params={}, timeout_s=60, limit=10, device=device)
+                          for device in ("cuda", "cuda", "cpu"))
+    assert store.claim(worker_id="a", gpu=0, host="box").id == first.id
+    for worker_id in ("a", "b"):
+        assert store.claim(worker_id=worker_id, gpu=0, host="box").id == cpu.id
+        store.requeue(cpu.id)
+    assert store.claim(worker_id="b", gpu=1, host="box").id == second.id  # another GPU: side by side
+    assert store.held_leases() == [("box:gpu0", first.id), ("box:gpu1", second.id)]
+    store.requeue(second.id)
+    assert store.claim(worker_id="b", host="box").id == cpu.id  # its CPU is free
+    assert store.claim(worker_id="b", host="box") is None  # the job naming no GPU waits for all of them
+    assert store.claim(worker_id="b", gpu=0, host="box") is None
+    assert store.claim(worker_id="b", gpu=0, host="other").id == second.id  # another host
+    store.finish(first.id, status="failed", error={"type": "E", "message": "m", "detail": {}})
+    assert ("box:gpu0", first.id) not in store.held_leases()
+    stale(store, cpu.id)
+    assert store.claim(worker_id="b", gpu=1, host="box") is None  # nothing left queued
+    store.requeue(second.id)
+    assert store.claim(worker_id="b", host="box").id == second.id  # the stale CPU lease is free
 
 
 def test_requeue_does_not_count_the_attempt(store):

@@ -7,7 +7,7 @@ import torch
 from pydantic import TypeAdapter
 
 from app.accounting import hardware
-from app.bench import env
+from app.bench import env, load
 from app.bench.timer import Timer
 from app.contract.params import ProbeParams
 
@@ -18,13 +18,16 @@ P = TypeVar("P", bound=ProbeParams)
 class Setup:
     device: torch.device
     timer: Timer
+    neighbours: load.Watch
+    """What else runs on the host, watched from set-up until the result's environment is read."""
 
     @property
     def cuda(self) -> bool:
         return self.device.type == "cuda"
 
     def environment(self, seed: int):
-        return env.environment(self.device, seed=seed, l2_flush_bytes=self.timer.flush_bytes)
+        return env.environment(self.device, seed=seed, l2_flush_bytes=self.timer.flush_bytes,
+                               contention=self.neighbours.finish())
 
     def catalogue(self):
         """The device's catalogue entry; None on CPU or an unlisted GPU."""
@@ -37,7 +40,9 @@ def setup(model: type[P], raw: dict[str, Any]) -> tuple[P, Setup]:
     env.seed_everything(params.seed)
     timer = Timer(device, warmup_s=params.warmup_s, measure_s=params.measure_s,
                   min_iters=params.min_iters, max_iters=params.max_iters)
-    return params, Setup(device, timer)
+    # After the timer's buffer, so this process's CUDA context exists when the GPU's are counted.
+    neighbours = load.Watch(gpu=load.visible_gpu() if device.type == "cuda" else None)
+    return params, Setup(device, timer, neighbours)
 
 
 def to_json(result: Any) -> dict:

@@ -8,7 +8,7 @@ import torch
 
 from app import device as device_info
 from app.accounting import hardware
-from app.contract.results import Environment
+from app.contract.results import Contention, Environment
 
 
 def seed_everything(seed: int) -> None:
@@ -44,7 +44,8 @@ def _driver_version() -> str | None:
         return None
 
 
-def environment(device: torch.device, *, seed: int, l2_flush_bytes: int) -> Environment:
+def environment(device: torch.device, *, seed: int, l2_flush_bytes: int,
+                contention: Contention | None = None) -> Environment:
     cuda = device.type == "cuda"
     if cuda:
         props = torch.cuda.get_device_properties(device)
@@ -62,5 +63,5 @@ def environment(device: torch.device, *, seed: int, l2_flush_bytes: int) -> Envi
         tf32_matmul=torch.backends.cuda.matmul.allow_tf32, tf32_cudnn=torch.backends.cudnn.allow_tf32,
         float32_matmul_precision=torch.get_float32_matmul_precision(),
         cpu_threads=torch.get_num_threads(), python_version=sys.version.split()[0],
-        platform=platform.platform(), seed=seed, l2_flush_bytes=l2_flush_bytes,
+        platform=platform.platform(), seed=seed, l2_flush_bytes=l2_flush_bytes, contention=contention,
     )

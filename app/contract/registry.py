@@ -1,8 +1,9 @@
 """Every probe, once: its parameters, its result type, the child's entry point, its default
-sizes, what it needs in device memory, and a one-line summary.
+sizes, what it needs in device memory, the least time it can take, and a one-line summary.
 
 Everything else reads this table: the child (which function to run), the jobs API (its
-request union and result union), admission (the memory need), the launch form, and
+request union and result union), admission (the memory need and the least duration), the
+launch form, and
 `tally probe`. Adding a probe is one record here and one module in app/bench/.
 """
 
@@ -33,6 +34,8 @@ Kind = Literal["cuda", "cpu"]
 Need = tuple[int, str]
 """Bytes on the device at the job's peak, and the parameter (a dotted path under the job
 body) that sets them, for the refusal's message."""
+Least = tuple[float, str]
+"""Seconds the job cannot finish sooner than, and the parameter that sets them."""
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,42 @@ class Probe:
     """The sizes a device kind gets when the parameters leave them out."""
     need: Callable[[Any, Kind], Need]
     """(params, kind) -> the device memory the job needs, not counting the timer's flush buffer."""
+    least_seconds: Callable[[Any, Kind], Least]
+    """(params, kind) -> a lower bound on the job's duration (see _least_seconds)."""
+
+
+def _least_seconds(params: ProbeParams, measurements: int) -> Least:
+    """The least time `measurements` runs of the timer (app/bench/timer.py) take: each warms up
+    for warmup_s seconds at least (Timer.warm_up runs until that much has passed).
+
+    The timed part is not counted: it lasts about measure_s, but a fast kernel reaches max_iters
+    sooner, so no positive floor holds for it whatever the parameters. Child start-up, imports
+    and allocation are not counted either. So a job refused by this estimate could never have
+    finished, and one admitted may still time out.
+    """
+    return params.warmup_s * measurements, "params.warmup_s"
+
+
+def _matmul_least(params: MatmulParams, kind: Kind) -> Least:
+    # Only the dtypes certain to run: float8 needs a compute capability NVML does not tell the
+    # server, and tfloat32 on a CPU is skipped (app/bench/matmul.py).
+    sure = [d for d in matmul_dtypes(params, kind)
+            if d != "float8_e4m3fn" and (kind == "cuda" or d != "tfloat32")]
+    return _least_seconds(params, len(matmul_shapes(params, kind)) * len(sure))
+
+
+def _bandwidth_least(params: BandwidthParams, kind: Kind) -> Least:
+    return _least_seconds(params, 1)
+
+
+def _transfer_least(params: TransferParams, kind: Kind) -> Least:
+    # Per size: two directions, blocking and not, from pageable and (CUDA only) pinned memory.
+    return _least_seconds(params, len(transfer_sizes(params, kind)) * 2 * 2 * (2 if kind == "cuda" else 1))
+
+
+def _train_step_least(params: TrainStepParams, kind: Kind) -> Least:
+    # Warm-up and timing count steps, not seconds (Timer.measure_phases): no floor from the parameters.
+    return 0.0, "params.steps"
 
 
 def _matmul_need(params: MatmulParams, kind: Kind) -> Need:
@@ -70,13 +109,15 @@ def _train_step_need(params: TrainStepParams, kind: Kind) -> Need:
 
 PROBES: dict[str, Probe] = {probe.name: probe for probe in (
     Probe("matmul", "TFLOP/s and MFU of (m, k) @ (k, n) per shape and dtype", MatmulParams, MatmulResult,
-          "app.bench.matmul:run", MATMUL_SIZES, _matmul_need),
+          "app.bench.matmul:run", MATMUL_SIZES, _matmul_need, _matmul_least),
     Probe("bandwidth", "device memory bandwidth, a device-to-device copy, beside the catalogue's",
-          BandwidthParams, BandwidthResult, "app.bench.bandwidth:run", BANDWIDTH_BYTES, _bandwidth_need),
+          BandwidthParams, BandwidthResult, "app.bench.bandwidth:run", BANDWIDTH_BYTES, _bandwidth_need,
+          _bandwidth_least),
     Probe("transfer", "host <-> device copies, pageable and pinned, by size", TransferParams, TransferResult,
-          "app.bench.transfer:run", TRANSFER_SIZES, _transfer_need),
+          "app.bench.transfer:run", TRANSFER_SIZES, _transfer_need, _transfer_least),
     Probe("train_step", "one training step: phase times, tokens/s, MFU, peak memory measured vs predicted",
-          TrainStepParams, TrainStepResult, "app.bench.train_step:run", {}, _train_step_need),
+          TrainStepParams, TrainStepResult, "app.bench.train_step:run", {}, _train_step_need,
+          _train_step_least),
 )}
 
 ProbeName = Literal[tuple(PROBES)]  # type: ignore[valid-type]

@@ -2,7 +2,7 @@
 them as response schemas and the child can serialise them. Seconds, bytes and
 FLOP/s unless a name says otherwise; GB/s is 10^9 bytes per second."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from app.accounting.records import RECORD
@@ -19,6 +19,43 @@ class Stats:
     best: float
     """The fastest iteration."""
     iterations: int
+
+    __pydantic_config__ = RECORD
+
+
+@dataclass(slots=True)
+class BusyProcess:
+    """Another process that used the host's CPUs while a probe ran."""
+
+    pid: int
+    name: str
+    cpu_cores: float
+    """CPU seconds it used over the probe's seconds: 1.0 is one core busy throughout."""
+
+    __pydantic_config__ = RECORD
+
+
+@dataclass(slots=True)
+class Contention:
+    """What else ran on the host while the probe ran (its whole run: warm-ups and timed
+    iterations), from /proc (app/bench/load.py)."""
+
+    seconds: float
+    """The window watched."""
+    load_before: float | None
+    """/proc/loadavg's 1-minute load as the probe started (a lagging, smoothed figure)."""
+    load_after: float | None
+    cpu_count: int
+    others_cpu_cores: float
+    """Cores the other processes used together, on average over the window."""
+    busy: list[BusyProcess] = field(default_factory=list)
+    """The others that used a tenth of a core or more, busiest first."""
+    gpu_processes: int | None = None
+    """Processes with a context on the probe's GPU, its own included, the most NVML saw at the
+    start or the end; null on a CPU or without NVML."""
+    quiet: bool = True
+    """False when the others used half a core or more, or another process held the probe's
+    GPU: the numbers may be slower than the device alone."""
 
     __pydantic_config__ = RECORD
 
@@ -49,6 +86,8 @@ class Environment:
     """torch, numpy (when installed) and random were seeded with it."""
     l2_flush_bytes: int
     """Bytes zeroed before each timed iteration, outside the timed interval."""
+    contention: Contention | None = None
+    """What else ran meanwhile; null in results stored before it was recorded."""
 
     __pydantic_config__ = RECORD
 

@@ -1,4 +1,5 @@
-"""Refuse, before it is queued, a job that this worker's device could not hold.
+"""Refuse, before it is queued, a job that this worker's device could not hold, or that
+could not finish within its time limit.
 
 Torch-free: the sizes come from the parameters and the calculators. Errors name
 the parameter to change, as the calculators' own do.
@@ -45,3 +46,14 @@ def check_fits(probe: str, params: ProbeParams, device: DeviceInfo) -> str:
         raise InvalidInput(field, f"the job needs about {human_bytes(need, binary=True)} but {where} has "
                                   f"{human_bytes(memory, binary=True)}")
     return kind
+
+
+def check_time(probe: str, params: ProbeParams, kind: str, timeout_s: float) -> None:
+    """InvalidInput naming timeout_s when the job's least duration (the registry's
+    least_seconds: its warm-ups alone) is beyond its time limit: it could only time out, and
+    would hold a dispatcher for all of timeout_s doing so."""
+    least, field = PROBES[probe].least_seconds(params, kind)
+    if least > timeout_s:
+        raise InvalidInput("timeout_s", f"the job needs at least {least:g} s (its warm-ups alone, set by "
+                                        f"{field}) but its time limit is {timeout_s:g} s; raise timeout_s "
+                                        f"or lower {field}")

@@ -1,9 +1,11 @@
 """Runs queued jobs one at a time, each in a fresh child interpreter (app.bench.child).
 
 One at a time because the jobs measure a GPU: two at once would share it and both
-measurements would be wrong. A child is a new interpreter, never a fork, so it
-inherits no CUDA context or lock, and a crash in it (a segfault in a kernel, an
-allocator abort) ends that job, not the server. The protocol is in app/bench/child.py.
+measurements would be wrong. Each claim also leases its device (app/jobs/leases.py), so
+no other dispatcher on the database, whatever its id, runs a job there meanwhile. A child
+is a new interpreter, never a fork, so it inherits no CUDA context or lock, and a crash
+in it (a segfault in a kernel, an allocator abort) ends that job, not the server.
+The protocol is in app/bench/child.py.
 """
 
 import enum
@@ -11,6 +13,7 @@ import logging
 import os
 import queue
 import signal
+import socket
 import sys
 import threading
 import time
@@ -22,7 +25,7 @@ from app import logs
 from app.contract.registry import RESULTS
 from app.jobs.job import Job
 from app.jobs.process import Child, error, parse_message
-from app.jobs.store import Store
+from app.jobs.store import STALE_AFTER_S, WORKER_LOSS_RETRIES, Store
 
 log = logging.getLogger("tally.jobs")
 
@@ -31,6 +34,13 @@ CHILD_ARGV = (sys.executable, "-m", "app.bench.child")
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 PROGRESS_EVERY_S = 0.1
 HEARTBEAT_EVERY_S = 1.0
+
+
+def default_worker_id(configured: str | None, gpu: int | None) -> str:
+    """A dispatcher's id when none is given: host, process and device, so no two running
+    dispatchers share one (TALLY_WORKER_ID, when set, replaces host and process)."""
+    base = configured or f"{socket.gethostname()}:{os.getpid()}"
+    return f"{base}:{'cpu' if gpu is None else f'gpu{gpu}'}"
 
 
 class Ending(enum.Enum):
@@ -86,23 +96,27 @@ class Dispatcher:
     """Claims queued jobs from `store` as `worker_id` and runs each in a child process.
 
     Times in seconds: poll_s between looks at the queue and at a running job's cancel flag;
-    kill_grace_s between SIGTERM and SIGKILL; stale_after_s without a heartbeat before another
-    worker's running job counts as orphaned. `gpu`: the GPU index this dispatcher serves (one
+    kill_grace_s between SIGTERM and SIGKILL; stale_after_s without a heartbeat before a running
+    job (and its device lease) counts as its dead worker's. `gpu`: the GPU index this dispatcher serves (one
     dispatcher per GPU); it takes jobs naming that GPU or none. None serves the CPU, or on a
-    GPU box runs each job on the GPU it names.
+    GPU box runs each job on the GPU it names. worker_loss_retries: times a job whose worker
+    died under it is requeued (TALLY_WORKER_LOSS_RETRIES).
     """
 
     def __init__(self, store: Store, worker_id: str, child_argv: list[str] | None = None,
                  child_env: dict[str, str] | None = None, poll_s: float = 0.2, kill_grace_s: float = 5,
-                 stale_after_s: float = 30, gpu: int | None = None) -> None:
+                 stale_after_s: float = STALE_AFTER_S, gpu: int | None = None,
+                 worker_loss_retries: int = WORKER_LOSS_RETRIES) -> None:
         self.store = store
         self.worker_id = worker_id
+        self.host = socket.gethostname()
         self.gpu = gpu
         self.child_argv = list(child_argv or CHILD_ARGV)
         self.child_env = dict(child_env or {})
         self.poll_s = poll_s
         self.kill_grace_s = kill_grace_s
         self.stale_after_s = stale_after_s
+        self.worker_loss_retries = worker_loss_retries
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -140,7 +154,7 @@ class Dispatcher:
     def run_forever(self, stop: threading.Event | None = None) -> None:
         """Claim and run jobs until `stop` is set, recovering orphaned jobs first."""
         self._stop = stop = stop or self._stop
-        self._recover(self.worker_id)
+        self._recover()
         next_recovery = time.monotonic() + self.stale_after_s
         log.info("dispatcher %s started", self.worker_id)
         next_seen = 0.0
@@ -151,8 +165,7 @@ class Dispatcher:
                     next_seen = time.monotonic() + HEARTBEAT_EVERY_S
                 ran = self.run_once()
                 if time.monotonic() >= next_recovery:
-                    # Only stale heartbeats here: our own id may be shared by a live peer.
-                    self._recover(None)
+                    self._recover()
                     next_recovery = time.monotonic() + self.stale_after_s
             except Exception:  # a locked or broken database must not end the dispatcher
                 log.exception("dispatcher %s: error in the job loop; retrying", self.worker_id)
@@ -161,15 +174,18 @@ class Dispatcher:
                 stop.wait(self.poll_s)
         log.info("dispatcher %s stopped", self.worker_id)
 
-    def _recover(self, worker_id: str | None) -> None:
-        for job_id in self.store.recover(worker_id=worker_id, stale_after_s=self.stale_after_s):
+    def _recover(self) -> None:
+        # Stale heartbeats only, at start-up too: our id may be shared by a live peer.
+        for job_id in self.store.recover(stale_after_s=self.stale_after_s,
+                                         loss_retries=self.worker_loss_retries):
             job = self.store.get(job_id)
             logs.for_job(log, job_id).warning("recovered after its worker died: now %s (attempts %d)",
                                               job.status, job.attempts)
 
     def run_once(self) -> bool:
         """Claim the oldest queued job and run it to its end; False when none was queued."""
-        job = self.store.claim(worker_id=self.worker_id, gpu=self.gpu)
+        job = self.store.claim(worker_id=self.worker_id, gpu=self.gpu, host=self.host,
+                               stale_after_s=self.stale_after_s)
         if job is None:
             return False
         self._run(job)

@@ -4,15 +4,15 @@ result parsed once into the probe's result type (app/contract/registry.py).
 A job's states and the only moves between them (TRANSITIONS; every change of state goes
 through Store._move, which refuses any other):
 
-    queued  -> running     claim: a dispatcher takes it
+    queued  -> running     claim: a dispatcher takes it, and the lease of its device
     queued  -> cancelled   cancel: before it ran
     running -> succeeded   finish: the child reported a result
-    running -> failed      finish: the probe raised
+    running -> failed      finish: the probe raised; recover: its workers died too often (WorkerLost)
     running -> timeout     finish: it outlived its timeout_s and was stopped
     running -> oom         finish: the probe ran out of device memory
-    running -> crashed     finish: the child died or broke the protocol; recover: interrupted too often
+    running -> crashed     finish: the child died by itself or broke the protocol
     running -> cancelled   finish: stopped on request; requeue or recover: its cancel was asked for
-    running -> queued      requeue: its dispatcher is stopping; recover: its worker died, attempts left
+    running -> queued      requeue: its dispatcher is stopping; recover: its worker died, retries left
 
 The TERMINAL states (succeeded, failed, timeout, oom, crashed, cancelled) are never left.
 `revision` grows on every update of a row, so a watcher can tell a row changed without
@@ -65,6 +65,8 @@ class Job:
     """The GPU index the job asked for; None: any dispatcher may take it."""
     ran_on_gpu: int | None
     """The GPU index its dispatcher gave the child (CUDA_VISIBLE_DEVICES); None on the CPU."""
+    attempts_log: list[dict[str, Any]]
+    """How each ended attempt ended, oldest first (app/jobs/attempts.py)."""
 
     @property
     def terminal(self) -> bool:
@@ -79,6 +81,7 @@ def from_row(row: sqlite3.Row) -> Job:
     if fields["result"] is not None:
         fields["result"] = RESULTS.validate_json(fields["result"])
     fields["cancel_requested"] = bool(fields["cancel_requested"])
+    fields["attempts_log"] = json.loads(fields["attempts_log"] or "[]")
     return Job(**fields)
 
 

@@ -1,4 +1,6 @@
-"""The durable job queue: one SQLite table, all of Tally's SQL.
+"""The durable job queue: all of Tally's SQL, here and in the three modules beside it that
+keep its parts (schema.py: the tables and migration; leases.py: one job per device;
+attempt_log.py: how each attempt ended).
 
 Every operation opens its own connection (microseconds for a local file), so a
 Store is safe to share between threads and to open from several processes at
@@ -13,6 +15,7 @@ app/jobs/job.py's TRANSITIONS table allows.
 import contextlib
 import json
 import logging
+import socket
 import sqlite3
 import time
 from collections.abc import Iterator, Sequence
@@ -21,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from app.contract.registry import ProbeResult
+from app.jobs import attempt_log, leases, schema
 from app.jobs.job import ACTIVE, STATES, TERMINAL, TRANSITIONS, Job, from_row, result_json
 from app.jobs.storage import StoreUnavailable
 
@@ -31,46 +35,16 @@ MOVE_COLUMNS = ("attempts", "started_at", "finished_at", "heartbeat_at", "worker
                 "progress_done", "progress_total", "progress_message", "result", "error", "cancel_requested")
 # A claimed or requeued job starts its progress over.
 FRESH_PROGRESS = {"progress_done": 0, "progress_total": 0, "progress_message": ""}
-# A job interrupted this many times (its worker died under it) is marked crashed, not requeued.
-MAX_ATTEMPTS = 2
+# Times a job whose worker died under it goes back to the queue (TALLY_WORKER_LOSS_RETRIES);
+# such requeues are not the job's fault, so they never count against it as a crash would.
+WORKER_LOSS_RETRIES = 3
+# Seconds without a heartbeat before a running job (and its device lease) counts as its dead
+# worker's: the dispatcher's default, and the lease rule's when a caller names none.
+STALE_AFTER_S = 30
+# Queued jobs a claim looks at for one whose device is free (older ones whose device is busy wait).
+CLAIM_WINDOW = 50
 # Seconds a connection waits on another's write lock; writes are short, so only a stuck peer gets near.
 BUSY_TIMEOUT_S = 30
-
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS jobs (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    probe TEXT NOT NULL,
-    params TEXT NOT NULL,
-    status TEXT NOT NULL,
-    attempts INTEGER NOT NULL DEFAULT 0,
-    timeout_s REAL NOT NULL,
-    created_at REAL NOT NULL,
-    started_at REAL,
-    finished_at REAL,
-    progress_done INTEGER NOT NULL DEFAULT 0,
-    progress_total INTEGER NOT NULL DEFAULT 0,
-    progress_message TEXT NOT NULL DEFAULT '',
-    result TEXT,
-    error TEXT,
-    worker_id TEXT,
-    heartbeat_at REAL,
-    cancel_requested INTEGER NOT NULL DEFAULT 0,
-    revision INTEGER NOT NULL DEFAULT 0,
-    device TEXT,
-    gpu INTEGER,
-    ran_on_gpu INTEGER
-);
-CREATE INDEX IF NOT EXISTS jobs_status_gpu_id ON jobs (status, gpu, id);
-CREATE INDEX IF NOT EXISTS jobs_status_id ON jobs (status, id);
-CREATE INDEX IF NOT EXISTS jobs_probe_id ON jobs (probe, id);
-CREATE TABLE IF NOT EXISTS workers (
-    worker_id TEXT PRIMARY KEY,
-    seen_at REAL NOT NULL
-);
-"""
-# Columns added since the first release: (name, declaration), added to an older file on open.
-ADDED_COLUMNS = (("gpu", "INTEGER"), ("ran_on_gpu", "INTEGER"))
-
 
 class QueueFull(Exception):
     """Raised by submit when `limit` jobs are already queued or running."""
@@ -112,8 +86,8 @@ class Store:
         with contextlib.closing(self._open()) as db:
             # Persistent in the file: set once, every later connection is in WAL mode.
             db.execute("PRAGMA journal_mode=WAL")
-            self._migrate(db)
-            db.executescript(SCHEMA)
+            schema.migrate(db)
+            db.executescript(schema.SCHEMA + leases.SCHEMA)
 
     def _recreate(self) -> None:
         """The file was deleted under a running server: start a new one rather than answer every
@@ -122,16 +96,6 @@ class Store:
         for leftover in ("-wal", "-shm"):
             Path(f"{self.path}{leftover}").unlink(missing_ok=True)
         self._create()
-
-    @staticmethod
-    def _migrate(db: sqlite3.Connection) -> None:
-        """A jobs table from an older Tally gets the columns added since; its rows keep their data."""
-        have = {row[1] for row in db.execute("PRAGMA table_info(jobs)")}
-        if not have:
-            return  # a new file: SCHEMA creates the table whole
-        for name, declaration in ADDED_COLUMNS:
-            if name not in have:
-                db.execute(f"ALTER TABLE jobs ADD COLUMN {name} {declaration}")
 
     def _open(self) -> sqlite3.Connection:
         # isolation_level=None: no implicit transactions; _write says BEGIN IMMEDIATE itself.
@@ -186,8 +150,11 @@ class Store:
 
     @staticmethod
     def _move(db: sqlite3.Connection, job_id: int, *, old: str, new: str, values: dict[str, Any],
-              worker_id: str | None = None) -> bool:
+              worker_id: str | None = None, reason: str | None = None) -> bool:
         """Move job `job_id` from state `old` to `new`, writing `values` (column: value) with it.
+
+        A move out of `running` ends an attempt: its entry goes on the job's attempts_log, with
+        `reason` (default: the new status), and its device lease is released.
 
         The only writer of `status`: a move TRANSITIONS lacks raises ValueError, writing nothing.
         False, changing nothing, when the row is not in `old` or, with worker_id, no longer held by
@@ -201,11 +168,18 @@ class Store:
             raise ValueError(f"a move cannot write {unknown}; only {list(MOVE_COLUMNS)}")
         # Column names come from MOVE_COLUMNS alone; every value is a bound parameter.
         assignments = "".join(f", {column} = ?" for column in values)
+        logged = []
+        if old == "running":
+            assignments += f", attempts_log = {attempt_log.APPEND}"
+            logged = [values.get("finished_at") or time.time(), reason or new]
         cursor = db.execute(
             f"UPDATE jobs SET status = ?{assignments}, revision = revision + 1 "
             "WHERE id = ? AND status = ? AND (? IS NULL OR worker_id = ?)",
-            [new, *values.values(), job_id, old, worker_id, worker_id])
-        return cursor.rowcount == 1
+            [new, *values.values(), *logged, job_id, old, worker_id, worker_id])
+        moved = cursor.rowcount == 1
+        if moved and old == "running":  # the job's child is gone: its device is free for the next
+            leases.release(db, job_id=job_id)
+        return moved
 
     def journal_mode(self) -> str:
         with self._connect() as db:
@@ -251,44 +225,59 @@ class Store:
             db.execute("COMMIT")
         return [from_row(row) for row in rows], total
 
-    def claim(self, *, worker_id: str, gpu: int | None = None) -> Job | None:
-        """Take the oldest queued job for `worker_id` and mark it running; None when none waits.
+    def claim(self, *, worker_id: str, gpu: int | None = None, host: str | None = None,
+              stale_after_s: float = STALE_AFTER_S) -> Job | None:
+        """Take the oldest queued job for `worker_id` whose device is free, lease the device
+        (app/jobs/leases.py) and mark the job running; None when no such job waits.
 
         A dispatcher of GPU `gpu` takes the jobs that name that GPU or none; one without a GPU
-        (gpu None) takes any, and runs a job that names a GPU on that GPU.
+        (gpu None) takes any, and runs a job that names a GPU on that GPU. `host` (default this
+        machine's name) names the device in the lease; a lease older than stale_after_s is free.
         """
         now = time.time()
+        host = host or socket.gethostname()
         mine, args = ("AND (gpu IS NULL OR gpu = ?)", (gpu,)) if gpu is not None else ("", ())
         with self._write() as db:
-            row = db.execute(f"SELECT id, attempts, gpu FROM jobs WHERE status = 'queued' {mine} "
-                             "ORDER BY id LIMIT 1", args).fetchone()
-            if row is None:
-                return None
-            self._move(db, row["id"], old="queued", new="running", values={
-                "attempts": row["attempts"] + 1, "started_at": now, "heartbeat_at": now,
-                "worker_id": worker_id, "ran_on_gpu": row["gpu"] if row["gpu"] is not None else gpu,
-                **FRESH_PROGRESS})
-            return self._row(db, row["id"])
+            rows = db.execute(f"SELECT id, attempts, gpu, device FROM jobs WHERE status = 'queued' {mine} "
+                              "ORDER BY id LIMIT ?", (*args, CLAIM_WINDOW)).fetchall()
+            for row in rows:
+                ran_on_gpu = row["gpu"] if row["gpu"] is not None else gpu
+                key = leases.device_key(host=host, device=row["device"], ran_on_gpu=ran_on_gpu)
+                if not leases.is_free(db, key, now=now, stale_after_s=stale_after_s):
+                    continue  # another dispatcher's job runs there: two at once would disturb both
+                leases.take(db, key, job_id=row["id"], worker_id=worker_id, now=now)
+                self._move(db, row["id"], old="queued", new="running", values={
+                    "attempts": row["attempts"] + 1, "started_at": now, "heartbeat_at": now,
+                    "worker_id": worker_id, "ran_on_gpu": ran_on_gpu, **FRESH_PROGRESS})
+                return self._row(db, row["id"])
+            return None
 
     def progress(self, job_id: int, *, done: int, total: int, message: str = "",
                  worker_id: str | None = None) -> bool:
         """Record a running job's progress (a heartbeat too); False when it is no longer running
         (for that worker)."""
+        now = time.time()
         with self._write() as db:
             cursor = db.execute(
                 "UPDATE jobs SET progress_done = ?, progress_total = ?, progress_message = ?, "
                 "heartbeat_at = ?, revision = revision + 1 "
                 "WHERE id = ? AND status = 'running' AND (? IS NULL OR worker_id = ?)",
-                (done, total, message, time.time(), job_id, worker_id, worker_id))
+                (done, total, message, now, job_id, worker_id, worker_id))
+            if cursor.rowcount == 1:
+                leases.renew(db, job_id=job_id, now=now)
             return cursor.rowcount == 1
 
     def heartbeat(self, job_id: int, *, worker_id: str | None = None) -> bool:
-        """Say the job's worker is alive; False when the job is no longer running (for that worker)."""
+        """Say the job's worker is alive, renewing its device lease; False when the job is no
+        longer running (for that worker)."""
+        now = time.time()
         with self._write() as db:
             cursor = db.execute(
                 "UPDATE jobs SET heartbeat_at = ?, revision = revision + 1 "
                 "WHERE id = ? AND status = 'running' AND (? IS NULL OR worker_id = ?)",
-                (time.time(), job_id, worker_id, worker_id))
+                (now, job_id, worker_id, worker_id))
+            if cursor.rowcount == 1:
+                leases.renew(db, job_id=job_id, now=now)
             return cursor.rowcount == 1
 
     def finish(self, job_id: int, *, status: str, result: ProbeResult | None = None,  # type: ignore[valid-type]
@@ -311,41 +300,42 @@ class Store:
                        "WHERE id = ? AND status = 'running' AND cancel_requested = 0", (job_id,))
             return self._row(db, job_id)
 
-    def recover(self, *, worker_id: str | None, stale_after_s: float) -> list[int]:
-        """Jobs left running by a dead worker: requeued, or crashed once interrupted MAX_ATTEMPTS times.
+    def recover(self, *, stale_after_s: float, loss_retries: int = WORKER_LOSS_RETRIES) -> list[int]:
+        """Jobs left running by a dead worker: requeued up to `loss_retries` times each (attempts
+        ending so are logged as worker_lost), then failed as WorkerLost. Never `crashed`: that
+        says the job's own child died, and these jobs were never seen to fail.
 
-        A job is orphaned when `worker_id` holds it (this worker is starting, so it cannot be
-        running it) or when its heartbeat is older than `stale_after_s`, whoever holds it.
-        worker_id None looks at heartbeats only. One whose cancellation was asked for is cancelled.
-        Returns the ids recovered, oldest first.
+        A job is orphaned when its heartbeat is older than `stale_after_s`, whoever holds it, and
+        only then: a worker id says nothing of life (two live dispatchers may share one, and a
+        starting worker must not take the job a live one runs). One whose cancellation was asked
+        for is cancelled. Returns the ids recovered, oldest first.
         """
         stale_before = time.time() - stale_after_s
         with self._write() as db:
             rows = db.execute(
-                "SELECT id, attempts, cancel_requested FROM jobs WHERE status = 'running' "
-                "AND (worker_id = ? OR heartbeat_at IS NULL OR heartbeat_at < ?) ORDER BY id",
-                (worker_id, stale_before)).fetchall()
+                "SELECT id, attempts, cancel_requested, attempts_log FROM jobs WHERE status = 'running' "
+                "AND (heartbeat_at IS NULL OR heartbeat_at < ?) ORDER BY id",
+                (stale_before,)).fetchall()
             for row in rows:
+                losses = attempt_log.worker_losses(row["attempts_log"]) + 1  # this one too
                 if row["cancel_requested"]:
-                    self._end(db, row["id"], status="cancelled", error=None)
-                elif row["attempts"] < MAX_ATTEMPTS:
-                    self._requeue(db, row["id"], attempts=row["attempts"])
+                    self._end(db, row["id"], status="cancelled", error=None, reason=attempt_log.WORKER_LOST)
+                elif losses <= loss_retries:
+                    self._requeue(db, row["id"], attempts=row["attempts"], reason=attempt_log.WORKER_LOST)
                 else:
-                    self._end(db, row["id"], status="crashed", error={
-                        "type": "Interrupted",
-                        "message": f"the job was interrupted {row['attempts']} times (its worker died "
-                                   "while running it); not retried again",
-                        "detail": {"attempts": row["attempts"]}})
+                    self._end(db, row["id"], status="failed", error=attempt_log.lost_too_often(
+                        losses, loss_retries), reason=attempt_log.WORKER_LOST)
         return [row["id"] for row in rows]
 
     @classmethod
-    def _end(cls, db: sqlite3.Connection, job_id: int, *, status: str, error: dict | None) -> None:
-        cls._move(db, job_id, old="running", new=status,
+    def _end(cls, db: sqlite3.Connection, job_id: int, *, status: str, error: dict | None,
+             reason: str | None = None) -> None:
+        cls._move(db, job_id, old="running", new=status, reason=reason,
                   values={"error": _json(error), "finished_at": time.time()})
 
     @classmethod
-    def _requeue(cls, db: sqlite3.Connection, job_id: int, *, attempts: int) -> None:
-        cls._move(db, job_id, old="running", new="queued", values={
+    def _requeue(cls, db: sqlite3.Connection, job_id: int, *, attempts: int, reason: str) -> None:
+        cls._move(db, job_id, old="running", new="queued", reason=reason, values={
             "attempts": attempts, "started_at": None, "heartbeat_at": None, "worker_id": None,
             "ran_on_gpu": None, **FRESH_PROGRESS})
 
@@ -361,8 +351,13 @@ class Store:
             if job.cancel_requested:
                 self._end(db, job_id, status="cancelled", error=None)
             else:
-                self._requeue(db, job_id, attempts=max(job.attempts - 1, 0))
+                self._requeue(db, job_id, attempts=max(job.attempts - 1, 0), reason=attempt_log.REQUEUED)
             return True
+
+    def held_leases(self) -> list[tuple[str, int]]:
+        """(device, job id) of every device lease held, live or stale."""
+        with self._connect() as db:
+            return leases.held(db)
 
     def counts(self) -> dict[str, int]:
         """Jobs per status, every status present."""

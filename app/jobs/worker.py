@@ -3,13 +3,13 @@
 Runs beside a server started with TALLY_EMBEDDED_WORKER=false, sharing its database.
 SIGTERM or SIGINT stops it cleanly: the running child is stopped and its job requeued,
 this attempt not counted. A SIGKILL leaves the job running in the table; the child
-sees its stdin close and exits, and the next start of this worker id requeues the job.
+sees its stdin close and exits, and once the job's heartbeat is stale_after_s old any
+dispatcher on the database requeues it (never sooner: a worker id says nothing of life).
 """
 
 import argparse
 import logging
 import signal
-import socket
 import sys
 import threading
 from pathlib import Path
@@ -23,11 +23,12 @@ log = logging.getLogger("tally.jobs")
 
 def run(database: str | Path, worker_id: str, child_argv: list[str] | None = None,
         child_env: dict[str, str] | None = None, stop: threading.Event | None = None,
-        gpu: int | None = None) -> None:
+        gpu: int | None = None, stale_after_s: float | None = None,
+        worker_loss_retries: int | None = None) -> None:
     """Dispatch jobs from `database` until SIGTERM or SIGINT (or `stop`, when given, is set)."""
     # Here, not at the top: `tally --help` builds this module's parser and should stay quick.
     from app.jobs.dispatcher import Dispatcher
-    from app.jobs.store import Store
+    from app.jobs.store import STALE_AFTER_S, WORKER_LOSS_RETRIES, Store
 
     stop = stop or threading.Event()
     if threading.current_thread() is threading.main_thread():
@@ -37,8 +38,9 @@ def run(database: str | Path, worker_id: str, child_argv: list[str] | None = Non
 
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
-    Dispatcher(Store(database), worker_id, child_argv=child_argv, child_env=child_env,
-               gpu=gpu).run_forever(stop)
+    retries = WORKER_LOSS_RETRIES if worker_loss_retries is None else worker_loss_retries
+    Dispatcher(Store(database), worker_id, child_argv=child_argv, child_env=child_env, gpu=gpu,
+               stale_after_s=stale_after_s or STALE_AFTER_S, worker_loss_retries=retries).run_forever(stop)
 
 
 def _gpu_index(text: str) -> int:
@@ -49,7 +51,6 @@ def _gpu_index(text: str) -> int:
 
 def parser() -> argparse.ArgumentParser:
     settings = settings_or_exit()
-    default_id = settings.worker_id or socket.gethostname()
     cli = argparse.ArgumentParser(
         prog="tally worker",
         description="Run queued benchmark jobs, one at a time, each in a fresh child process. "
@@ -57,9 +58,9 @@ def parser() -> argparse.ArgumentParser:
     cli.add_argument("--database", type=Path, default=settings.database_path,
                      help="SQLite file holding the job queue; the server's TALLY_DATABASE_PATH "
                           "(default: %(default)s)")
-    cli.add_argument("--worker-id", default=default_id,
-                     help="name of this dispatcher in the job rows; jobs left running under it are "
-                          "requeued when it starts (default: TALLY_WORKER_ID or the host name, %(default)s)")
+    cli.add_argument("--worker-id",
+                     help="name of this dispatcher in the job rows (default: host, process id and device, "
+                          "so no two dispatchers share one; TALLY_WORKER_ID replaces host and process)")
     cli.add_argument("--gpu", type=_gpu_index, metavar="INDEX",
                      help="serve this GPU only (NVML's index): take the jobs that name it or none, and run "
                           "them there. Start one worker per GPU, each with its own --worker-id. Default: "
@@ -78,8 +79,13 @@ def start(args: argparse.Namespace) -> int:
     """Run with parsed arguments (also `tally worker`'s)."""
     settings = settings_or_exit()
     logs.configure(args.log_level, settings.log_format, settings.secrets())
+    worker_id = args.worker_id
+    if worker_id is None:
+        # Here, not at the top: `tally --help` should stay quick.
+        from app.jobs.dispatcher import default_worker_id
+        worker_id = default_worker_id(settings.worker_id, args.gpu)
     try:
-        run(args.database, args.worker_id, gpu=args.gpu)
+        run(args.database, worker_id, gpu=args.gpu, worker_loss_retries=settings.worker_loss_retries)
     except StoreUnavailable as e:  # one line naming the file, as a bad setting gets
         print(f"tally: {e}", file=sys.stderr)
         return 2

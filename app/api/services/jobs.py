@@ -47,10 +47,23 @@ class Progress(BaseModel):
 
 class JobError(BaseModel):
     type: str
-    """The exception's class, or ChildCrashed, Timeout, Cancelled, Interrupted, ProtocolError."""
+    """The exception's class, or ChildCrashed, Timeout, Cancelled, WorkerLost, ProtocolError."""
     message: str
     detail: dict[str, Any]
     """oom: the allocator's figures in bytes; crashed: exit code, signal, the child's last stderr."""
+
+
+class Attempt(BaseModel):
+    """One ended run of a job."""
+
+    attempt: int
+    worker_id: str | None
+    """The dispatcher that ran it."""
+    started_at: datetime | None
+    ended_at: datetime | None
+    reason: str
+    """The status it ended in, or worker_lost (its dispatcher died under it; requeued, not the
+    job's fault) or requeued (its dispatcher stopped)."""
 
 
 class JobSummary(BaseModel):
@@ -66,6 +79,8 @@ class JobSummary(BaseModel):
     """The GPU its dispatcher ran it on (NVML's index); null on the CPU or before it starts."""
     attempts: int
     """Times a dispatcher took it: 2 after one interruption (a killed worker)."""
+    attempts_log: list[Attempt]
+    """How each ended attempt ended, oldest first."""
     timeout_s: float
     created_at: datetime
     started_at: datetime | None
@@ -98,6 +113,8 @@ def _fields(job: Job) -> dict[str, Any]:
     return dict(
         id=job.id, probe=job.probe, status=job.status, params=job.params, device=job.device,
         gpu=job.gpu, ran_on_gpu=job.ran_on_gpu, attempts=job.attempts, timeout_s=job.timeout_s,
+        attempts_log=[Attempt(**e | {"started_at": _time(e["started_at"]), "ended_at": _time(e["ended_at"])})
+                      for e in job.attempts_log],
         created_at=_time(job.created_at), started_at=_time(job.started_at),
         finished_at=_time(job.finished_at),
         progress=Progress(done=job.progress_done, total=total, message=job.progress_message,
@@ -121,6 +138,7 @@ def submit(body: Any, *, jobs: Store, settings: Settings) -> Job:
                                         f"({settings.job_timeout_max_s})")
     where = admission.device_for(body.gpu, body.params, settings.gpus)
     kind = admission.check_fits(body.probe, body.params, where)
+    admission.check_time(body.probe, body.params, kind, timeout)
     try:
         return jobs.submit(probe=body.probe, params=body.params.model_dump(mode="json"), timeout_s=timeout,
                            limit=settings.queue_limit, device=kind, gpu=body.gpu)
