@@ -17,6 +17,7 @@ from starlette.concurrency import run_in_threadpool
 from app import __version__, device
 from app.api import errors
 from app.api.router import include_api
+from app.api.strict_json import StrictJsonRoute
 from app.config import Settings, get_settings
 from app.jobs.dispatcher import Dispatcher
 from app.jobs.store import Store
@@ -88,6 +89,7 @@ def build_api(settings: Settings, store: Store, *, lifespan: Lifespan | None = N
                   openapi_tags=TAGS, docs_url=None, redoc_url=None)
     app.state.settings, app.state.store = settings, store
     errors.install(app, max_body_bytes=settings.max_body_bytes)
+    app.router.route_class = StrictJsonRoute  # every route added from here on parses JSON strictly
     include_api(app)
     return app
 
