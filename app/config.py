@@ -21,6 +21,17 @@ class Settings(BaseSettings):
     """json: one JSON object per line (time, level, logger, message, job_id, access fields)."""
     # The largest request is a config.json of a few kB; anything near this is not ours.
     max_body_bytes: Annotated[int, Field(ge=1024, le=1 << 30)] = 1 << 20
+    # Slow clients: each open connection costs a little; these bound how many and how long.
+    limit_concurrency: Annotated[int, Field(ge=1, le=100_000)] = 256
+    """Most connections (and requests in progress) at once; beyond it uvicorn answers 503."""
+    timeout_keep_alive_s: Annotated[int, Field(ge=1, le=3600)] = 5
+    """An idle kept-alive connection is closed after this long."""
+    header_timeout_s: Annotated[float, Field(gt=0, le=3600)] = 10
+    """A request's line and headers must arrive within this long (`tally serve` only)."""
+    body_timeout_s: Annotated[float, Field(gt=0, le=3600)] = 30
+    """A request's whole body must arrive within this long of the first read; else 408."""
+    max_header_bytes: Annotated[int, Field(ge=1024, le=1 << 20)] = 16384
+    """Largest request line plus headers (uvicorn's h11_max_incomplete_event_size)."""
 
     database_path: Path = Path("tally.db")
     """SQLite file holding the job queue and results (WAL mode: keep it on a local disk)."""

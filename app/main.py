@@ -88,7 +88,7 @@ def build_api(settings: Settings, store: Store, *, lifespan: Lifespan | None = N
     app = FastAPI(title="Tally", version=__version__, description=DESCRIPTION, lifespan=lifespan,
                   openapi_tags=TAGS, docs_url=None, redoc_url=None)
     app.state.settings, app.state.store = settings, store
-    errors.install(app, max_body_bytes=settings.max_body_bytes)
+    errors.install(app, max_body_bytes=settings.max_body_bytes, body_timeout_s=settings.body_timeout_s)
     app.router.route_class = StrictJsonRoute  # every route added from here on parses JSON strictly
     include_api(app)
     return app

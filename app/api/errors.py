@@ -5,6 +5,7 @@ type "invalid_input" marks a rule of the engine (a cross-field constraint a
 JSON schema cannot state); every other type is a per-field schema check.
 """
 
+import asyncio
 import json
 import math
 from typing import Any
@@ -144,6 +145,7 @@ async def _conflict(_: Request, exc: Conflict) -> JSONResponse:
 
 # Errors outside the body's fields, named by what they are about.
 _HTTP_FIELDS = {400: ("body", "body_unreadable"), 413: ("body", "body_too_large"),
+                408: ("body", "body_timeout"),
                 401: ("authorization", "unauthorized"), 429: ("queue", "queue_full")}
 
 
@@ -209,12 +211,20 @@ class BodyTooLarge(HTTPException):
         super().__init__(413, f"larger than {limit} bytes")
 
 
+class BodyTimeout(HTTPException):
+    def __init__(self, limit_s: float) -> None:
+        super().__init__(408, f"not received within {limit_s:g} s (TALLY_BODY_TIMEOUT_S)",
+                         headers={"Connection": "close"})
+
+
 class BodyLimit:
     """Refuse request bodies over `max_bytes` with the usual JSON error, by Content-Length
-    up front or by counting a streamed body. (Starlette's limiter answers in plain text.)"""
+    up front or by counting a streamed body (Starlette's limiter answers in plain text), and
+    bodies not complete within `timeout_s` of the first read, so a client that stalls or
+    drips its body cannot hold a connection and a task open: 408."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
-        self.app, self.max_bytes = app, max_bytes
+    def __init__(self, app: ASGIApp, max_bytes: int, timeout_s: float = 30) -> None:
+        self.app, self.max_bytes, self.timeout_s = app, max_bytes, timeout_s
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -223,11 +233,19 @@ class BodyLimit:
         if declared.isdigit() and int(declared) > self.max_bytes:
             response = await _http_error(Request(scope), BodyTooLarge(self.max_bytes))
             return await response(scope, receive, send)
-        seen = 0
+        seen, deadline, complete = 0, None, False
 
         async def counted() -> Message:
-            nonlocal seen
-            message = await receive()
+            nonlocal seen, deadline, complete
+            if complete:  # the body is in; later reads wait for a disconnect, as long as it takes
+                return await receive()
+            deadline = deadline or asyncio.get_running_loop().time() + self.timeout_s
+            try:
+                async with asyncio.timeout_at(deadline):
+                    message = await receive()
+            except TimeoutError:
+                raise BodyTimeout(self.timeout_s) from None  # answered by _http_error
+            complete = message["type"] != "http.request" or not message.get("more_body", False)
             seen += len(message.get("body", b""))
             if seen > self.max_bytes:
                 raise BodyTooLarge(self.max_bytes)  # answered by _http_error
@@ -236,8 +254,8 @@ class BodyLimit:
         await self.app(scope, counted, send)
 
 
-def install(app: FastAPI, *, max_body_bytes: int) -> None:
-    app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
+def install(app: FastAPI, *, max_body_bytes: int, body_timeout_s: float = 30) -> None:
+    app.add_middleware(BodyLimit, max_bytes=max_body_bytes, timeout_s=body_timeout_s)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(Conflict, _conflict)
     app.add_exception_handler(InvalidInput, _invalid_input)
