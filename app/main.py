@@ -14,7 +14,7 @@ from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 from starlette.concurrency import run_in_threadpool
 
-from app import __version__, device
+from app import __version__, device, logs
 from app.api import errors
 from app.api.router import include_api
 from app.api.strict_json import StrictJsonRoute
@@ -98,6 +98,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     """The server: the API, with the embedded dispatchers, request metrics, /healthz, /readyz
     and /metrics, the pages and static files."""
     settings = settings or get_settings()
+    logs.protect(settings.secrets())
     app = build_api(settings, Store(settings.database_path), lifespan=lifespan)
     app.state.metrics = Metrics(app.state.store, device.gauges)
     app.add_middleware(RequestMetrics, metrics=app.state.metrics)
