@@ -15,7 +15,7 @@ from fastapi.staticfiles import StaticFiles
 from starlette.concurrency import run_in_threadpool
 
 from app import __version__, device, logs
-from app.api import errors
+from app.api import errors, openapi
 from app.api.router import include_api
 from app.api.strict_json import StrictJsonRoute
 from app.config import Settings, get_settings
@@ -91,6 +91,7 @@ def build_api(settings: Settings, store: Store, *, lifespan: Lifespan | None = N
     errors.install(app, max_body_bytes=settings.max_body_bytes, body_timeout_s=settings.body_timeout_s)
     app.router.route_class = StrictJsonRoute  # every route added from here on parses JSON strictly
     include_api(app)
+    openapi.state_auth(app, required=settings.api_token is not None)
     return app
 
 
