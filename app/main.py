@@ -6,12 +6,14 @@ This process never imports torch: GPU work runs in child processes.
 """
 
 import logging
+import secrets
 import socket
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
+from pydantic import SecretStr
 from starlette.concurrency import run_in_threadpool
 
 from app import __version__, device, logs
@@ -95,10 +97,26 @@ def build_api(settings: Settings, store: Store, *, lifespan: Lifespan | None = N
     return app
 
 
+def with_token(settings: Settings) -> Settings:
+    """`settings`, with a generated API token when it would otherwise take anonymous jobs on a
+    network address; the token is logged once, with the URL that hands it to the dashboard
+    (as Jupyter does). One per process: run one server process per token."""
+    if not settings.exposed_without_token():
+        return settings
+    token = secrets.token_urlsafe(24)
+    host = socket.gethostname() if settings.host in ("0.0.0.0", "::", "") else settings.host
+    log.warning("TALLY_API_TOKEN is not set and the server binds %s, so submitting and cancelling "
+                "jobs need this generated token (set TALLY_API_TOKEN to choose one, or "
+                "TALLY_ALLOW_ANONYMOUS=true to need none). Open the dashboard at "
+                "http://%s:%d/?token=%s or send Authorization: Bearer %s",
+                settings.host, host, settings.port, token, token, extra={"reveal": True})
+    return settings.model_copy(update={"api_token": SecretStr(token)})
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     """The server: the API, with the embedded dispatchers, request metrics, /healthz, /readyz
     and /metrics, the pages and static files."""
-    settings = settings or get_settings()
+    settings = with_token(settings or get_settings())
     logs.protect(settings.secrets())
     app = build_api(settings, Store(settings.database_path), lifespan=lifespan)
     app.state.metrics = Metrics(app.state.store, device.gauges)
