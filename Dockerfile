@@ -1,6 +1,10 @@
 # Tally on a CUDA GPU box. Build and run:
 #   docker build -t tally .
 #   docker run --gpus all -p 8000:8000 -v tally-data:/data tally
+# The image binds every interface (TALLY_HOST=0.0.0.0). With no TALLY_API_TOKEN it generates
+# a token at start-up and logs it once with the dashboard's URL (`docker logs`): submitting and
+# cancelling jobs need it. Pass -e TALLY_API_TOKEN=... to choose one, or
+# -e TALLY_ALLOW_ANONYMOUS=true to take jobs from anyone who can reach the port.
 # The image holds no CUDA toolkit: torch's wheel brings its CUDA runtime and the host's
 # driver comes in through the NVIDIA Container Toolkit (--gpus). Nothing is fetched at
 # run time.

@@ -1,5 +1,6 @@
 """Settings, in one place: environment variables with the TALLY_ prefix, or .env."""
 
+import ipaddress
 import sys
 from functools import cache
 from pathlib import Path
@@ -28,11 +29,26 @@ class Settings(BaseSettings):
     """json: one JSON object per line (time, level, logger, message, job_id, access fields)."""
     # The largest request is a config.json of a few kB; anything near this is not ours.
     max_body_bytes: Annotated[int, Field(ge=1024, le=1 << 30)] = 1 << 20
+    # Slow clients: each open connection costs a little; these bound how many and how long.
+    limit_concurrency: Annotated[int, Field(ge=1, le=100_000)] = 256
+    """Most connections (and requests in progress) at once; beyond it uvicorn answers 503."""
+    timeout_keep_alive_s: Annotated[int, Field(ge=1, le=3600)] = 5
+    """An idle kept-alive connection is closed after this long."""
+    header_timeout_s: Annotated[float, Field(gt=0, le=3600)] = 10
+    """A request's line and headers must arrive within this long (`tally serve` only)."""
+    body_timeout_s: Annotated[float, Field(gt=0, le=3600)] = 30
+    """A request's whole body must arrive within this long of the first read; else 408."""
+    max_header_bytes: Annotated[int, Field(ge=1024, le=1 << 20)] = 16384
+    """Largest request line plus headers (uvicorn's h11_max_incomplete_event_size)."""
 
     database_path: Path = Path("tally.db")
     """SQLite file holding the job queue and results (WAL mode: keep it on a local disk)."""
     api_token: SecretStr | None = None
-    """When set, submitting and cancelling jobs need `Authorization: Bearer <token>`."""
+    """When set, submitting and cancelling jobs need `Authorization: Bearer <token>`. When unset
+    and the server binds a non-loopback address, it generates one at start-up (see below)."""
+    allow_anonymous: bool = False
+    """Accept jobs from anyone on a network address with no token, as before tokens were
+    generated; without it a server binding beyond loopback always requires a token."""
     queue_limit: Annotated[int, Field(ge=1, le=100_000)] = 100
     """Most jobs queued or running at once; beyond it POST /api/v1/jobs answers 429."""
     job_timeout_s: Annotated[float, Field(ge=1, le=86_400)] = 600
@@ -83,6 +99,11 @@ class Settings(BaseSettings):
             raise ValueError(f"lists a GPU twice: {value}")
         return value
 
+    def exposed_without_token(self) -> bool:
+        """Whether this server would take anonymous jobs from other machines: no token, a
+        non-loopback address, and no TALLY_ALLOW_ANONYMOUS to say that is meant."""
+        return self.api_token is None and not self.allow_anonymous and not is_loopback(self.host)
+
     def secrets(self) -> tuple[str, ...]:
         """Values no log line may contain."""
         return (self.api_token.get_secret_value(),) if self.api_token else ()
@@ -105,6 +126,17 @@ class Settings(BaseSettings):
             raise ValueError(f"{ENV_PREFIX}JOB_TIMEOUT_S ({self.job_timeout_s}) exceeds "
                              f"{ENV_PREFIX}JOB_TIMEOUT_MAX_S ({self.job_timeout_max_s})")
         return self
+
+
+def is_loopback(host: str) -> bool:
+    """127.0.0.0/8, ::1 or localhost: reachable from this machine only. 0.0.0.0, :: and
+    every other name or address may be reached from elsewhere."""
+    if host.strip().lower() in ("localhost", "localhost."):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 @cache

@@ -5,14 +5,21 @@ sees one format. A record about a job carries `job_id` (pass `extra={"job_id": i
 or use `for_job`); human lines show it as `job=<id>`, JSON lines as a field.
 
 Every line passes through `redact` on its way out: the API token never reaches a log,
-whatever a client put in a URL or an exception carried.
+whatever a client put in a URL (percent-encoded, plus for space) or a Basic header, or an
+exception carried. The formatters redact under `tally serve`; create_app also calls
+`protect`, which puts a redacting filter on the loggers and their handlers, so a server
+started any other way (plain `uvicorn --factory app.main:create_app`) redacts too.
 """
 
+import base64
+import binascii
 import json
 import logging
 import logging.config
+import re
 from datetime import UTC, datetime
 from typing import Any, Literal
+from urllib.parse import unquote, unquote_plus
 
 LogFormat = Literal["human", "json"]
 REDACTED = "[redacted]"
@@ -27,6 +34,8 @@ class _Redacting(logging.Formatter):
         self.secrets = tuple(s for s in secrets if s)
 
     def format(self, record: logging.LogRecord) -> str:
+        if getattr(record, "reveal", False):
+            return self.render(record)
         return redact(self.render(record), self.secrets)
 
     def render(self, record: logging.LogRecord) -> str:
@@ -35,10 +44,80 @@ class _Redacting(logging.Formatter):
         return super().format(record)
 
 
+# A run of URL characters between separators, holding an escape: a query value or a path
+# segment that may spell a secret in percent-encoding or with + for space.
+_ENCODED = re.compile(r"[^\s?&=;,\"'<>]*[%+][^\s?&=;,\"'<>]*")
+_BASIC = re.compile(r"(Basic\s+)([A-Za-z0-9+/]+=*)", re.IGNORECASE)
+
+
+def _spells(text: str, secrets: tuple[str, ...]) -> bool:
+    decoded = (unquote(text), unquote_plus(text))
+    return any(secret in form for secret in secrets for form in decoded)
+
+
+def _basic_spells(b64: str, secrets: tuple[str, ...]) -> bool:
+    try:
+        decoded = base64.b64decode(b64, validate=True).decode("utf-8", "replace")
+    except (binascii.Error, ValueError):
+        return False
+    return any(secret in decoded for secret in secrets)
+
+
 def redact(text: str, secrets: tuple[str, ...]) -> str:
+    """`text` with every secret replaced, as written or in any URL encoding or Basic header."""
     for secret in secrets:
         text = text.replace(secret, REDACTED)
+    if not secrets:
+        return text
+    if "%" in text or "+" in text:
+        text = _ENCODED.sub(lambda m: REDACTED if _spells(m.group(), secrets) else m.group(), text)
+    if "asic" in text:
+        text = _BASIC.sub(lambda m: m.group(1) + REDACTED if _basic_spells(m.group(2), secrets)
+                          else m.group(), text)
     return text
+
+
+class RedactingFilter(logging.Filter):
+    """Redacts a record's message, arguments and traceback in place, before any handler
+    formats it. A record with `reveal=True` passes untouched: the one line that hands a
+    generated token to the operator."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.secrets: tuple[str, ...] = ()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not self.secrets or getattr(record, "reveal", False) or getattr(record, "_redacted", False):
+            return True
+        record._redacted = True
+        if isinstance(record.msg, str):
+            record.msg = redact(record.msg, self.secrets)
+        if isinstance(record.args, tuple):
+            record.args = tuple(redact(a, self.secrets) if isinstance(a, str) else a for a in record.args)
+        if record.exc_info and not record.exc_text:
+            record.exc_text = redact(logging.Formatter().formatException(record.exc_info), self.secrets)
+        return True
+
+
+_FILTER = RedactingFilter()
+_PROTECTED = ("", "tally", "tally.jobs", "uvicorn", "uvicorn.error", "uvicorn.access")
+
+
+def protect(secrets: tuple[str, ...]) -> None:
+    """Add `secrets` to those redacted from every record of Tally's and uvicorn's loggers,
+    whatever configured them: the filter goes on each logger (for its own records) and
+    each of its handlers (for records propagated to it). Secrets accumulate: a process
+    that built several apps redacts all their tokens."""
+    _FILTER.secrets = tuple(dict.fromkeys((*_FILTER.secrets, *(s for s in secrets if s))))
+    handlers = [logging.lastResort] if logging.lastResort else []
+    for name in _PROTECTED:
+        logger = logging.getLogger(name)
+        if _FILTER not in logger.filters:
+            logger.addFilter(_FILTER)
+        handlers += logger.handlers
+    for handler in handlers:
+        if _FILTER not in handler.filters:
+            handler.addFilter(_FILTER)
 
 
 class HumanFormatter(_Redacting):

@@ -6,6 +6,8 @@ This process never imports torch: GPU work runs in child processes.
 """
 
 import logging
+import secrets
+import socket
 import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -13,11 +15,13 @@ from pathlib import Path
 
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
+from pydantic import SecretStr
 from starlette.concurrency import run_in_threadpool
 
-from app import __version__, device
-from app.api import errors
+from app import __version__, device, logs
+from app.api import errors, openapi
 from app.api.router import include_api
+from app.api.strict_json import StrictJsonRoute
 from app.config import Settings, get_settings
 from app.jobs.dispatcher import Dispatcher, default_worker_id
 from app.jobs.storage import StoreUnavailable
@@ -89,8 +93,10 @@ def build_api(settings: Settings, store: Store, *, lifespan: Lifespan | None = N
     app = FastAPI(title="Tally", version=__version__, description=DESCRIPTION, lifespan=lifespan,
                   openapi_tags=TAGS, docs_url=None, redoc_url=None)
     app.state.settings, app.state.store = settings, store
-    errors.install(app, max_body_bytes=settings.max_body_bytes)
+    errors.install(app, max_body_bytes=settings.max_body_bytes, body_timeout_s=settings.body_timeout_s)
+    app.router.route_class = StrictJsonRoute  # every route added from here on parses JSON strictly
     include_api(app)
+    openapi.state_auth(app, required=settings.api_token is not None)
     return app
 
 
@@ -105,11 +111,28 @@ def open_store_or_exit(path: Path) -> Store:
         raise SystemExit(2) from None
 
 
+def with_token(settings: Settings) -> Settings:
+    """`settings`, with a generated API token when it would otherwise take anonymous jobs on a
+    network address; the token is logged once, with the URL that hands it to the dashboard
+    (as Jupyter does). One per process: run one server process per token."""
+    if not settings.exposed_without_token():
+        return settings
+    token = secrets.token_urlsafe(24)
+    host = socket.gethostname() if settings.host in ("0.0.0.0", "::", "") else settings.host
+    log.warning("TALLY_API_TOKEN is not set and the server binds %s, so submitting and cancelling "
+                "jobs need this generated token (set TALLY_API_TOKEN to choose one, or "
+                "TALLY_ALLOW_ANONYMOUS=true to need none). Open the dashboard at "
+                "http://%s:%d/?token=%s or send Authorization: Bearer %s",
+                settings.host, host, settings.port, token, token, extra={"reveal": True})
+    return settings.model_copy(update={"api_token": SecretStr(token)})
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     """The server: the API, with the embedded dispatchers, request metrics, /healthz, /readyz
     and /metrics, the pages and static files; the Host and cross-site checks in front of
     them all (app/ops/security.py), the security headers on the pages (app/web/headers.py)."""
-    settings = settings or get_settings()
+    settings = with_token(settings or get_settings())
+    logs.protect(settings.secrets())
     app = build_api(settings, open_store_or_exit(settings.database_path), lifespan=lifespan)
     app.state.metrics = Metrics(app.state.store, device.gauges)
     # The last added runs first: metrics count the guard's refusals too.

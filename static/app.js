@@ -195,6 +195,32 @@
     });
   }
 
+  // The API token, typed (or opened as /?token=..., the link a server that generated its
+  // token logs) once per origin: kept in this origin's localStorage, taken out of the
+  // address bar and history, and filled into the launch form's token field.
+  const TOKEN_KEY = "tally-api-token";
+
+  function rememberToken() {
+    const url = new URL(window.location.href);
+    const given = url.searchParams.get("token");
+    if (given) {
+      try { localStorage.setItem(TOKEN_KEY, given); } catch (e) { /* storage off: typed each time */ }
+      url.searchParams.delete("token");
+      history.replaceState(history.state, "", url.pathname + url.search + url.hash);
+    }
+    const field = document.getElementById("token");
+    let kept = null;
+    try { kept = localStorage.getItem(TOKEN_KEY); } catch (e) { kept = null; }
+    if (field && !field.value && kept) field.value = kept;
+  }
+  document.addEventListener("DOMContentLoaded", rememberToken);
+  document.addEventListener("htmx:configRequest", (e) => {
+    const token = e.detail.parameters && e.detail.parameters.token;
+    if (token) {
+      try { localStorage.setItem(TOKEN_KEY, token); } catch (err) { /* storage off */ }
+    }
+  });
+
   document.addEventListener("DOMContentLoaded", () => render(document));
   // After any swap, outerHTML ones included (their target has left the page): render is idempotent.
   document.addEventListener("htmx:afterSettle", () => render(document));

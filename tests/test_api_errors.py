@@ -1,6 +1,7 @@
 """Bad input gets a 4xx naming the field: never a 500, never an unencodable echo."""
 
 import json
+import time
 
 import pytest
 
@@ -77,3 +78,31 @@ def test_oversized_body_is_413_naming_the_body(api):
 
     streamed = api.post("/api/v1/models/import", content=chunks(), headers=RAW)
     assert_names_field(streamed, "body", status=413)
+
+
+def test_many_problems_are_capped_and_counted(api):
+    body = {"m": 1, "k": 2, "n": 3} | {f"unknown{i}": 1 for i in range(500)}
+    response = api.post("/api/v1/flops/matmul", body)
+    detail = assert_names_field(response, "unknown0")["detail"]
+    assert len(detail) == 21, len(detail)
+    assert detail[-1]["type"] == "too_many_errors" and "480 more" in detail[-1]["msg"]
+    assert len(response.content) < 5000
+
+
+def test_a_megabyte_of_unknown_keys_gets_a_small_cheap_answer(api):
+    raw = json.dumps({f"{i:x}": 1 for i in range(90_000)}).encode()
+    assert len(raw) < 1 << 20
+    started = time.perf_counter()
+    response = api.post("/api/v1/flops/matmul", content=raw, headers=RAW)
+    assert time.perf_counter() - started < 1.0
+    assert_names_field(response, "body")
+    assert len(response.content) < 1000 and "90000 keys" in response.json()["message"]
+
+
+@pytest.mark.parametrize("raw,field", [
+    (b'{"m": 1, "k": 2, "n": 3, "m": 4}', "m"),
+    (b'{"m": 1, "k": 2, "n": 3, "dtype": {"a": 1, "a": 2}}', "a"),
+])
+def test_duplicate_keys_are_refused_naming_the_key(api, raw, field):
+    body = assert_names_field(api.post("/api/v1/flops/matmul", content=raw, headers=RAW), field)
+    assert body["detail"][0]["type"] == "duplicate_key"

@@ -15,6 +15,7 @@ from pathlib import Path
 import httpx
 import yaml
 
+from app.config import ENV_PREFIX, Settings
 from tests.live import ROOT, serve
 
 VENV_BIN = Path(sys.executable).parent
@@ -115,3 +116,14 @@ def test_compose_reserves_the_gpu_and_mounts_the_image_volume():
     assert set(volume_dirs) <= set(mounts) and all(mounts[d] in compose["volumes"] for d in volume_dirs)
     port = image_env(stage)["TALLY_PORT"]
     assert any(str(p).endswith(f":{port}") for p in service["ports"])
+
+
+def test_the_image_and_compose_require_a_token_unless_anonymous_is_chosen(tmp_path):
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    (service,) = compose["services"].values()
+    # compose's ${VAR:-default}, with nothing set in the shell.
+    chosen = {k: re.sub(r"\$\{\w+:-([^}]*)\}", r"\1", str(v)) for k, v in service["environment"].items()}
+    env = image_env(instructions()) | chosen
+    settings = {k.removeprefix(ENV_PREFIX).lower(): v for k, v in env.items() if k.startswith(ENV_PREFIX)}
+    assert Settings(**settings).exposed_without_token()  # so create_app generates a token
+    assert not Settings(**settings | {"allow_anonymous": "true"}).exposed_without_token()

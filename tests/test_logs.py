@@ -1,15 +1,18 @@
 """Logs and start-up: JSON lines on request, a job id on every line about a job, never the
 API token; a bad setting stops the process with a message naming it."""
 
+import base64
 import json
 import logging
 import subprocess
 import sys
+from urllib.parse import quote, quote_plus
 
 import httpx
+import pytest
 
 from app import logs
-from tests.live import ROOT, serve
+from tests.live import ROOT, free_port, serve
 from tests.waiting import wait_for
 
 TOKEN = "tk-9f2c1e77-do-not-log"
@@ -82,3 +85,36 @@ def test_a_bad_setting_stops_start_up_naming_it(tmp_path):
             assert f"invalid setting {name}" in done.stderr and "Traceback" not in done.stderr, done.stderr
     crossed = start([sys.executable, "-m", "app"], TALLY_DATABASE_PATH=db, TALLY_JOB_TIMEOUT_S="7200")
     assert crossed.returncode == 2 and "TALLY_JOB_TIMEOUT_S" in crossed.stderr, crossed.stderr
+
+
+ODD_TOKEN = "Tok3n-s3cret/+=abc def"
+
+
+@pytest.mark.parametrize("spelled", [
+    ODD_TOKEN, quote(ODD_TOKEN, safe=""), quote(ODD_TOKEN), quote_plus(ODD_TOKEN),
+    "Tok3n-s3cret%2f%2b%3dabc%20def", "".join(f"%{b:02X}" for b in ODD_TOKEN.encode()),
+])
+def test_every_url_spelling_of_the_token_is_redacted(spelled):
+    line = logs.redact(f'127.0.0.1:5 - "GET /api/v1/jobs?x=1&token={spelled}&y=2 HTTP/1.1" 200', (ODD_TOKEN,))
+    assert spelled not in line and logs.REDACTED in line and "x=1" in line and "y=2" in line, line
+
+
+def test_a_basic_header_carrying_the_token_is_redacted():
+    header = "Basic " + base64.b64encode(f"admin:{ODD_TOKEN}".encode()).decode()
+    line = logs.redact(f"rejected {header} from 10.0.0.1", (ODD_TOKEN,))
+    assert header not in line and line == f"rejected Basic {logs.REDACTED} from 10.0.0.1"
+    assert logs.redact("Basic dXNlcjpvdGhlcg==", (ODD_TOKEN,)) == "Basic dXNlcjpvdGhlcg=="
+
+
+def test_plain_uvicorn_redacts_the_token_in_any_encoding(tmp_path):
+    env = {"TALLY_API_TOKEN": ODD_TOKEN, "TALLY_DATABASE_PATH": str(tmp_path / "t.db"),
+           "TALLY_EMBEDDED_WORKER": "false"}
+    port = free_port()
+    argv = [sys.executable, "-m", "uvicorn", "--factory", "app.main:create_app", "--port", str(port)]
+    with serve(argv, {**env, "TALLY_PORT": str(port)}, tmp_path / "server.log") as live:
+        for spelled in (quote(ODD_TOKEN, safe=""), quote_plus(ODD_TOKEN)):
+            httpx.get(f"{live.url}/api/v1/jobs?token={spelled}", timeout=10)
+    text = live.log()
+    assert "GET /api/v1/jobs?token=" in text, text
+    for spelled in (ODD_TOKEN, quote(ODD_TOKEN, safe=""), quote_plus(ODD_TOKEN), "Tok3n"):
+        assert spelled not in text, text

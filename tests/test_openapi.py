@@ -57,3 +57,18 @@ def test_every_route_tag_is_declared():
     declared = [t["name"] for t in doc["tags"]]
     used = {tag for item in doc["paths"].values() for op in item.values() for tag in op["tags"]}
     assert used == set(declared)
+
+
+def test_authentication_is_declared_only_when_a_token_is_set():
+    from pydantic import SecretStr
+
+    from app.config import get_settings
+
+    def secured(doc: dict) -> set[str]:
+        return {f"{method} {path}" for path, item in doc["paths"].items()
+                for method, op in item.items() if "security" in op or "401" in op.get("responses", {})}
+
+    open_doc = create_app(get_settings().model_copy(update={"api_token": None})).openapi()
+    assert secured(open_doc) == set() and "securitySchemes" not in open_doc["components"]
+    token = get_settings().model_copy(update={"api_token": SecretStr("t")})
+    assert secured(create_app(token).openapi()) == {"post /api/v1/jobs", "post /api/v1/jobs/{job_id}/cancel"}

@@ -5,6 +5,7 @@ type "invalid_input" marks a rule of the engine (a cross-field constraint a
 JSON schema cannot state); every other type is a per-field schema check.
 """
 
+import asyncio
 import json
 import logging
 import math
@@ -29,6 +30,10 @@ _LOCATIONS = {"body", "query", "path", "header", "cookie"}
 # tagged unions, and pydantic's own names for untagged members of these types.
 _PYDANTIC_MEMBERS = {"float", "int", "str", "bool", "none"}
 _MAX_ECHO_CHARS = 200
+# A refusal costs in proportion to its answer, not to its request: a body of 95,000 unknown
+# keys once got a 15 MB answer that held the event loop for 2 s. The first few problems are
+# enough to fix a request; the rest are counted.
+MAX_PROBLEMS = 20
 
 
 class ErrorItem(BaseModel):
@@ -102,8 +107,14 @@ def _response(items: list[dict], status: int = 422) -> JSONResponse:
 
 
 def validation_items(errors: list[dict], body: Any = None) -> list[dict]:
-    """pydantic's errors (a request's, or a page form's validated by the same model) as items."""
-    return [_item(e, body) for e in errors]
+    """pydantic's errors (a request's, or a page form's validated by the same model) as items:
+    the first MAX_PROBLEMS, and then one item counting the rest."""
+    items = [_item(e, body) for e in errors[:MAX_PROBLEMS]]
+    if len(errors) > MAX_PROBLEMS:
+        more = len(errors) - MAX_PROBLEMS
+        items.append({"loc": ["body"], "field": "body", "type": "too_many_errors",
+                      "msg": f"{more} more problems not listed (the first {MAX_PROBLEMS} are)"})
+    return items
 
 
 async def _validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
@@ -138,6 +149,7 @@ async def _conflict(_: Request, exc: Conflict) -> JSONResponse:
 
 # Errors outside the body's fields, named by what they are about.
 _HTTP_FIELDS = {400: ("body", "body_unreadable"), 413: ("body", "body_too_large"),
+                408: ("body", "body_timeout"),
                 401: ("authorization", "unauthorized"), 429: ("queue", "queue_full")}
 
 
@@ -175,17 +187,48 @@ async def _http_error(request: Request, exc: HTTPException) -> JSONResponse:
     return JSONResponse(http_error_body(exc), status_code=exc.status_code, headers=headers)
 
 
+class DuplicateKey(HTTPException):
+    """A JSON object names `key` twice: 422 naming it (app/api/strict_json.py)."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(422, "appears twice in one object; name each key once")
+        self.key = key
+
+
+class TooManyKeys(HTTPException):
+    """A JSON object far larger than any request of ours: 422, before validation lists each key."""
+
+    def __init__(self, count: int, limit: int) -> None:
+        super().__init__(422, f"an object of {count} keys; no request has more than {limit}")
+
+
+async def _json_refused(_: Request, exc: DuplicateKey | TooManyKeys) -> JSONResponse:
+    if isinstance(exc, DuplicateKey):
+        item = {"loc": ["body", exc.key], "field": exc.key, "msg": exc.detail, "type": "duplicate_key"}
+    else:
+        item = {"loc": ["body"], "field": "body", "msg": exc.detail, "type": "too_many_keys"}
+    return _response([item])
+
+
 class BodyTooLarge(HTTPException):
     def __init__(self, limit: int) -> None:
         super().__init__(413, f"larger than {limit} bytes")
 
 
+class BodyTimeout(HTTPException):
+    def __init__(self, limit_s: float) -> None:
+        super().__init__(408, f"not received within {limit_s:g} s (TALLY_BODY_TIMEOUT_S)",
+                         headers={"Connection": "close"})
+
+
 class BodyLimit:
     """Refuse request bodies over `max_bytes` with the usual JSON error, by Content-Length
-    up front or by counting a streamed body. (Starlette's limiter answers in plain text.)"""
+    up front or by counting a streamed body (Starlette's limiter answers in plain text), and
+    bodies not complete within `timeout_s` of the first read, so a client that stalls or
+    drips its body cannot hold a connection and a task open: 408."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
-        self.app, self.max_bytes = app, max_bytes
+    def __init__(self, app: ASGIApp, max_bytes: int, timeout_s: float = 30) -> None:
+        self.app, self.max_bytes, self.timeout_s = app, max_bytes, timeout_s
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -194,11 +237,19 @@ class BodyLimit:
         if declared.isdigit() and int(declared) > self.max_bytes:
             response = await _http_error(Request(scope), BodyTooLarge(self.max_bytes))
             return await response(scope, receive, send)
-        seen = 0
+        seen, deadline, complete = 0, None, False
 
         async def counted() -> Message:
-            nonlocal seen
-            message = await receive()
+            nonlocal seen, deadline, complete
+            if complete:  # the body is in; later reads wait for a disconnect, as long as it takes
+                return await receive()
+            deadline = deadline or asyncio.get_running_loop().time() + self.timeout_s
+            try:
+                async with asyncio.timeout_at(deadline):
+                    message = await receive()
+            except TimeoutError:
+                raise BodyTimeout(self.timeout_s) from None  # answered by _http_error
+            complete = message["type"] != "http.request" or not message.get("more_body", False)
             seen += len(message.get("body", b""))
             if seen > self.max_bytes:
                 raise BodyTooLarge(self.max_bytes)  # answered by _http_error
@@ -238,12 +289,14 @@ async def _internal_error(request: Request, exc: Exception) -> JSONResponse:
                         status_code=500)
 
 
-def install(app: FastAPI, *, max_body_bytes: int) -> None:
-    app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
+def install(app: FastAPI, *, max_body_bytes: int, body_timeout_s: float = 30) -> None:
+    app.add_middleware(BodyLimit, max_bytes=max_body_bytes, timeout_s=body_timeout_s)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(Conflict, _conflict)
     app.add_exception_handler(InvalidInput, _invalid_input)
     app.add_exception_handler(HTTPException, _http_error)
+    app.add_exception_handler(DuplicateKey, _json_refused)
+    app.add_exception_handler(TooManyKeys, _json_refused)
     app.add_exception_handler(sqlite3.Error, _database_error)
     app.add_exception_handler(storage.StoreUnavailable, _store_unavailable)
     app.add_exception_handler(Exception, _internal_error)

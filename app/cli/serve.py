@@ -18,11 +18,15 @@ def serve() -> int:
     import uvicorn
 
     from app import logs
+    from app.cli.protocol import with_header_timeout
     from app.config import settings_or_exit
 
     settings = settings_or_exit()
     uvicorn.run("app.main:create_app", factory=True, host=settings.host, port=settings.port,
-                log_level=settings.log_level,
+                log_level=settings.log_level, limit_concurrency=settings.limit_concurrency,
+                timeout_keep_alive=settings.timeout_keep_alive_s,
+                h11_max_incomplete_event_size=settings.max_header_bytes,
+                http=with_header_timeout(settings.header_timeout_s),
                 log_config=logs.config(settings.log_level, settings.log_format, settings.secrets()))
     return 0
 

@@ -10,6 +10,7 @@ from pydantic import TypeAdapter
 from starlette.concurrency import run_in_threadpool
 
 from app import deps, device
+from app.accounting.errors import InvalidInput
 from app.api.responses import jsonable
 from app.api.services import device as device_service
 from app.api.services import flops
@@ -83,7 +84,11 @@ async def launch(request: Request, jobs: StoreDep, settings: SettingsDep) -> HTM
     form = forms.posted(request.headers.get("content-type"), await request.body(), "probe")
 
     def submit(body: Any) -> dict:
-        deps.check_token(settings, form.get("token") or None)
+        token = form.get("token") or None
+        if token is not None and not (token.isascii() and token.isprintable()):
+            raise InvalidInput("token", "may hold only printable ASCII characters (no NUL, no accents); "
+                                        "paste the server's TALLY_API_TOKEN")
+        deps.check_token(settings, token)
         return jsonable(service.job_out(service.submit(body, jobs=jobs, settings=settings)))
 
     job, refused = await run_in_threadpool(forms.run, JOB_REQUEST, params_from(form), submit)
