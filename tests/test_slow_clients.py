@@ -35,14 +35,14 @@ def read_until_closed(sock: socket.socket) -> tuple[bytes, float]:
 
 def test_an_incomplete_header_block_is_dropped(server):
     with connect(server.url) as sock:
-        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")  # never the blank line
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # never the blank line
         received, waited = read_until_closed(sock)
     assert waited < 5 and received == b""
 
 
 def test_a_stalled_body_gets_408_and_is_dropped(server):
     with connect(server.url) as sock:
-        sock.sendall(b"POST /api/v1/flops/matmul HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        sock.sendall(b"POST /api/v1/flops/matmul HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                      b"Content-Length: 100\r\n\r\n{\"m\": 1,")
         received, waited = read_until_closed(sock)
     assert waited < 5
@@ -53,7 +53,7 @@ def test_connections_beyond_the_limit_get_503(server):
     idle = [connect(server.url) for _ in range(6)]
     try:
         with connect(server.url) as sock:
-            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
             received, _ = read_until_closed(sock)
         assert received.startswith(b"HTTP/1.1 503"), received[:200]
     finally:
