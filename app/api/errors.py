@@ -306,8 +306,10 @@ def install(app: FastAPI, *, max_body_bytes: int, body_timeout_s: float = 30) ->
 REQUEST_ERRORS = {
     400: {"model": ErrorResponse, "description": "The body could not be read (e.g. not UTF-8)."},
     413: {"model": ErrorResponse, "description": "The body is larger than TALLY_MAX_BODY_BYTES."},
+    408: {"model": ErrorResponse, "description": "The body did not arrive within TALLY_BODY_TIMEOUT_S."},
     422: {"model": ErrorResponse,
-          "description": "Malformed JSON, or a field out of bounds or breaking a rule; `message` names it."},
+          "description": "Malformed JSON, a key named twice, or a field out of bounds or breaking a rule; "
+                         "`message` names it. At most 20 problems are listed, then a count of the rest."},
 }
 NOT_FOUND = {404: {"model": ErrorResponse, "description": "No such item."}}
 CONFLICT = {409: {"model": ErrorResponse, "description": "The item is not in a state that allows this."}}
