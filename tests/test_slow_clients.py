@@ -42,7 +42,8 @@ def test_an_incomplete_header_block_is_dropped(server):
 
 def test_a_stalled_body_gets_408_and_is_dropped(server):
     with connect(server.url) as sock:
-        sock.sendall(b"POST /api/v1/flops/matmul HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        sock.sendall(b"POST /api/v1/flops/matmul HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                     b"Content-Type: application/json\r\n"
                      b"Content-Length: 100\r\n\r\n{\"m\": 1,")
         received, waited = read_until_closed(sock)
     assert waited < 5
