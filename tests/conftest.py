@@ -12,6 +12,7 @@ os.environ["TALLY_DATABASE_PATH"] = os.path.join(tempfile.mkdtemp(prefix="tally-
 import httpx  # noqa: E402
 import pytest  # noqa: E402
 
+from app.config import Settings  # noqa: E402
 from app.main import create_app  # noqa: E402
 
 
@@ -49,6 +50,21 @@ def api():
     client = Api()
     yield client
     client.close()
+
+
+@pytest.fixture
+def make_api(tmp_path):
+    """Apps of their own, each on its own database in tmp_path, with these settings."""
+    made = []
+
+    def make(**settings) -> Api:
+        api = Api(create_app(Settings(database_path=tmp_path / f"{len(made)}.db", **settings)))
+        made.append(api)
+        return api
+
+    yield make
+    for api in made:
+        api.close()
 
 
 def assert_names_field(response: httpx.Response, field: str, status: int = 422) -> dict:

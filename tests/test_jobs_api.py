@@ -10,10 +10,8 @@ import pytest
 from pydantic import SecretStr
 
 from app import device
-from app.config import Settings
 from app.contract.results import Environment
 from app.jobs.dispatcher import Dispatcher
-from app.main import create_app
 from tests.conftest import Api, assert_names_field
 from tests.results import minimal, result_for
 
@@ -24,20 +22,6 @@ TINY_MATMUL = {"probe": "matmul", "params": {
 TINY_STEP = {"probe": "train_step", "params": {
     "model": {"kind": "cruncher", "dim": 16, "num_layers": 1}, "batch_size": 2, "seq_len": 4,
     "steps": 1, "warmup_steps": 1}}
-
-
-@pytest.fixture
-def make_api(tmp_path):
-    made = []
-
-    def make(**settings) -> Api:
-        api = Api(create_app(Settings(database_path=tmp_path / f"{len(made)}.db", **settings)))
-        made.append(api)
-        return api
-
-    yield make
-    for api in made:
-        api.close()
 
 
 def run_all(api: Api) -> None:

@@ -9,7 +9,6 @@ from urllib.parse import urlencode
 import pytest
 
 from app.config import Settings
-from app.main import create_app
 from app.ops.security import hostname
 from app.paths import TEMPLATES_DIR
 from tests.conftest import Api, assert_names_field
@@ -18,20 +17,6 @@ JOBS = "/api/v1/jobs"
 JOB = {"probe": "bandwidth", "params": {"size_bytes": 2**20, "measure_s": 0.01}}
 FORM = {"content-type": "application/x-www-form-urlencoded"}
 EVIL = "http://evil.example"
-
-
-@pytest.fixture
-def make_api(tmp_path):
-    made = []
-
-    def make(**settings) -> Api:
-        api = Api(create_app(Settings(database_path=tmp_path / f"{len(made)}.db", **settings)))
-        made.append(api)
-        return api
-
-    yield make
-    for api in made:
-        api.close()
 
 
 def count(api: Api) -> int:
