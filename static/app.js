@@ -4,6 +4,34 @@
   "use strict";
   const charts = new WeakMap();
 
+  // Numbers as app/web/numbers.py writes them: three significant figures, plain digits from
+  // 0.001 to a million, a power of ten outside; counts in short scale (K, M, B, T).
+  const SUPER = { "-": "⁻", 0: "⁰", 1: "¹", 2: "²", 3: "³", 4: "⁴", 5: "⁵", 6: "⁶", 7: "⁷", 8: "⁸", 9: "⁹" };
+  function sig(x, figures = 3) {
+    x = Number(x);
+    if (x === 0 || Object.is(x, -0)) return "0";
+    if (!Number.isFinite(x)) return String(x);
+    let exponent = Math.floor(Math.log10(Math.abs(x)));
+    let mantissa = Number((x / 10 ** exponent).toFixed(figures - 1));
+    if (Math.abs(mantissa) >= 10) { mantissa /= 10; exponent += 1; }
+    if (exponent >= -3 && exponent < 6) {
+      const decimals = Math.max(figures - 1 - exponent, 0);
+      return Number(x.toFixed(decimals)).toLocaleString("en-US", { minimumFractionDigits: decimals,
+                                                                    maximumFractionDigits: decimals });
+    }
+    return mantissa.toFixed(figures - 1) + " × 10" + String(exponent).split("").map((c) => SUPER[c]).join("");
+  }
+  function amount(x) {
+    for (const [scale, name] of [[1e12, "T"], [1e9, "B"], [1e6, "M"], [1e3, "K"]]) {
+      if (Math.abs(x) >= scale) {
+        const v = x / scale;
+        return (Math.abs(v) < 100 ? v.toFixed(1) : Math.round(v).toLocaleString("en-US")) + " " + name;
+      }
+    }
+    return Number.isInteger(x) ? x.toLocaleString("en-US") : sig(x);
+  }
+  window.Tally = { sig, amount };
+
   function color(name) {
     return getComputedStyle(document.documentElement).getPropertyValue(name).trim();
   }

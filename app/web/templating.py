@@ -4,6 +4,8 @@ from fastapi.templating import Jinja2Templates
 
 from app import __version__
 from app.paths import TEMPLATES_DIR
+from app.web import numbers
 
 templates = Jinja2Templates(directory=TEMPLATES_DIR)
 templates.env.globals["version"] = __version__
+templates.env.filters.update(numbers.FILTERS)

@@ -1,0 +1,81 @@
+"""Numbers as a person reads them, for every page: three significant figures, named scales,
+one byte unit, and no "-0.0%".
+
+Conventions (the pages state them once, in the footer):
+- bytes are GB, 10^9 bytes (GPU vendors' unit); the exact byte count sits beside it where
+  it matters. GiB never appears on a page.
+- counts (parameters, tokens) use short scale: K 10^3, M 10^6, B 10^9, T 10^12.
+- FLOP counts and FLOP/s use three significant figures; FLOP/s are always TFLOP/s.
+static/app.js formats chart ticks by the same rules (`Tally.format`).
+"""
+
+import math
+
+from app.accounting.units import GB
+
+_SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
+_SCALES = ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K"))
+
+
+def _clean(x: float) -> float:
+    """-0.0 and values that round to zero print as 0."""
+    return 0.0 if x == 0 else x
+
+
+def sig(x: float | int | None, figures: int = 3) -> str:
+    """7e12 -> '7.00 × 10¹²'; 1024 -> '1,024'; 0.15625 -> '0.156'. Plain digits from 0.001 up
+    to a million, a power of ten outside that."""
+    if x is None:
+        return "n/a"
+    x = _clean(float(x))
+    if x == 0:
+        return "0"
+    if not math.isfinite(x):
+        return str(x)
+    exponent = math.floor(math.log10(abs(x)))
+    mantissa = round(x / 10**exponent, figures - 1)
+    if abs(mantissa) >= 10:  # 9.995 rounds up to the next power
+        mantissa, exponent = mantissa / 10, exponent + 1
+    if -3 <= exponent < 6:
+        decimals = max(figures - 1 - exponent, 0)
+        return f"{round(x, decimals):,.{decimals}f}"
+    return f"{mantissa:.{figures - 1}f} × 10{str(exponent).translate(_SUPERSCRIPT)}"
+
+
+def amount(x: float | int | None) -> str:
+    """A count in short scale: 5e9 -> '5.0 B', 70e9 -> '70.0 B', 405e9 -> '405 B', 512 -> '512'."""
+    if x is None:
+        return "n/a"
+    for scale, name in _SCALES:
+        if abs(x) >= scale:
+            value = x / scale
+            return f"{value:.1f} {name}" if abs(value) < 100 else f"{value:,.0f} {name}"
+    return f"{x:,.0f}" if float(x).is_integer() else sig(x)
+
+
+def gb(n: float | int | None, decimals: int = 1) -> str:
+    """Bytes in GB (10^9): 156_900_000_000 -> '156.9 GB'."""
+    return "n/a" if n is None else f"{_clean(round(n / GB, decimals)):,.{decimals}f} GB"
+
+
+def tflops(flop_per_sec: float | None) -> str:
+    """FLOP/s in TFLOP/s with three significant figures: 1.03e11 -> '0.103 TFLOP/s'."""
+    return "n/a" if flop_per_sec is None else f"{sig(flop_per_sec / 1e12)} TFLOP/s"
+
+
+def percent(fraction: float | None, decimals: int = 1, signed: bool = False) -> str:
+    """0.123 -> '12.3%'; a value that rounds to zero is '0.0%', never '-0.0%'."""
+    if fraction is None:
+        return "n/a"
+    value = _clean(round(100 * fraction, decimals))
+    return f"{value:+.{decimals}f}%" if signed and value != 0 else f"{value:.{decimals}f}%"
+
+
+def money(x: float | None, currency: str) -> str:
+    """A cost with its currency code: 'USD 2,150,000', 'EUR 12.50'."""
+    if x is None:
+        return "n/a"
+    return f"{currency} {x:,.0f}" if abs(x) >= 100 else f"{currency} {x:,.2f}"
+
+
+FILTERS = {"sig": sig, "amount": amount, "gb": gb, "tflops": tflops, "percent": percent, "money": money}
