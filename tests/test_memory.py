@@ -86,7 +86,8 @@ def test_activations_match_what_autograd_saves_for_a_gpt_block(api, precision, d
     """A GPT block without dropout (fused LayerNorm, multi-head attention): the itemized
     prediction should account for nearly every byte PyTorch keeps."""
     cfg = dict(n_layers=3, d_model=128, n_heads=4, vocab_size=500, max_seq_len=256)
-    body = api.ok(TRAINING, {"model": cfg, "batch_size": 2, "seq_len": 256, "precision": precision})
+    body = api.ok(TRAINING, {"model": cfg, "batch_size": 2, "seq_len": 256, "precision": precision,
+                                "recompute": "none"})  # autograd keeps every activation
     measured = saved_activation_bytes(cfg, 2, 256, dtype)
     assert body["activations"] == pytest.approx(measured, rel=0.02)
 

@@ -15,6 +15,7 @@ from fractions import Fraction
 from functools import cache
 from typing import Literal
 
+from app.accounting import names
 from app.accounting.errors import InvalidInput
 from app.accounting.records import RECORD
 
@@ -174,12 +175,15 @@ def accepted_names() -> tuple[str, ...]:
     return tuple(f.name for f in FORMATS) + tuple(a for f in FORMATS for a in f.aliases)
 
 
+DTYPES_LISTING = "GET /api/v1/dtypes"
+
+
 def lookup(name: str, *, field: str = "dtype") -> Format:
     """Resolve a canonical name or alias (fp32, bf16, fp8 ...) to its format."""
     try:
         return _by_name()[name]
     except KeyError:
-        raise InvalidInput(field, f"unknown dtype {name!r}") from None
+        raise InvalidInput(field, names.unknown("dtype", name, _by_name(), DTYPES_LISTING)) from None
 
 
 def peak_key(name: str, *, field: str = "dtype") -> str:

@@ -11,6 +11,7 @@ from typing import Annotated
 
 from annotated_types import Ge, Le
 
+from app.accounting import names
 from app.accounting.dtypes import PEAK_KEYS, peak_key
 from app.accounting.errors import InvalidInput
 from app.accounting.records import RECORD
@@ -87,12 +88,26 @@ def catalogue_id(device_name: str) -> str | None:
     return None if entry is None else entry.id
 
 
+HARDWARE_LISTING = "GET /api/v1/hardware"
+
+
+def resolve_id(gpu_id: str, *, field: str = "gpu") -> str:
+    """The catalogue id `gpu_id` names: itself, or the one part of a family it names (h200;
+    rtx -> rtx-4090). A family of several parts (h100) is refused listing exactly those."""
+    table = catalogue()
+    if gpu_id in table:
+        return gpu_id
+    parts = names.family(gpu_id, table)
+    if len(parts) == 1:
+        return parts[0]
+    if parts:
+        raise InvalidInput(field, f"{gpu_id!r} names several parts: {', '.join(parts)}; say which")
+    raise InvalidInput(field, names.unknown("gpu", gpu_id, table, HARDWARE_LISTING))
+
+
 def gpu(gpu_id: str, overrides: GpuOverrides | None = None, *, field: str = "gpu") -> Accelerator:
-    """A catalogue entry with any overrides applied."""
-    try:
-        acc = catalogue()[gpu_id]
-    except KeyError:
-        raise InvalidInput(field, f"unknown gpu {gpu_id!r}") from None
+    """A catalogue entry (`gpu_id` as resolve_id reads it) with any overrides applied."""
+    acc = catalogue()[resolve_id(gpu_id, field=field)]
     if overrides is None:
         return acc
     peaks = dict(acc.peak_flop_per_sec)

@@ -13,6 +13,7 @@ from typing import Annotated, Literal
 
 from annotated_types import Ge, Le
 
+from app.accounting import names
 from app.accounting.errors import InvalidInput
 from app.accounting.records import RECORD
 
@@ -221,8 +222,16 @@ def presets() -> dict[str, Preset]:
     return table
 
 
-def preset(name: str, *, field: str = "model") -> TransformerConfig:
+MODELS_LISTING = "GET /api/v1/models"
+
+
+def find(name: str, *, field: str = "model") -> Preset:
+    """The preset called `name`; a near miss is refused with the closest names."""
     try:
-        return presets()[name].config
+        return presets()[name]
     except KeyError:
-        raise InvalidInput(field, f"unknown preset {name!r}") from None
+        raise InvalidInput(field, names.unknown("preset", name, presets(), MODELS_LISTING)) from None
+
+
+def preset(name: str, *, field: str = "model") -> TransformerConfig:
+    return find(name, field=field).config

@@ -30,6 +30,8 @@ _LOCATIONS = {"body", "query", "path", "header", "cookie"}
 # tagged unions, and pydantic's own names for untagged members of these types.
 _PYDANTIC_MEMBERS = {"float", "int", "str", "bool", "none"}
 _MAX_ECHO_CHARS = 200
+# pydantic's prefixes on a validator's own message: the message is ours, the prefix its framework's.
+_FRAMEWORK_PREFIXES = ("Value error, ", "Assertion failed, ")
 # A refusal costs in proportion to its answer, not to its request: a body of 95,000 unknown
 # keys once got a 15 MB answer that held the event loop for 2 s. The first few problems are
 # enough to fix a request; the rest are counted.
@@ -90,6 +92,8 @@ def _item(error: dict, body: Any = None) -> dict:
         loc = [*loc, str(error.get("ctx", {}).get("discriminator", "")).strip("'")]
     elif error.get("type") == "string_pattern_mismatch":
         msg = "String does not match the pattern in the OpenAPI schema"
+    if msg.startswith(_FRAMEWORK_PREFIXES):
+        msg = msg.split(", ", 1)[1]
     item = {"loc": loc, "field": field_name(loc, body), "msg": msg, "type": error.get("type", "invalid")}
     value = error.get("input")
     if _json_safe(value) and not (isinstance(value, float) and not math.isfinite(value)):

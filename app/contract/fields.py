@@ -11,7 +11,7 @@ import dataclasses
 import typing
 from collections.abc import Callable
 from decimal import Decimal
-from typing import Annotated, Any, Union
+from typing import Annotated, Any, Optional, Union
 
 from annotated_types import Ge, Le
 from pydantic import (
@@ -20,10 +20,14 @@ from pydantic import (
     ConfigDict,
     Discriminator,
     Field,
+    GetJsonSchemaHandler,
     Tag,
     TypeAdapter,
     create_model,
 )
+from pydantic_core import PydanticCustomError
+
+from app.contract import quantities
 
 STRICT = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False, use_attribute_docstrings=True)
 
@@ -58,22 +62,64 @@ def _mentions_int(hint: Any) -> bool:
 JSON_SAFE_INT = 2**53 - 1
 
 
+class _OrText:
+    """Schema metadata: the field also takes text of this quantity kind (app/contract/quantities.py)."""
+
+    def __init__(self, kind: quantities.Kind) -> None:
+        self.kind = kind
+
+    def __get_pydantic_json_schema__(self, core_schema: Any, handler: GetJsonSchemaHandler) -> dict:
+        return {"anyOf": [handler(core_schema), quantities.schema(self.kind)]}
+
+
+def _refusal(e: quantities.QuantityError) -> PydanticCustomError:
+    # Schema-valid text the bounds refuse breaks a rule the pattern cannot state: "invalid_input".
+    return PydanticCustomError("invalid_input" if e.rule else "quantity_invalid", "{message}",
+                               {"message": e.message})
+
+
+def _whole_text(kind: quantities.Kind, lo: int | None, hi: int | None) -> Any:
+    def read(value: Any) -> Any:
+        if isinstance(value, str):
+            try:
+                return quantities.whole(value, kind, lo, hi)
+            except quantities.QuantityError as e:
+                raise _refusal(e) from None
+        return _integral(value)
+
+    return BeforeValidator(read)
+
+
 def count(ge: int, le: int) -> Any:
-    """An integer in [ge, le]. Integral floats are accepted (JSON writers often emit
-    7e9 for 7000000000); the bounds sit inside the validator so the schema shows them."""
-    return Annotated[int, Field(ge=ge, le=le), BeforeValidator(_integral)]
+    """An integer in [ge, le], or text such as "70B", "4k" (quantities.COUNT). Integral floats
+    are accepted (JSON writers often emit 7e9 for 7000000000); the bounds sit inside the
+    validator so the schema shows them."""
+    kind = quantities.COUNT
+    return Annotated[int, Field(ge=ge, le=le), _whole_text(kind, ge, le), _OrText(kind)]
 
 
-def _int_within(lo: float | None, hi: float | None, *, open_lo: bool = False) -> Any:
+def byte_count(ge: int, le: int) -> Any:
+    """A number of bytes in [ge, le], or text with a unit: "80GB", "512MiB" (quantities.BYTES)."""
+    kind = quantities.BYTES
+    return Annotated[int, Field(ge=ge, le=le), _whole_text(kind, ge, le), _OrText(kind)]
+
+
+def _int_within(lo: float | None, hi: float | None, *, open_lo: bool = False, text: bool = False) -> Any:
     """Check a JSON integer given for a float field against the bounds as the schema
     writes them (the shortest decimal of each float), before it is rounded to a float.
     Otherwise 10**35 + 1 rounds onto `maximum: 1e35` and passes, and an integer between
     a bound's double and its decimal is judged differently by pydantic and by JSON
-    Schema. (Doubles need no such care: none lies between a double and its decimal.)"""
+    Schema. (Doubles need no such care: none lies between a double and its decimal.)
+    With `text`, a string is read as a quantity ("2.5e12", "989T") and checked the same way."""
     lo_dec = None if lo is None else Decimal(repr(lo))
     hi_dec = None if hi is None else Decimal(repr(hi))
 
     def check(value: Any) -> Any:
+        if isinstance(value, str) and text:
+            try:
+                return quantities.real(value, lo, hi, open_lo=open_lo)
+            except quantities.QuantityError as e:
+                raise _refusal(e) from None
         if isinstance(value, int) and not isinstance(value, bool):
             if lo_dec is not None and (value <= lo_dec if open_lo else value < lo_dec):
                 raise ValueError(f"must be {'>' if open_lo else '>='} {lo!r}")
@@ -84,10 +130,13 @@ def _int_within(lo: float | None, hi: float | None, *, open_lo: bool = False) ->
     return BeforeValidator(check)
 
 
-def number(*, ge: float | None = None, gt: float | None = None, le: float) -> Any:
-    """A finite float in bounds, stated in the schema and enforced exactly."""
-    return Annotated[float, Field(ge=ge, gt=gt, le=le),
-                     _int_within(gt if gt is not None else ge, le, open_lo=gt is not None)]
+def number(*, ge: float | None = None, gt: float | None = None, le: float, text: bool = True) -> Any:
+    """A finite float in bounds, stated in the schema and enforced exactly; with `text`, also
+    a string such as "2.5e12" or "989T" (quantities.NUMBER)."""
+    checked = _int_within(gt if gt is not None else ge, le, open_lo=gt is not None, text=text)
+    if not text:
+        return Annotated[float, Field(ge=ge, gt=gt, le=le), checked]
+    return Annotated[float, Field(ge=ge, gt=gt, le=le), checked, _OrText(quantities.NUMBER)]
 
 
 def _float_bounds(hint: Any) -> tuple[float | None, float | None] | None:
@@ -98,6 +147,28 @@ def _float_bounds(hint: Any) -> tuple[float | None, float | None] | None:
             return (next((m.ge for m in meta if isinstance(m, Ge)), None),
                     next((m.le for m in meta if isinstance(m, Le)), None))
     return None
+
+
+def _or_text(name: str, hint: Any) -> Any:
+    """A bounded int or float hint (possibly Optional) that also takes text: a byte count for a
+    field named *bytes ("80GB"), a count for other ints ("4k"), a number for floats ("989T").
+    None for any other hint."""
+    optional = type(None) in typing.get_args(hint)
+    members = [a for a in typing.get_args(hint) if a is not type(None)] if optional else [hint]
+    if len(members) != 1 or typing.get_origin(members[0]) is not Annotated:
+        return None
+    member = members[0]
+    base, meta = typing.get_args(member)[0], member.__metadata__
+    lo = next((m.ge for m in meta if isinstance(m, Ge)), None)
+    hi = next((m.le for m in meta if isinstance(m, Le)), None)
+    if lo is None or hi is None or base not in (int, float):
+        return None
+    if base is int:
+        kind = quantities.BYTES if name.endswith("bytes") else quantities.COUNT
+        quantity = Annotated[member, _whole_text(kind, lo, hi), _OrText(kind)]
+    else:
+        quantity = Annotated[member, _int_within(lo, hi, text=True), _OrText(quantities.NUMBER)]
+    return Optional[quantity] if optional else quantity  # noqa: UP045
 
 
 def strict_input(cls: type, _done: dict[type, type] | None = None) -> type[Input]:
@@ -113,6 +184,8 @@ def strict_input(cls: type, _done: dict[type, type] | None = None) -> type[Input
         hint = hints[f.name]
         if dataclasses.is_dataclass(hint):
             hint = strict_input(hint, done)
+        elif (quantity := _or_text(f.name, hint)) is not None:
+            hint = quantity
         elif _mentions_int(hint):
             hint = Annotated[hint, BeforeValidator(_integral)]
         elif (bounds := _float_bounds(hint)) is not None:

@@ -9,8 +9,8 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
 
-from app.contract.fields import Input, count, number, tagged
-from app.contract.schemas import PresetName, TransformerConfigIn
+from app.contract.fields import Input, byte_count, count, number, tagged
+from app.contract.schemas import Preset, TransformerConfigIn
 
 Device = Literal["auto", "cuda", "cpu"]
 # float32 runs with TF32 off; "tfloat32" is float32 storage with TF32 tensor cores allowed.
@@ -69,13 +69,14 @@ class MatmulParams(ProbeParams):
 
 
 class BandwidthParams(ProbeParams):
-    size_bytes: count(MIB, 64 * 2**30) | None = Field(
+    size_bytes: byte_count(MIB, 64 * 2**30) | None = Field(
         None, description="Bytes per buffer (two buffers: source and destination). Default 1 GiB on "
         "CUDA, far larger than any L2; 64 MiB on CPU.")
 
 
 class TransferParams(ProbeParams):
-    sizes_bytes: Annotated[list[count(1024, 16 * 2**30)], Field(min_length=1, max_length=32)] | None = Field(
+    sizes_bytes: Annotated[list[byte_count(1024, 16 * 2**30)],  # type: ignore[valid-type]
+                           Field(min_length=1, max_length=32)] | None = Field(
         None, description="Default: 4 KiB to 1 GiB in steps of 4x on CUDA; 4 KiB to 16 MiB on CPU.")
 
 
@@ -100,7 +101,7 @@ def _train_model_kind(value: Any) -> str | None:
 
 _TRAIN_MODEL_HELP = ('{"kind": "cruncher", ...}, a preset name (GET /api/v1/models) or an inline '
                      "TransformerConfig")
-TrainModel = tagged({"cruncher": CruncherSpec, "preset": PresetName, "config": TransformerConfigIn},
+TrainModel = tagged({"cruncher": CruncherSpec, "preset": Preset, "config": TransformerConfigIn},
                     _train_model_kind, f"model must be {_TRAIN_MODEL_HELP}")
 
 

@@ -3,19 +3,48 @@
 Rules that span fields are the engine's, and fail as 422 naming a field.
 """
 
+from collections.abc import Callable
 from typing import Annotated, Any, Generic, Literal, TypeVar
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, BeforeValidator, Field
+from pydantic_core import PydanticCustomError
 
-from app.accounting import dtypes, hardware, models
+from app.accounting import dtypes, hardware, models, names
 from app.accounting.errors import InvalidInput
 from app.contract.fields import Input, count, strict_input, tagged
 
-DtypeName = Literal[dtypes.accepted_names()]  # type: ignore[valid-type]
-PeakDtype = Literal[tuple(n for n in dtypes.accepted_names()  # type: ignore[misc]
-                          if dtypes.peak_key(n) in dtypes.PEAK_KEYS)]
 PresetName = Literal[tuple(models.presets())]  # type: ignore[valid-type]
-GpuId = Literal[tuple(hardware.catalogue())]  # type: ignore[valid-type]
+"""The names alone (for listings); request fields take `Preset`, which refuses a near miss helpfully."""
+
+
+def _named(what: str, choices: tuple[str, ...], listing: str,
+           resolve: Callable[[str], str] | None = None) -> Any:
+    """A Literal of `choices` (the schema's enum) whose refusal says "did you mean ...?" for a
+    near miss, or points at `listing`, instead of listing every choice. `resolve` may first
+    map another spelling onto a choice, or refuse it with its own message."""
+    accepted = frozenset(choices)
+
+    def check(value: Any) -> Any:
+        if isinstance(value, str) and value in accepted:
+            return value
+        try:
+            if resolve is not None and isinstance(value, str):
+                return resolve(value)
+            message = names.unknown(what, value, choices, listing)
+        except InvalidInput as e:
+            message = e.message
+        raise PydanticCustomError("unknown_name", "{message}", {"message": message})
+
+    return Annotated[Literal[choices], BeforeValidator(check)]
+
+
+_PEAK_DTYPES = tuple(n for n in dtypes.accepted_names() if dtypes.peak_key(n) in dtypes.PEAK_KEYS)
+DtypeName = _named("dtype", dtypes.accepted_names(), dtypes.DTYPES_LISTING)
+PeakDtype = _named("dtype with a matmul peak", _PEAK_DTYPES, dtypes.DTYPES_LISTING)
+Preset = _named("preset", PresetName.__args__, models.MODELS_LISTING)  # type: ignore[attr-defined]
+GpuId = _named("gpu", tuple(hardware.catalogue()), hardware.HARDWARE_LISTING, hardware.resolve_id)
+"""A catalogue id; a family with one part (rtx) resolves to it, one with several (h100) is refused
+listing them, so the answer's echoed gpu always shows the full id."""
 
 
 TransformerConfigIn = strict_input(models.TransformerConfig)
@@ -34,13 +63,13 @@ def _model_kind(value: Any) -> str | None:
 
 _MODEL_HELP = "a preset name (see GET /api/v1/models) or an inline TransformerConfig"
 ModelSpec = Annotated[
-    tagged({"preset": PresetName, "config": TransformerConfigIn}, _model_kind,
+    tagged({"preset": Preset, "config": TransformerConfigIn}, _model_kind,
            f"model must be {_MODEL_HELP}"),
     Field(description=f"The model: {_MODEL_HELP}."),
 ]
 ModelOrParams = Annotated[
     # 10^14 keeps params x bytes-per-parameter below 2^53, where floats hold integers exactly.
-    tagged({"preset": PresetName, "config": TransformerConfigIn, "params": count(1, 10**14)}, _model_kind,
+    tagged({"preset": Preset, "config": TransformerConfigIn, "params": count(1, 10**14)}, _model_kind,
            f"model must be {_MODEL_HELP}, or a parameter count"),
     Field(description=f"The model: {_MODEL_HELP}, or a bare parameter count."),
 ]

@@ -7,7 +7,7 @@ from fastapi import APIRouter, Path, Response
 from app.accounting import dtypes, encode
 from app.accounting.errors import InvalidInput
 from app.api.errors import NOT_FOUND, REQUEST_ERRORS, NotFound
-from app.api.responses import respond
+from app.api.responses import answer, respond
 from app.api.services import dtypes as service
 from app.api.services.dtypes import EncodeRequest
 from app.contract.schemas import Page
@@ -23,10 +23,10 @@ async def list_dtypes() -> Response:
     return respond(Page(data=data, count=len(data)))
 
 
-@router.post("/encode", response_model=encode.Encoding, responses=REQUEST_ERRORS)
+@router.post("/encode", response_model=answer(encode.Encoding), responses=REQUEST_ERRORS)
 async def encode_value(body: EncodeRequest) -> Response:
     """Store a value in a format: rounded to nearest even, with its bits and errors."""
-    return respond(service.encode_value(body))
+    return respond(service.encode_value(body), body)
 
 
 @router.get("/{name}", response_model=dtypes.DtypeInfo, responses=NOT_FOUND)

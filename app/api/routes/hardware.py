@@ -5,6 +5,7 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Response
 
 from app.accounting import hardware
+from app.accounting.errors import InvalidInput
 from app.api.errors import NOT_FOUND, NotFound
 from app.api.responses import respond
 from app.contract.schemas import Page
@@ -21,8 +22,8 @@ async def list_hardware() -> Response:
 
 @router.get("/{gpu_id}", response_model=hardware.Accelerator, responses=NOT_FOUND)
 async def read_hardware(gpu_id: Annotated[str, Path(max_length=40)]) -> Response:
-    """One accelerator by id."""
+    """One accelerator by id; a family with one part (rtx) answers with that part."""
     try:
-        return respond(hardware.catalogue()[gpu_id])
-    except KeyError:
-        raise NotFound("gpu_id", f"unknown gpu {gpu_id!r}") from None
+        return respond(hardware.gpu(gpu_id, field="gpu_id"))
+    except InvalidInput as e:
+        raise NotFound(e.field, e.message) from None

@@ -5,6 +5,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Path, Response
 
 from app.accounting import hf_import, models
+from app.accounting.errors import InvalidInput
 from app.api.errors import NOT_FOUND, REQUEST_ERRORS, NotFound
 from app.api.responses import respond
 from app.contract.schemas import Page
@@ -42,6 +43,6 @@ async def import_model(
 async def read_model(name: Annotated[str, Path(max_length=60)]) -> Response:
     """One preset by name."""
     try:
-        return respond(models.summarize(models.presets()[name]))
-    except KeyError:
-        raise NotFound("name", f"unknown preset {name!r}") from None
+        return respond(models.summarize(models.find(name, field="name")))
+    except InvalidInput as e:
+        raise NotFound(e.field, e.message) from None

@@ -13,7 +13,7 @@ from app.contract.schemas import DtypeName
 ValueText = Annotated[str, StringConstraints(pattern=encode.VALUE_PATTERN, max_length=80)]
 # Any finite float64; beyond this a JSON number parses as inf and is refused. Integers
 # stay exact (no rounding to float64 on the way in), within the same written bound.
-FiniteNumber = number(ge=-sys.float_info.max, le=sys.float_info.max)
+FiniteNumber = number(ge=-sys.float_info.max, le=sys.float_info.max, text=False)  # text: ValueText, exact
 _MAX_INT = int(Decimal(repr(sys.float_info.max)))
 ExactInteger = Annotated[int, Field(ge=-_MAX_INT, le=_MAX_INT)]
 

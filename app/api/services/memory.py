@@ -23,8 +23,9 @@ class TrainingMemoryRequest(Input):
     seq_len: count(1, 10_000_000) | None = Field(
         None, description="Tokens per sequence; null means the model's max_seq_len.")
     recompute: activations.Recompute = Field(
-        "none", description="selective recomputes the attention core (as FlashAttention does); "
-                            "full keeps only each layer's input.")
+        "selective", description="selective (the default: what FlashAttention-era training does, "
+                                 "Korthikanti et al. 2022) recomputes the attention core; none keeps "
+                                 "every activation; full keeps only each layer's input.")
     zero_stage: count(0, 3) = 0
     data_parallel: Ranks = 1
     tensor_parallel: count(1, 1024) = 1

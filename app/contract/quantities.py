@@ -1,0 +1,114 @@
+"""Numbers as people write them: "70B" parameters, "15T" tokens, "4k" tokens, "80GB" of memory.
+
+The one place such text is read. Counts take the short scale: k or K 10^3, M 10^6, B or G
+10^9, T 10^12. Bytes take SI units (kB, MB, GB, TB, PB: powers of 10^3) and IEC units (KiB,
+MiB, GiB, TiB, PiB: powers of 2^10); a bare scale on a byte count ("80B", "80G") is refused as
+ambiguous. Plain decimal text ("2.5e12") is a number everywhere.
+
+Text is matched with `re.search` against the pattern the OpenAPI schema states, as a JSON
+Schema validator in Python does, so a fuzzer's schema-valid string is this parser's too.
+Values stay exact (Decimal) until they are checked against the field's bounds.
+"""
+
+import re
+from dataclasses import dataclass
+from decimal import Decimal, localcontext
+
+# Digits, an optional fraction and exponent: ASCII only ([0-9], not \d), as ECMA regexes read it.
+_NUMBER = r"(-?[0-9]+(?:\.[0-9]+)?(?:[eE][+-]?[0-9]{1,3})?)"
+MAX_CHARS = 40
+SHORT_SCALE = {"": 1, "k": 10**3, "K": 10**3, "M": 10**6, "B": 10**9, "G": 10**9, "T": 10**12}
+BYTE_UNITS = {"": 1, "kB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12, "PB": 10**15,
+              "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40, "PiB": 2**50}
+# What a bare scale on a byte count could have meant: SI, or IEC.
+_BYTE_READINGS = {"k": ("kB", "KiB"), "K": ("kB", "KiB"), "KB": ("kB", "KiB"), "M": ("MB", "MiB"),
+                  "B": ("GB", "GiB"), "G": ("GB", "GiB"), "T": ("TB", "TiB"), "P": ("PB", "PiB")}
+
+
+class QuantityError(ValueError):
+    """Text that is no quantity (`rule` false), or one the field's bounds or integrality
+    refuse (`rule` true: a rule the schema's pattern cannot state)."""
+
+    def __init__(self, message: str, *, rule: bool) -> None:
+        super().__init__(message)
+        self.message, self.rule = message, rule
+
+
+@dataclass(frozen=True)
+class Kind:
+    units: dict[str, int]
+    pattern: str
+    description: str
+
+
+def _kind(units: dict[str, int], description: str) -> Kind:
+    names = "|".join(sorted((re.escape(u) for u in units if u), key=len, reverse=True))
+    # Numbered groups only: JSON Schema patterns are ECMA regexes, which write names differently.
+    return Kind(units, rf"^{_NUMBER} ?({names})?$", description)
+
+
+COUNT = _kind(SHORT_SCALE, 'Text with a short-scale suffix: "70B", "15T", "4k", "1.5M", or "2.5e12" '
+                           "(k/K 10^3, M 10^6, B/G 10^9, T 10^12).")
+NUMBER = _kind(SHORT_SCALE, 'Text: "2.5e12", or with a short-scale suffix, "989T" (k/K 10^3, M 10^6, '
+                            "B/G 10^9, T 10^12).")
+BYTES = _kind(BYTE_UNITS, 'Text with a byte unit: "80GB", "80 GiB", "512MiB", "4kB" (kB/MB/GB/TB/PB are '
+                          "powers of 10^3, KiB/MiB/GiB/TiB/PiB of 2^10), or plain bytes, \"8e10\".")
+
+
+def schema(kind: Kind) -> dict:
+    """The string member of a quantity field's OpenAPI schema."""
+    return {"type": "string", "pattern": kind.pattern, "maxLength": MAX_CHARS,
+            "description": kind.description}
+
+
+def _ambiguous(text: str) -> str | None:
+    match = re.fullmatch(rf"{_NUMBER} ?([kKMBGTP]B?)", text.strip())
+    if match is None or match[2] not in _BYTE_READINGS:
+        return None
+    si, iec = _BYTE_READINGS[match[2]]
+    number = match[1]
+    return (f"{text.strip()!r} is ambiguous for bytes: write {number}{si} ({si}: powers of 10^3) or "
+            f"{number}{iec} ({iec}: powers of 2^10)")
+
+
+def read(text: str, kind: Kind) -> Decimal:
+    """The exact value of `text`, or QuantityError (not `rule`) naming the forms it takes."""
+    match = re.search(kind.pattern, text) if len(text) <= MAX_CHARS else None
+    if match is None:
+        if kind is BYTES and (why := _ambiguous(text)) is not None:
+            raise QuantityError(why, rule=False)
+        raise QuantityError(f"{text[:MAX_CHARS]!r} is not a number; write e.g. "
+                            f"{'80GB or 80GiB' if kind is BYTES else '70B, 4k or 2.5e12'}", rule=False)
+    with localcontext(prec=120):  # exact: 40 digits times at most 2^50
+        return Decimal(match[1]) * kind.units[match[2] or ""]
+
+
+def _bounds_message(text: str, value: Decimal, lo: Decimal | None, hi: Decimal | None,
+                    open_lo: bool) -> str | None:
+    if lo is not None and (value <= lo if open_lo else value < lo):
+        return f"{text.strip()!r} is {value:.4g}; must be {'>' if open_lo else '>='} {lo}"
+    if hi is not None and value > hi:
+        return f"{text.strip()!r} is {value:.4g}; must be <= {hi}"
+    return None
+
+
+def whole(text: str, kind: Kind, lo: int | None, hi: int | None) -> int:
+    """An integer in [lo, hi] from text: refused when out of bounds or not whole."""
+    value = read(text, kind)
+    if value != value.to_integral_value():
+        raise QuantityError(f"{text.strip()!r} is {value.normalize():f}, not a whole number", rule=True)
+    why = _bounds_message(text, value, None if lo is None else Decimal(lo),
+                          None if hi is None else Decimal(hi), False)
+    if why:
+        raise QuantityError(why, rule=True)
+    return int(value)
+
+
+def real(text: str, lo: float | None, hi: float | None, *, open_lo: bool = False) -> float:
+    """A float from text, checked against the bounds as the schema writes them."""
+    value = read(text, NUMBER)
+    why = _bounds_message(text, value, None if lo is None else Decimal(repr(lo)),
+                          None if hi is None else Decimal(repr(hi)), open_lo)
+    if why:
+        raise QuantityError(why, rule=True)
+    return float(value)
