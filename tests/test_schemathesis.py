@@ -49,7 +49,8 @@ def schema_valid_input_fails_only_engine_rules(ctx, response, case):
     meta = case.meta
     if meta is None or not meta.generation.mode.is_positive or response.status_code != 422:
         return None
-    kinds = {item["type"] for item in response.json()["detail"]}
+    # "too_many_errors" counts the problems past the first 20, each of which is listed kind or not.
+    kinds = {item["type"] for item in response.json()["detail"]} - {"too_many_errors"}
     if kinds != {"invalid_input"}:
         raise AssertionError(f"schema-valid input refused by a per-field check: {response.text[:500]}")
     return None

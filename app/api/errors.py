@@ -110,10 +110,27 @@ def _response(items: list[dict], status: int = 422) -> JSONResponse:
     return JSONResponse(error_body(items), status_code=status)
 
 
+def _in_union(error: dict) -> bool:
+    loc = error.get("loc", ())
+    return bool(loc) and isinstance(loc[-1], str) and _is_union_member(loc[-1])
+
+
+def _read_as_quantity(errors: list[dict]) -> list[dict]:
+    """Where a union member read the text as a quantity and only its bounds refused it
+    (mfu: "0" is a number, below 1e-06), that is the answer; the other members' refusals
+    (mfu: Input should be 'measured') are noise."""
+    read = {tuple(e["loc"][:-1]) for e in errors if e.get("type") == "invalid_input" and _in_union(e)}
+    if not read:
+        return errors
+    return [e for e in errors if not (_in_union(e) and tuple(e["loc"][:-1]) in read
+                                      and e.get("type") != "invalid_input")]
+
+
 def validation_items(errors: list[dict], body: Any = None) -> list[dict]:
     """pydantic's errors (a request's, or a page form's validated by the same model) as items:
     the first MAX_PROBLEMS, and then one item counting the rest."""
-    items = [_item(e, body) for e in errors[:MAX_PROBLEMS]]
+    items = _read_as_quantity(errors)
+    items = [_item(e, body) for e in items[:MAX_PROBLEMS]]
     if len(errors) > MAX_PROBLEMS:
         more = len(errors) - MAX_PROBLEMS
         items.append({"loc": ["body"], "field": "body", "type": "too_many_errors",

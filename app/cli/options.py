@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import json
 import math
+import re
 import sys
 import textwrap
 from pathlib import Path
@@ -97,8 +98,14 @@ def kind(schema: dict, defs: dict) -> str:
     for key in ("anyOf", "oneOf"):
         if key in schema:
             members = [s for s in schema[key] if s.get("type") != "null"]
+            # Text a number field also takes ("70B", "80GB"): shown by two of its examples.
+            quantity = [s for s in members if s.get("type") == "string" and "pattern" in s]
+            members = [s for s in members if s not in quantity]
             text = " or ".join(kind(s, defs) for s in members)
-            return text + (" or null" if len(members) < len(schema[key]) else "")
+            if quantity:
+                shown = re.findall(r'"([^"]+)"', quantity[0].get("description", ""))[:2]
+                text = f"text like {' or '.join(shown)}, or {text}" if shown else f"text or {text}"
+            return text + (" or null" if len(members) + len(quantity) < len(schema[key]) else "")
     if "enum" in schema:
         return "one of " + ", ".join(str(v) for v in schema["enum"])
     if "const" in schema:

@@ -39,20 +39,23 @@ class Kind:
     units: dict[str, int]
     pattern: str
     description: str
+    hint: str
+    """Forms to suggest when text is no quantity."""
 
 
-def _kind(units: dict[str, int], description: str) -> Kind:
+def _kind(units: dict[str, int], description: str, hint: str) -> Kind:
     names = "|".join(sorted((re.escape(u) for u in units if u), key=len, reverse=True))
     # Numbered groups only: JSON Schema patterns are ECMA regexes, which write names differently.
-    return Kind(units, rf"^{_NUMBER} ?({names})?$", description)
+    return Kind(units, rf"^{_NUMBER} ?({names})?$", description, hint)
 
 
 COUNT = _kind(SHORT_SCALE, 'Text with a short-scale suffix: "70B", "15T", "4k", "1.5M", or "2.5e12" '
-                           "(k/K 10^3, M 10^6, B/G 10^9, T 10^12).")
+                           "(k/K 10^3, M 10^6, B/G 10^9, T 10^12).", "70B, 4k or 2.5e12")
 NUMBER = _kind(SHORT_SCALE, 'Text: "2.5e12", or with a short-scale suffix, "989T" (k/K 10^3, M 10^6, '
-                            "B/G 10^9, T 10^12).")
+                            "B/G 10^9, T 10^12).", "0.5, 2.5e12 or 989T")
 BYTES = _kind(BYTE_UNITS, 'Text with a byte unit: "80GB", "80 GiB", "512MiB", "4kB" (kB/MB/GB/TB/PB are '
-                          "powers of 10^3, KiB/MiB/GiB/TiB/PiB of 2^10), or plain bytes, \"8e10\".")
+                          "powers of 10^3, KiB/MiB/GiB/TiB/PiB of 2^10), or plain bytes, \"8e10\".",
+                "80GB or 80GiB")
 
 
 def schema(kind: Kind) -> dict:
@@ -77,8 +80,7 @@ def read(text: str, kind: Kind) -> Decimal:
     if match is None:
         if kind is BYTES and (why := _ambiguous(text)) is not None:
             raise QuantityError(why, rule=False)
-        raise QuantityError(f"{text[:MAX_CHARS]!r} is not a number; write e.g. "
-                            f"{'80GB or 80GiB' if kind is BYTES else '70B, 4k or 2.5e12'}", rule=False)
+        raise QuantityError(f"{text[:MAX_CHARS]!r} is not a number; write e.g. {kind.hint}", rule=False)
     with localcontext(prec=120):  # exact: 40 digits times at most 2^50
         return Decimal(match[1]) * kind.units[match[2] or ""]
 

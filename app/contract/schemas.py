@@ -3,6 +3,7 @@
 Rules that span fields are the engine's, and fail as 422 naming a field.
 """
 
+import re
 from collections.abc import Callable
 from typing import Annotated, Any, Generic, Literal, TypeVar
 
@@ -11,6 +12,7 @@ from pydantic_core import PydanticCustomError
 
 from app.accounting import dtypes, hardware, models, names
 from app.accounting.errors import InvalidInput
+from app.contract import quantities
 from app.contract.fields import Input, count, strict_input, tagged
 
 PresetName = Literal[tuple(models.presets())]  # type: ignore[valid-type]
@@ -52,8 +54,8 @@ GpuOverridesIn = strict_input(hardware.GpuOverrides)
 
 
 def _model_kind(value: Any) -> str | None:
-    if isinstance(value, str):
-        return "preset"
+    if isinstance(value, str):  # "7B" is a parameter count where one is taken; no preset reads as one
+        return "params" if re.search(quantities.COUNT.pattern, value) else "preset"
     if isinstance(value, (dict, TransformerConfigIn)):
         return "config"
     if isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -61,9 +63,14 @@ def _model_kind(value: Any) -> str | None:
     return None
 
 
+def _spec_kind(value: Any) -> str | None:
+    """Where no parameter count is taken, any string is a preset name (refused as one)."""
+    return "preset" if isinstance(value, str) else _model_kind(value)
+
+
 _MODEL_HELP = "a preset name (see GET /api/v1/models) or an inline TransformerConfig"
 ModelSpec = Annotated[
-    tagged({"preset": Preset, "config": TransformerConfigIn}, _model_kind,
+    tagged({"preset": Preset, "config": TransformerConfigIn}, _spec_kind,
            f"model must be {_MODEL_HELP}"),
     Field(description=f"The model: {_MODEL_HELP}."),
 ]

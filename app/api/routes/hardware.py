@@ -7,10 +7,12 @@ from fastapi import APIRouter, Path, Response
 from app.accounting import hardware
 from app.accounting.errors import InvalidInput
 from app.api.errors import NOT_FOUND, NotFound
+from app.api.openapi import examples
 from app.api.responses import respond
 from app.contract.schemas import Page
 
 router = APIRouter(prefix="/hardware", tags=["hardware"])
+GpuIdParam = Annotated[str, Path(max_length=40, openapi_examples=examples(h100_sxm="h100-sxm"))]
 
 
 @router.get("", response_model=Page[hardware.Accelerator])
@@ -21,7 +23,7 @@ async def list_hardware() -> Response:
 
 
 @router.get("/{gpu_id}", response_model=hardware.Accelerator, responses=NOT_FOUND)
-async def read_hardware(gpu_id: Annotated[str, Path(max_length=40)]) -> Response:
+async def read_hardware(gpu_id: GpuIdParam) -> Response:
     """One accelerator by id; a family with one part (rtx) answers with that part."""
     try:
         return respond(hardware.gpu(gpu_id, field="gpu_id"))

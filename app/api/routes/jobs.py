@@ -3,11 +3,12 @@
 import asyncio
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi import APIRouter, Body, Depends, Query, Request, Response
 from fastapi.sse import EventSourceResponse, ServerSentEvent
 from pydantic import Field
 
 from app.api.errors import AUTH, CONFLICT, NOT_FOUND, QUEUE_FULL, REQUEST_ERRORS, UNAVAILABLE
+from app.api.openapi import examples
 from app.api.responses import respond
 from app.api.services import jobs as service
 from app.api.services.jobs import JobOut, JobPage, JobRequest, Status
@@ -19,6 +20,14 @@ from app.jobs.job import Job
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 
 JobId = Annotated[int, Field(ge=1, le=2**63 - 1)]
+# The README's jobs: a quick custom matmul sweep; GPT-2 training steps under bf16 autocast.
+JOBS = examples(
+    a_small_matmul_sweep={"probe": "matmul", "params": {
+        "sweep": "custom", "shapes": [{"m": 256, "k": 256, "n": 256}], "dtypes": ["float32", "bfloat16"]}},
+    gpt2_training_steps={"probe": "train_step", "params": {
+        "model": "gpt2", "batch_size": 8, "seq_len": 1024, "optimizer": "adamw",
+        "precision": "bf16_autocast"}, "timeout_s": 900})
+JobBody = Annotated[JobRequest, Body(openapi_examples=JOBS)]  # type: ignore[valid-type]
 
 
 def _existing(job_id: JobId, jobs: StoreDep) -> Job:
@@ -28,7 +37,7 @@ def _existing(job_id: JobId, jobs: StoreDep) -> Job:
 
 @router.post("", status_code=202, response_model=JobOut,
              responses=REQUEST_ERRORS | AUTH | QUEUE_FULL | UNAVAILABLE)
-def submit(body: JobRequest, request: Request, jobs: StoreDep, settings: SettingsDep,  # type: ignore[valid-type]
+def submit(body: JobBody, request: Request, jobs: StoreDep, settings: SettingsDep,  # type: ignore[valid-type]
            authorized: Authorized) -> Response:
     """Queue a probe. 202 with the job; follow it at /jobs/{id} or /jobs/{id}/events."""
     job = service.submit(body, jobs=jobs, settings=settings)

@@ -7,6 +7,7 @@ from fastapi import APIRouter, Body, Path, Response
 from app.accounting import hf_import, models
 from app.accounting.errors import InvalidInput
 from app.api.errors import NOT_FOUND, REQUEST_ERRORS, NotFound
+from app.api.openapi import examples
 from app.api.responses import respond
 from app.contract.schemas import Page
 
@@ -14,11 +15,11 @@ from app.contract.schemas import Page
 # methods of the route the path names.
 router = APIRouter(prefix="/models", tags=["models"])
 
-_LLAMA_EXAMPLE = {
-    "model_type": "llama", "hidden_size": 4096, "intermediate_size": 11008,
-    "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 32,
-    "vocab_size": 32000, "max_position_embeddings": 4096, "tie_word_embeddings": False,
-}
+# LLaMA-2-7B's config.json (the keys that matter).
+IMPORT = examples(llama2_7b_config={
+    "model_type": "llama", "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
+    "num_attention_heads": 32, "vocab_size": 32000, "max_position_embeddings": 4096})
+PresetParam = Annotated[str, Path(max_length=60, openapi_examples=examples(gpt2="gpt2"))]
 
 
 @router.get("", response_model=Page[models.PresetSummary])
@@ -33,14 +34,14 @@ async def import_model(
     config: Annotated[dict[str, Any], Body(
         description="A Hugging Face config.json (model_type llama, mistral, qwen2, gpt2 or "
                     "gpt_neox). Nothing is fetched; unknown keys are ignored.",
-        examples=[_LLAMA_EXAMPLE])],
+        openapi_examples=IMPORT)],
 ) -> Response:
     """Read a Hugging Face config.json into a TransformerConfig, with its parameters."""
     return respond(hf_import.import_config(config))
 
 
 @router.get("/{name}", response_model=models.PresetSummary, responses=NOT_FOUND)
-async def read_model(name: Annotated[str, Path(max_length=60)]) -> Response:
+async def read_model(name: PresetParam) -> Response:
     """One preset by name."""
     try:
         return respond(models.summarize(models.find(name, field="name")))

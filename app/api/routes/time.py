@@ -1,10 +1,13 @@
 """Training time and MFU."""
 
-from fastapi import APIRouter, Response
+from typing import Annotated
+
+from fastapi import APIRouter, Body, Response
 from starlette.concurrency import run_in_threadpool
 
 from app.accounting import timing
 from app.api.errors import REQUEST_ERRORS
+from app.api.openapi import examples
 from app.api.responses import answer, respond
 from app.api.services import time as service
 from app.api.services.time import MfuRequest, TrainingTimeRequest
@@ -12,9 +15,18 @@ from app.deps import StoreDep
 
 router = APIRouter(prefix="/time", tags=["time"])
 
+# LLaMA-3-70B's pre-training (15T tokens) on 1024 H100s; an MFU from a measured step.
+TRAINING = examples(
+    llama3_70b_on_1024_h100s={"params": 70e9, "tokens": 15e12, "gpu": "h100-sxm", "dtype": "bf16",
+                              "num_gpus": 1024, "mfu": 0.5, "price_per_gpu_hour": 2.5},
+    the_same_in_human_units={"params": "70B", "tokens": "15T", "gpu": "h100-sxm", "num_gpus": "1k"})
+MFU = examples(a_step_on_8_h100s={"flops": 3.9e17, "seconds": 1.2, "gpu": "h100-sxm", "dtype": "bf16",
+                                  "num_gpus": 8})
+TrainingBody = Annotated[TrainingTimeRequest, Body(openapi_examples=TRAINING)]
+
 
 @router.post("/training", response_model=answer(timing.TrainingTime), responses=REQUEST_ERRORS)
-async def training_time(body: TrainingTimeRequest, jobs: StoreDep) -> Response:
+async def training_time(body: TrainingBody, jobs: StoreDep) -> Response:
     """Days, GPU-hours and cost of a run at a given MFU."""
     if service.reads_store(body):  # a database read: off the event loop
         return respond(await run_in_threadpool(service.training, body, store=jobs), body)
@@ -22,6 +34,6 @@ async def training_time(body: TrainingTimeRequest, jobs: StoreDep) -> Response:
 
 
 @router.post("/mfu", response_model=answer(timing.Utilization), responses=REQUEST_ERRORS)
-async def model_flops_utilization(body: MfuRequest) -> Response:
+async def model_flops_utilization(body: Annotated[MfuRequest, Body(openapi_examples=MFU)]) -> Response:
     """Achieved FLOP/s over the dense peak."""
     return respond(service.mfu(body), body)
