@@ -36,21 +36,45 @@
     return getComputedStyle(document.documentElement).getPropertyValue(name).trim();
   }
 
+  // Tick values for a log axis: 1-2-5 in each decade where the axis has room for them, else
+  // powers of ten, else every few decades; never two labels closer than `gap` pixels.
+  function logTicks(scale, gap) {
+    const lo = scale.min, hi = scale.max;
+    const length = scale.isHorizontal() ? scale.width : scale.height;
+    const perDecade = length / Math.max(Math.log10(hi / lo), 1e-9);
+    const steps = perDecade * Math.log10(2) >= gap ? [1, 2, 5] : [1];
+    const every = steps.length > 1 ? 1 : Math.max(1, Math.ceil(gap / perDecade));
+    const out = [];
+    for (let e = Math.floor(Math.log10(lo)); e <= Math.ceil(Math.log10(hi)); e += 1) {
+      if (every > 1 && e % every !== 0) continue;
+      steps.forEach((m) => {
+        const v = Number((m * 10 ** e).toPrecision(1));
+        if (v >= lo * (1 - 1e-9) && v <= hi * (1 + 1e-9)) out.push({ value: v });
+      });
+    }
+    scale.ticks = out;
+  }
+
+  // Days against GPUs over a range the server centred on this run (1/16 to 16 times its GPUs).
   function drawDaysVsGpus(canvas, spec) {
+    const xs = spec.points.map((p) => p.x), ys = spec.points.map((p) => p.y);
+    const tick = { color: color("--muted"), autoSkip: true, maxRotation: 0, callback: (v) => window.Tally.sig(v, 1) };
     return new Chart(canvas, {
       type: "line",
       data: {
         datasets: [
-          { label: "days", data: spec.points, borderColor: color("--accent"), pointRadius: 3 },
-          { label: "this run", data: [spec.current], type: "scatter", pointRadius: 6,
-            backgroundColor: color("--warn") || "#d4a72c" },
+          { label: "days", data: spec.points, borderColor: color("--accent"), pointRadius: 3, order: 1 },
+          { label: spec.current.label || "this run", data: [spec.current], type: "scatter", pointRadius: 7,
+            backgroundColor: color("--warn") || "#d4a72c", order: 0 },
         ],
       },
       options: {
         animation: false, maintainAspectRatio: false, parsing: false,
         scales: {
-          x: { type: "logarithmic", title: { display: true, text: "GPUs" }, ticks: { color: color("--muted") } },
-          y: { type: "logarithmic", title: { display: true, text: "days" }, ticks: { color: color("--muted") } },
+          x: { type: "logarithmic", min: Math.min(...xs), max: Math.max(...xs), title: { display: true, text: "GPUs" },
+               afterBuildTicks: (scale) => logTicks(scale, 70), ticks: tick },
+          y: { type: "logarithmic", min: Math.min(...ys), max: Math.max(...ys), title: { display: true, text: "days" },
+               afterBuildTicks: (scale) => logTicks(scale, 24), ticks: tick },
         },
         plugins: { legend: { labels: { color: color("--fg") } } },
       },
@@ -62,22 +86,26 @@
     weight_copies: "#1b7c83", activations: "#2da44e", transient: "#9198a1",
   };
 
+  // Stacked GB per GPU by kind, one bar per ZeRO stage (or data-parallel ranks, or sequence
+  // length: spec.x says which), and the GPU's capacity as a dashed line drawn over the bars.
   function drawMemoryStack(canvas, spec) {
     const labels = spec.bars.map((b) => b.label);
     const datasets = spec.kinds.map((kind) => ({
       label: kind.replace("_", " "), data: spec.bars.map((b) => b[kind]), backgroundColor: KIND_COLORS[kind],
-      stack: "memory",
+      stack: "memory", order: 1,
     }));
     if (spec.capacity_gb !== null) {
+      // order 0: Chart.js draws higher orders first, so the line lands on top of taller bars.
       datasets.push({ type: "line", label: spec.gpu + " memory", data: labels.map(() => spec.capacity_gb),
-                      borderColor: color("--bad") || "#cf222e", borderDash: [6, 4], pointRadius: 0 });
+                      borderColor: color("--bad") || "#cf222e", borderDash: [6, 4], pointRadius: 0,
+                      borderWidth: 2, stack: "capacity", order: 0 });
     }
     return new Chart(canvas, {
       type: "bar", data: { labels, datasets },
       options: {
         animation: false, maintainAspectRatio: false,
         scales: {
-          x: { stacked: true, ticks: { color: color("--muted") } },
+          x: { stacked: true, title: { display: Boolean(spec.x), text: spec.x || "" }, ticks: { color: color("--muted") } },
           y: { stacked: true, title: { display: true, text: "GB per GPU" }, ticks: { color: color("--muted") } },
         },
         plugins: { legend: { labels: { color: color("--fg") } } },
@@ -242,6 +270,12 @@
     if (field && !field.value && kept) field.value = kept;
   }
   document.addEventListener("DOMContentLoaded", rememberToken);
+  // A token field that arrives in a swapped result (the time page's probe button) is filled too.
+  document.addEventListener("htmx:afterSettle", () => {
+    let kept = null;
+    try { kept = localStorage.getItem(TOKEN_KEY); } catch (e) { kept = null; }
+    document.querySelectorAll("input[data-remembered-token]").forEach((f) => { if (!f.value && kept) f.value = kept; });
+  });
   document.addEventListener("htmx:configRequest", (e) => {
     const token = e.detail.parameters && e.detail.parameters.token;
     if (token) {

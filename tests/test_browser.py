@@ -134,7 +134,7 @@ def test_memory_page_stacks_each_zero_stage_against_the_gpu(watched, base_url):
     page = watched.page
     page.goto(base_url + "/memory?gpu=h100-sxm&data_parallel=8&precision=fp32&optimizer=adam&zero_stage=3",
               wait_until="networkidle")
-    expect(page.get_by_test_id("max-params")).to_have_text("4e+10")
+    expect(page.get_by_test_id("max-params")).to_have_text("40.0 B")  # 8 x 80e9 bytes / 16 bytes
     wait_for_charts(page, "#result canvas", 1)
     chart = page.evaluate("(() => { const c = Chart.getChart(document.querySelector('#result canvas'));"
                           " return {labels: c.data.labels, sets: c.data.datasets.length}; })()")
@@ -151,7 +151,7 @@ def test_flops_page_sets_the_exact_count_beside_6nd(watched, base_url):
     """Independent check: 6 x params x tokens from the page's own parameter count."""
     page = watched.page
     page.goto(base_url + "/flops?model=gpt2&batch_size=8&seq_len=1024", wait_until="networkidle")
-    expect(page.get_by_test_id("six-n-d")).to_have_text(f"{6 * 124_439_808 * 8 * 1024:.4g}")
+    expect(page.get_by_test_id("six-n-d")).to_have_text("6.12 × 10¹²")  # 6 x 124,439,808 x 8,192
     before = page.get_by_test_id("step-flops").inner_text()
     page.select_option("#causal", "halved")
     expect(page.get_by_test_id("step-flops")).not_to_have_text(before)

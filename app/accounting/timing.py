@@ -23,7 +23,7 @@ class TrainingTime:
     num_gpus: int
     mfu: float
     mfu_source: str
-    """"given", or which measurement on this server it came from."""
+    """"given", "default" (the request left mfu out), or which measurement on this server it came from."""
     achieved_flop_per_sec: float
     """peak x num_gpus x mfu: the whole cluster's sustained rate."""
     seconds: float
@@ -31,7 +31,9 @@ class TrainingTime:
     days: float
     gpu_hours: float
     cost: float | None
-    """gpu_hours x price_per_gpu_hour; null when no price is given."""
+    """gpu_hours x price_per_gpu_hour, in `currency`; null when no price is given."""
+    currency: str
+    """ISO 4217 code of the price and the cost, as given (never converted)."""
 
     __pydantic_config__ = RECORD
 
@@ -43,7 +45,7 @@ def training_flops(params: float, tokens: float) -> float:
 
 def training_time(
     *, flops: float, flops_source: str, peak_flop_per_sec: float, num_gpus: int, mfu: float,
-    mfu_source: str = "given", price_per_gpu_hour: float | None = None,
+    mfu_source: str = "given", price_per_gpu_hour: float | None = None, currency: str = "USD",
 ) -> TrainingTime:
     achieved = peak_flop_per_sec * num_gpus * mfu
     seconds = flops / achieved
@@ -52,7 +54,7 @@ def training_time(
         flops=flops, flops_source=flops_source, peak_flop_per_sec_per_gpu=peak_flop_per_sec,
         num_gpus=num_gpus, mfu=mfu, mfu_source=mfu_source, achieved_flop_per_sec=achieved, seconds=seconds,
         hours=seconds / SECONDS_PER_HOUR, days=seconds / SECONDS_PER_DAY, gpu_hours=gpu_hours,
-        cost=None if price_per_gpu_hour is None else gpu_hours * price_per_gpu_hour,
+        cost=None if price_per_gpu_hour is None else gpu_hours * price_per_gpu_hour, currency=currency,
     )
 
 

@@ -12,10 +12,12 @@ from annotated_types import Ge, Le
 from pydantic import BaseModel
 
 from app.accounting import dtypes as formats
+from app.accounting.errors import InvalidInput
 from app.api.responses import jsonable
 from app.api.services import dtypes, flops, memory, tensors, time
+from app.contract.schemas import engine_model
 from app.jobs.store import Store
-from app.web import forms
+from app.web import forms, numbers
 
 Compute = Callable[[Any, Store], Any]
 """(validated request, job store) -> the engine's result; only a measured MFU reads the store."""
@@ -25,14 +27,41 @@ Compute = Callable[[Any, Store], Any]
 class Input:
     name: str
     label: str
-    default: str
+    default: str | None = None
+    """None: the request model's own default (the one source: a page never opens on a value
+    the API would not use). Given only where the model has none: a required field's example
+    (params, m), or an optional field's (stride, gpu), which the API computes without."""
     hint: str = ""
     choices: tuple[str, ...] = ()
-    """Filled from the request model's type: its Literal values, true/false, or a small int range."""
+    """Filled from the request model's type: its Literal values, true/false, or a small int range;
+    led by "" (none) where the field is optional."""
     is_list: bool = False
     """Comma-separated integers, sent as a JSON list."""
     typed: bool = False
     """A text box even where the type lists values beside a number (mfu: 0.5 or "measured")."""
+    text: bool = False
+    """Sent as a JSON string, never as a number: the model reads a string exactly (value: "0.1")."""
+
+
+def _text(value: Any) -> str:
+    """A model default as a form field holds it."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list | tuple):
+        return ", ".join(_text(v) for v in value)
+    return str(value)
+
+
+def _with_default(model: type[BaseModel], field: Input) -> Input:
+    info = model.model_fields[field.name]
+    own = None if info.is_required() else info.default
+    if own is not None:
+        if field.default is not None:
+            raise ValueError(f"{model.__name__}.{field.name} has a default ({own!r}): the page takes it")
+        return replace(field, default=_text(own))
+    if field.default is None and info.is_required():
+        raise ValueError(f"{model.__name__}.{field.name} is required: give the page an example")
+    return field if field.default is not None else replace(field, default="")
 
 
 def _members(hint: Any) -> list[Any]:
@@ -82,9 +111,20 @@ class Calculator:
     charts: Charts | None = None
 
     def __post_init__(self) -> None:
-        filled = tuple(i if i.choices or i.typed else replace(i, choices=choices(self.request, i.name))
-                       for i in self.inputs)
-        object.__setattr__(self, "inputs", filled)
+        filled = []
+        for i in self.inputs:
+            i = _with_default(self.request, i)
+            if not (i.choices or i.typed):
+                listed = choices(self.request, i.name)
+                optional = listed and self.request.model_fields[i.name].default is None \
+                    and not self.request.model_fields[i.name].is_required()
+                i = replace(i, choices=("", *listed) if optional else listed)
+            filled.append(i)
+        object.__setattr__(self, "inputs", tuple(filled))
+
+    @property
+    def names(self) -> set[str]:
+        return {i.name for i in self.inputs}
 
     def form(self, query: dict[str, str], *, defaults: bool) -> dict[str, str]:
         given = {i.name: query[i.name] for i in self.inputs if i.name in query}
@@ -93,11 +133,16 @@ class Calculator:
     def compute(self, jobs: Store, form: dict[str, str]) -> dict[str, Any]:
         """The fragment's context. Blocking (a measured MFU reads the database): run it off the loop."""
         payload = forms.body(form, [i.name for i in self.inputs],
-                             lists={i.name for i in self.inputs if i.is_list})
+                             lists={i.name for i in self.inputs if i.is_list},
+                             texts={i.name for i in self.inputs if i.text})
         outcome, refused = forms.run(self.request, payload,
                                      lambda body: (body, self.compute_with(body, jobs)))
         if refused is not None:
-            return {"errors": forms.field_errors(refused), "message": refused["message"]}
+            # Messages for fields this page has no input for (a refusal never leaves a blank result).
+            unplaced = [f"{i['field']}: {i['msg']}" for i in refused["detail"]
+                        if i["field"].split(".")[0] not in self.names]
+            return {"errors": forms.field_errors(refused), "message": refused["message"],
+                    "unplaced": unplaced, "launch": refused.get("launch")}
         body, result = outcome
         answer = jsonable(result)
         charts = self.charts(body, answer, jobs) if self.charts else {}
@@ -114,34 +159,78 @@ def _answer(model: type[BaseModel], payload: dict, service: Callable[[Any], Any]
     return refused if refused is not None else jsonable(result)
 
 
-GPU_SWEEP = (8, 64, 256, 1024, 4096, 16384)
+def _powers_of_two(centre: int, span: int, lo: int, hi: int) -> list[int]:
+    """Powers of 2 from centre/span to centre*span, within [lo, hi], and centre itself."""
+    first, last = max(lo, centre // span), min(hi, centre * span)
+    points, p = {centre}, 1
+    while p <= last:
+        if p >= first:
+            points.add(p)
+        p *= 2
+    return sorted(points)
 
 
 def _time_charts(body: time.TrainingTimeRequest, answer: dict, jobs: Store) -> dict:
-    points = [{"x": gpus, "y": time.training(body.model_copy(update={"num_gpus": gpus}), store=jobs).days}
-              for gpus in GPU_SWEEP]
+    """Days against the number of GPUs, 1/16 to 16 times this run's (a range centred on it,
+    in powers of 2), at this MFU; the run itself is marked."""
+    gpus = _powers_of_two(body.num_gpus, 16, 1, 10_000_000)
+    points = [{"x": g, "y": time.training(body.model_copy(update={"num_gpus": g}), store=jobs).days}
+              for g in gpus]
+    label = f"this run: {answer['num_gpus']:,} GPUs, {numbers.sig(answer['days'])} days"
     return {"days": {"type": "days_vs_gpus", "points": points,
-                     "current": {"x": answer["num_gpus"], "y": answer["days"]}}}
+                     "current": {"x": answer["num_gpus"], "y": answer["days"], "label": label}}}
 
 
 STACK = ("parameters", "gradients", "optimizer_state", "master_weights", "weight_copies", "activations",
          "transient")
 
 
+def _bar(label: str, body: memory.TrainingMemoryRequest) -> dict | None:
+    """Per-GPU GB by kind for one variant of the request; None where the engine refuses it
+    (tensor ranks that no longer divide, say)."""
+    try:
+        a = jsonable(memory.training(body))
+    except InvalidInput:
+        return None
+    return {"label": label, "total": a["total"] / 1e9, **{k: (a.get(k) or 0) / 1e9 for k in STACK}}
+
+
+def _sweep(body: memory.TrainingMemoryRequest, field: str, values: list[int], label: str) -> list[dict]:
+    bars = [_bar(label.format(v), body.model_copy(update={field: v})) for v in values]
+    return [b for b in bars if b is not None]
+
+
+def _flat(bars: list[dict]) -> bool:
+    return len({round(b["total"], 9) for b in bars}) <= 1
+
+
 def _memory_charts(body: memory.TrainingMemoryRequest, answer: dict, jobs: Store) -> dict:
-    """Per-GPU bytes under each ZeRO stage, stacked by kind, against the GPU's capacity;
-    and the largest model that fits on these GPUs."""
-    bars = []
-    for stage in range(4):
-        a = jsonable(memory.training(body.model_copy(update={"zero_stage": stage})))
-        bars.append({"label": f"ZeRO {stage}", **{k: (a.get(k) or 0) / 1e9 for k in STACK}})
+    """Per-GPU bytes, stacked by kind, against the GPU's capacity: under each ZeRO stage; or,
+    where ZeRO changes nothing (one data-parallel rank), against what does change them: the
+    number of data-parallel ranks at this ZeRO stage, else the sequence length. And the
+    largest model that fits on these GPUs."""
+    if body.seq_len is None and not isinstance(body.model, int):  # null: the model's own context
+        body = body.model_copy(update={"seq_len": engine_model(body.model).max_seq_len})
+    bars, x, why = _sweep(body, "zero_stage", [0, 1, 2, 3], "ZeRO {}"), "ZeRO stage", ""
+    if _flat(bars):
+        ranks = _sweep(body, "data_parallel", [2**i for i in range(11)], "{}")
+        seqs = _sweep(body, "seq_len", _powers_of_two(body.seq_len or 4096, 8, 1, 10_000_000), "{}")
+        if not _flat(ranks):
+            bars, x = ranks, "data-parallel ranks"
+            why = (f"With {body.data_parallel} data-parallel rank(s) every ZeRO stage holds the same bytes, "
+                   f"so this shows how ZeRO {body.zero_stage} shares them out as ranks are added.")
+        elif not _flat(seqs):
+            bars, x = seqs, "sequence length (tokens)"
+            why = (f"At ZeRO {body.zero_stage} with {body.data_parallel} data-parallel rank(s) neither the "
+                   "ZeRO stage nor more ranks change the bytes per GPU, so this shows what does: the "
+                   "sequence length (activations).")
     gpu = body.gpu or "h100-sxm"
     biggest = _answer(memory.MaxModelRequest, {
         "gpu": gpu, "num_gpus": body.num_gpus, "precision": body.precision, "optimizer": body.optimizer,
         "zero_stage": body.zero_stage}, memory.max_model)
     capacity = None if answer["gpu_memory_bytes"] is None else answer["gpu_memory_bytes"] / 1e9
     return {"stack": {"type": "memory_stack", "bars": bars, "kinds": list(STACK), "capacity_gb": capacity,
-                      "gpu": gpu}, "max_model": biggest}
+                      "gpu": gpu, "x": x, "why": why}, "max_model": biggest}
 
 
 PARTS = ("attention_qkv", "attention_scores", "attention_values", "attention_output", "mlp", "lm_head")
@@ -169,29 +258,32 @@ CALCULATORS = {c.slug: c for c in (
         tensors.LayoutRequest, _pure(tensors.layout),
         (Input("shape", "Shape", "3, 2", "comma-separated sizes", is_list=True),
          Input("stride", "Strides", "1, 3", "elements per step; empty for contiguous", is_list=True),
-         Input("storage_offset", "Storage offset", "0"),
+         Input("storage_offset", "Storage offset"),
          Input("index", "Element", "2, 1", "an index to locate in storage", is_list=True),
          Input("view_shape", "View as", "2, 3", "a shape for view(); one entry may be -1", is_list=True))),
     Calculator(
         "formats", "Number formats",
         "How a value is stored: sign, exponent and mantissa bits, the value it becomes, and whether it "
-        "underflows to zero or overflows. Try the course's 0.15625 (exact in every float) and 1e-8 (zero "
-        "in float16, kept by bfloat16).",
+        "underflows to zero or overflows. The course starts from 0.15625 in float32 (exact in every "
+        "float); try 1e-8 (zero in float16, kept by bfloat16).",
         dtypes.EncodeRequest, _pure(dtypes.encode_value),
-        (Input("value", "Value", "0.15625", "any decimal, e.g. 1e-8 or 65520"),
-         Input("dtype", "Format", "float16"))),
+        (Input("value", "Value", "0.15625", "a decimal, read exactly (e.g. 1e-8, 65520, 1e999), a hex "
+               "float (0x1.8p-3), inf or nan", text=True),
+         Input("dtype", "Format", "float32"))),
     Calculator(
         "time", "Training time",
         "Days, GPU-hours and cost of a run: 6 × parameters × tokens FLOPs at a share (MFU) of the "
-        "GPUs' dense peak. The course's example is filled in: 70B parameters on 15T tokens.",
+        "GPUs' dense peak. The course's example is filled in: 70B parameters on 15T tokens (on its "
+        "1,024 H100s, 144 days).",
         time.TrainingTimeRequest, lambda body, jobs: time.training(body, store=jobs),
         (Input("params", "Parameters", "70e9", "N, e.g. 70e9"),
          Input("tokens", "Training tokens", "15e12", "D, e.g. 15e12"),
          Input("gpu", "GPU", "h100-sxm"),
-         Input("dtype", "Precision", "bfloat16"),
-         Input("num_gpus", "GPUs", "1024"),
-         Input("mfu", "MFU", "0.5", '0 to 1, or "measured"', typed=True),
-         Input("price_per_gpu_hour", "Price per GPU-hour", "", "optional, for the cost")),
+         Input("dtype", "Precision"),
+         Input("num_gpus", "GPUs"),
+         Input("mfu", "MFU", hint='0 to 1, or "measured"', typed=True),
+         Input("price_per_gpu_hour", "Price per GPU-hour", hint="optional, for the cost"),
+         Input("currency", "Currency", hint="ISO 4217 code of the price: USD, EUR, ...")),
         _time_charts),
     Calculator(
         "memory", "Training memory",
@@ -199,16 +291,16 @@ CALCULATORS = {c.slug: c for c in (
         "under ZeRO, tensor and pipeline parallelism; and the largest model these GPUs hold.",
         memory.TrainingMemoryRequest, _pure(memory.training),
         (Input("model", "Model", "llama2-7b"),
-         Input("precision", "Precision", "bf16_mixed"),
-         Input("optimizer", "Optimizer", "adamw"),
-         Input("batch_size", "Micro-batch", "1", "sequences per data-parallel rank"),
-         Input("seq_len", "Sequence length", "4096"),
-         Input("recompute", "Recompute", "selective"),
-         Input("zero_stage", "ZeRO stage", "1"),
-         Input("data_parallel", "Data-parallel ranks", "8"),
-         Input("tensor_parallel", "Tensor-parallel ranks", "1"),
-         Input("pipeline_parallel", "Pipeline stages", "1"),
-         Input("gpu", "GPU", "h100-sxm")),
+         Input("precision", "Precision"),
+         Input("optimizer", "Optimizer"),
+         Input("batch_size", "Micro-batch", hint="sequences per data-parallel rank"),
+         Input("seq_len", "Sequence length", hint="tokens; empty for the model's context length"),
+         Input("recompute", "Recompute"),
+         Input("zero_stage", "ZeRO stage"),
+         Input("data_parallel", "Data-parallel ranks"),
+         Input("tensor_parallel", "Tensor-parallel ranks"),
+         Input("pipeline_parallel", "Pipeline stages"),
+         Input("gpu", "GPU", "h100-sxm", "checks the total against its memory")),
         _memory_charts),
     Calculator(
         "matmul", "Matmul FLOPs",
@@ -216,7 +308,7 @@ CALCULATORS = {c.slug: c for c in (
         "dtype, the bytes a kernel must move at least and the arithmetic intensity a roofline needs.",
         flops.MatmulRequest, _pure(flops.matmul),
         (Input("m", "m", "1024"), Input("k", "k", "256"), Input("n", "n", "64"),
-         Input("batch", "Batch", "1", "independent matmuls"),
+         Input("batch", "Batch", hint="independent matmuls"),
          Input("dtype", "dtype", "bfloat16"))),
     Calculator(
         "mlp", "Linear stack FLOPs",
@@ -225,7 +317,7 @@ CALCULATORS = {c.slug: c for c in (
         flops.MlpRequest, _pure(flops.mlp),
         (Input("batch", "Batch", "1024", "rows of x (tokens)"),
          Input("dims", "Widths", "256, 256, 64", "D0, D1, ..., Dn", is_list=True),
-         Input("input_requires_grad", "Input needs a gradient", "false")),
+         Input("input_requires_grad", "Input needs a gradient")),
         _mlp_charts),
     Calculator(
         "flops", "Transformer FLOPs",
@@ -233,9 +325,9 @@ CALCULATORS = {c.slug: c for c in (
         "by component, beside the 6 × N × D rule. One multiply-add is 2 FLOPs.",
         flops.TransformerRequest, _pure(flops.transformer),
         (Input("model", "Model", "gpt2"),
-         Input("batch_size", "Batch", "8", "sequences"),
-         Input("seq_len", "Sequence length", "1024"),
-         Input("causal", "Attention count", "full", "full: every score, as FlopCounterMode; halved: "
+         Input("batch_size", "Batch", hint="sequences"),
+         Input("seq_len", "Sequence length"),
+         Input("causal", "Attention count", hint="full: every score, as FlopCounterMode; halved: "
                "the causal triangle")),
         _flops_charts),
 )}

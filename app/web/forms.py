@@ -32,16 +32,19 @@ def number(text: str) -> int | float | str | bool:
     return int(value) if value.is_integer() and abs(value) < 2**63 else value
 
 
-def body(query: dict[str, str], fields: list[str], lists: set[str] = frozenset()) -> dict[str, Any]:
+def body(query: dict[str, str], fields: list[str], lists: set[str] = frozenset(),
+         texts: set[str] = frozenset()) -> dict[str, Any]:
     """The JSON body from the page's query: the named fields, numbers where they parse as
-    numbers (no field of ours takes a numeric-looking string), `lists` split on commas,
-    empty ones left out."""
+    numbers, `lists` split on commas, `texts` as strings (a field the model reads exactly
+    from a string: "0.1", "1e-400"), empty ones left out."""
     out: dict[str, Any] = {}
     for name in fields:
         value = query.get(name, "").strip().strip("()[]")
         if value in ABSENT:
             continue
-        if name in lists:
+        if name in texts:
+            out[name] = value
+        elif name in lists:
             out[name] = [number(v.strip()) for v in value.split(",") if v.strip()]
         else:
             out[name] = number(value)
@@ -63,17 +66,27 @@ def run(model: type[BaseModel] | Any, payload: Any, compute: Callable[[Any], Any
     try:
         return compute(body), None
     except InvalidInput as e:
-        return None, errors.error_body([errors.invalid_input_item(e)])
+        refused = errors.error_body([errors.invalid_input_item(e)])
+        # A refusal a job can lift (no measured MFU yet) carries the job, for a page's button.
+        return None, refused | ({"launch": e.launch} if getattr(e, "launch", None) else {})
     except HTTPException as e:
         return None, errors.http_error_body(e)
 
 
+_NUMBER_ERRORS = ("int_", "float_", "decimal_")
+
+
 def field_errors(answer: dict[str, Any]) -> dict[str, str]:
-    """A 4xx answer's messages by top-level field, for showing beside each input."""
+    """A 4xx answer's messages by top-level field, for showing beside each input. A field that
+    takes a number or a string and got a string shows the string's message, not the number's."""
     by_field: dict[str, str] = {}
     for item in answer.get("detail", []):
-        by_field.setdefault(item["field"].split(".")[0], item["msg"])
-    return by_field
+        name = item["field"].split(".")[0]
+        if name in by_field and isinstance(item.get("input"), str) \
+                and not item["type"].startswith(_NUMBER_ERRORS) and by_field[name][1]:
+            by_field[name] = (item["msg"], False)
+        by_field.setdefault(name, (item["msg"], item["type"].startswith(_NUMBER_ERRORS)))
+    return {name: msg for name, (msg, _) in by_field.items()}
 
 
 FORM_TYPE = "application/x-www-form-urlencoded"

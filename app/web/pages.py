@@ -12,7 +12,7 @@ from starlette.concurrency import run_in_threadpool
 from app import device
 from app.api.responses import jsonable
 from app.api.services import device as device_service
-from app.deps import StoreDep
+from app.deps import SettingsDep, StoreDep
 from app.web.calculators import CALCULATORS, Calculator
 from app.web.templating import templates
 
@@ -34,14 +34,16 @@ async def docs(request: Request) -> HTMLResponse:
 
 
 def _page(calc: Calculator):
-    async def page(request: Request, jobs: StoreDep) -> HTMLResponse:
+    async def page(request: Request, jobs: StoreDep, settings: SettingsDep) -> HTMLResponse:
         form = calc.form(dict(request.query_params), defaults=True)
-        context = {"calc": calc, "form": form, **await run_in_threadpool(calc.compute, jobs, form)}
+        context = {"calc": calc, "form": form, "token_needed": settings.api_token is not None,
+                   **await run_in_threadpool(calc.compute, jobs, form)}
         return templates.TemplateResponse(request, "calc.html", context)
 
-    async def fragment(request: Request, jobs: StoreDep) -> HTMLResponse:
+    async def fragment(request: Request, jobs: StoreDep, settings: SettingsDep) -> HTMLResponse:
         form = calc.form(dict(request.query_params), defaults=False)
-        context = {"calc": calc, **await run_in_threadpool(calc.compute, jobs, form)}
+        context = {"calc": calc, "token_needed": settings.api_token is not None,
+                   **await run_in_threadpool(calc.compute, jobs, form)}
         response = templates.TemplateResponse(request, f"partials/{calc.slug}.html", context)
         response.headers["HX-Replace-Url"] = f"/{calc.slug}?{request.query_params}"
         return response

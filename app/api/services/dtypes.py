@@ -4,13 +4,29 @@ import sys
 from decimal import Decimal
 from typing import Annotated
 
-from pydantic import Field, StringConstraints
+from pydantic import Field, StringConstraints, ValidationError, WrapValidator
+from pydantic_core import PydanticCustomError
 
 from app.accounting import encode
 from app.contract.fields import Input, number
 from app.contract.schemas import DtypeName
 
-ValueText = Annotated[str, StringConstraints(pattern=encode.VALUE_PATTERN, max_length=80)]
+
+def _readable(value: object, handler):  # noqa: ANN001  (pydantic's validator handler)
+    """The pattern's own message ("does not match the pattern") says what it is not; this says
+    what a value may be."""
+    try:
+        return handler(value)
+    except ValidationError as e:
+        if any(err["type"] == "string_pattern_mismatch" for err in e.errors()):
+            raise PydanticCustomError(
+                "value_text", "not a number: give a decimal (0.1, 1e-8, 65520), a C99 hex float "
+                              "(0x1.8p-3), inf, -inf or nan") from None
+        raise
+
+
+ValueText = Annotated[str, StringConstraints(pattern=encode.VALUE_PATTERN, max_length=80),
+                      WrapValidator(_readable)]
 # Any finite float64; beyond this a JSON number parses as inf and is refused. Integers
 # stay exact (no rounding to float64 on the way in), within the same written bound.
 FiniteNumber = number(ge=-sys.float_info.max, le=sys.float_info.max, text=False)  # text: ValueText, exact

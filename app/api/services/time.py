@@ -1,8 +1,8 @@
 """Training time and MFU."""
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import Field, StringConstraints
 
 from app import device
 from app.accounting import dtypes, hardware, timing
@@ -14,6 +14,8 @@ from app.jobs.store import Store
 
 Flops = number(gt=0, le=1e35)
 Gpus = count(1, 10_000_000)
+Currency = Annotated[str, StringConstraints(pattern=r"^[A-Z]{3}$")]
+DEFAULT_MFU = 0.5
 
 
 class TrainingTimeRequest(GpuInput):
@@ -25,11 +27,15 @@ class TrainingTimeRequest(GpuInput):
     dtype: PeakDtype = Field("bfloat16", description="Which dense peak to run at.")
     num_gpus: Gpus = 1
     mfu: number(ge=1e-6, le=1) | Literal["measured"] = Field(
-        0.5, description='Model FLOPs utilization: the fraction of the dense peak sustained. "measured": '
-                         "the latest train_step MFU measured on this server's device at this dtype "
-                         "(GET /api/v1/calibration).")
+        DEFAULT_MFU, description="Model FLOPs utilization: the fraction of the dense peak sustained "
+                                 '(answered with mfu_source "default" when left out). "measured": '
+                                 "the latest train_step MFU measured on this server's device at this dtype "
+                                 "(GET /api/v1/calibration).")
     price_per_gpu_hour: number(ge=0, le=1e6) | None = Field(
-        None, description="Currency per GPU-hour, for `cost`.")
+        None, description="Price of one GPU-hour in `currency`, for `cost`.")
+    currency: Currency = Field(
+        "USD", description="ISO 4217 code of the price and the cost (e.g. USD, EUR); echoed, never "
+                           "converted.")
 
 
 class MfuRequest(Input):
@@ -51,24 +57,43 @@ def reads_store(body: TrainingTimeRequest) -> bool:
 
 def training(body: TrainingTimeRequest, *, store: Store) -> timing.TrainingTime:
     """`store` is read only for a measured MFU."""
-    if body.flops is not None:
-        if body.params is not None or body.tokens is not None:
-            raise InvalidInput("flops", "give flops, or params and tokens, not both")
-        flops, source = body.flops, "given"
-    elif body.params is None or body.tokens is None:
-        raise InvalidInput("flops", "give flops, or both params and tokens")
-    else:
-        flops, source = timing.training_flops(body.params, body.tokens), "6*params*tokens"
+    flops, source = _flops(body)
     acc = body.accelerator()
-    mfu, mfu_source = measured_mfu(body, store) if body.mfu == "measured" else (body.mfu, "given")
+    if body.mfu == "measured":
+        mfu, mfu_source = measured_mfu(body, store)
+    else:  # "default": the request left mfu out, so 0.5 is ours, not the caller's
+        mfu, mfu_source = body.mfu, "given" if "mfu" in body.model_fields_set else "default"
     return timing.training_time(
         flops=flops, flops_source=source,
         peak_flop_per_sec=hardware.peak_flop_per_sec(acc, body.dtype), num_gpus=body.num_gpus,
-        mfu=mfu, mfu_source=mfu_source, price_per_gpu_hour=body.price_per_gpu_hour)
+        mfu=mfu, mfu_source=mfu_source, price_per_gpu_hour=body.price_per_gpu_hour, currency=body.currency)
+
+
+def _flops(body: TrainingTimeRequest) -> tuple[float, str]:
+    """(FLOPs, where they came from). A refusal names the field to fill in: params or tokens
+    when the other of the pair is given (a form that has no flops field can show it there)."""
+    if body.flops is not None:
+        if body.params is not None or body.tokens is not None:
+            raise InvalidInput("flops", "give flops, or params and tokens, not both")
+        return body.flops, "given"
+    if body.params is None:
+        raise InvalidInput("params", "give params (and tokens) for 6*params*tokens FLOPs, or give flops")
+    if body.tokens is None:
+        raise InvalidInput("tokens", "give tokens (and params) for 6*params*tokens FLOPs, or give flops")
+    return timing.training_flops(body.params, body.tokens), "6*params*tokens"
 
 
 # The train_step precision whose MFU stands for each peak dtype.
 _PRECISION = {"bfloat16": "bf16_autocast", "float32": "fp32"}
+
+
+class NotMeasured(InvalidInput):
+    """No train_step MFU measured yet; `launch` is the probe that would measure it, as the
+    dashboard's launch form takes it ({probe, precision})."""
+
+    def __init__(self, field: str, message: str, launch: dict[str, str]) -> None:
+        super().__init__(field, message)
+        self.launch = launch
 
 
 def measured_mfu(body: TrainingTimeRequest, store: Store) -> tuple[float, str]:
@@ -80,9 +105,11 @@ def measured_mfu(body: TrainingTimeRequest, store: Store) -> tuple[float, str]:
     here = device.describe()
     measured = calibration.calibration(store, here).train_step.get(precision)
     if measured is None or measured.mfu is None:
-        raise InvalidInput("mfu", f"no train_step with precision {precision} has measured MFU on this "
-                                  f"server's device ({here.name}) yet: POST /api/v1/jobs "
-                                  f'{{"probe": "train_step", "params": {{"precision": "{precision}"}}}}')
+        job = f'{{"probe": "train_step", "params": {{"precision": "{precision}"}}}}'
+        raise NotMeasured("mfu", f"no train_step probe with precision {precision} has measured MFU on this "
+                                 f"server's device ({here.name}) yet: run one (the benchmarks page, or POST "
+                                 f"/api/v1/jobs {job}), or give a number",
+                          {"probe": "train_step", "precision": precision})
     if here.catalogue_id != body.gpu:
         raise InvalidInput("mfu", f"the measured MFU is from {here.catalogue_id}, not {body.gpu}")
     return measured.mfu, (f"measured: train_step job {measured.job_id} ({measured.model}, {precision}) "
