@@ -168,6 +168,11 @@ def test_compare_runs_of_different_probes_says_so(make_api):
     page = api.get(f"/benchmarks/compare?a={a}&b={b}").text
     assert "Run A is a matmul run and run B a bandwidth run" in element(page, "compare-message")
     assert "compare-table" not in page
+    failed = store.submit(probe="matmul", params={}, timeout_s=60, limit=10)
+    store.claim(worker_id="w")
+    store.finish(failed.id, status="failed", error={"type": "E", "message": "m", "detail": {}})
+    page = api.get(f"/benchmarks/compare?a={a}&b={failed.id}").text
+    assert "B has no result" in element(page, "compare-message")
 
 
 def test_the_cli_prints_tflops_as_the_pages_do():
