@@ -218,20 +218,56 @@
     });
   }
 
+  // Two runs on one chart (the compare page): one colour per dtype or transfer mode, run A
+  // solid with round points, run B dashed with triangles.
+  function drawCompareLines(canvas, spec) {
+    const groups = [...new Set(spec.series.map((s) => s.group))];
+    const sets = spec.series.map((s) => {
+      const c = dtypeColor(s.group, groups.indexOf(s.group));
+      return { label: s.label, data: s.points, borderColor: c, backgroundColor: c,
+               borderDash: s.run === "B" ? [6, 4] : [], pointStyle: s.run === "B" ? "triangle" : "circle",
+               pointRadius: 4 };
+    });
+    return lines(canvas, sets, axes(spec.x, spec.y, true, false));
+  }
+
+  function drawCompareBars(canvas, spec) {
+    const datasets = Object.entries(spec.sets).map(([run, data], i) => ({
+      label: "run " + run, data, backgroundColor: i === 0 ? color("--accent") : "#8250df" }));
+    return new Chart(canvas, {
+      type: "bar", data: { labels: spec.labels, datasets },
+      options: { animation: false, maintainAspectRatio: false,
+                 scales: { x: { ticks: { color: color("--muted") } },
+                           y: { title: { display: true, text: spec.y },
+                                ticks: { color: color("--muted"), callback: (v) => sig(v) } } },
+                 plugins: { legend: { labels: { color: color("--fg") } } } },
+    });
+  }
+
   const DRAW = {
     days_vs_gpus: drawDaysVsGpus, memory_stack: drawMemoryStack, flops_parts: drawFlopsParts,
     matmul_sizes: drawMatmulSizes, roofline: drawRoofline, transfer_sizes: drawTransferSizes,
-    memory_compare: drawMemoryCompare,
+    memory_compare: drawMemoryCompare, compare_lines: drawCompareLines, compare_bars: drawCompareBars,
   };
 
+  // The launch form shows the fields of the chosen probe, and the one-shape field only for
+  // the "one shape" sweep; a hidden field is disabled too, so the form does not send it.
   function showProbeFields() {
     const probe = document.getElementById("probe");
     if (!probe) return;
     document.querySelectorAll("fieldset[data-probe]").forEach((set) => {
       set.hidden = set.dataset.probe !== probe.value;
     });
+    const sweep = document.getElementById("sweep");
+    document.querySelectorAll("[data-sweep]").forEach((part) => {
+      const shown = sweep !== null && part.dataset.sweep === sweep.value;
+      part.hidden = !shown;
+      part.querySelectorAll("input, select").forEach((field) => { field.disabled = !shown; });
+    });
   }
-  document.addEventListener("change", (e) => { if (e.target.id === "probe") showProbeFields(); });
+  document.addEventListener("change", (e) => {
+    if (e.target.id === "probe" || e.target.id === "sweep") showProbeFields();
+  });
   document.addEventListener("DOMContentLoaded", showProbeFields);
 
   function render(root) {

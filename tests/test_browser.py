@@ -269,9 +269,10 @@ def test_two_runs_side_by_side(watched, base_url):
     page.check(f"input[name=a][value='{ids[0]}']")
     page.check(f"input[name=b][value='{ids[1]}']")
     page.click("text=Compare A and B")
-    expect(page.locator(".compare section")).to_have_count(2)
-    expect(page.locator(".compare section").nth(0)).to_contain_text(f"#{ids[0]}")
-    expect(page.locator(".compare section").nth(1)).to_contain_text("GB/s")
+    expect(page.locator(".runs li")).to_have_count(2)
+    expect(page.locator(".runs li").nth(0)).to_contain_text(f"#{ids[0]}")
+    expect(page.get_by_test_id("compare-table")).to_contain_text("GB/s")
+    wait_for_charts(page, "canvas", 1)  # both runs on one chart
     page.screenshot(path=SCREENSHOTS / "compare.png", full_page=True)
     watched.clean()
 

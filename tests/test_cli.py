@@ -359,7 +359,8 @@ def test_matmul_probe_prints_a_table_of_its_shapes():
     assert result.returncode == 0, result.stderr
     for shape in ("48x32x16", "64x16x8"):
         assert result.stdout.count(shape) == 2  # one row per dtype
-    for header in ("m x k x n", "dtype", "FLOPs", "median ms", "GFLOP/s", "MFU %"):
+    for header in ("m x k x n", "dtype", "FLOPs", "median ms", "TFLOP/s (median)", "TFLOP/s (best iteration)",
+                   "MFU % (median)"):
         assert header in result.stdout
     assert f"{2 * 48 * 32 * 16:,}" in result.stdout
     # Not a terminal: no progress frames, only the one line saying what runs.

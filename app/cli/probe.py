@@ -187,9 +187,12 @@ def _pct(fraction: float | None) -> str:
     return "-" if fraction is None else f"{fraction * 100:.1f}"
 
 
-def _flops_unit(largest: float) -> tuple[str, float]:
-    """TFLOP/s on a GPU; GFLOP/s where nothing reaches 1 TFLOP/s (a CPU at small sizes)."""
-    return ("TFLOP/s", 1e12) if largest >= 1e12 else ("GFLOP/s", 1e9)
+def _tflops(flop_per_sec: float | None) -> str:
+    """FLOP/s in TFLOP/s, as the pages write them (three significant figures: 0.00816 on a
+    CPU, 412 on a GPU), so a figure reads the same in the terminal and in the browser."""
+    from app.web.numbers import sig
+
+    return "-" if flop_per_sec is None else sig(flop_per_sec / 1e12)
 
 
 def _per(x: float | None, scale: float) -> str:
@@ -218,19 +221,17 @@ def _skipped(result: Any) -> list[str]:
 
 
 def _matmul(result: Any) -> list:
-    points = result.points
-    unit, scale = _flops_unit(max([p.best_flop_per_sec for p in points] + [p.peak_flop_per_sec or 0
-                                                                           for p in points]))
     best = {(p.m, p.k, p.n, p.dtype) for p in result.best.values()}
     rows = [[f"{p.m}x{p.k}x{p.n}" + (" *" if (p.m, p.k, p.n, p.dtype) in best else ""),
              p.dtype, f"{p.flops:,}", _ms(p.time.median), _ms(p.time.best),
-             _ms(p.predicted_seconds_at_peak), _per(p.flop_per_sec, scale),
-             _per(p.best_flop_per_sec, scale), _per(p.peak_flop_per_sec, scale), _pct(p.mfu)]
-            for p in points]
-    headers = ["m x k x n", "dtype", "FLOPs", "median ms", "best ms", "at peak ms", unit, f"best {unit}",
-               f"peak {unit}", "MFU %"]
-    return [_where(result), _table(headers, rows, 2), "* the best shape per dtype (median FLOP/s); "
-            "at peak: the time at the catalogue's dense peak", *_skipped(result)]
+             _ms(p.predicted_seconds_at_peak), _tflops(p.flop_per_sec),
+             _tflops(p.best_flop_per_sec), _tflops(p.peak_flop_per_sec), _pct(p.mfu)]
+            for p in result.points]
+    headers = ["m x k x n", "dtype", "FLOPs", "median ms", "best iteration ms", "at peak ms",
+               "TFLOP/s (median)", "TFLOP/s (best iteration)", "peak TFLOP/s", "MFU % (median)"]
+    return [_where(result), _table(headers, rows, 2), "* the best shape per dtype (highest median); median: "
+            "over the median iteration's time, best iteration: over the fastest; at peak: the time at the "
+            "catalogue's dense peak", *_skipped(result)]
 
 
 def _bandwidth(result: Any) -> list:
@@ -239,8 +240,8 @@ def _bandwidth(result: Any) -> list:
     row = [f"{r.size_bytes / 2**20:,.0f}", f"{r.bytes_moved / 1e9:.4g}", _ms(r.time.median),
            _ms(r.predicted_seconds), _g(r.gb_per_sec), _g(r.best_gb_per_sec),
            _g(r.catalogue_gb_per_sec), "-" if percent is None else f"{percent:.1f}"]
-    headers = ["buffer MiB", "moved GB", "median ms", "at catalogue ms", "GB/s", "best GB/s",
-               "catalogue GB/s", "% of catalogue"]
+    headers = ["buffer MiB", "moved GB", "median ms", "at catalogue ms", "GB/s (median)",
+               "GB/s (best iteration)", "catalogue GB/s", "% of catalogue"]
     return [_where(r), _table(headers, [row], 0)]
 
 
@@ -248,7 +249,8 @@ def _transfer(result: Any) -> list:
     rows = [[f"{p.size_bytes / 1024:,.0f}", p.direction.replace("_", " "), p.host_memory,
              "yes" if p.non_blocking else "no", _ms(p.time.median), _g(p.gb_per_sec),
              _g(p.best_gb_per_sec)] for p in result.points]
-    headers = ["size KiB", "direction", "host memory", "non_blocking", "median ms", "GB/s", "best GB/s"]
+    headers = ["size KiB", "direction", "host memory", "non_blocking", "median ms", "GB/s (median)",
+               "GB/s (best iteration)"]
     return [_where(result), _table(headers, rows, 0), result.note, *_skipped(result)]
 
 
@@ -259,11 +261,11 @@ def _train_step(result: Any) -> list:
     timed = {"step": r.step, "forward": r.forward, "backward": r.backward, "optimizer_step": r.optimizer_step}
     phases = [[name.replace("_", " "), _ms(t.median), _ms(t.p20), _ms(t.p80), _ms(t.best), str(t.iterations)]
               for name, t in timed.items()]
-    unit, scale = _flops_unit(max(r.achieved_flop_per_sec, r.peak_flop_per_sec or 0))
-    rates = [["tokens/s", _g(r.tokens_per_sec)], ["FLOPs/step (exact)", f"{r.flops_per_step:,}"],
+    rates = [["tokens/s (median step)", _g(r.tokens_per_sec)],
+             ["FLOPs/step (exact)", f"{r.flops_per_step:,}"],
              ["FLOPs/step (6ND)", f"{r.flops_per_step_6nd:,.0f}"],
-             [f"achieved {unit}", _per(r.achieved_flop_per_sec, scale)],
-             [f"peak {unit}", _per(r.peak_flop_per_sec, scale)], ["MFU %", _pct(r.mfu)],
+             ["achieved TFLOP/s (median step)", _tflops(r.achieved_flop_per_sec)],
+             ["peak TFLOP/s", _tflops(r.peak_flop_per_sec)], ["MFU % (median step)", _pct(r.mfu)],
              ["loss first -> last", f"{r.loss_first:.4g} -> {r.loss_last:.4g}"]]
     mem = r.memory
     largest = max(mem.predicted["total"], mem.measured_peak_allocated)
@@ -275,7 +277,7 @@ def _train_step(result: Any) -> list:
                    _per(mem.measured_peak_allocated, scale), _g(mem.relative_error * 100, 3)])
     if mem.measured_reserved is not None:
         memory.append(["reserved by the allocator", "", _per(mem.measured_reserved, scale), ""])
-    return [where, _table(["phase", "median ms", "p20 ms", "p80 ms", "best ms", "runs"], phases),
+    return [where, _table(["phase", "median ms", "p20 ms", "p80 ms", "best iteration ms", "runs"], phases),
             "throughput", _table(["", "value"], rates),
             "peak memory", _table(["bytes", f"predicted {unit}", f"measured {unit}", "error %"], memory),
             f"measured: {mem.method}; error = predicted / measured - 1",

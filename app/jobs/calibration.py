@@ -1,6 +1,8 @@
-"""What this device has measured: the latest matmul peak per dtype and the latest
-train-step MFU per precision, read from succeeded jobs. Only results whose recorded
-environment is this device count."""
+"""What this device has measured, by one stated rule (RULE): per matmul dtype and per
+train-step precision, the best of the last WINDOW succeeded runs on this device. One noisy
+run (another process on the box) then does not hide a good one, and a run older than the
+window no longer speaks for the device. Only results whose recorded environment is this
+device count."""
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -10,12 +12,17 @@ from app.device import DeviceInfo
 from app.jobs.job import Job
 from app.jobs.store import Store
 
-LOOKBACK = 200  # newest succeeded jobs per probe searched for each dtype's latest run
+WINDOW = 5  # recent succeeded runs per dtype (matmul) or precision (train_step) considered
+LOOKBACK = 200  # newest succeeded jobs per probe searched to fill each window
+RULE = (f"Per matmul dtype and per train_step precision: the best of the last {WINDOW} succeeded runs "
+        "on this device (same device kind and name). Best matmul = the highest median FLOP/s of its "
+        "best shape (the shape with the highest median); best train_step = the highest achieved FLOP/s "
+        "(the same order as MFU on one device). job_id names the run the figure comes from.")
 
 
 @dataclass(slots=True)
 class MatmulPeak:
-    """The best shape of the latest matmul run that measured this dtype."""
+    """The best shape of the best recent matmul run that measured this dtype (see `rule`)."""
 
     dtype: str
     flop_per_sec: float
@@ -26,14 +33,17 @@ class MatmulPeak:
     mfu: float | None
     """Against the catalogue's dense peak; null when the device is not listed."""
     job_id: int
+    """The run this figure comes from (page: /benchmarks/jobs/{job_id})."""
     measured_at: datetime
+    runs_considered: int = 1
+    """How many recent runs of this dtype on this device were compared (at most the window)."""
 
     __pydantic_config__ = RECORD
 
 
 @dataclass(slots=True)
 class TrainStepMfu:
-    """The latest train_step run at this precision."""
+    """The best recent train_step run at this precision (see `rule`)."""
 
     precision: str
     mfu: float | None
@@ -41,13 +51,18 @@ class TrainStepMfu:
     tokens_per_sec: float
     model: str
     job_id: int
+    """The run this figure comes from (page: /benchmarks/jobs/{job_id})."""
     measured_at: datetime
+    runs_considered: int = 1
+    """How many recent runs at this precision on this device were compared (at most the window)."""
 
     __pydantic_config__ = RECORD
 
 
 @dataclass(slots=True)
 class Calibration:
+    __doc__ = "What this device has measured. " + RULE
+
     device: str
     """The device name the measurements were taken on."""
     catalogue_id: str | None
@@ -55,6 +70,10 @@ class Calibration:
     """By dtype."""
     train_step: dict[str, TrainStepMfu]
     """By precision: fp32 or bf16_autocast."""
+    rule: str = RULE
+    """How each figure was chosen among the runs."""
+    window: int = WINDOW
+    """Recent runs per dtype or precision considered."""
 
     __pydantic_config__ = RECORD
 
@@ -68,20 +87,32 @@ def _when(job: Job) -> datetime:
     return datetime.fromtimestamp(job.finished_at or job.created_at, UTC)
 
 
+def _recent(candidates: dict, key: str, item: object) -> None:
+    """Keep the newest WINDOW candidates per key (jobs arrive newest first)."""
+    kept = candidates.setdefault(key, [])
+    if len(kept) < WINDOW:
+        kept.append(item)
+
+
 def calibration(store: Store, device: DeviceInfo) -> Calibration:
-    peaks: dict[str, MatmulPeak] = {}
+    shapes: dict[str, list[MatmulPeak]] = {}
     for job in store.latest(probe="matmul", limit=LOOKBACK):
-        if not _here(job, device):
-            continue
-        for dtype, p in job.result.best.items():
-            if dtype not in peaks:
-                peaks[dtype] = MatmulPeak(dtype=dtype, flop_per_sec=p.flop_per_sec, m=p.m, k=p.k, n=p.n,
-                                          mfu=p.mfu, job_id=job.id, measured_at=_when(job))
-    steps: dict[str, TrainStepMfu] = {}
+        if _here(job, device):
+            for dtype, p in job.result.best.items():
+                _recent(shapes, dtype, MatmulPeak(dtype=dtype, flop_per_sec=p.flop_per_sec, m=p.m, k=p.k,
+                                                  n=p.n, mfu=p.mfu, job_id=job.id, measured_at=_when(job)))
+    steps: dict[str, list[TrainStepMfu]] = {}
     for job in store.latest(probe="train_step", limit=LOOKBACK):
         r = job.result
-        if _here(job, device) and r.precision not in steps:
-            steps[r.precision] = TrainStepMfu(
+        if _here(job, device):
+            _recent(steps, r.precision, TrainStepMfu(
                 precision=r.precision, mfu=r.mfu, achieved_flop_per_sec=r.achieved_flop_per_sec,
-                tokens_per_sec=r.tokens_per_sec, model=r.model, job_id=job.id, measured_at=_when(job))
-    return Calibration(device=device.name, catalogue_id=device.catalogue_id, matmul=peaks, train_step=steps)
+                tokens_per_sec=r.tokens_per_sec, model=r.model, job_id=job.id, measured_at=_when(job)))
+    peaks = {d: max(runs, key=lambda run: run.flop_per_sec) for d, runs in shapes.items()}
+    for d, peak in peaks.items():
+        peak.runs_considered = len(shapes[d])
+    best_steps = {p: max(runs, key=lambda run: run.achieved_flop_per_sec) for p, runs in steps.items()}
+    for p, step in best_steps.items():
+        step.runs_considered = len(steps[p])
+    return Calibration(device=device.name, catalogue_id=device.catalogue_id, matmul=peaks,
+                       train_step=best_steps)

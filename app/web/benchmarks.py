@@ -23,7 +23,7 @@ from app.contract.schemas import PresetName
 from app.deps import SettingsDep, StoreDep
 from app.jobs.job import Job
 from app.jobs.store import Store
-from app.web import forms
+from app.web import forms, measures, numbers
 from app.web.templating import templates
 
 router = APIRouter(include_in_schema=False)
@@ -60,6 +60,7 @@ def params_from(form: dict[str, str]) -> dict[str, Any]:
 def _shown(job: Job, jobs: Store, settings: Settings) -> dict[str, Any]:
     """What a job page shows: the job as GET /api/v1/jobs/{id} answers it, and its charts."""
     return {"job": jsonable(service.job_out(job)), "charts": charts(job.result, jobs) if job.result else {},
+            "metrics": measures.headline(job.result) if job.result else [],
             "token_needed": settings.api_token is not None}
 
 
@@ -126,8 +127,10 @@ def job_page(request: Request, job_id: int, jobs: StoreDep, settings: SettingsDe
 
 @router.get("/benchmarks/compare", response_class=HTMLResponse)
 def compare(request: Request, a: int, b: int, jobs: StoreDep) -> HTMLResponse:
-    shown = [jsonable(service.job_out(service.get(i, jobs=jobs))) for i in (a, b)]
-    return templates.TemplateResponse(request, "compare.html", {"jobs": shown})
+    runs = [service.get(i, jobs=jobs) for i in (a, b)]
+    return templates.TemplateResponse(request, "compare.html", {
+        "jobs": [jsonable(service.job_out(job)) for job in runs],
+        "compared": measures.compare(*(job.result if job.status == "succeeded" else None for job in runs))})
 
 
 def charts(result: Any, jobs: Store) -> dict:
@@ -138,7 +141,8 @@ def charts(result: Any, jobs: Store) -> dict:
         for p in result.points:
             series.setdefault(p.dtype, []).append({"x": p.m, "y": p.flop_per_sec / 1e12})
             peaks[p.dtype] = None if p.peak_flop_per_sec is None else p.peak_flop_per_sec / 1e12
-        return {"sizes": {"type": "matmul_sizes", "series": series, "peaks": peaks},
+        return {"sizes": {"type": "matmul_sizes", "series": series, "peaks": peaks,
+                          "caption": _sizes_caption(peaks, result.environment.device_name)},
                 "roofline": roofline(result, jobs)}
     if isinstance(result, TransferResult):
         series = {}
@@ -146,10 +150,27 @@ def charts(result: Any, jobs: Store) -> dict:
             mode = ", non_blocking" if t.non_blocking else ""
             key = f"{t.direction.replace('_', ' ')}, {t.host_memory}{mode}"
             series.setdefault(key, []).append({"x": t.size_bytes, "y": t.gb_per_sec})
-        return {"transfer": {"type": "transfer_sizes", "series": series}}
+        dashed = "; dashed lines: pageable host memory" if any("pageable" in k for k in series) else ""
+        return {"transfer": {"type": "transfer_sizes", "series": series, "caption":
+                             f"GB/s (median) against bytes per copy, per direction and host memory{dashed}. "
+                             f"{result.note}"}}
     if isinstance(result, TrainStepResult):
         return {"memory": memory_chart(result.memory)}
     return {}
+
+
+def _sizes_caption(peaks: dict[str, float | None], device_name: str) -> str:
+    """Says what the chart draws: a dashed line only for a dtype the catalogue has a peak for."""
+    drawn = [d for d, peak in peaks.items() if peak is not None]
+    lacking = [d for d, peak in peaks.items() if peak is None]
+    said = "TFLOP/s (median) against m, per dtype."
+    if drawn:
+        said += f" Dashed lines: the catalogue's dense peak for {', '.join(drawn)}."
+    if lacking and not drawn:
+        said += f" No catalogue peak for this device ({device_name}), so no peak line."
+    elif lacking:
+        said += f" No catalogue peak for {', '.join(lacking)}."
+    return said
 
 
 PHASES = ("start_of_backward", "lm_head_weight_gradient", "end_of_backward", "optimizer_step")
@@ -171,18 +192,20 @@ def memory_chart(memory: MemoryComparison) -> dict:
 
 def roofline(result: MatmulResult, jobs: Store) -> dict:
     """Measured points at their arithmetic intensity (the matmul calculator's), under the
-    measured ceilings: this device's latest bandwidth run and its best matmul."""
+    measured ceilings: this device's latest bandwidth run and its calibrated matmul (the best
+    dtype's), with a caption naming the ceilings drawn and those missing."""
     calib = device_service.calibration(jobs)
-    gbs = None
+    gbs, bandwidth_job = None, None
     for latest in jobs.page(probe="bandwidth", status="succeeded", limit=1)[0]:
         if latest.result.environment.device_name == result.environment.device_name:
-            gbs = latest.result.gb_per_sec
+            gbs, bandwidth_job = latest.result.gb_per_sec, latest.id
     points = []
     for p in result.points:
         dtype = "float32" if p.dtype == "tfloat32" else p.dtype  # TF32 stores float32
         f = flops.matmul(flops.MatmulRequest(m=p.m, k=p.k, n=p.n, dtype=dtype))
         points.append({"x": f.arithmetic_intensity, "y": p.flop_per_sec / 1e12, "dtype": p.dtype})
-    compute = max((m.flop_per_sec for m in calib.matmul.values()), default=None)
+    top = max(calib.matmul.values(), key=lambda m: m.flop_per_sec, default=None)
+    compute = None if top is None else top.flop_per_sec
     where = {"device": result.environment.device}
     missing = []
     if gbs is None:
@@ -191,5 +214,18 @@ def roofline(result: MatmulResult, jobs: Store) -> dict:
     if compute is None:
         missing.append({"probe": "matmul", "launch": {"probe": "matmul", **where}, "message":
                         "No matmul measured on this device yet, so the roofline has no compute ceiling."})
+    drawn = []
+    if gbs is not None:
+        drawn.append(f"the memory ceiling, {numbers.sig(gbs)} GB/s (bandwidth run #{bandwidth_job})")
+    if top is not None:
+        drawn.append(f"the compute ceiling, {numbers.tflops(top.flop_per_sec)} ({top.dtype}, median, "
+                     f"best shape, run #{top.job_id})")
+    caption = ("Roofline: TFLOP/s (median) of each shape against its arithmetic intensity (FLOPs per byte)"
+               + (", under " + " and ".join(drawn) if drawn else "") + "."
+               + (" Not drawn: " + "; ".join(
+                   {"bandwidth": "the memory ceiling (no bandwidth run on this device)",
+                    "matmul": "the compute ceiling (no matmul on this device)"}[m["probe"]] for m in missing)
+                  + "." if missing else ""))
     return {"type": "roofline", "points": points, "bandwidth_gb_per_sec": gbs,
-            "compute_tflop_per_sec": None if compute is None else compute / 1e12, "missing": missing}
+            "compute_tflop_per_sec": None if compute is None else compute / 1e12, "missing": missing,
+            "caption": caption}

@@ -26,6 +26,7 @@ def devices(settings: SettingsDep) -> Response:
 
 @router.get("/calibration", response_model=calib.Calibration)
 def calibration(jobs: StoreDep) -> Response:
-    """The latest measured matmul peak per dtype and train-step MFU per precision on this
-    device. POST /api/v1/time/training with `mfu: "measured"` uses the train-step MFU."""
+    """The measured matmul peak per dtype and train-step MFU per precision on this device:
+    the best of the last 5 succeeded runs of each (the answer's `rule` states it, `job_id`
+    names the run). POST /api/v1/time/training with `mfu: "measured"` uses the train-step MFU."""
     return respond(service.calibration(jobs))

@@ -1,0 +1,187 @@
+"""A run's headline figures, named once for every page: the job page shows them, the compare
+page sets two runs' side by side with B - A and B / A, and overlays their curves.
+
+Words, one per meaning (the CLI's tables use the same):
+- "median": FLOPs (or bytes, or tokens) over the median timed iteration's seconds;
+- "best iteration": the same over the fastest iteration's seconds;
+- "best shape": per dtype, the matmul shape with the highest median.
+"""
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from app.contract.results import BandwidthResult, MatmulResult, TrainStepResult, TransferResult
+from app.web import numbers
+
+Kind = Literal["flop_per_sec", "seconds", "gb_per_sec", "tokens_per_sec", "fraction", "signed_fraction"]
+
+
+@dataclass(slots=True)
+class Metric:
+    key: str
+    """Names the same figure in two runs of one probe."""
+    label: str
+    value: float | None
+    kind: Kind
+    detail: str = ""
+    """Where the figure was taken (a shape, a size), shown beside it on the job page."""
+
+    @property
+    def text(self) -> str:
+        return show(self.value, self.kind)
+
+
+def show(value: float | None, kind: Kind) -> str:
+    if value is None:
+        return "n/a"
+    if kind == "flop_per_sec":
+        return numbers.tflops(value)
+    if kind == "seconds":
+        return f"{numbers.sig(value * 1e3)} ms"
+    if kind == "gb_per_sec":
+        return f"{numbers.sig(value)} GB/s"
+    if kind == "tokens_per_sec":
+        return f"{numbers.sig(value)} tokens/s"
+    return numbers.percent(value, signed=kind == "signed_fraction")
+
+
+def delta(a: float | None, b: float | None, kind: Kind) -> str:
+    """B - A in the figure's unit; fractions in percentage points."""
+    if a is None or b is None:
+        return "n/a"
+    d = b - a
+    if kind in ("fraction", "signed_fraction"):
+        return f"{numbers.percent(d, signed=True)[:-1]} pp"
+    text = show(d, kind)
+    return "+" + text if d > 0 else text
+
+
+def ratio(a: float | None, b: float | None) -> str:
+    return "n/a" if a is None or b is None or a == 0 else f"{numbers.sig(b / a)}×"
+
+
+def _shape(p: Any) -> str:
+    return f"{p.m}×{p.k}×{p.n}"
+
+
+def _transfer_key(t: Any) -> str:
+    return f"{t.direction.replace('_', ' ')}, {t.host_memory}{', non_blocking' if t.non_blocking else ''}"
+
+
+def headline(result: Any) -> list[Metric]:
+    """The figures a person compares runs by, in reading order."""
+    if isinstance(result, MatmulResult):
+        out = []
+        for dtype, p in result.best.items():
+            out += [Metric(f"{dtype}/median", f"{dtype}: best shape, median", p.flop_per_sec, "flop_per_sec",
+                           _shape(p)),
+                    Metric(f"{dtype}/best", f"{dtype}: best shape, best iteration", p.best_flop_per_sec,
+                           "flop_per_sec", _shape(p))]
+            if p.mfu is not None:
+                out.append(Metric(f"{dtype}/mfu", f"{dtype}: best shape, MFU (median)", p.mfu, "fraction"))
+        return out
+    if isinstance(result, BandwidthResult):
+        pct = result.percent_of_catalogue
+        return [Metric("median", "copy, median", result.gb_per_sec, "gb_per_sec"),
+                Metric("best", "copy, best iteration", result.best_gb_per_sec, "gb_per_sec"),
+                *([] if pct is None else [Metric("catalogue", "of the catalogue's bandwidth (median)",
+                                                 pct / 100, "fraction")])]
+    if isinstance(result, TransferResult):
+        largest = max((t.size_bytes for t in result.points), default=0)
+        return [Metric(f"{_transfer_key(t)}@{t.size_bytes}", f"{_transfer_key(t)}, median",
+                       t.gb_per_sec, "gb_per_sec", f"{numbers.sig(t.size_bytes / 1e6)} MB")
+                for t in result.points if t.size_bytes == largest]
+    if isinstance(result, TrainStepResult):
+        r = result
+        return [Metric("tokens", "tokens/s (median step)", r.tokens_per_sec, "tokens_per_sec"),
+                Metric("achieved", "achieved, median step", r.achieved_flop_per_sec, "flop_per_sec"),
+                Metric("mfu", "MFU (median step)", r.mfu, "fraction"),
+                Metric("step", "step time, median", r.step.median, "seconds"),
+                Metric("forward", "forward, median", r.forward.median, "seconds"),
+                Metric("backward", "backward, median", r.backward.median, "seconds"),
+                Metric("optimizer", "optimizer step, median", r.optimizer_step.median, "seconds"),
+                Metric("memory", "peak memory, predicted vs measured", r.memory.relative_error,
+                       "signed_fraction")]
+    return []
+
+
+def _differences(a: Any, b: Any) -> list[str]:
+    """What the two runs did differently, named: the reason their figures may not compare."""
+    said = []
+
+    def differ(what: str, x: Any, y: Any) -> None:
+        if x != y:
+            said.append(f"{what}: A {x}, B {y}")
+
+    differ("device", a.environment.device_name, b.environment.device_name)
+    if isinstance(a, MatmulResult):
+        shapes_a, shapes_b = ({_shape(p) for p in r.points} for r in (a, b))
+        if shapes_a != shapes_b:
+            only_a, only_b = sorted(shapes_a - shapes_b), sorted(shapes_b - shapes_a)
+            said.append("shapes: " + "; ".join(
+                f"only {run} has {', '.join(s)}" for run, s in (("A", only_a), ("B", only_b)) if s))
+        differ("dtypes", ", ".join(sorted({p.dtype for p in a.points})),
+               ", ".join(sorted({p.dtype for p in b.points})))
+    elif isinstance(a, BandwidthResult):
+        differ("buffer size", numbers.gb(a.size_bytes, 3), numbers.gb(b.size_bytes, 3))
+    elif isinstance(a, TransferResult):
+        differ("sizes (bytes)", ", ".join(f"{s:,}" for s in sorted({t.size_bytes for t in a.points})),
+               ", ".join(f"{s:,}" for s in sorted({t.size_bytes for t in b.points})))
+    elif isinstance(a, TrainStepResult):
+        for what in ("model", "params", "batch_size", "seq_len", "optimizer", "precision"):
+            differ(what.replace("_", " "), getattr(a, what), getattr(b, what))
+    return said
+
+
+def overlay(a: Any, b: Any) -> dict | None:
+    """Both runs on one chart: A solid, B dashed, one colour per dtype or transfer mode."""
+    series = []
+    if isinstance(a, MatmulResult):
+        for run, r in (("A", a), ("B", b)):
+            for p in r.points:
+                found = next((s for s in series if s["run"] == run and s["group"] == p.dtype), None)
+                if found is None:
+                    found = {"run": run, "group": p.dtype, "label": f"{run} {p.dtype}", "points": []}
+                    series.append(found)
+                found["points"].append({"x": p.m, "y": p.flop_per_sec / 1e12})
+        return {"type": "compare_lines", "x": "m (rows of A)", "y": "TFLOP/s (median)", "series": series,
+                "caption": "TFLOP/s (median) against m, per dtype: run A solid, run B dashed."}
+    if isinstance(a, BandwidthResult | TransferResult):
+        for run, r in (("A", a), ("B", b)):
+            points = [r] if isinstance(r, BandwidthResult) else r.points
+            for t in points:
+                group = "copy" if isinstance(r, BandwidthResult) else _transfer_key(t)
+                found = next((s for s in series if s["run"] == run and s["group"] == group), None)
+                if found is None:
+                    found = {"run": run, "group": group, "label": f"{run} {group}", "points": []}
+                    series.append(found)
+                found["points"].append({"x": t.size_bytes, "y": t.gb_per_sec})
+        return {"type": "compare_lines", "x": "bytes", "y": "GB/s (median)", "series": series,
+                "caption": "GB/s (median) against bytes per copy: run A solid, run B dashed."}
+    if isinstance(a, TrainStepResult):
+        parts = ("step", "forward", "backward", "optimizer_step")
+        return {"type": "compare_bars", "labels": [p.replace("_", " ") for p in parts], "y": "ms (median)",
+                "sets": {run: [getattr(r, p).median * 1e3 for p in parts] for run, r in (("A", a), ("B", b))},
+                "caption": "Median milliseconds per step and per part, run A beside run B."}
+    return None
+
+
+def compare(a: Any, b: Any) -> dict:
+    """What the compare page shows for two results (either may be None: a run without one)."""
+    if a is None or b is None:
+        return {"message": "Only runs that succeeded have figures to compare: "
+                           + " and ".join(run for run, r in (("A", a), ("B", b)) if r is None)
+                           + " has no result."}
+    if a.probe != b.probe:
+        return {"message": f"Run A is a {a.probe} run and run B a {b.probe} run: they measure different "
+                           "things, so there is nothing to set side by side. Pick two runs of one probe."}
+    ma, mb = {m.key: m for m in headline(a)}, {m.key: m for m in headline(b)}
+    rows = []
+    for key in [*ma, *(k for k in mb if k not in ma)]:
+        x, y = ma.get(key), mb.get(key)
+        shown = x or y
+        va, vb = (None if m is None else m.value for m in (x, y))
+        rows.append({"label": shown.label, "a": x.text if x else "—", "b": y.text if y else "—",
+                     "delta": delta(va, vb, shown.kind),
+                     "ratio": "n/a" if shown.kind in ("fraction", "signed_fraction") else ratio(va, vb)})
+    return {"rows": rows, "differences": _differences(a, b), "chart": overlay(a, b)}
