@@ -140,12 +140,26 @@
                          float8_e4m3fn: "#d4a72c" };
   const dtypeColor = (dtype, i) => DTYPE_COLORS[dtype] || PALETTE[i % PALETTE.length];
 
+  // A tick label with as few figures as its value needs (at most 3): 0.002, 0.0015, 64, 1,000.
+  function short(v) {
+    const full = Number(Number(v).toPrecision(3));
+    for (const f of [1, 2]) if (Number(Number(v).toPrecision(f)) === full) return sig(v, f);
+    return sig(v, 3);
+  }
+
+  // Log axes take 1-2-5 ticks spaced for their labels (logTicks) unless the range is too
+  // narrow to hold two of them; every label is written by the pages' rules.
   function axes(x, y, logX, logY) {
-    const tick = { color: color("--muted") };
-    return {
-      x: { type: logX ? "logarithmic" : "linear", title: { display: true, text: x }, ticks: tick },
-      y: { type: logY ? "logarithmic" : "linear", title: { display: true, text: y }, ticks: tick },
-    };
+    const axis = (text, log, gap) => ({
+      type: log ? "logarithmic" : "linear", title: { display: true, text },
+      ticks: { color: color("--muted"), maxRotation: 0, callback: short },
+      afterBuildTicks: log ? (scale) => {
+        const built = scale.ticks;
+        logTicks(scale, gap);
+        if (scale.ticks.length < 2) scale.ticks = built;
+      } : undefined,
+    });
+    return { x: axis(x, logX, 70), y: axis(y, logY, 24) };
   }
 
   function lines(canvas, datasets, scales) {

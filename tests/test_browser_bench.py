@@ -97,3 +97,32 @@ def test_the_shape_column_stays_on_one_line_on_a_phone(browser, base_url):  # no
     assert overflow <= 0, overflow  # the table scrolls inside itself; the page does not
     page.screenshot(path=SHOTS.format("job-phone"), full_page=True)
     context.close()
+
+
+# Every axis of every chart on a page: its tick labels, their pixel positions and widths.
+AXES = """() => [...document.querySelectorAll('canvas')].flatMap(c => {
+  const chart = Chart.getChart(c);
+  return Object.values(chart.scales).map(s => ({id: s.id, horizontal: s.isHorizontal(),
+    labels: s.ticks.map(t => String(t.label)), pixels: s.ticks.map(t => s.getPixelForValue(t.value)),
+    sizes: s.isHorizontal() ? s._labelSizes.widths : s._labelSizes.heights}));
+})"""
+
+
+def test_benchmark_chart_ticks_are_readable(watched, base_url):  # noqa: F811
+    """Axis labels written as the pages write numbers (no 0.0040000, no 1.0000), at most
+    three significant figures, and no two labels on an axis overlapping (a log axis once
+    printed 80, 90 and 100 on top of one another)."""
+    job = run(base_url, "matmul", TINY)
+    page = watched.page
+    page.goto(base_url + f"/benchmarks/jobs/{job}", wait_until="networkidle")
+    wait_for_charts(page, "canvas", 2)
+    axes = page.evaluate(AXES)
+    assert len(axes) >= 4
+    for axis in axes:
+        for label in axis["labels"]:
+            digits = label.split("×")[0].replace(",", "").replace(".", "").strip().strip("0")
+            assert len(digits) <= 3, (axis["id"], axis["labels"])
+        along = sorted(zip(axis["pixels"], axis["sizes"], strict=True))
+        for (p0, s0), (p1, s1) in zip(along, along[1:], strict=False):
+            assert p1 - p0 >= (s0 + s1) / 2, (axis["id"], axis["labels"], axis["pixels"])
+    watched.clean()

@@ -54,6 +54,19 @@ def test_memory_page_and_api_answer_alike_with_defaults_left_out(make_api):
     assert _testid(page, "total-gb") == f"{answer['total'] / 1e9:,.1f} GB"
 
 
+def test_a_page_answer_says_which_defaults_it_applied(make_api):
+    """As the API's answer does: the fragment of a form that leaves fields out lists them with
+    the values used, the same dict the API returns."""
+    api = make_api()
+    given = {"model": "llama3-8b", "gpu": "h100-sxm", "seq_len": 4096}
+    applied = api.ok("/api/v1/memory/training", given)["defaults_applied"]
+    assert applied["recompute"] == "selective" and applied["zero_stage"] == 0
+    shown = _testid(api.get("/ui/memory?" + urlencode(given)).text.replace("\n", " "), "defaults-applied")
+    assert "recompute selective" in shown and "zero stage 0" in shown and "data parallel 1" in shown
+    assert "seq len" not in shown  # given
+    assert "sequence parallel true" in shown and "None" not in shown  # a null default shaped nothing
+
+
 def test_time_page_and_api_answer_alike_with_defaults_left_out(make_api):
     api = make_api()
     given = {"params": "70e9", "tokens": "15e12", "gpu": "h100-sxm"}

@@ -59,9 +59,16 @@ def test_memory_bytes_take_units_and_an_ambiguous_one_is_refused(api):
     assert "80GB" in body["message"] and "80GiB" in body["message"]
 
 
-def test_seq_len_4k_is_4000_tokens(api):
+def test_seq_len_4k_is_4096_tokens(api):
+    """Context lengths are written in powers of two: Llama 2's "4k context" is 4096 tokens
+    (max_position_embeddings 4096 in its config), so a seq_len of "4k" is 4096, not 4000."""
     given = api.ok(MEMORY, {"model": "llama2-7b", "seq_len": "4k"})
-    assert given == api.ok(MEMORY, {"model": "llama2-7b", "seq_len": 4000})
+    assert given == api.ok(MEMORY, {"model": "llama2-7b", "seq_len": 4096})
+    flops = api.ok("/api/v1/flops/transformer", {"model": "llama3-8b", "seq_len": "8k"})
+    assert flops == api.ok("/api/v1/flops/transformer", {"model": "llama3-8b", "seq_len": 8192})
+    inline = {"d_model": 64, "n_layers": 1, "n_heads": 1, "vocab_size": 10, "max_seq_len": "2k"}
+    assert api.ok("/api/v1/flops/transformer", {"model": inline})["params"] == \
+        api.ok("/api/v1/flops/transformer", {"model": inline | {"max_seq_len": 2048}})["params"]
 
 
 @pytest.mark.parametrize("body,field,words", [
@@ -92,3 +99,16 @@ def test_the_time_page_computes_with_human_units(api):
     shown = re.search(r"([0-9][0-9.,]*)\s*days", re.sub(r"<[^>]+>", " ", page))
     assert shown is not None, page[:2000]
     assert float(shown.group(1).replace(",", "")) == pytest.approx(143.9, rel=5e-3)
+
+
+def test_text_below_a_double_or_far_from_whole_is_an_engine_rule_with_a_short_message(api):
+    """Found by the fuzzer: "819741E-539" is > 0 exactly but 0.0 as a double, and the
+    non-integral count once printed 426 zeros. Both are rules the pattern cannot state."""
+    answer = api.post("/api/v1/time/mfu", json={"flops": "819741E-539", "seconds": 1, "gpu": "h100-sxm",
+                                               "num_gpus": "-31747905298215624.4619439e-442"})
+    assert answer.status_code == 422
+    items = {i["field"]: i for i in answer.json()["detail"]}
+    assert set(items) == {"flops", "num_gpus"}
+    assert all(i["type"] == "invalid_input" for i in items.values())
+    assert "smallest double" in items["flops"]["msg"]
+    assert len(items["num_gpus"]["msg"]) < 100 and "not a whole number" in items["num_gpus"]["msg"]

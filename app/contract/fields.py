@@ -98,6 +98,13 @@ def count(ge: int, le: int) -> Any:
     return Annotated[int, Field(ge=ge, le=le), _whole_text(kind, ge, le), _OrText(kind)]
 
 
+def sequence_length(ge: int, le: int) -> Any:
+    """Tokens per sequence in [ge, le], or text as context lengths are written: "4k" is 4096
+    (quantities.SEQUENCE)."""
+    kind = quantities.SEQUENCE
+    return Annotated[int, Field(ge=ge, le=le), _whole_text(kind, ge, le), _OrText(kind)]
+
+
 def byte_count(ge: int, le: int) -> Any:
     """A number of bytes in [ge, le], or text with a unit: "80GB", "512MiB" (quantities.BYTES)."""
     kind = quantities.BYTES
@@ -164,7 +171,8 @@ def _or_text(name: str, hint: Any) -> Any:
     if lo is None or hi is None or base not in (int, float):
         return None
     if base is int:
-        kind = quantities.BYTES if name.endswith("bytes") else quantities.COUNT
+        kind = (quantities.BYTES if name.endswith("bytes") else
+                quantities.SEQUENCE if name.endswith("seq_len") else quantities.COUNT)
         quantity = Annotated[member, _whole_text(kind, lo, hi), _OrText(kind)]
     else:
         quantity = Annotated[member, _int_within(lo, hi, text=True), _OrText(quantities.NUMBER)]

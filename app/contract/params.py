@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
 
-from app.contract.fields import Input, byte_count, count, number, tagged
+from app.contract.fields import Input, byte_count, count, number, sequence_length, tagged
 from app.contract.schemas import Preset, TransformerConfigIn
 
 Device = Literal["auto", "cuda", "cpu"]
@@ -109,7 +109,7 @@ class TrainStepParams(ProbeParams):
     model: TrainModel = Field(  # type: ignore[valid-type]
         default_factory=lambda: CruncherSpec(kind="cruncher"), description=f"The model: {_TRAIN_MODEL_HELP}.")
     batch_size: count(1, 65_536) = 4
-    seq_len: count(1, 1_048_576) = 256
+    seq_len: sequence_length(1, 1_048_576) = 256
     optimizer: Literal["sgd", "adagrad", "adam", "adamw"] = "adamw"
     precision: Literal["fp32", "bf16_autocast"] = Field(
         "fp32", description="bf16_autocast: fp32 weights and optimizer state, matmuls in bf16.")

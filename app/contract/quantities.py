@@ -1,9 +1,10 @@
 """Numbers as people write them: "70B" parameters, "15T" tokens, "4k" tokens, "80GB" of memory.
 
 The one place such text is read. Counts take the short scale: k or K 10^3, M 10^6, B or G
-10^9, T 10^12. Bytes take SI units (kB, MB, GB, TB, PB: powers of 10^3) and IEC units (KiB,
-MiB, GiB, TiB, PiB: powers of 2^10); a bare scale on a byte count ("80B", "80G") is refused as
-ambiguous. Plain decimal text ("2.5e12") is a number everywhere.
+10^9, T 10^12. Sequence lengths (seq_len, max_seq_len) take the binary scale their writers mean:
+"4k" is 4096 tokens, as "8k context" is 8192. Bytes take SI units (kB, MB, GB, TB, PB: powers
+of 10^3) and IEC units (KiB, MiB, GiB, TiB, PiB: powers of 2^10); a bare scale on a byte
+count ("80B", "80G") is refused as ambiguous. Plain decimal text ("2.5e12") is a number everywhere.
 
 Text is matched with `re.search` against the pattern the OpenAPI schema states, as a JSON
 Schema validator in Python does, so a fuzzer's schema-valid string is this parser's too.
@@ -51,6 +52,11 @@ def _kind(units: dict[str, int], description: str, hint: str) -> Kind:
 
 COUNT = _kind(SHORT_SCALE, 'Text with a short-scale suffix: "70B", "15T", "4k", "1.5M", or "2.5e12" '
                            "(k/K 10^3, M 10^6, B/G 10^9, T 10^12).", "70B, 4k or 2.5e12")
+# Context lengths are written in powers of two: Llama 3's "8k" is 8192 tokens, "128k" 131072.
+SEQUENCE_SCALE = {"": 1, "k": 2**10, "K": 2**10, "M": 2**20}
+SEQUENCE = _kind(SEQUENCE_SCALE, 'Text as context lengths are written: "4k" is 4096 tokens, "128k" 131072, '
+                                 '"1M" 1048576 (k/K 2^10, M 2^20: sequence lengths are powers of two).',
+                 "4096 or 4k")
 NUMBER = _kind(SHORT_SCALE, 'Text: "2.5e12", or with a short-scale suffix, "989T" (k/K 10^3, M 10^6, '
                             "B/G 10^9, T 10^12).", "0.5, 2.5e12 or 989T")
 BYTES = _kind(BYTE_UNITS, 'Text with a byte unit: "80GB", "80 GiB", "512MiB", "4kB" (kB/MB/GB/TB/PB are '
@@ -98,7 +104,8 @@ def whole(text: str, kind: Kind, lo: int | None, hi: int | None) -> int:
     """An integer in [lo, hi] from text: refused when out of bounds or not whole."""
     value = read(text, kind)
     if value != value.to_integral_value():
-        raise QuantityError(f"{text.strip()!r} is {value.normalize():f}, not a whole number", rule=True)
+        # :.6g, not :f: "-3e-442" written out in full is 440 characters of zeros.
+        raise QuantityError(f"{text.strip()!r} is {value:.6g}, not a whole number", rule=True)
     why = _bounds_message(text, value, None if lo is None else Decimal(lo),
                           None if hi is None else Decimal(hi), False)
     if why:
@@ -113,4 +120,6 @@ def real(text: str, lo: float | None, hi: float | None, *, open_lo: bool = False
                           None if hi is None else Decimal(repr(hi)), open_lo)
     if why:
         raise QuantityError(why, rule=True)
+    if value != 0 and float(value) == 0:  # "8e-534" passes "> 0" exactly, then rounds to 0.0
+        raise QuantityError(f"{text.strip()!r} is {value:.4g}, below the smallest double", rule=True)
     return float(value)

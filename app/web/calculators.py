@@ -13,7 +13,7 @@ from pydantic import BaseModel
 
 from app.accounting import dtypes as formats
 from app.accounting.errors import InvalidInput
-from app.api.responses import jsonable
+from app.api.responses import defaults_applied, jsonable
 from app.api.services import dtypes, flops, memory, tensors, time
 from app.contract.schemas import engine_model
 from app.jobs.store import Store
@@ -144,7 +144,8 @@ class Calculator:
             return {"errors": forms.field_errors(refused), "message": refused["message"],
                     "unplaced": unplaced, "launch": refused.get("launch")}
         body, result = outcome
-        answer = jsonable(result)
+        # Fields the page has no input for, or left empty, and what the answer took for them.
+        answer = jsonable(result) | {"defaults_applied": defaults_applied(body)}
         charts = self.charts(body, answer, jobs) if self.charts else {}
         return {"answer": answer, "errors": {}, "charts": charts}
 

@@ -5,7 +5,7 @@ from typing import Annotated
 from pydantic import Field
 
 from app.accounting import flops
-from app.contract.fields import Input, count
+from app.contract.fields import Input, count, sequence_length
 from app.contract.schemas import DtypeName, ModelSpec, engine_model
 
 Size = count(1, 2**40)
@@ -30,7 +30,7 @@ class MlpRequest(Input):
 class TransformerRequest(Input):
     model: ModelSpec
     batch_size: count(1, 2**31) = 1
-    seq_len: count(1, 10_000_000) = 1024
+    seq_len: sequence_length(1, 10_000_000) = 1024
     causal: flops.Causal = Field(
         "full", description="full counts every score as FlopCounterMode does; halved counts "
                             "the lower triangle only (causal masking skips the rest).")

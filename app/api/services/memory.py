@@ -3,7 +3,7 @@
 from pydantic import Field
 
 from app.accounting import activations, memory
-from app.contract.fields import Input, count, number
+from app.contract.fields import Input, count, number, sequence_length
 from app.contract.schemas import GpuId, GpuInput, GpuOverridesIn, ModelOrParams, accelerator, engine_model
 
 Ranks = count(1, 1_000_000)
@@ -20,7 +20,7 @@ class TrainingMemoryRequest(Input):
     optimizer: memory.Optimizer = "adamw"
     batch_size: count(1, 1_000_000) = Field(
         1, description="Micro-batch size per data-parallel rank, in sequences.")
-    seq_len: count(1, 10_000_000) | None = Field(
+    seq_len: sequence_length(1, 10_000_000) | None = Field(
         None, description="Tokens per sequence; null means the model's max_seq_len.")
     recompute: activations.Recompute = Field(
         "selective", description="selective (the default: what FlashAttention-era training does, "

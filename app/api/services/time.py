@@ -29,8 +29,8 @@ class TrainingTimeRequest(GpuInput):
     mfu: number(ge=1e-6, le=1) | Literal["measured"] = Field(
         DEFAULT_MFU, description="Model FLOPs utilization: the fraction of the dense peak sustained "
                                  '(answered with mfu_source "default" when left out). "measured": '
-                                 "the latest train_step MFU measured on this server's device at this dtype "
-                                 "(GET /api/v1/calibration).")
+                                 "the train_step MFU of this server's device at this dtype, by the "
+                                 "calibration's rule (the best of its recent runs; GET /api/v1/calibration).")
     price_per_gpu_hour: number(ge=0, le=1e6) | None = Field(
         None, description="Price of one GPU-hour in `currency`, for `cost`.")
     currency: Currency = Field(
