@@ -127,7 +127,7 @@
         animation: false, maintainAspectRatio: false, indexAxis: "y",
         scales: {
           x: { stacked: true, title: { display: true, text: "FLOPs per step" },
-               ticks: { color: color("--muted"), callback: (v) => (v === 0 ? "0" : Number(v).toExponential(1)) } },
+               ticks: { color: color("--muted"), callback: short } },
           y: { stacked: true, ticks: { color: color("--muted") } },
         },
         plugins: { legend: { labels: { color: color("--fg") } } },
