@@ -1,4 +1,4 @@
-"""The server process never imports torch (nor anything that would make a CUDA context).
+"""The server process never imports torch (nor transformers, the tests' oracle, nor anything that would make a CUDA context).
 It may use NVML (pynvml), which reads the driver without a context."""
 
 import subprocess
@@ -41,7 +41,7 @@ SERVE_EVERY_ROUTE = textwrap.dedent("""
         assert app.openapi()["paths"], "no routes"
 
     asyncio.run(main())
-    banned = sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "numpy"))
+    banned = sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "numpy", "transformers"))
     print(",".join(banned))
 """)
 
