@@ -1,5 +1,6 @@
-"""The server process never imports torch (nor transformers, the tests' oracle, nor anything that would make a CUDA context).
-It may use NVML (pynvml), which reads the driver without a context."""
+"""The server process never imports torch (nor transformers, the tests' oracle, nor anything
+that would make a CUDA context). It may use NVML (pynvml), which reads the driver without a
+context."""
 
 import subprocess
 import sys
