@@ -105,12 +105,12 @@ def _gpt2(raw: dict, warnings: list[str]) -> dict:
 
 
 def _gpt_neox(raw: dict, warnings: list[str]) -> dict:
-    if not _bool(raw, "attention_bias", True):
-        warnings.append("attention_bias false: MLP biases are still counted")
+    # attention_bias covers query_key_value and dense only; the MLP and LayerNorms keep theirs.
     return dict(
         n_layers=_int(raw, "num_hidden_layers"), d_model=_int(raw, "hidden_size"),
         n_heads=_int(raw, "num_attention_heads"), d_ff=_int(raw, "intermediate_size"),
         vocab_size=_int(raw, "vocab_size"), mlp="gelu", norm="layernorm", bias=True,
+        attn_bias=_bool(raw, "attention_bias", True),
         tied_embeddings=_bool(raw, "tie_word_embeddings", False), position="rope",
         max_seq_len=_int(raw, "max_position_embeddings", 2048),
         dropout=_dropout(raw, "attention_dropout", "hidden_dropout"),
