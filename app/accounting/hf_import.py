@@ -73,10 +73,11 @@ def _llama_like(raw: dict, family: str, warnings: list[str]) -> dict:
     act = raw.get("hidden_act", "silu")
     if act not in ("silu", "swish"):
         warnings.append(f"gated MLP with {act!r}: same shapes as SwiGLU, counted as swiglu")
-    attention_bias = _bool(raw, "attention_bias", False)
-    mlp_bias = _bool(raw, "mlp_bias", False)
-    if attention_bias != mlp_bias:
-        warnings.append("attention_bias and mlp_bias differ; biases counted as attention_bias says")
+    # Only LlamaConfig reads attention_bias and mlp_bias; Mistral has no biases and Qwen2
+    # biases q/k/v alone, whatever the config says (the key table refuses contrary values).
+    llama = family == "llama"
+    attention_bias = _bool(raw, "attention_bias", False) if llama else False
+    mlp_bias = _bool(raw, "mlp_bias", False) if llama else False
     if raw.get("sliding_window") and family == "mistral":
         warnings.append("sliding_window ignored: attention FLOPs count the full causal window")
     if raw.get("num_local_experts") or raw.get("num_experts"):
@@ -85,7 +86,8 @@ def _llama_like(raw: dict, family: str, warnings: list[str]) -> dict:
         n_layers=_int(raw, "num_hidden_layers"), d_model=_int(raw, "hidden_size"), n_heads=heads,
         n_kv_heads=_int(raw, "num_key_value_heads", heads), d_ff=_int(raw, "intermediate_size"),
         vocab_size=_int(raw, "vocab_size"), mlp="swiglu", norm="rmsnorm",
-        bias=attention_bias, qkv_bias=True if family == "qwen2" else None,
+        bias=False, attn_bias=attention_bias, mlp_bias=mlp_bias,
+        qkv_bias=True if family == "qwen2" else None,
         tied_embeddings=_bool(raw, "tie_word_embeddings", False), position="rope",
         max_seq_len=_int(raw, "max_position_embeddings", defaults[family]),
         head_dim=_int(raw, "head_dim", None), dropout=_dropout(raw, "attention_dropout"),
