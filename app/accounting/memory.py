@@ -100,8 +100,10 @@ def _stage_params(cfg: TransformerConfig, tp: int, pp: int) -> tuple[tuple[Stage
     (Megatron-LM); norms and the biases after row-parallel layers are replicated.
     With tied embeddings and pp > 1 the last stage keeps its own copy to tie.
     """
-    per_layer_replicated = 2 * norm_params(cfg) + 2 * cfg.d_model * cfg.bias
-    sharded = attention_params(cfg) + mlp_params(cfg) - 2 * cfg.d_model * cfg.bias
+    # The row-parallel layers are attention's output projection and the MLP's down one.
+    row_biases = cfg.d_model * (cfg.has_attn_bias + cfg.has_mlp_bias)
+    per_layer_replicated = 2 * norm_params(cfg) + row_biases
+    sharded = attention_params(cfg) + mlp_params(cfg) - row_biases
     per_layer = math.ceil(sharded / tp) + per_layer_replicated
     token = math.ceil(cfg.vocab_size * cfg.d_model / tp)
     position = cfg.max_seq_len * cfg.d_model if cfg.position == "learned" else 0

@@ -68,9 +68,15 @@ class TransformerConfig:
     norm: Norm = "layernorm"
     """layernorm has a weight, and a bias when `bias` is true; rmsnorm has a weight only."""
     bias: bool = True
-    """Biases on every linear layer (except the LM head) and on LayerNorm."""
+    """Biases on every linear layer (except the LM head) and on LayerNorm; attn_bias,
+    mlp_bias and qkv_bias override it for their layers."""
     qkv_bias: bool | None = None
-    """Biases on the q/k/v projections only (Qwen2); null means `bias`."""
+    """Biases on the q/k/v projections only (Qwen2); null means `attn_bias`."""
+    attn_bias: bool | None = None
+    """Biases on attention's q/k/v and output projections (HF attention_bias); null means
+    `bias`. qkv_bias, when set, overrides it for q/k/v."""
+    mlp_bias: bool | None = None
+    """Biases on the MLP's linear layers (HF mlp_bias); null means `bias`."""
     tied_embeddings: bool = True
     """The LM head reuses the token embedding matrix; counted once."""
     position: Position = "learned"
@@ -108,8 +114,17 @@ class TransformerConfig:
         return -(-(8 * self.d_model // 3) // 256) * 256
 
     @property
+    def has_attn_bias(self) -> bool:
+        """A bias on the attention output projection (and on q/k/v unless qkv_bias says)."""
+        return self.bias if self.attn_bias is None else self.attn_bias
+
+    @property
+    def has_mlp_bias(self) -> bool:
+        return self.bias if self.mlp_bias is None else self.mlp_bias
+
+    @property
     def has_qkv_bias(self) -> bool:
-        return self.bias if self.qkv_bias is None else self.qkv_bias
+        return self.has_attn_bias if self.qkv_bias is None else self.qkv_bias
 
     def resolved(self) -> "TransformerConfig":
         """The same model with every null default filled in."""
@@ -121,7 +136,8 @@ def _resolved(self: TransformerConfig) -> TransformerConfig:
     return TransformerConfig(
         n_layers=self.n_layers, d_model=self.d_model, n_heads=self.n_heads,
         vocab_size=self.vocab_size, n_kv_heads=self.kv_heads, d_ff=self.ff, mlp=self.mlp,
-        norm=self.norm, bias=self.bias, qkv_bias=self.has_qkv_bias,
+        norm=self.norm, bias=self.bias, qkv_bias=self.has_qkv_bias, attn_bias=self.has_attn_bias,
+        mlp_bias=self.has_mlp_bias,
         tied_embeddings=self.tied_embeddings, position=self.position,
         max_seq_len=self.max_seq_len, head_dim=self.hd, dropout=self.dropout)
 
@@ -152,15 +168,15 @@ class ParamCount:
 def attention_params(cfg: TransformerConfig) -> int:
     d, q_width, kv_width = cfg.d_model, cfg.n_heads * cfg.hd, cfg.kv_heads * cfg.hd
     weights = d * q_width + 2 * d * kv_width + q_width * d
-    biases = (q_width + 2 * kv_width) * cfg.has_qkv_bias + d * cfg.bias
+    biases = (q_width + 2 * kv_width) * cfg.has_qkv_bias + d * cfg.has_attn_bias
     return weights + biases
 
 
 def mlp_params(cfg: TransformerConfig) -> int:
     d, f = cfg.d_model, cfg.ff
     if cfg.mlp == "swiglu":
-        return 3 * d * f + (2 * f + d) * cfg.bias
-    return 2 * d * f + (f + d) * cfg.bias
+        return 3 * d * f + (2 * f + d) * cfg.has_mlp_bias
+    return 2 * d * f + (f + d) * cfg.has_mlp_bias
 
 
 def norm_params(cfg: TransformerConfig) -> int:

@@ -4,7 +4,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Path, Response
 
-from app.accounting import hf_import, models
+from app.accounting import hf, models
 from app.accounting.errors import InvalidInput
 from app.api.errors import NOT_FOUND, REQUEST_ERRORS, NotFound
 from app.api.openapi import examples
@@ -29,15 +29,16 @@ async def list_models() -> Response:
     return respond(Page(data=data, count=len(data)))
 
 
-@router.post("/import", response_model=hf_import.ImportedModel, responses=REQUEST_ERRORS)
+@router.post("/import", response_model=hf.ImportedModel, responses=REQUEST_ERRORS)
 async def import_model(
     config: Annotated[dict[str, Any], Body(
         description="A Hugging Face config.json (model_type llama, mistral, qwen2, gpt2 or "
-                    "gpt_neox). Nothing is fetched; unknown keys are ignored.",
+                    "gpt_neox). Nothing is fetched. A key that changes the count but "
+                    "that model_type does not read is refused; unknown keys are listed in warnings.",
         openapi_examples=IMPORT)],
 ) -> Response:
     """Read a Hugging Face config.json into a TransformerConfig, with its parameters."""
-    return respond(hf_import.import_config(config))
+    return respond(hf.import_config(config))
 
 
 @router.get("/{name}", response_model=models.PresetSummary, responses=NOT_FOUND)

@@ -1,14 +1,10 @@
-"""Hugging Face config.json -> TransformerConfig, offline.
-
-Supported model_type values and the transformers classes whose defaults apply
-when a key is absent: llama (LlamaConfig), mistral (MistralConfig), qwen2
-(Qwen2Config), gpt2 (GPT2Config), gpt_neox (GPTNeoXConfig).
-"""
+"""Readers of the supported families' config.json, each as its transformers class reads it."""
 
 from dataclasses import dataclass
 from typing import Any
 
 from app.accounting.errors import InvalidInput
+from app.accounting.hf import keys
 from app.accounting.models import ParamCount, TransformerConfig, count_params
 from app.accounting.records import RECORD
 
@@ -70,47 +66,58 @@ def _dropout(raw: dict, *keys: str, default: float = 0.0) -> bool:
 def _llama_like(raw: dict, family: str, warnings: list[str]) -> dict:
     defaults = {"llama": 2048, "mistral": 4096 * 32, "qwen2": 32768}
     heads = _int(raw, "num_attention_heads")
+    # Absent, MistralConfig and Qwen2Config default to 8 and 32 kv heads; null means MHA.
+    kv_default = {"llama": None, "mistral": 8, "qwen2": 32}[family]
+    kv_heads = _int(raw, "num_key_value_heads", None) if "num_key_value_heads" in raw else kv_default
     act = raw.get("hidden_act", "silu")
     if act not in ("silu", "swish"):
         warnings.append(f"gated MLP with {act!r}: same shapes as SwiGLU, counted as swiglu")
-    attention_bias = _bool(raw, "attention_bias", False)
-    mlp_bias = _bool(raw, "mlp_bias", False)
-    if attention_bias != mlp_bias:
-        warnings.append("attention_bias and mlp_bias differ; biases counted as attention_bias says")
+    # Only LlamaConfig reads attention_bias and mlp_bias; Mistral has no biases and Qwen2
+    # biases q/k/v alone, whatever the config says (the key table refuses contrary values).
+    llama = family == "llama"
+    attention_bias = _bool(raw, "attention_bias", False) if llama else False
+    mlp_bias = _bool(raw, "mlp_bias", False) if llama else False
     if raw.get("sliding_window") and family == "mistral":
         warnings.append("sliding_window ignored: attention FLOPs count the full causal window")
-    if raw.get("num_local_experts") or raw.get("num_experts"):
-        raise InvalidInput("num_local_experts", "mixture-of-experts models are not supported")
     return dict(
         n_layers=_int(raw, "num_hidden_layers"), d_model=_int(raw, "hidden_size"), n_heads=heads,
-        n_kv_heads=_int(raw, "num_key_value_heads", heads), d_ff=_int(raw, "intermediate_size"),
+        n_kv_heads=kv_heads or heads, d_ff=_int(raw, "intermediate_size"),
         vocab_size=_int(raw, "vocab_size"), mlp="swiglu", norm="rmsnorm",
-        bias=attention_bias, qkv_bias=True if family == "qwen2" else None,
+        bias=False, attn_bias=attention_bias, mlp_bias=mlp_bias,
+        qkv_bias=True if family == "qwen2" else None,
         tied_embeddings=_bool(raw, "tie_word_embeddings", False), position="rope",
         max_seq_len=_int(raw, "max_position_embeddings", defaults[family]),
         head_dim=_int(raw, "head_dim", None), dropout=_dropout(raw, "attention_dropout"),
     )
 
 
+def _alias(raw: dict, key: str, alias: str, default: int) -> int:
+    """GPT2Config.attribute_map: `alias` (hidden_size...) sets `key` (n_embd...)."""
+    if key in raw and alias in raw and raw[key] != raw[alias]:
+        raise InvalidInput(alias, f"{raw[alias]!r} contradicts {key}={raw[key]!r}; give one of them"[:160])
+    return _int(raw, key, default) if key in raw else _int(raw, alias, default)
+
+
 def _gpt2(raw: dict, warnings: list[str]) -> dict:
-    d = _int(raw, "n_embd", 768)
+    d = _alias(raw, "n_embd", "hidden_size", 768)
     inner = _int(raw, "n_inner", None)
     return dict(
-        n_layers=_int(raw, "n_layer", 12), d_model=d, n_heads=_int(raw, "n_head", 12),
+        n_layers=_alias(raw, "n_layer", "num_hidden_layers", 12), d_model=d,
+        n_heads=_alias(raw, "n_head", "num_attention_heads", 12),
         d_ff=inner or 4 * d, vocab_size=_int(raw, "vocab_size", 50257), mlp="gelu",
         norm="layernorm", bias=True, tied_embeddings=_bool(raw, "tie_word_embeddings", True),
-        position="learned", max_seq_len=_int(raw, "n_positions", 1024),
+        position="learned", max_seq_len=_alias(raw, "n_positions", "max_position_embeddings", 1024),
         dropout=_dropout(raw, "resid_pdrop", "embd_pdrop", "attn_pdrop", default=0.1),
     )
 
 
 def _gpt_neox(raw: dict, warnings: list[str]) -> dict:
-    if not _bool(raw, "attention_bias", True):
-        warnings.append("attention_bias false: MLP biases are still counted")
+    # attention_bias covers query_key_value and dense only; the MLP and LayerNorms keep theirs.
     return dict(
         n_layers=_int(raw, "num_hidden_layers"), d_model=_int(raw, "hidden_size"),
         n_heads=_int(raw, "num_attention_heads"), d_ff=_int(raw, "intermediate_size"),
         vocab_size=_int(raw, "vocab_size"), mlp="gelu", norm="layernorm", bias=True,
+        attn_bias=_bool(raw, "attention_bias", True),
         tied_embeddings=_bool(raw, "tie_word_embeddings", False), position="rope",
         max_seq_len=_int(raw, "max_position_embeddings", 2048),
         dropout=_dropout(raw, "attention_dropout", "hidden_dropout"),
@@ -120,7 +127,7 @@ def _gpt_neox(raw: dict, warnings: list[str]) -> dict:
 def import_config(raw: dict[str, Any]) -> ImportedModel:
     """Read a config.json body. Errors name the config.json key at fault."""
     family = raw.get("model_type")
-    if family not in SUPPORTED:
+    if not isinstance(family, str) or family not in SUPPORTED:
         raise InvalidInput("model_type", f"{str(family)[:40]!r} is not one of {', '.join(SUPPORTED)}")
     warnings: list[str] = []
     if family == "gpt2":
@@ -129,10 +136,11 @@ def import_config(raw: dict[str, Any]) -> ImportedModel:
         fields = _gpt_neox(raw, warnings)
     else:
         fields = _llama_like(raw, family, warnings)
-    keys = _KEYS["llama" if family in ("mistral", "qwen2") else family]
+    names = _KEYS["llama" if family in ("mistral", "qwen2") else family]
     try:
         cfg = TransformerConfig(**fields)
     except InvalidInput as e:
-        raise InvalidInput(keys.get(e.field, e.field), e.message) from None
+        raise InvalidInput(names.get(e.field, e.field), e.message) from None
+    keys.check(raw, family, cfg, warnings)
     return ImportedModel(model_type=family, config=cfg.resolved(), params=count_params(cfg),
                          warnings=warnings)
