@@ -73,7 +73,12 @@ class LM(nn.Module):
 
 
 def lm_from_config(cfg: dict, device="meta") -> LM:
-    """Build the reference model from a Tally TransformerConfig as JSON."""
+    """Build the reference model from a Tally TransformerConfig as JSON. Its biases follow
+    `bias` (and `qkv_bias`); separate attention and MLP switches are checked against
+    transformers instead (tests/test_hf_import.py), so a config that splits them is refused here."""
+    for key in ("attn_bias", "mlp_bias"):
+        if cfg.get(key) not in (None, cfg.get("bias", True)):
+            raise ValueError(f"the reference model has one bias switch; {key} differs from bias")
     with torch.device(device):
         return LM(vocab=cfg["vocab_size"], d=cfg["d_model"], layers=cfg["n_layers"],
                   heads=cfg["n_heads"], kv_heads=cfg.get("n_kv_heads"), head_dim=cfg.get("head_dim"),

@@ -108,6 +108,8 @@ def test_seed_makes_runs_repeatable():
 LLAMA_LIKE = {"vocab_size": 512, "d_model": 64, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2,
               "mlp": "swiglu", "norm": "rmsnorm", "position": "rope", "bias": False, "tied_embeddings": False}
 GPT_LIKE = {"vocab_size": 512, "d_model": 64, "n_layers": 2, "n_heads": 4, "max_seq_len": 64}
+# Attention biases without MLP biases (as a llama config with attention_bias true writes it).
+SPLIT_BIAS = LLAMA_LIKE | {"attn_bias": True, "mlp_bias": False}
 
 
 @pytest.mark.parametrize("model", [{"kind": "cruncher", "dim": 64, "num_layers": 3}, GPT_LIKE, LLAMA_LIKE],
@@ -136,7 +138,7 @@ def _bench_model(cfg: dict):
     return engine, Transformer(engine)
 
 
-@pytest.mark.parametrize("cfg", [GPT_LIKE, LLAMA_LIKE], ids=["gpt", "llama"])
+@pytest.mark.parametrize("cfg", [GPT_LIKE, LLAMA_LIKE, SPLIT_BIAS], ids=["gpt", "llama", "split-bias"])
 def test_train_step_flops_and_params_match_torch(cfg):
     """The model trained is the one the calculators describe: FlopCounterMode counts the
     same step FLOPs, and its parameters sum to the count reported."""

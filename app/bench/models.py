@@ -101,11 +101,11 @@ class Block(nn.Module):
         self.q_width, self.kv_width = cfg.n_heads * cfg.hd, cfg.kv_heads * cfg.hd
         self.norm1, self.norm2 = _norm(cfg), _norm(cfg)
         self.qkv = nn.Linear(cfg.d_model, self.q_width + 2 * self.kv_width, bias=cfg.has_qkv_bias)
-        self.out = nn.Linear(self.q_width, cfg.d_model, bias=cfg.bias)
+        self.out = nn.Linear(self.q_width, cfg.d_model, bias=cfg.has_attn_bias)
         self.gated = cfg.mlp == "swiglu"
         self.ff = cfg.ff
-        self.up = nn.Linear(cfg.d_model, (2 if self.gated else 1) * cfg.ff, bias=cfg.bias)
-        self.down = nn.Linear(cfg.ff, cfg.d_model, bias=cfg.bias)
+        self.up = nn.Linear(cfg.d_model, (2 if self.gated else 1) * cfg.ff, bias=cfg.has_mlp_bias)
+        self.down = nn.Linear(cfg.ff, cfg.d_model, bias=cfg.has_mlp_bias)
         self.dropout = 0.1 if cfg.dropout else 0.0
 
     def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
