@@ -204,6 +204,25 @@ def test_child_speaks_json_lines():
     assert messages[-1]["result"]["points"][0]["flops"] == 2 * 8 * 8 * 8
 
 
+def test_a_parent_that_closes_stdin_after_the_result_keeps_the_jobs_exit_code():
+    """End-of-file on stdin means a dead parent only while the job runs: once the result is
+    written, a parent that closes the pipe at once still sees exit code 0 (it once saw 3)."""
+    job = {"job_id": 1, "probe": "matmul",
+           "params": QUICK | {"sweep": "custom", "shapes": [{"m": 8, "k": 8, "n": 8}], "dtypes": ["float32"]}}
+    codes = []
+    for _ in range(5):
+        proc = subprocess.Popen([sys.executable, "-m", "app.bench.child"], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        proc.stdin.write(json.dumps(job) + "\n")
+        proc.stdin.flush()
+        while json.loads(proc.stdout.readline())["type"] != "result":
+            pass
+        proc.stdin.close()
+        codes.append(proc.wait(timeout=120))
+        proc.stdout.close()
+    assert codes == [0] * 5
+
+
 def test_child_reports_bad_params_as_failed():
     code, messages = run_child({"job_id": 1, "probe": "bandwidth", "params": {"size_bytes": 1}})
     assert code == 1 and messages[-1]["status"] == "failed"

@@ -51,9 +51,16 @@ def memory_figures() -> dict[str, Any]:
             "total_bytes": total}
 
 
+# Set once the job's last message is written: a parent that then closes stdin (it has what it
+# needs) is no longer a dead parent, and the exit code stays the job's (0 or 1), not 3. Without
+# it, a parent reading to EOF then closing stdin raced the child's own exit.
+_reported = threading.Event()
+
+
 def _exit_when_parent_dies() -> None:
     sys.stdin.read()
-    os._exit(3)
+    if not _reported.is_set():
+        os._exit(3)
 
 
 def main(probes: Mapping[str, str] | None = None) -> int:
@@ -81,8 +88,10 @@ def main(probes: Mapping[str, str] | None = None) -> int:
         emit({"type": "error", "status": "oom" if oom else "failed",
               "error": {"type": type(exc).__name__, "message": str(exc)[:4000],
                         "detail": memory_figures() if oom else {}}})
+        _reported.set()
         return 1
     emit({"type": "result", "result": result})
+    _reported.set()
     return 0
 
 
