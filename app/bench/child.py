@@ -51,7 +51,7 @@ def memory_figures() -> dict[str, Any]:
             "total_bytes": total}
 
 
-# Set once the job's last message is written: a parent that then closes stdin (it has what it
+# Set just before the job's last message is written: a parent that then closes stdin (it has what it
 # needs) is no longer a dead parent, and the exit code stays the job's (0 or 1), not 3. Without
 # it, a parent reading to EOF then closing stdin raced the child's own exit.
 _reported = threading.Event()
@@ -85,13 +85,13 @@ def main(probes: Mapping[str, str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 - every failure is reported, none is lost
         oom = is_oom(exc)
         traceback.print_exc()
+        _reported.set()  # before the message: the parent may read it and close stdin at once
         emit({"type": "error", "status": "oom" if oom else "failed",
               "error": {"type": type(exc).__name__, "message": str(exc)[:4000],
                         "detail": memory_figures() if oom else {}}})
-        _reported.set()
         return 1
+    _reported.set()  # before the message: the parent may read it and close stdin at once
     emit({"type": "result", "result": result})
-    _reported.set()
     return 0
 
 
