@@ -10,6 +10,7 @@ Words, one per meaning (the CLI's tables use the same):
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from app.accounting.units import human_bytes
 from app.contract.results import BandwidthResult, MatmulResult, TrainStepResult, TransferResult
 from app.web import numbers
 
@@ -89,7 +90,7 @@ def headline(result: Any) -> list[Metric]:
     if isinstance(result, TransferResult):
         largest = max((t.size_bytes for t in result.points), default=0)
         return [Metric(f"{_transfer_key(t)}@{t.size_bytes}", f"{_transfer_key(t)}, median",
-                       t.gb_per_sec, "gb_per_sec", f"{numbers.sig(t.size_bytes / 1e6)} MB")
+                       t.gb_per_sec, "gb_per_sec", human_bytes(t.size_bytes, binary=False))
                 for t in result.points if t.size_bytes == largest]
     if isinstance(result, TrainStepResult):
         r = result
