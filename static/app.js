@@ -58,7 +58,9 @@
   // Days against GPUs over a range the server centred on this run (1/16 to 16 times its GPUs).
   function drawDaysVsGpus(canvas, spec) {
     const xs = spec.points.map((p) => p.x), ys = spec.points.map((p) => p.y);
-    const tick = { color: color("--muted"), autoSkip: true, maxRotation: 0, callback: (v) => window.Tally.sig(v, 1) };
+    const scales = axes("GPUs", "days", true, true);
+    Object.assign(scales.x, { min: Math.min(...xs), max: Math.max(...xs) });
+    Object.assign(scales.y, { min: Math.min(...ys), max: Math.max(...ys) });
     return new Chart(canvas, {
       type: "line",
       data: {
@@ -69,13 +71,7 @@
         ],
       },
       options: {
-        animation: false, maintainAspectRatio: false, parsing: false,
-        scales: {
-          x: { type: "logarithmic", min: Math.min(...xs), max: Math.max(...xs), title: { display: true, text: "GPUs" },
-               afterBuildTicks: (scale) => logTicks(scale, 70), ticks: tick },
-          y: { type: "logarithmic", min: Math.min(...ys), max: Math.max(...ys), title: { display: true, text: "days" },
-               afterBuildTicks: (scale) => logTicks(scale, 24), ticks: tick },
-        },
+        animation: false, maintainAspectRatio: false, parsing: false, scales,
         plugins: { legend: { labels: { color: color("--fg") } } },
       },
     });
