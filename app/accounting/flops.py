@@ -118,21 +118,58 @@ class FlopsBreakdown:
     """FLOPs by component, summed over all layers."""
 
     attention_qkv: int
-    """Q, K and V projections."""
+    """Q, K and V projections; with latent attention, the up projections from the latents
+    (and the query projection when queries have no latent)."""
     attention_scores: int
-    """Q @ K^T."""
+    """Q @ K^T (latent attention: over qk_nope_head_dim + qk_rope_head_dim)."""
     attention_values: int
     """softmax(scores) @ V."""
     attention_output: int
     """The output projection."""
     mlp: int
+    """MLPs of dense layers (every layer of a dense model)."""
     lm_head: int
     total: int
+    attention_latent: int = 0
+    """Latent attention's down projections: x to the query latent, and x to the key/value
+    latent with the shared rotary key (kv_lora_rank + qk_rope_head_dim)."""
+    router: int = 0
+    """x @ W_router (d_model x n_experts) in each MoE layer."""
+    routed_experts: int = 0
+    """The top_k experts each token is routed to (dropless: tokens x top_k expert MLPs,
+    however they spread over experts)."""
+    shared_experts: int = 0
+    """Shared experts, and Qwen2-MoE's shared-expert gate."""
 
     __pydantic_config__ = RECORD
 
     def scaled(self, factor: int) -> "FlopsBreakdown":
-        return FlopsBreakdown(*(factor * getattr(self, f) for f in self.__dataclass_fields__))
+        return FlopsBreakdown(**{f: factor * getattr(self, f) for f in self.__dataclass_fields__})
+
+
+def score_pairs_doubled(seq_len: int, window: int | None, causal: Causal) -> int:
+    """2x the (query, key) pairs one head scores. full: every pair, as eager attention computes
+    them, masked or not. halved: the causal triangle at S^2/2 (the diagonal's S/2 left out, as
+    the 6ND-era convention does), and in a window w, S^2/2 - (S-w)^2/2."""
+    s = seq_len
+    if causal == "full":
+        return 2 * s * s
+    if window is None or window >= s:
+        return s * s
+    return s * s - (s - window) ** 2
+
+
+def _attention_projections(cfg: TransformerConfig, t: int) -> dict[str, int]:
+    d = cfg.d_model
+    if cfg.mla:
+        h, nope, rope, v = cfg.n_heads, cfg.qk_nope_head_dim, cfg.qk_rope_head_dim, cfg.v_head_dim
+        q_in = cfg.q_lora_rank or d
+        return dict(attention_latent=2 * t * d * ((cfg.q_lora_rank or 0) + cfg.kv_lora_rank + rope),
+                    attention_qkv=2 * t * (q_in * h * (nope + rope) + cfg.kv_lora_rank * h * (nope + v)),
+                    attention_output=2 * t * h * v * d)
+    q_width, kv_width = cfg.n_heads * cfg.hd, cfg.kv_heads * cfg.hd
+    return dict(attention_latent=0, attention_qkv=2 * t * d * (q_width + 2 * kv_width),
+                attention_output=2 * t * q_width * d)
 
 
 def transformer_forward(cfg: TransformerConfig, batch_size: int, seq_len: int,
@@ -140,21 +177,31 @@ def transformer_forward(cfg: TransformerConfig, batch_size: int, seq_len: int,
     """Forward matmul FLOPs of a decoder-only transformer on batch_size x seq_len tokens."""
     if cfg.position == "learned" and seq_len > cfg.max_seq_len:
         raise InvalidInput("seq_len", f"{seq_len} exceeds the model's {cfg.max_seq_len} learned positions")
-    t, s, d, L = batch_size * seq_len, seq_len, cfg.d_model, cfg.n_layers
-    q_width, kv_width = cfg.n_heads * cfg.hd, cfg.kv_heads * cfg.hd
-    # (B, h, S, hd) @ (B, h, hd, S): every query head reads its (shared) K and V.
-    attend = 2 * batch_size * cfg.n_heads * s * s * cfg.hd
-    if causal == "halved":
-        attend //= 2  # only the lower triangle does useful work
-    mlp_matrices = 3 if cfg.mlp == "swiglu" else 2
+    t, d, L = batch_size * seq_len, cfg.d_model, cfg.n_layers
+    qk_dim = cfg.qk_nope_head_dim + cfg.qk_rope_head_dim if cfg.mla else cfg.hd
+    v_dim = cfg.v_head_dim if cfg.mla else cfg.hd
+    # (B, h, S, d_qk) @ (B, h, d_qk, S): every query head reads its (shared) K and V.
+    pairs2 = sum(score_pairs_doubled(seq_len, cfg.sliding_window if windowed else None, causal)
+                 for windowed in cfg.windowed_layers)
+    per_pair = batch_size * cfg.n_heads
+    proj = _attention_projections(cfg, t)
+    matrices = 3 if cfg.gated else 2
+    n_moe = cfg.n_moe_layers
     parts = dict(
-        attention_qkv=L * 2 * t * d * (q_width + 2 * kv_width),
-        attention_scores=L * attend,
-        attention_values=L * attend,
-        attention_output=L * 2 * t * q_width * d,
-        mlp=L * 2 * t * d * cfg.ff * mlp_matrices,
+        attention_qkv=L * proj["attention_qkv"],
+        attention_scores=per_pair * qk_dim * pairs2,
+        attention_values=per_pair * v_dim * pairs2,
+        attention_output=L * proj["attention_output"],
+        mlp=(L - n_moe) * 2 * t * d * cfg.ff * matrices,
         lm_head=2 * t * d * cfg.vocab_size,
+        attention_latent=L * proj["attention_latent"],
     )
+    if n_moe:
+        parts |= dict(
+            router=n_moe * 2 * t * d * cfg.n_experts,
+            routed_experts=n_moe * 2 * t * cfg.top_k * d * cfg.ff_expert * matrices,
+            shared_experts=n_moe * 2 * t * d * (cfg.ff_shared * matrices + cfg.shared_expert_gate),
+        )
     return FlopsBreakdown(**parts, total=sum(parts.values()))
 
 
@@ -174,7 +221,7 @@ class TransformerFlops:
     step: FlopsBreakdown
     """forward + backward (the optimizer's elementwise update is not counted)."""
     six_n_d: int
-    """6 x params.total x tokens."""
+    """6 x active parameters x tokens (params.total for a dense model)."""
     ratio_to_six_n_d: float
     """step.total / six_n_d: above 1 where attention over long sequences adds FLOPs that
     parameters do not count; below 1 where parameters (embeddings) do no matmul work."""
@@ -189,7 +236,7 @@ def transformer(cfg: TransformerConfig, batch_size: int, seq_len: int,
     fwd = transformer_forward(cfg, batch_size, seq_len, causal)
     params = count_params(cfg)
     tokens = batch_size * seq_len
-    six_n_d = 6 * params.total * tokens
+    six_n_d = 6 * params.active * tokens
     step = fwd.scaled(3)
     return TransformerFlops(
         model=cfg.resolved(), batch_size=batch_size, seq_len=seq_len, tokens=tokens, causal=causal,

@@ -54,6 +54,11 @@ def _integral(value: Any) -> Any:
     return int(value) if isinstance(value, float) and value.is_integer() else value
 
 
+def _as_tuple(value: Any) -> Any:
+    """A JSON array for a tuple field; its items keep strict validation (7.0 is let through as 7)."""
+    return tuple(_integral(v) for v in value) if isinstance(value, list) else value
+
+
 def _mentions_int(hint: Any) -> bool:
     return hint is int or any(_mentions_int(a) for a in typing.get_args(hint))
 
@@ -194,6 +199,8 @@ def strict_input(cls: type, _done: dict[type, type] | None = None) -> type[Input
             hint = strict_input(hint, done)
         elif (quantity := _or_text(f.name, hint)) is not None:
             hint = quantity
+        elif typing.get_origin(hint) is tuple:  # strict mode takes no JSON list as a tuple
+            hint = Annotated[hint, BeforeValidator(_as_tuple)]
         elif _mentions_int(hint):
             hint = Annotated[hint, BeforeValidator(_integral)]
         elif (bounds := _float_bounds(hint)) is not None:
