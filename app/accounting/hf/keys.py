@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from app.accounting.errors import InvalidInput
+from app.accounting.hf.family import Family
 from app.accounting.models import TransformerConfig
 
 
@@ -65,21 +66,6 @@ COUNT_KEYS: dict[str, Callable[[Any], bool]] = {
                      "full_attention_interval"), _none),
 }
 
-# Keys each family reads, by the supported readers. gpt2 also reads hidden_size & co.
-# through GPT2Config.attribute_map.
-_LLAMA = {"hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
-          "intermediate_size", "vocab_size", "max_position_embeddings", "tie_word_embeddings"}
-HONOURED: dict[str, set[str]] = {
-    "llama": _LLAMA | {"attention_bias", "mlp_bias"},
-    "mistral": _LLAMA,
-    "qwen2": _LLAMA,  # its layer_types only picks full or sliding windows: same weights
-    "gpt2": {"n_embd", "n_layer", "n_head", "n_inner", "vocab_size", "n_positions", "tie_word_embeddings",
-             "hidden_size", "num_hidden_layers", "num_attention_heads", "max_position_embeddings"},
-    "gpt_neox": {"hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
-                 "vocab_size", "max_position_embeddings", "tie_word_embeddings", "attention_bias",
-                 "use_parallel_residual"},
-}
-
 # Keys that never change a count, common in real config.json files: accepted silently.
 KNOWN_HARMLESS = frozenset((
     "model_type", "architectures", "auto_map", "_name_or_path", "transformers_version", "torch_dtype",
@@ -119,13 +105,13 @@ def implied(cfg: TransformerConfig) -> dict[str, Any]:
     return values
 
 
-def refused(raw: dict[str, Any], family: str, cfg: TransformerConfig) -> list[str]:
+def refused(raw: dict[str, Any], family: Family, cfg: TransformerConfig) -> list[str]:
     """Keys of `raw` that would change the count but that `family` does not read."""
     wired = implied(cfg)
     bad = []
     for key, value in raw.items():
         neutral = COUNT_KEYS.get(key)
-        if neutral is None or key in HONOURED[family] or neutral(value):
+        if neutral is None or key in family.honoured or neutral(value):
             continue
         if key in wired and type(value) is type(wired[key]) and value == wired[key]:
             continue
@@ -134,13 +120,14 @@ def refused(raw: dict[str, Any], family: str, cfg: TransformerConfig) -> list[st
     return sorted(bad, key=order.index)
 
 
-def check(raw: dict[str, Any], family: str, cfg: TransformerConfig, warnings: list[str]) -> None:
+def check(raw: dict[str, Any], family: Family, cfg: TransformerConfig, warnings: list[str]) -> None:
     """Refuse a key that would change the count and that `family` ignores; warn about
     keys no family Tally knows uses (assumed not to change the count)."""
     bad = refused(raw, family, cfg)
     if bad:
-        raise InvalidInput(bad[0], f"changes the parameter count, but model_type {family!r} does not "
-                                   f"read it, so the count would be wrong (keys: {', '.join(bad[:12])}); "
+        listed = ", ".join(bad[:12])
+        raise InvalidInput(bad[0], f"changes the parameter count, but model_type {family.model_type!r} "
+                                   f"does not read it, so the count would be wrong (keys: {listed}); "
                                    "give the model_type that reads them, or drop keys the model lacks")
     unknown = sorted(k for k in raw if k not in COUNT_KEYS and k not in KNOWN_HARMLESS)
     if unknown:
