@@ -11,6 +11,7 @@ from importlib import resources
 
 from app.accounting import names
 from app.accounting.config import TransformerConfig, check_bounds
+from app.accounting.conventions import conventions
 from app.accounting.errors import InvalidInput
 from app.accounting.params import (
     ParamCount,
@@ -30,9 +31,12 @@ __all__ = ["TransformerConfig", "check_bounds", "ParamCount", "attention_params"
 @dataclass(frozen=True, slots=True)
 class Preset:
     name: str
+    family: str
     description: str
     source: str
     config: TransformerConfig
+    notes: tuple[str, ...] = ()
+    """What this model's counts leave out or assume beyond its config (data/models.toml)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,16 +44,21 @@ class PresetSummary:
     """A named model with its resolved config and parameter count."""
 
     name: str
+    family: str
+    """The model family the dashboard groups presets by (Llama, Mixtral, DeepSeek...)."""
     description: str
     source: str
     config: TransformerConfig
     params: ParamCount
+    warnings: list[str]
+    """The conventions the counts rest on, and what they leave out."""
 
     __pydantic_config__ = RECORD
 
 
 def summarize(p: Preset) -> PresetSummary:
-    return PresetSummary(p.name, p.description, p.source, p.config.resolved(), count_params(p.config))
+    return PresetSummary(p.name, p.family, p.description, p.source, p.config.resolved(),
+                         count_params(p.config), [*p.notes, *conventions(p.config)])
 
 
 @cache
@@ -59,8 +68,12 @@ def presets() -> dict[str, Preset]:
     table = {}
     for entry in raw["model"]:
         entry = dict(entry)
-        name, description, source = entry.pop("name"), entry.pop("description"), entry.pop("source")
-        table[name] = Preset(name, description, source, TransformerConfig(**entry))
+        name, family = entry.pop("name"), entry.pop("family")
+        description, source = entry.pop("description"), entry.pop("source")
+        notes = tuple(entry.pop("notes", ()))
+        if "mlp_only_layers" in entry:
+            entry["mlp_only_layers"] = tuple(entry["mlp_only_layers"])
+        table[name] = Preset(name, family, description, source, TransformerConfig(**entry), notes)
     return table
 
 
