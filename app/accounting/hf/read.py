@@ -26,17 +26,55 @@ class ImportedModel:
     __pydantic_config__ = RECORD
 
 
-def import_config(raw: dict[str, Any]) -> ImportedModel:
-    """Read a config.json body. Errors name the config.json key at fault."""
-    name = raw.get("model_type")
-    if not isinstance(name, str) or name not in FAMILIES:
-        raise InvalidInput("model_type", f"{str(name)[:40]!r} is not one of {', '.join(SUPPORTED)}")
-    family = FAMILIES[name]
-    warnings: list[str] = []
+def _read(raw: dict[str, Any], family: Family, warnings: list[str]) -> TransformerConfig:
     fields = family.read(raw, warnings)
     try:
         cfg = TransformerConfig(**fields)
     except InvalidInput as e:
         raise InvalidInput(family.key_names.get(e.field, e.field), e.message) from None
     keys.check(raw, family, cfg, warnings)
+    return cfg
+
+
+def _architecture_family(raw: dict[str, Any]) -> str | None:
+    """The supported model_type whose transformers class `architectures` names, if any
+    ("Qwen3ForCausalLM" -> qwen3): matched on the class-name stem, longest first."""
+    archs = raw.get("architectures")
+    if not isinstance(archs, list) or not archs or not isinstance(archs[0], str):
+        return None
+    stem = archs[0].lower().replace("_", "")
+    for model_type in sorted(FAMILIES, key=len, reverse=True):
+        if stem.startswith(model_type.replace("_", "")) and stem[len(model_type.replace("_", "")):][:3] in (
+                "for", "lmh", "mod"):
+            return model_type
+    return None
+
+
+def _check_architecture(raw: dict[str, Any], name: str, cfg: TransformerConfig, warnings: list[str]) -> None:
+    """A config relabelled to another model_type (Qwen3's as llama) is read by both; when
+    the class `architectures` names builds a different count, refuse naming it."""
+    other = _architecture_family(raw)
+    if other is None or other == name:
+        return
+    try:
+        theirs = _read(raw | {"model_type": other}, FAMILIES[other], [])
+    except InvalidInput:
+        theirs = None
+    if theirs is not None and count_params(theirs).total == count_params(cfg).total:
+        warnings.append(f"architectures names {raw['architectures'][0]!r}; read as model_type {name!r}, "
+                        "which builds the same parameters from these keys")
+        return
+    raise InvalidInput("architectures", f"{raw['architectures'][0]!r} is a {other} model, which builds "
+                                        f"different weights from these keys than model_type {name!r}; "
+                                        f"send model_type {other!r} (or drop architectures)")
+
+
+def import_config(raw: dict[str, Any]) -> ImportedModel:
+    """Read a config.json body. Errors name the config.json key at fault."""
+    name = raw.get("model_type")
+    if not isinstance(name, str) or name not in FAMILIES:
+        raise InvalidInput("model_type", f"{str(name)[:40]!r} is not one of {', '.join(SUPPORTED)}")
+    warnings: list[str] = []
+    cfg = _read(raw, FAMILIES[name], warnings)
+    _check_architecture(raw, name, cfg, warnings)
     return ImportedModel(model_type=name, config=cfg.resolved(), params=count_params(cfg), warnings=warnings)
