@@ -13,7 +13,7 @@ and memory read one answer.
 import typing
 from dataclasses import dataclass
 from functools import cache, lru_cache
-from typing import Annotated, Literal
+from typing import Annotated, Literal, NamedTuple
 
 from annotated_types import Ge, Le
 
@@ -222,18 +222,23 @@ class TransformerConfig:
         return self.has_attn_bias if self.qkv_bias is None else self.qkv_bias
 
     @property
+    def layers(self) -> "LayerKinds":
+        """Which layers route to experts and which attend in a window, derived once."""
+        return _layer_kinds(self)
+
+    @property
     def moe_layers(self) -> tuple[bool, ...]:
         """Per layer: routes to experts (True) or keeps a dense MLP."""
-        return _moe_layers(self)
+        return self.layers.moe
 
     @property
     def windowed_layers(self) -> tuple[bool, ...]:
         """Per layer: attends within sliding_window (True) or to the whole sequence."""
-        return _windowed_layers(self)
+        return self.layers.windowed
 
     @property
     def n_moe_layers(self) -> int:
-        return sum(self.moe_layers)
+        return self.layers.n_moe
 
     def resolved(self) -> "TransformerConfig":
         """The same model with every null default filled in."""
@@ -289,21 +294,24 @@ def _check_experts(c: TransformerConfig) -> None:
         raise InvalidInput(name, "describes shared experts; it needs n_shared_experts >= 1")
 
 
-@lru_cache(maxsize=1024)
-def _moe_layers(c: TransformerConfig) -> tuple[bool, ...]:
-    if not c.moe:
-        return (False,) * c.n_layers
-    dense = set(c.mlp_only_layers)
-    return tuple(i >= c.first_dense_layers and (i + 1) % c.moe_every == 0 and i not in dense
-                 for i in range(c.n_layers))
+class LayerKinds(NamedTuple):
+    moe: tuple[bool, ...]
+    windowed: tuple[bool, ...]
+    n_moe: int
+    n_windowed: int
 
 
 @lru_cache(maxsize=1024)
-def _windowed_layers(c: TransformerConfig) -> tuple[bool, ...]:
-    if c.sliding_window is None:
-        return (False,) * c.n_layers
-    every = c.global_every
-    return tuple(every is None or (i + 1) % every != 0 for i in range(c.n_layers))
+def _layer_kinds(c: TransformerConfig) -> LayerKinds:
+    moe = windowed = (False,) * c.n_layers
+    if c.moe:
+        dense = set(c.mlp_only_layers)
+        moe = tuple(i >= c.first_dense_layers and (i + 1) % c.moe_every == 0 and i not in dense
+                    for i in range(c.n_layers))
+    if c.sliding_window is not None:
+        every = c.global_every
+        windowed = tuple(every is None or (i + 1) % every != 0 for i in range(c.n_layers))
+    return LayerKinds(moe, windowed, sum(moe), sum(windowed))
 
 
 @lru_cache(maxsize=1024)

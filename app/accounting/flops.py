@@ -181,12 +181,13 @@ def transformer_forward(cfg: TransformerConfig, batch_size: int, seq_len: int,
     qk_dim = cfg.qk_nope_head_dim + cfg.qk_rope_head_dim if cfg.mla else cfg.hd
     v_dim = cfg.v_head_dim if cfg.mla else cfg.hd
     # (B, h, S, d_qk) @ (B, h, d_qk, S): every query head reads its (shared) K and V.
-    pairs2 = sum(score_pairs_doubled(seq_len, cfg.sliding_window if windowed else None, causal)
-                 for windowed in cfg.windowed_layers)
+    kinds = cfg.layers
+    pairs2 = ((L - kinds.n_windowed) * score_pairs_doubled(seq_len, None, causal)
+              + kinds.n_windowed * score_pairs_doubled(seq_len, cfg.sliding_window, causal))
     per_pair = batch_size * cfg.n_heads
     proj = _attention_projections(cfg, t)
     matrices = 3 if cfg.gated else 2
-    n_moe = cfg.n_moe_layers
+    n_moe = kinds.n_moe
     parts = dict(
         attention_qkv=L * proj["attention_qkv"],
         attention_scores=per_pair * qk_dim * pairs2,

@@ -59,6 +59,12 @@ def _as_tuple(value: Any) -> Any:
     return tuple(_integral(v) for v in value) if isinstance(value, list) else value
 
 
+def _mentions_input(hint: Any) -> bool:
+    if isinstance(hint, type) and issubclass(hint, Input):
+        return True
+    return any(_mentions_input(a) for a in typing.get_args(hint))
+
+
 def _mentions_int(hint: Any) -> bool:
     return hint is int or any(_mentions_int(a) for a in typing.get_args(hint))
 
@@ -213,8 +219,14 @@ def strict_input(cls: type, _done: dict[type, type] | None = None) -> type[Input
         else:
             fields[f.name] = (hint, Field(description=description))
 
+    nested = tuple(name for name, (hint, _) in fields.items() if _mentions_input(hint))
+
     def to_engine(self: Input) -> Any:
-        values = {k: (v.to_engine() if isinstance(v, Input) else v) for k, v in self}
+        # __dict__, not iter(self): pydantic's __iter__ costs more than the dataclass it builds.
+        values = dict(self.__dict__)
+        for name in nested:
+            if isinstance(values[name], Input):
+                values[name] = values[name].to_engine()
         return cls(**values)
 
     model = create_model(cls.__name__, __base__=Input, __doc__=cls.__doc__, **fields)
