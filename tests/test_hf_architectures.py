@@ -30,3 +30,15 @@ def test_relabelled_config_with_the_same_weights_is_read_with_a_warning(api):
 def test_an_architecture_tally_does_not_know_changes_nothing(api):
     answer = api.ok("/api/v1/models/import", QWEN2 | {"architectures": ["SomethingNewForCausalLM"]})
     assert not any("architectures" in w for w in answer["warnings"])
+
+
+def test_qwen3_relabelled_llama_is_caught_by_its_q_k_norms(api):
+    """Same keys, but Qwen3's class adds per-head q/k norms: the count differs, so refuse."""
+    qwen3 = {"model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"], "hidden_size": 128,
+             "intermediate_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4,
+             "num_key_value_heads": 2, "head_dim": 32, "vocab_size": 300, "max_position_embeddings": 256}
+    oracle = hf_param_count({k: v for k, v in qwen3.items() if k != "architectures"})
+    assert api.ok("/api/v1/models/import", qwen3)["params"]["total"] == oracle
+    response = api.post("/api/v1/models/import", qwen3 | {"model_type": "llama"})
+    assert response.status_code == 422
+    assert response.json()["detail"][0]["field"] == "architectures"

@@ -36,18 +36,25 @@ def _read(raw: dict[str, Any], family: Family, warnings: list[str]) -> Transform
     return cfg
 
 
+# transformers' class for each supported model_type, as config.json's `architectures` names it.
+ARCHITECTURES = {
+    "LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral", "Qwen2ForCausalLM": "qwen2",
+    "GPT2LMHeadModel": "gpt2", "GPTNeoXForCausalLM": "gpt_neox", "MixtralForCausalLM": "mixtral",
+    "Qwen2MoeForCausalLM": "qwen2_moe", "Qwen3ForCausalLM": "qwen3", "Qwen3MoeForCausalLM": "qwen3_moe",
+    "DeepseekV2ForCausalLM": "deepseek_v2", "DeepseekV3ForCausalLM": "deepseek_v3",
+    "GemmaForCausalLM": "gemma", "Gemma2ForCausalLM": "gemma2", "Gemma3ForCausalLM": "gemma3_text",
+    "Gemma3ForConditionalGeneration": "gemma3", "Phi3ForCausalLM": "phi3", "OlmoForCausalLM": "olmo",
+    "Olmo2ForCausalLM": "olmo2", "FalconForCausalLM": "falcon", "Starcoder2ForCausalLM": "starcoder2",
+}
+
+
 def _architecture_family(raw: dict[str, Any]) -> str | None:
-    """The supported model_type whose transformers class `architectures` names, if any
-    ("Qwen3ForCausalLM" -> qwen3): matched on the class-name stem, longest first."""
+    """The supported model_type whose transformers class `architectures` names, if any."""
     archs = raw.get("architectures")
     if not isinstance(archs, list) or not archs or not isinstance(archs[0], str):
         return None
-    stem = archs[0].lower().replace("_", "")
-    for model_type in sorted(FAMILIES, key=len, reverse=True):
-        if stem.startswith(model_type.replace("_", "")) and stem[len(model_type.replace("_", "")):][:3] in (
-                "for", "lmh", "mod"):
-            return model_type
-    return None
+    other = ARCHITECTURES.get(archs[0])
+    return other if other in FAMILIES else None
 
 
 def _check_architecture(raw: dict[str, Any], name: str, cfg: TransformerConfig, warnings: list[str]) -> None:
