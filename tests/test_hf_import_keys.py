@@ -38,8 +38,8 @@ def test_gemma2_9b_relabelled_llama_is_refused(api):
 @pytest.mark.parametrize("key,value", [
     ("num_local_experts", 8), ("num_experts", 60), ("n_routed_experts", 64), ("num_experts_per_tok", 2),
     ("n_shared_experts", 2), ("moe_intermediate_size", 32), ("shared_expert_intermediate_size", 64),
-    ("first_k_dense_replace", 1), ("decoder_sparse_step", 2), ("mlp_only_layers", [0]), ("n_group", 8),
-    ("topk_group", 4), ("q_lora_rank", 32), ("kv_lora_rank", 16), ("qk_nope_head_dim", 16),
+    ("first_k_dense_replace", 1), ("decoder_sparse_step", 2), ("mlp_only_layers", [0]), ("moe_layer_freq", 2),
+    ("num_nextn_predict_layers", 1), ("q_lora_rank", 32), ("kv_lora_rank", 16), ("qk_nope_head_dim", 16),
     ("qk_rope_head_dim", 8), ("v_head_dim", 16), ("query_pre_attn_scalar", 16),
     ("attn_logit_softcapping", 50.0), ("final_logit_softcapping", 30.0), ("sliding_window_pattern", 6),
     ("layer_types", ["linear_attention", "full_attention"]), ("use_qk_norm", True),
@@ -63,8 +63,11 @@ def test_family_hard_wired_structure_refuses_contrary_keys(api, config, key):
 
 
 def test_neutral_values_import_and_only_unknown_keys_are_listed(api):
+    # n_group and topk_group only limit which experts a token may pick (DeepSeek's routing); a step
+    # of 1 between MoE layers is every layer.
     neutral = {**LLAMA, "num_experts": 0, "num_local_experts": None, "q_lora_rank": None,
-               "mlp_only_layers": [], "use_qk_norm": False,
+               "mlp_only_layers": [], "use_qk_norm": False, "n_group": 8, "topk_group": 4,
+               "decoder_sparse_step": 1, "moe_layer_freq": 1,
                "layer_types": ["sliding_attention", "full_attention"], "torch_dtype": "bfloat16",
                "rope_scaling": {"type": "linear", "factor": 2.0}, "bos_token_id": 1, "my_custom_flag": 3}
     body = api.ok(IMPORT, neutral)

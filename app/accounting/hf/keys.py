@@ -1,9 +1,12 @@
-"""Which config.json keys change a parameter count, and which family honours which.
+"""Which config.json keys change a count, and which family honours which.
 
-Read from transformers' configuration_*.py / modeling_*.py (5.23): a key is here
-when some family builds different weights for different values of it. A key the
-chosen family does not read is refused (422 naming it) unless its value is the
-neutral one (null, 0, false, []), or the very value the chosen family hard-wires
+Read from transformers' configuration_*.py / modeling_*.py (5.23). A key is here when
+some family builds different weights for different values of it, or routes each token
+through a different number of them (num_experts_per_tok: active parameters and FLOPs),
+or when it marks a family whose weights no other reader builds (Gemma's softcapping and
+query_pre_attn_scalar), so a relabelled config is caught. A key the chosen family does
+not read is refused (422 naming it) unless its value is the neutral one (null, 0, false,
+[]; 1 for a step between MoE layers), or the very value the chosen family hard-wires
 (mistral has no biases, so `attention_bias: false` is what it builds anyway).
 """
 
@@ -21,6 +24,11 @@ def _none(value: Any) -> bool:
 
 def _zero(value: Any) -> bool:
     return value is None or value is False or (type(value) is int and value == 0) or value == []
+
+
+def _every_layer(value: Any) -> bool:
+    # A step of 1 between MoE layers puts experts in every layer: what a family without the key builds.
+    return value is None or (type(value) is int and value == 1)
 
 
 def _attention_only(value: Any) -> bool:
@@ -41,13 +49,17 @@ COUNT_KEYS: dict[str, Callable[[Any], bool]] = {
     # Biases: llama (attention_bias, mlp_bias), gpt_neox (attention_bias), falcon (bias),
     # stablelm (use_qkv_bias), phi-3 and others.
     **dict.fromkeys(("attention_bias", "mlp_bias", "bias", "qkv_bias", "use_qkv_bias"), _none),
-    # Mixture of experts: mixtral, qwen2_moe/qwen3_moe, deepseek_v2/v3, olmoe, llama4.
+    # Mixture of experts: mixtral, qwen2_moe/qwen3_moe, deepseek_v2/v3, olmoe, llama4. The steps
+    # between MoE layers: Qwen's decoder_sparse_step, llama4's interleave_moe_layer_step, and
+    # moe_layer_freq (dots3_note, axk1, step3p7; DeepSeek's own code, but not transformers' deepseek).
     **dict.fromkeys(_EXPERTS, _zero),
     **dict.fromkeys(("num_experts_per_tok", "n_shared_experts", "moe_intermediate_size",
-                     "shared_expert_intermediate_size", "first_k_dense_replace", "decoder_sparse_step",
-                     "mlp_only_layers", "n_group", "topk_group", "moe_layer_freq", "moe_layers",
-                     "interleave_moe_layer_step", "intermediate_size_mlp", "num_nextn_predict_layers"),
-                    _zero),
+                     "shared_expert_intermediate_size", "first_k_dense_replace", "mlp_only_layers",
+                     "moe_layers", "intermediate_size_mlp"), _zero),
+    **dict.fromkeys(("decoder_sparse_step", "interleave_moe_layer_step", "moe_layer_freq"), _every_layer),
+    # Multi-token-prediction layers: nemotron_h_omni, step3p7 and inkling build them (deepseek_v3
+    # reads the key and says in a warning that transformers does not build them).
+    **dict.fromkeys(("num_nextn_predict_layers", "num_mtp_layers"), _zero),
     # Multi-head latent attention: deepseek_v2/v3.
     **dict.fromkeys(("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"),
                     _zero),
@@ -83,6 +95,8 @@ KNOWN_HARMLESS = frozenset((
     "return_dict", "chunk_size_feed_forward", "use_return_dict", "gradient_checkpointing",
     "norm_topk_prob", "routed_scaling_factor", "router_aux_loss_coef", "router_jitter_noise",
     "output_router_logits", "aux_loss_alpha", "seq_aux", "scoring_func", "topk_method", "ep_size",
+    # DeepSeek's group-limited routing: which experts a token may pick, not how many exist.
+    "n_group", "topk_group",
     "alibi", "logit_scale", "clip_qkv", "attn_scale", "attn_temperature_tuning", "floor_scale",
     "attention_chunk_size", "no_rope_layers", "no_rope_layer_interval", "use_bidirectional_attention",
     "qk_head_dim", "use_flash_attn", "_attn_implementation", "attn_implementation",
