@@ -62,7 +62,7 @@ def test_pythia_non_embedding_count(api):
 
 
 def test_import_rejections_name_the_config_key(api):
-    assert_names_field(api.post("/api/v1/models/import", {"model_type": "mixtral"}), "model_type")
+    assert_names_field(api.post("/api/v1/models/import", {"model_type": "mamba"}), "model_type")
     assert_names_field(api.post("/api/v1/models/import", {"hidden_size": 8}), "model_type")
     llama = json.loads((FIXTURES / "llama-2-7b.json").read_text())
     assert_names_field(api.post("/api/v1/models/import", {**llama, "hidden_size": 0}), "hidden_size")

@@ -7,15 +7,13 @@ transformers would build but cannot run (a Falcon block layout its forward lacks
 naming the key, as is a window pattern the engine cannot express.
 """
 
-import contextlib
 from dataclasses import dataclass
 from typing import Any
 
 from app.accounting.config import TransformerConfig
-from app.accounting.conventions import conventions
 from app.accounting.errors import InvalidInput
 from app.accounting.hf import keys
-from app.accounting.hf.family import LLAMA_KEY_NAMES, LLAMA_KEYS, Family, Reader
+from app.accounting.hf.family import LLAMA_KEY_NAMES, LLAMA_KEYS, Family
 from app.accounting.hf.values import boolean, dropout_on, integer
 
 FULL, SLIDING = "full_attention", "sliding_attention"
@@ -105,16 +103,6 @@ def _windows(types: list[str], window: int | None, key: str) -> dict[str, Any]:
     pattern = "".join("S" if s else "F" for s in sliding)[:64]
     raise InvalidInput(key, f"gives the window pattern {pattern} (S sliding, F full), which Tally cannot "
                             "express: all layers sliding, or every Nth layer full and the others sliding")
-
-
-def _said(read: Reader) -> Reader:
-    """Append the conventions the counts rest on (windows, softcapping, tying), as presets do."""
-    def reader(raw: dict[str, Any], warnings: list[str]) -> dict[str, Any]:
-        fields = read(raw, warnings)
-        with contextlib.suppress(InvalidInput):  # read.py refuses it, naming the key
-            warnings.extend(conventions(TransformerConfig(**fields)))
-        return fields
-    return reader
 
 
 # Each Config class's defaults (configuration_<family>.py).
@@ -271,7 +259,7 @@ def _falcon(raw: dict, warnings: list[str]) -> dict:
 _GEMMA_KEYS = LLAMA_KEYS | {"attention_bias", "hidden_activation"}
 _SANDWICH_KEYS = _GEMMA_KEYS | {"query_pre_attn_scalar", "attn_logit_softcapping", "final_logit_softcapping",
                                 "layer_types"}
-GEMMA3_TEXT = Family("gemma3_text", _said(_gemma3_text),
+GEMMA3_TEXT = Family("gemma3_text", _gemma3_text,
                      _SANDWICH_KEYS | {"sliding_window_pattern", "_sliding_window_pattern"}, LLAMA_KEY_NAMES)
 
 
@@ -305,15 +293,16 @@ _FALCON_KEYS = frozenset(("hidden_size", "num_hidden_layers", "num_attention_hea
                           "num_ln_in_parallel_attn", "n_embed"))
 
 FAMILIES: tuple[Family, ...] = (
-    Family("qwen3", _said(_qwen3), LLAMA_KEYS | {"attention_bias", "layer_types"}, LLAMA_KEY_NAMES),
-    Family("gemma", _said(_gemma), _GEMMA_KEYS, LLAMA_KEY_NAMES),
-    Family("gemma2", _said(_gemma2), _SANDWICH_KEYS, LLAMA_KEY_NAMES),
+    Family("qwen3", _qwen3, LLAMA_KEYS | {"attention_bias", "layer_types"}, LLAMA_KEY_NAMES),
+    Family("gemma", _gemma, _GEMMA_KEYS, LLAMA_KEY_NAMES),
+    Family("gemma2", _gemma2, _SANDWICH_KEYS, LLAMA_KEY_NAMES),
     GEMMA3_TEXT,
-    Family("gemma3", _gemma3, frozenset(("tie_word_embeddings",)),
+    # The vision tower is not counted (a warning says so), so vision_config is read, not refused.
+    Family("gemma3", _gemma3, frozenset(("tie_word_embeddings", "text_config", "vision_config")),
            {k: "text_config." + v for k, v in LLAMA_KEY_NAMES.items()}),
-    Family("phi3", _said(_phi3), LLAMA_KEYS, LLAMA_KEY_NAMES),
-    Family("olmo", _said(_olmo), LLAMA_KEYS | {"attention_bias"}, LLAMA_KEY_NAMES),
-    Family("olmo2", _said(_olmo2), LLAMA_KEYS | {"attention_bias"}, LLAMA_KEY_NAMES),
-    Family("falcon", _said(_falcon), _FALCON_KEYS, _FALCON_NAMES),
-    Family("starcoder2", _said(_starcoder2), LLAMA_KEYS | {"use_bias"}, LLAMA_KEY_NAMES),
+    Family("phi3", _phi3, LLAMA_KEYS, LLAMA_KEY_NAMES),
+    Family("olmo", _olmo, LLAMA_KEYS | {"attention_bias"}, LLAMA_KEY_NAMES),
+    Family("olmo2", _olmo2, LLAMA_KEYS | {"attention_bias"}, LLAMA_KEY_NAMES),
+    Family("falcon", _falcon, _FALCON_KEYS, _FALCON_NAMES),
+    Family("starcoder2", _starcoder2, LLAMA_KEYS | {"use_bias"}, LLAMA_KEY_NAMES),
 )

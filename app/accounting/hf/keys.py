@@ -31,6 +31,10 @@ def _every_layer(value: Any) -> bool:
     return value is None or (type(value) is int and value == 1)
 
 
+def _zero_or_empty(value: Any) -> bool:
+    return value is None or value == {}
+
+
 def _attention_only(value: Any) -> bool:
     # Full and sliding-window layers hold the same weights; linear attention, mamba... do not.
     return value is None or (isinstance(value, list)
@@ -48,7 +52,10 @@ COUNT_KEYS: dict[str, Callable[[Any], bool]] = {
                      "intermediate_size", "n_inner", "ffn_hidden_size", "tie_word_embeddings"), _none),
     # Biases: llama (attention_bias, mlp_bias), gpt_neox (attention_bias), falcon (bias),
     # stablelm (use_qkv_bias), phi-3 and others.
-    **dict.fromkeys(("attention_bias", "mlp_bias", "bias", "qkv_bias", "use_qkv_bias"), _none),
+    **dict.fromkeys(("attention_bias", "mlp_bias", "bias", "qkv_bias", "use_qkv_bias", "use_bias"), _none),
+    # Falcon's spelling of hidden_size; gemma3's nested text model and its vision tower.
+    "n_embed": _none,
+    **dict.fromkeys(("text_config", "vision_config"), _zero_or_empty),
     # Mixture of experts: mixtral, qwen2_moe/qwen3_moe, deepseek_v2/v3, olmoe, llama4. The steps
     # between MoE layers: Qwen's decoder_sparse_step, llama4's interleave_moe_layer_step, and
     # moe_layer_freq (dots3_note, axk1, step3p7; DeepSeek's own code, but not transformers' deepseek).
@@ -80,6 +87,9 @@ COUNT_KEYS: dict[str, Callable[[Any], bool]] = {
 
 # Keys that never change a count, common in real config.json files: accepted silently.
 KNOWN_HARMLESS = frozenset((
+    "boi_token_index", "eoi_token_index", "image_token_index", "mm_tokens_per_image",
+    "rope_local_base_freq", "embedding_dropout", "residual_dropout", "norm_epsilon", "mlp_type",
+    "norm_type", "apply_residual_connection_post_layernorm",
     "model_type", "architectures", "auto_map", "_name_or_path", "transformers_version", "torch_dtype",
     "dtype", "quantization_config", "bos_token_id", "eos_token_id", "pad_token_id", "use_cache",
     "initializer_range", "rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", "hidden_act",

@@ -14,30 +14,14 @@ modeling_*.py for the weights), so the total equals `model.parameters()` of that
   multi-token-prediction layers (num_nextn_predict_layers) are not built: both are said in warnings.
 """
 
-import contextlib
 from typing import Any
 
-from app.accounting.conventions import conventions
 from app.accounting.errors import InvalidInput
-from app.accounting.hf.family import LLAMA_KEY_NAMES, LLAMA_KEYS, Family, Reader
+from app.accounting.hf.family import LLAMA_KEY_NAMES, LLAMA_KEYS, Family
 from app.accounting.hf.values import alias, boolean, dropout_on, integer
 from app.accounting.models import TransformerConfig
 
 _WINDOW_TYPES = ("full_attention", "sliding_attention")
-
-
-def _stated(read: Reader) -> Reader:
-    """The reader, plus the conventions the counts rest on (dropless routing, buffers...),
-    worded once in conventions.py."""
-
-    def stated(raw: dict[str, Any], warnings: list[str]) -> dict[str, Any]:
-        fields = read(raw, warnings)
-        # On an InvalidInput, import_config builds it again and answers the 422 naming the key.
-        with contextlib.suppress(InvalidInput):
-            warnings.extend(conventions(TransformerConfig(**fields)))
-        return fields
-
-    return stated
 
 
 def _gated(raw: dict, warnings: list[str]) -> str:
@@ -226,15 +210,15 @@ _DEEPSEEK_KEYS = LLAMA_KEYS | {"attention_bias", "n_routed_experts", "num_expert
                                "v_head_dim"}
 
 FAMILIES: tuple[Family, ...] = (
-    Family("mixtral", _stated(_mixtral), _MIXTRAL_KEYS, _MIXTRAL_NAMES),
-    Family("qwen2_moe", _stated(lambda raw, w: _qwen_moe(raw, w, qwen3=False)),
+    Family("mixtral", _mixtral, _MIXTRAL_KEYS, _MIXTRAL_NAMES),
+    Family("qwen2_moe", lambda raw, w: _qwen_moe(raw, w, qwen3=False),
            _QWEN_KEYS | {"shared_expert_intermediate_size", "qkv_bias", "layer_types"},
            {**_MOE_NAMES, "global_every": "layer_types"}),
-    Family("qwen3_moe", _stated(lambda raw, w: _qwen_moe(raw, w, qwen3=True)),
+    Family("qwen3_moe", lambda raw, w: _qwen_moe(raw, w, qwen3=True),
            _QWEN_KEYS | {"num_local_experts", "attention_bias"}, _MOE_NAMES),
-    Family("deepseek_v2", _stated(lambda raw, w: _deepseek(raw, w, v3=False)),
+    Family("deepseek_v2", lambda raw, w: _deepseek(raw, w, v3=False),
            _DEEPSEEK_KEYS | {"num_experts", "mlp_bias"}, _DEEPSEEK_NAMES),
-    Family("deepseek_v3", _stated(lambda raw, w: _deepseek(raw, w, v3=True)),
+    Family("deepseek_v3", lambda raw, w: _deepseek(raw, w, v3=True),
            _DEEPSEEK_KEYS | {"num_local_experts", "num_nextn_predict_layers", "num_mtp_layers"},
            _DEEPSEEK_NAMES),
 )

@@ -3,6 +3,7 @@
 from dataclasses import dataclass
 from typing import Any
 
+from app.accounting.conventions import conventions
 from app.accounting.errors import InvalidInput
 from app.accounting.hf import classic, dense, keys, moe
 from app.accounting.hf.family import Family
@@ -84,4 +85,5 @@ def import_config(raw: dict[str, Any]) -> ImportedModel:
     warnings: list[str] = []
     cfg = _read(raw, FAMILIES[name], warnings)
     _check_architecture(raw, name, cfg, warnings)
+    warnings.extend(conventions(cfg))
     return ImportedModel(model_type=name, config=cfg.resolved(), params=count_params(cfg), warnings=warnings)
