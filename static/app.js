@@ -131,6 +131,26 @@
     });
   }
 
+  // A model's parameters (the model pages): two stacked bars, all of them and those one token
+  // reads, one segment per component; counts written as the pages write them (46.7 B).
+  function drawParamParts(canvas, spec) {
+    const datasets = spec.parts.map((part, i) => ({
+      label: part.label, data: part.values, backgroundColor: PALETTE[i % PALETTE.length], stack: "params" }));
+    const scales = axes("parameters", "", false, false);
+    scales.x = { ...scales.x, stacked: true, min: 0, ticks: { ...scales.x.ticks, callback: (v) => amount(v) } };
+    scales.y = { stacked: true, ticks: { color: color("--muted") } };
+    return new Chart(canvas, {
+      type: "bar", data: { labels: spec.bars, datasets },
+      options: {
+        animation: false, maintainAspectRatio: false, indexAxis: "y", scales,
+        plugins: {
+          legend: { labels: { color: color("--fg") } },
+          tooltip: { callbacks: { label: (c) => `${c.dataset.label}: ${amount(c.raw)} (${sig(c.raw)})` } },
+        },
+      },
+    });
+  }
+
   const PALETTE = ["#1f6feb", "#8250df", "#2da44e", "#bf3989", "#d4a72c", "#1b7c83", "#cf222e", "#9198a1"];
   const DTYPE_COLORS = { float32: "#1f6feb", tfloat32: "#1b7c83", bfloat16: "#8250df", float16: "#bf3989",
                          float8_e4m3fn: "#d4a72c" };
@@ -258,6 +278,7 @@
     days_vs_gpus: drawDaysVsGpus, memory_stack: drawMemoryStack, flops_parts: drawFlopsParts,
     matmul_sizes: drawMatmulSizes, roofline: drawRoofline, transfer_sizes: drawTransferSizes,
     memory_compare: drawMemoryCompare, compare_lines: drawCompareLines, compare_bars: drawCompareBars,
+    param_parts: drawParamParts,
   };
 
   // The launch form shows the fields of the chosen probe, and the one-shape field only for
@@ -279,6 +300,24 @@
     if (e.target.id === "probe" || e.target.id === "sweep") showProbeFields();
   });
   document.addEventListener("DOMContentLoaded", showProbeFields);
+
+  // The model picker: the config box is shown (and sent) only for "a pasted config"; a field
+  // that a picked model replaces (the time page's parameter count) only while none is picked.
+  // A field hidden here is disabled too, so the form and its URL leave it out.
+  function showModelFields() {
+    const picker = document.querySelector("select[data-model-picker]");
+    if (!picker) return;
+    const toggle = (selector, shown) => document.querySelectorAll(selector).forEach((part) => {
+      part.hidden = !shown;
+      part.querySelectorAll("input, select, textarea").forEach((field) => { field.disabled = !shown; });
+    });
+    toggle("[data-model-config]", picker.value === "custom");
+    toggle("[data-without-model]", picker.value === "");
+  }
+  document.addEventListener("change", (e) => {
+    if (e.target.matches && e.target.matches("select[data-model-picker]")) showModelFields();
+  });
+  document.addEventListener("DOMContentLoaded", showModelFields);
 
   function render(root) {
     root.querySelectorAll("canvas[data-chart]").forEach((canvas) => {

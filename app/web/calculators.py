@@ -12,12 +12,14 @@ from annotated_types import Ge, Le
 from pydantic import BaseModel
 
 from app.accounting import dtypes as formats
+from app.accounting import models
 from app.accounting.errors import InvalidInput
+from app.accounting.models import count_params
 from app.api.responses import defaults_applied, jsonable
 from app.api.services import dtypes, flops, memory, tensors, time
-from app.contract.schemas import engine_model
+from app.contract.schemas import TransformerConfigIn, engine_model
 from app.jobs.store import Store
-from app.web import forms, numbers
+from app.web import forms, numbers, picker
 
 Compute = Callable[[Any, Store], Any]
 """(validated request, job store) -> the engine's result; only a measured MFU reads the store."""
@@ -109,6 +111,11 @@ class Calculator:
     compute_with: Compute
     inputs: tuple[Input, ...]
     charts: Charts | None = None
+    takes_model: Literal["model", "params"] | None = None
+    """The page's model picker (app/web/picker.py), with its box for a pasted config. "model":
+    the input named model is the picker, sent as the request's `model` (a preset name, or the
+    config inline). "params": the request takes a parameter count, and the picker (a field of
+    the page only, "" for none) sends the picked model's active parameters as `params`."""
 
     def __post_init__(self) -> None:
         filled = []
@@ -124,30 +131,75 @@ class Calculator:
 
     @property
     def names(self) -> set[str]:
-        return {i.name for i in self.inputs}
+        return {i.name for i in self.inputs} | set(self.page_fields)
+
+    @property
+    def page_fields(self) -> tuple[str, ...]:
+        """Fields of the page that are no field of the request: the pasted config, and the
+        picker itself where the request takes a parameter count."""
+        return {"model": (picker.CONFIG,), "params": ("model", picker.CONFIG), None: ()}[self.takes_model]
 
     def form(self, query: dict[str, str], *, defaults: bool) -> dict[str, str]:
-        given = {i.name: query[i.name] for i in self.inputs if i.name in query}
-        return ({i.name: i.default for i in self.inputs} if defaults else {}) | given
+        names = [i.name for i in self.inputs] + list(self.page_fields)
+        given = {name: query[name] for name in names if name in query}
+        if self.takes_model and query.get(picker.CONFIG, "").strip() and "model" not in query:
+            given["model"] = picker.CUSTOM  # /flops?config=...: a shared config needs no more
+        base = {i.name: i.default for i in self.inputs} | {name: "" for name in self.page_fields}
+        return (base if defaults else {}) | given
 
     def compute(self, jobs: Store, form: dict[str, str]) -> dict[str, Any]:
         """The fragment's context. Blocking (a measured MFU reads the database): run it off the loop."""
         payload = forms.body(form, [i.name for i in self.inputs],
                              lists={i.name for i in self.inputs if i.is_list},
                              texts={i.name for i in self.inputs if i.text})
+        picked = None
+        if self.takes_model:
+            picked = picker.pick(form.get("model", ""), form.get(picker.CONFIG, ""))
+            refused = picked.refused or self._send_model(picked, payload)
+            if refused is not None:
+                return self._refusal(refused, form, all_config=True)
         outcome, refused = forms.run(self.request, payload,
                                      lambda body: (body, self.compute_with(body, jobs)))
         if refused is not None:
-            # Messages for fields this page has no input for (a refusal never leaves a blank result).
-            unplaced = [f"{i['field']}: {i['msg']}" for i in refused["detail"]
-                        if i["field"].split(".")[0] not in self.names]
-            return {"errors": forms.field_errors(refused), "message": refused["message"],
-                    "unplaced": unplaced, "launch": refused.get("launch")}
+            return self._refusal(refused, form)
         body, result = outcome
         # Fields the page has no input for, or left empty, and what the answer took for them.
         answer = jsonable(result) | {"defaults_applied": defaults_applied(body)}
         charts = self.charts(body, answer, jobs) if self.charts else {}
-        return {"answer": answer, "errors": {}, "charts": charts}
+        return {"answer": answer, "errors": {}, "charts": charts, "picked": picked}
+
+    def _send_model(self, picked: picker.Picked, payload: dict[str, Any]) -> dict | None:
+        """Put the picked model into the request body: as `model`, or as its active parameters
+        (`params`: 6 x N x D reads N as the FLOPs page's 6ND does). The refusal of a model that
+        does not count, else None."""
+        if picked.model is None:
+            return None
+        if self.takes_model == "model":
+            payload["model"] = picked.model
+            return None
+        if isinstance(picked.model, str):
+            cfg, refused = forms.run(picker.NAME, picked.model, models.preset)
+        else:
+            cfg, refused = forms.run(TransformerConfigIn, picked.model, lambda c: c.to_engine())
+        if refused is None:
+            picked.params = payload["params"] = count_params(cfg).active
+        return refused
+
+    def _refusal(self, refused: dict, form: dict[str, str], all_config: bool = False) -> dict[str, Any]:
+        """The context of a refused form: each message beside its input, and those of fields
+        the page has no input for above the result (a refusal never leaves a blank result).
+        A pasted config's messages (all of the import's, or the request's model.*) go beside
+        its box, each naming its key."""
+        detail, config = refused["detail"], []
+        if form.get("model") == picker.CUSTOM:
+            config = detail if all_config else [i for i in detail if i["field"].split(".")[0] == "model"]
+            detail = [i for i in detail if i not in config]
+        errors = forms.field_errors({"detail": detail})
+        if config:
+            errors[picker.CONFIG] = picker.config_errors(config)
+        unplaced = [f"{i['field']}: {i['msg']}" for i in detail if i["field"].split(".")[0] not in self.names]
+        return {"errors": errors, "message": refused["message"], "unplaced": unplaced,
+                "launch": refused.get("launch")}
 
 
 def _pure(service: Callable[[Any], Any]) -> Compute:
@@ -234,13 +286,23 @@ def _memory_charts(body: memory.TrainingMemoryRequest, answer: dict, jobs: Store
                       "gpu": gpu, "x": x, "why": why}, "max_model": biggest}
 
 
-PARTS = ("attention_qkv", "attention_scores", "attention_values", "attention_output", "mlp", "lm_head")
+PARTS = ("attention_latent", "attention_qkv", "attention_scores", "attention_values", "attention_output",
+         "router", "routed_experts", "shared_experts", "mlp", "lm_head")
+"""FlopsBreakdown's components in the order a token meets them; a page shows those that are not 0."""
+
+
+def flops_label(part: str, answer: dict) -> str:
+    """'attention qkv'; the MLP is the dense layers' where a model also has experts."""
+    if part == "mlp" and answer["forward"]["routed_experts"]:
+        return "dense mlp"
+    return part.replace("_", " ")
 
 
 def _flops_charts(body: flops.TransformerRequest, answer: dict, jobs: Store) -> dict:
-    return {"parts": {"type": "flops_parts", "labels": [p.replace("_", " ") for p in PARTS],
-                      "forward": [answer["forward"][p] for p in PARTS],
-                      "backward": [answer["backward"][p] for p in PARTS]}}
+    shown = [p for p in PARTS if answer["forward"][p] or answer["backward"][p]]
+    return {"parts": {"type": "flops_parts", "keys": shown, "labels": [flops_label(p, answer) for p in shown],
+                      "forward": [answer["forward"][p] for p in shown],
+                      "backward": [answer["backward"][p] for p in shown]}}
 
 
 def _mlp_charts(body: flops.MlpRequest, answer: dict, jobs: Store) -> dict:
@@ -275,7 +337,7 @@ CALCULATORS = {c.slug: c for c in (
         "time", "Training time",
         "Days, GPU-hours and cost of a run: 6 × parameters × tokens FLOPs at a share (MFU) of the "
         "GPUs' dense peak. The course's example is filled in: 70B parameters on 15T tokens (on its "
-        "1,024 H100s, 144 days).",
+        "1,024 H100s, 144 days). Or pick a model: its active parameters are N.",
         time.TrainingTimeRequest, lambda body, jobs: time.training(body, store=jobs),
         (Input("params", "Parameters", "70e9", "N, e.g. 70e9"),
          Input("tokens", "Training tokens", "15e12", "D, e.g. 15e12"),
@@ -285,7 +347,7 @@ CALCULATORS = {c.slug: c for c in (
          Input("mfu", "MFU", hint='0 to 1, or "measured"', typed=True),
          Input("price_per_gpu_hour", "Price per GPU-hour", hint="optional, for the cost"),
          Input("currency", "Currency", hint="ISO 4217 code of the price: USD, EUR, ...")),
-        _time_charts),
+        _time_charts, takes_model="params"),
     Calculator(
         "memory", "Training memory",
         "Bytes on each GPU: parameters, gradients, optimizer state, master weights and activations, "
@@ -302,7 +364,7 @@ CALCULATORS = {c.slug: c for c in (
          Input("tensor_parallel", "Tensor-parallel ranks"),
          Input("pipeline_parallel", "Pipeline stages"),
          Input("gpu", "GPU", "h100-sxm", "checks the total against its memory")),
-        _memory_charts),
+        _memory_charts, takes_model="model"),
     Calculator(
         "matmul", "Matmul FLOPs",
         "(m × k) @ (k × n): 2·m·k·n FLOPs, one multiply and one add per multiply-accumulate; with a "
@@ -330,5 +392,5 @@ CALCULATORS = {c.slug: c for c in (
          Input("seq_len", "Sequence length"),
          Input("causal", "Attention count", hint="full: every score, as FlopCounterMode; halved: "
                "the causal triangle")),
-        _flops_charts),
+        _flops_charts, takes_model="model"),
 )}

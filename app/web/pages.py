@@ -13,10 +13,12 @@ from app import device
 from app.api.responses import jsonable
 from app.api.services import device as device_service
 from app.deps import SettingsDep, StoreDep
+from app.web import model_pages
 from app.web.calculators import CALCULATORS, Calculator
 from app.web.templating import templates
 
 router = APIRouter(include_in_schema=False)
+router.include_router(model_pages.router)
 
 
 @router.get("/", response_class=HTMLResponse)

@@ -4,8 +4,9 @@ from fastapi.templating import Jinja2Templates
 
 from app import __version__
 from app.paths import TEMPLATES_DIR
-from app.web import numbers
+from app.web import numbers, picker
 
 templates = Jinja2Templates(directory=TEMPLATES_DIR)
 templates.env.globals["version"] = __version__
 templates.env.filters.update(numbers.FILTERS)
+templates.env.globals["model_groups"] = picker.groups

@@ -24,7 +24,12 @@ PresetParam = Annotated[str, Path(max_length=60, openapi_examples=examples(gpt2=
 
 @router.get("", response_model=Page[models.PresetSummary])
 async def list_models() -> Response:
-    """Every preset with its parameter count."""
+    """Every preset with its family and its total and active parameters.
+
+    `params.total` counts all of a model's parameters; `params.active` those one token's
+    forward pass reads: the dense parts, the routers, the shared experts and top_k of the
+    routed experts (equal to total for a dense model). Each preset also gives its parameters
+    by component, its resolved config, and `warnings`: the conventions the counts rest on."""
     data = [models.summarize(p) for p in models.presets().values()]
     return respond(Page(data=data, count=len(data)))
 
@@ -32,9 +37,9 @@ async def list_models() -> Response:
 @router.post("/import", response_model=hf.ImportedModel, responses=REQUEST_ERRORS)
 async def import_model(
     config: Annotated[dict[str, Any], Body(
-        description="A Hugging Face config.json (model_type llama, mistral, qwen2, gpt2 or "
-                    "gpt_neox). Nothing is fetched. A key that changes the count but "
-                    "that model_type does not read is refused; unknown keys are listed in warnings.",
+        description=f"A Hugging Face config.json (model_type {', '.join(hf.SUPPORTED)}). Nothing is "
+                    "fetched. A key that changes the count but that model_type does not read is "
+                    "refused; unknown keys are listed in warnings.",
         openapi_examples=IMPORT)],
 ) -> Response:
     """Read a Hugging Face config.json into a TransformerConfig, with its parameters."""
@@ -43,7 +48,9 @@ async def import_model(
 
 @router.get("/{name}", response_model=models.PresetSummary, responses=NOT_FOUND)
 async def read_model(name: PresetParam) -> Response:
-    """One preset by name."""
+    """One preset by name, with its total and active parameters.
+
+    As each entry of the listing: family, config, parameters by component and warnings."""
     try:
         return respond(models.summarize(models.find(name, field="name")))
     except InvalidInput as e:
