@@ -14,7 +14,6 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 
 import pytest
 
-from app.accounting import hf
 from app.web.numbers import amount, sig
 
 MIXTRAL_TOTAL, MIXTRAL_ACTIVE = 46_702_792_704, 12_879_925_248
@@ -112,7 +111,6 @@ def test_a_pasted_config_json_gives_the_presets_flops(api):
     assert "the pasted config.json (llama)" in _testid(fragment, "picked")
 
 
-@pytest.mark.skipif("mixtral" not in hf.SUPPORTED, reason="the mixtral import lands with the MoE families")
 def test_a_pasted_mixtral_config_json_gives_the_presets_flops(api):
     shape = {"seq_len": "2048", "causal": "halved"}
     pasted = _flops(api, shape | {"model": "custom", "config": json.dumps(MIXTRAL_8X7B)})
