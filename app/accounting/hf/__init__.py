@@ -1,8 +1,14 @@
 """Hugging Face config.json -> TransformerConfig, offline, exact or refused.
 
-Supported model_type values, read as their transformers classes read them (a
-key's absence means that class's default): llama (LlamaConfig), mistral
-(MistralConfig), qwen2 (Qwen2Config), gpt2 (GPT2Config), gpt_neox (GPTNeoXConfig).
+Supported model_type values, read as their transformers 5.23 classes read them (a
+key's absence means that class's default), one registry entry (family.Family) each:
+classic.py: llama, mistral, qwen2, gpt2, gpt_neox; dense.py: qwen3, gemma, gemma2,
+gemma3_text, gemma3 (its text model), phi3, olmo, olmo2, falcon, starcoder2; moe.py:
+mixtral, qwen2_moe, qwen3_moe, deepseek_v2, deepseek_v3.
+
+When `architectures` names another supported family's class (a Qwen3 config sent as
+llama), the config is read both ways: a different count is a 422 naming architectures.
+Every import answers the conventions its count rests on (conventions.py) as warnings.
 
 An import never drops a key that changes a count. keys.COUNT_KEYS lists every
 key that changes some family's weights (MoE, multi-head latent attention, Gemma's
