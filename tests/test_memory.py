@@ -163,3 +163,43 @@ def test_byte_counts_stay_exact_at_the_largest_parameter_count(api):
     assert body["parameters"] == 4 * n and body["gradients"] == 4 * n
     assert body["optimizer_state"] == 2 * n + n // 1024 * 4  # 2 one-byte states + fp32 absmax per 2048
     assert_names_field(api.post(TRAINING, {"model": 10**14 + 1}), "model")
+
+
+GQA = {"n_layers": 2, "d_model": 512, "n_heads": 8, "n_kv_heads": 2, "vocab_size": 1000, "mlp": "swiglu",
+       "norm": "rmsnorm", "bias": False, "tied_embeddings": False, "position": "rope", "d_ff": 1024}
+
+
+@pytest.mark.parametrize("tp", [4, 8])
+def test_tensor_ranks_past_the_kv_heads_replicate_them(api, tp):
+    """As Megatron-LM and vLLM's QKVParallelLinear do: with more tensor ranks than key/value
+    heads each rank keeps one whole K/V head (tp / n_kv_heads copies of each), while every
+    other matrix splits over tp. Counted from transformers' Llama on the meta device."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+    hf = LlamaConfig(hidden_size=512, intermediate_size=1024, num_hidden_layers=2, num_attention_heads=8,
+                     num_key_value_heads=2, vocab_size=1000, tie_word_embeddings=False)
+    with torch.device("meta"):
+        model = LlamaForCausalLM(hf)
+    expected = 0
+    for name, p in model.named_parameters():
+        if "norm" in name:
+            expected += p.numel()
+        elif "k_proj" in name or "v_proj" in name:
+            expected += p.numel() // 2  # one of the 2 heads
+        else:
+            expected += p.numel() // tp
+    s, head_dim = 512, 64
+    body = api.ok(TRAINING, {"model": GQA, "seq_len": s, "tensor_parallel": tp, "precision": "bf16_mixed"})
+    assert body["params_per_gpu"] == expected
+    layer = body["activation_detail"]["per_layer"]
+    # 8 / tp query heads and one K/V head per rank, 2 bytes each (sequence parallel or not).
+    assert layer["attention/q_and_k"] == 2 * s * (8 // tp + 1) * head_dim
+    assert layer["attention/v"] == 2 * s * head_dim
+    assert any("replica of one key/value head" in note for note in body["assumptions"])
+
+
+def test_tensor_parallel_must_divide_the_kv_heads_or_be_a_multiple(api):
+    model = GQA | {"n_heads": 24, "n_kv_heads": 6, "d_model": 768}
+    assert_names_field(api.post(TRAINING, {"model": model, "tensor_parallel": 4}), "tensor_parallel")
+    assert_names_field(api.post(TRAINING, {"model": GQA | {"n_heads": 12, "n_kv_heads": 4, "d_model": 768},
+                                           "tensor_parallel": 6}), "tensor_parallel")
+    api.ok(TRAINING, {"model": model, "tensor_parallel": 12})  # 6 heads, each kept by 2 ranks

@@ -6,6 +6,10 @@ mixed precision keeps 16-bit parameters and gradients (2 + 2 bytes) and an fp32
 master copy plus fp32 optimizer state; with Adam that is 2 + 2 + 4 + 8 = 16
 bytes per parameter. ZeRO stage 1 shards optimizer state and master weights
 over data-parallel ranks, stage 2 also gradients, stage 3 also parameters.
+
+How parameters split over tensor, pipeline and expert-parallel ranks, layer by layer
+(dense and mixture-of-experts layers differ), is sharding.py's; routed experts' states
+shard over data_parallel / expert_parallel ranks, the rest over data_parallel.
 """
 
 import math
@@ -16,13 +20,13 @@ from typing import Literal, NamedTuple
 from app.accounting import activations as act
 from app.accounting.errors import InvalidInput
 from app.accounting.hardware import Accelerator
-from app.accounting.models import TransformerConfig, attention_params, count_params, mlp_params, norm_params
+from app.accounting.models import TransformerConfig, count_params
 from app.accounting.records import RECORD
+from app.accounting.sharding import Stage, check_parallel, kv_replicas, stage_layers, stage_params
 from app.accounting.units import GIB
 
 Precision = Literal["fp32", "bf16_mixed", "fp16_mixed", "bf16", "bf16_autocast"]
 Optimizer = Literal["sgd", "sgd_momentum", "adagrad", "rmsprop", "adam", "adamw", "adamw_8bit"]
-Stage = Literal["only", "first", "last"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,44 +96,29 @@ def state_bytes_per_param(precision: str, optimizer: str) -> StateBytes:
                       master_weights=p.master, total=p.param + p.grad + opt + p.master)
 
 
-@lru_cache(maxsize=1024)
-def _stage_params(cfg: TransformerConfig, tp: int, pp: int) -> tuple[tuple[Stage, int], ...]:
-    """Parameters one GPU holds on the first and last pipeline stage (or the only one).
-
-    Linear weights, the vocabulary-parallel embedding and LM head split over tp
-    (Megatron-LM); norms and the biases after row-parallel layers are replicated.
-    With tied embeddings and pp > 1 the last stage keeps its own copy to tie.
-    """
-    # The row-parallel layers are attention's output projection and the MLP's down one.
-    row_biases = cfg.d_model * (cfg.has_attn_bias + cfg.has_mlp_bias)
-    per_layer_replicated = 2 * norm_params(cfg) + row_biases
-    sharded = attention_params(cfg) + mlp_params(cfg) - row_biases
-    per_layer = math.ceil(sharded / tp) + per_layer_replicated
-    token = math.ceil(cfg.vocab_size * cfg.d_model / tp)
-    position = cfg.max_seq_len * cfg.d_model if cfg.position == "learned" else 0
-    head = token if (not cfg.tied_embeddings or pp > 1) else 0
-    if pp == 1:
-        return (("only", cfg.n_layers * per_layer + token + position + norm_params(cfg) + head),)
-    layers = math.ceil(cfg.n_layers / pp)
-    return (("first", layers * per_layer + token + position),
-            ("last", layers * per_layer + norm_params(cfg) + head))
-
-
 @dataclass(slots=True)
 class ActivationDetail:
     """Activation bytes on one GPU of the reported pipeline stage."""
 
     bytes_per_element: int
     per_layer: dict[str, int]
-    """Bytes one layer keeps per micro-batch, by saved tensor."""
+    """Bytes one layer keeps per micro-batch, by saved tensor: in a model with experts, a
+    mixture-of-experts layer (its dense layers are in dense_layer)."""
     per_layer_total: int
     layers_held: int
-    """Layer x micro-batch pairs resident: layers on the stage x micro-batches in flight
-    (1F1B keeps pipeline_parallel micro-batches in flight on the first stage)."""
+    """Layer x micro-batch pairs of that kind resident: layers on the stage x micro-batches
+    in flight (1F1B keeps pipeline_parallel micro-batches in flight on the first stage)."""
     outside_layers: dict[str, int]
     """Embedding dropout mask (first stage) and final norm, LM head input and fp32 logits
     (last stage)."""
     total: int
+    """per_layer_total x layers_held + dense_layer_total x dense_layers_held + outside_layers."""
+    dense_layer: dict[str, int] | None = None
+    """A model with experts: what one of its dense-MLP layers keeps (first_dense_layers,
+    moe_every, mlp_only_layers); null for a dense model, whose layers are per_layer."""
+    dense_layer_total: int = 0
+    dense_layers_held: int = 0
+    """Dense-layer x micro-batch pairs resident, counted as layers_held is."""
 
     __pydantic_config__ = RECORD
 
@@ -138,40 +127,52 @@ class _Plan(NamedTuple):
     """What a request's memory depends on besides s and b, derived once per config."""
 
     params: int
-    stage_params: tuple[tuple[Stage, int], ...]
+    stage_params: tuple[tuple[Stage, int, int], ...]
+    stage_moe_layers: dict[str, tuple[int, int]]
+    """Per stage: (dense layers, mixture-of-experts layers) it holds."""
     layer: tuple
+    """The saved tensors of a mixture-of-experts layer, or of every layer of a dense model."""
+    dense_layer: tuple
     embedding: tuple
     head: tuple
 
 
 @lru_cache(maxsize=1024)
-def _plan(cfg: TransformerConfig, tp: int, pp: int, precision: str, recompute: act.Recompute) -> _Plan:
+def _plan(cfg: TransformerConfig, tp: int, pp: int, ep: int, precision: str,
+          recompute: act.Recompute) -> _Plan:
     p = PRECISIONS[precision]
-    return _Plan(count_params(cfg).total, _stage_params(cfg, tp, pp),
-                 act.layer_recipe(cfg, p.activation, recompute, p.residual), act.embedding_recipe(cfg),
+    moe_of = {stage: sum(cfg.moe_layers[i] for i in layers) for stage, layers in stage_layers(cfg, pp)}
+    counts = {stage: (len(layers) - moe_of[stage], moe_of[stage]) for stage, layers in stage_layers(cfg, pp)}
+
+    def recipe(moe: bool) -> tuple:
+        return act.layer_recipe(cfg, p.activation, recompute, p.residual, moe=moe, tp=tp)
+
+    return _Plan(count_params(cfg).total, stage_params(cfg, tp, pp, ep), counts, recipe(cfg.moe),
+                 recipe(False) if cfg.moe else (), act.embedding_recipe(cfg),
                  act.head_recipe(cfg, p.activation, p.residual))
 
 
 def _stage_activations(cfg: TransformerConfig, plan: _Plan, stage: Stage, *, s: int, b: int,
                        act_bytes: int, tp: int, pp: int, sp: bool) -> ActivationDetail:
-    layer = act.sized(plan.layer, s=s, b=b, t=tp, sequence_parallel=sp)
+    def size(items: tuple) -> dict[str, int]:
+        return act.sized(items, s=s, b=b, t=tp, sequence_parallel=sp)
+
+    in_flight = pp if stage == "first" else 1
+    dense, moe = (n * in_flight for n in plan.stage_moe_layers[stage])
+    held, dense_held = (moe, dense) if cfg.moe else (dense, 0)
+    layer = size(plan.layer)
     outside: dict[str, int] = {}
-    if stage == "only":
-        held = cfg.n_layers
-    elif stage == "first":
-        held = math.ceil(cfg.n_layers / pp) * pp
-    else:
-        held = math.ceil(cfg.n_layers / pp)
     if stage in ("only", "first"):
-        in_flight = pp if stage == "first" else 1
-        emb = act.sized(plan.embedding, s=s, b=b, t=tp, sequence_parallel=sp)
-        outside |= {k: v * in_flight for k, v in emb.items()}
+        outside |= {k: v * in_flight for k, v in size(plan.embedding).items()}
     if stage in ("only", "last"):
-        outside |= act.sized(plan.head, s=s, b=b, t=tp, sequence_parallel=sp)
-    layer_total = sum(layer.values())
+        outside |= size(plan.head)
+    dense_layer = size(plan.dense_layer) if cfg.moe else None
+    layer_total, dense_total = sum(layer.values()), sum((dense_layer or {}).values())
     return ActivationDetail(
         bytes_per_element=act_bytes, per_layer=layer, per_layer_total=layer_total, layers_held=held,
-        outside_layers=outside, total=layer_total * held + sum(outside.values()))
+        outside_layers=outside, dense_layer=dense_layer, dense_layer_total=dense_total,
+        dense_layers_held=dense_held,
+        total=layer_total * held + dense_total * dense_held + sum(outside.values()))
 
 
 def _loss_gradients(cfg: TransformerConfig, stage: Stage, *, s: int, b: int, t: int) -> int:
@@ -180,10 +181,28 @@ def _loss_gradients(cfg: TransformerConfig, stage: Stage, *, s: int, b: int, t: 
 
 
 def _matmul_share(cfg: TransformerConfig) -> float:
-    """The fraction of parameters that matmuls read: attention, MLP and the LM head
-    (the token embedding when tied)."""
+    """The fraction of parameters outside the routed experts that matmuls read: attention,
+    dense MLPs, routers, shared experts and the LM head (the token embedding when tied).
+    Routed experts are matmul weights throughout."""
     counts = count_params(cfg)
-    return (counts.attention + counts.mlp + cfg.vocab_size * cfg.d_model) / counts.total
+    matmuls = counts.attention + counts.mlp + counts.router + counts.shared_experts
+    return (matmuls + cfg.vocab_size * cfg.d_model) / (counts.total - counts.routed_experts)
+
+
+def _model_notes(model: TransformerConfig, *, tp: int, dp: int, ep: int, zero_stage: int) -> list[str]:
+    notes = []
+    if kv_replicas(model, tp) > 1:
+        notes.append(f"tensor_parallel {tp} exceeds n_kv_heads ({model.kv_heads}): each rank keeps a "
+                     "replica of one key/value head and its K and V (Megatron-LM, vLLM)")
+    if model.moe:
+        notes.append("dropless routing, tokens spread evenly over experts: each GPU keeps top_k copies "
+                     "of its tokens' expert inputs, hiddens and outputs, whatever expert_parallel is")
+        notes.append(f"routed experts split over expert_parallel ({ep}) x tensor_parallel ({tp}) ranks; "
+                     f"ZeRO shards their states over data_parallel / expert_parallel ({dp // ep}) ranks")
+        if zero_stage and dp // ep == 1 < dp:
+            notes.append("every data-parallel rank of an expert group holds different experts: ZeRO "
+                         "saves nothing on routed-expert states")
+    return notes
 
 
 @dataclass(slots=True)
@@ -193,6 +212,10 @@ class TrainingMemory:
     params: int
     """Parameters of the whole model."""
     params_per_gpu: int
+    expert_params_per_gpu: int
+    """The routed-expert parameters among params_per_gpu: split over tensor_parallel and
+    expert_parallel ranks, their states sharded by ZeRO over data_parallel / expert_parallel
+    ranks. 0 for a dense model."""
     bytes_per_param: float
     """Model-state bytes per parameter before sharding: parameters + gradients + optimizer
     state + master weights (16 for mixed precision with Adam)."""
@@ -237,25 +260,23 @@ def training_memory(
     *, model: TransformerConfig | None, params: int | None, precision: Precision,
     optimizer: Optimizer, batch_size: int, seq_len: int, recompute: act.Recompute = "none",
     zero_stage: int = 0, data_parallel: int = 1, tensor_parallel: int = 1,
-    pipeline_parallel: int = 1, sequence_parallel: bool = True, gpu: Accelerator | None = None,
+    pipeline_parallel: int = 1, sequence_parallel: bool = True, expert_parallel: int = 1,
+    gpu: Accelerator | None = None,
 ) -> TrainingMemory:
     """Per-GPU training memory. Give `model` (a config) or `params` (a bare count)."""
-    tp, pp, dp = tensor_parallel, pipeline_parallel, data_parallel
+    tp, pp, dp, ep = tensor_parallel, pipeline_parallel, data_parallel, expert_parallel
     assumptions = [f"batch_size {batch_size} is the micro-batch per data-parallel rank"]
+    check_parallel(model, tp=tp, pp=pp, dp=dp, ep=ep)
     if model is not None:
-        if model.n_heads % tp or model.kv_heads % tp:
-            raise InvalidInput("tensor_parallel", f"{tp} must divide n_heads ({model.n_heads}) "
-                               f"and n_kv_heads ({model.kv_heads})")
-        if pp > model.n_layers:
-            raise InvalidInput("pipeline_parallel", f"{pp} exceeds n_layers ({model.n_layers})")
         if model.position == "learned" and seq_len > model.max_seq_len:
             raise InvalidInput("seq_len", f"{seq_len} exceeds the model's {model.max_seq_len} "
                                "learned positions")
-        plan = _plan(model, tp, pp, precision, recompute)
-        n_params, stage_params = plan.params, plan.stage_params
+        plan = _plan(model, tp, pp, ep, precision, recompute)
+        n_params, stages = plan.params, plan.stage_params
+        assumptions += _model_notes(model, tp=tp, dp=dp, ep=ep, zero_stage=zero_stage)
     else:
         n_params = params
-        stage_params = (("only", math.ceil(params / (tp * pp))),)
+        stages = (("only", math.ceil(params / (tp * pp)), 0),)
         assumptions.append("a bare parameter count is split evenly over tensor and pipeline "
                            "ranks; activations need the model's shape and are not counted")
     if zero_stage and dp == 1:
@@ -263,24 +284,28 @@ def training_memory(
 
     per = state_bytes_per_param(precision, optimizer)
     act_bytes = PRECISIONS[precision].activation
+    copy_bytes = PRECISIONS[precision].weight_copy
     # Autocast copies the weights matmuls read: not norms, biases' share aside, nor positions.
     matmul_share = 1.0 if model is None else _matmul_share(model)
-    # ZeRO stage k divides these model states over the data-parallel ranks.
-    p_div, g_div, o_div = (dp if zero_stage >= k else 1 for k in (3, 2, 1))
+    # ZeRO stage k divides these model states over the data-parallel ranks; routed experts'
+    # over the data-parallel ranks that hold the same experts, dp / ep (Megatron-LM's expert
+    # data-parallel group, DeepSpeed-MoE's expert data parallelism).
+    div = [(dp if zero_stage >= k else 1, dp // ep if zero_stage >= k else 1) for k in (3, 2, 1, 1)]
+    kinds = (per.parameters, per.gradients, per.optimizer_state, per.master_weights)
 
     best = None
-    for stage, n in stage_params:  # one stage, or the first and the last
-        states = (math.ceil(n * per.parameters / p_div), math.ceil(n * per.gradients / g_div),
-                  math.ceil(n * per.optimizer_state / o_div), math.ceil(n * per.master_weights / o_div))
+    for stage, n, n_exp in stages:  # one stage, or the first and the last
+        states = tuple(math.ceil(n * x / d) + math.ceil(n_exp * x / de)
+                       for x, (d, de) in zip(kinds, div, strict=True))
         detail = None if model is None else _stage_activations(
             model, plan, stage, s=seq_len, b=batch_size, act_bytes=act_bytes, tp=tp, pp=pp,
             sp=sequence_parallel)
-        copies = math.ceil(n * PRECISIONS[precision].weight_copy * matmul_share)
+        copies = math.ceil(n * copy_bytes * matmul_share + n_exp * copy_bytes)
         transient = None if model is None else _loss_gradients(model, stage, s=seq_len, b=batch_size, t=tp)
         total = sum(states) + copies + (detail.total if detail else 0) + (transient or 0)
         if best is None or total > best[0]:
-            best = (total, stage, n, states, copies, detail, transient)
-    total, stage, n_gpu, states, copies, detail, transient = best
+            best = (total, stage, n, n_exp, states, copies, detail, transient)
+    total, stage, n_gpu, n_exp, states, copies, detail, transient = best
     parameters, gradients, optimizer_state, master_weights = states
 
     if precision in ("bf16_mixed", "fp16_mixed"):
@@ -293,7 +318,8 @@ def training_memory(
         assumptions.append("8-bit states: 1 byte each plus an fp32 absmax per 2048 elements")
     assumptions.append("excludes the CUDA context, allocator fragmentation and communication buffers")
     return TrainingMemory(
-        params=n_params, params_per_gpu=n_gpu, bytes_per_param=per.total,
+        params=n_params, params_per_gpu=n_gpu + n_exp, expert_params_per_gpu=n_exp,
+        bytes_per_param=per.total,
         bytes_per_param_detail=per, parameters=parameters, gradients=gradients,
         optimizer_state=optimizer_state, master_weights=master_weights, weight_copies=copies,
         activations=None if detail is None else detail.total, transient=transient, total=total,

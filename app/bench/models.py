@@ -74,10 +74,13 @@ class RMSNorm(nn.Module):
         return _RMSNormFn.apply(x, self.weight, self.eps)
 
 
-def _norm(cfg: TransformerConfig) -> nn.Module:
+def _norm(cfg: TransformerConfig, width: int | None = None) -> nn.Module:
+    width = width or cfg.d_model
     if cfg.norm == "rmsnorm":
-        return RMSNorm(cfg.d_model)
-    return nn.LayerNorm(cfg.d_model, bias=cfg.bias)
+        return RMSNorm(width)
+    if cfg.norm == "layernorm_no_affine":
+        return nn.LayerNorm(width, elementwise_affine=False)
+    return nn.LayerNorm(width, bias=cfg.bias)
 
 
 def rope_tables(seq_len: int, head_dim: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -94,23 +97,20 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
     return x * cos.to(x.dtype) + rotated * sin.to(x.dtype)
 
 
-class Block(nn.Module):
+class Attention(nn.Module):
+    """Multi-head, grouped-query or multi-query attention with one fused QKV projection."""
+
     def __init__(self, cfg: TransformerConfig) -> None:
         super().__init__()
         self.heads, self.kv_heads, self.hd = cfg.n_heads, cfg.kv_heads, cfg.hd
         self.q_width, self.kv_width = cfg.n_heads * cfg.hd, cfg.kv_heads * cfg.hd
-        self.norm1, self.norm2 = _norm(cfg), _norm(cfg)
         self.qkv = nn.Linear(cfg.d_model, self.q_width + 2 * self.kv_width, bias=cfg.has_qkv_bias)
         self.out = nn.Linear(self.q_width, cfg.d_model, bias=cfg.has_attn_bias)
-        self.gated = cfg.mlp == "swiglu"
-        self.ff = cfg.ff
-        self.up = nn.Linear(cfg.d_model, (2 if self.gated else 1) * cfg.ff, bias=cfg.has_mlp_bias)
-        self.down = nn.Linear(cfg.ff, cfg.d_model, bias=cfg.has_mlp_bias)
-        self.dropout = 0.1 if cfg.dropout else 0.0
 
-    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None,
+                dropout: float) -> torch.Tensor:
         b, s, _ = x.shape
-        q, k, v = self.qkv(self.norm1(x)).split((self.q_width, self.kv_width, self.kv_width), dim=-1)
+        q, k, v = self.qkv(x).split((self.q_width, self.kv_width, self.kv_width), dim=-1)
         q = q.view(b, s, self.heads, self.hd).transpose(1, 2)
         k = k.view(b, s, self.kv_heads, self.hd).transpose(1, 2)
         v = v.reshape(b, s, self.kv_heads, self.hd).transpose(1, 2)
@@ -118,16 +118,196 @@ class Block(nn.Module):
             # Rotated q and k are new tensors; a view v would keep the whole projection alive.
             q, k, v = _rotate(q, *rope), _rotate(k, *rope), v.contiguous()
         z = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=self.kv_heads != self.heads,
-                                           dropout_p=self.dropout if self.training else 0.0)
-        z = z.transpose(1, 2).reshape(b, s, self.q_width)
-        x = x + F.dropout(self.out(z), self.dropout, self.training)
-        y = self.up(self.norm2(x))
+                                           dropout_p=dropout)
+        return self.out(z.transpose(1, 2).reshape(b, s, self.q_width))
+
+
+class Mlp(nn.Module):
+    """x -> act(x W_up) W_down, or act(x W_gate) * (x W_up) W_down with gate and up fused in
+    one projection, so autocast casts the input once."""
+
+    def __init__(self, cfg: TransformerConfig, width: int, bias: bool) -> None:
+        super().__init__()
+        self.gated, self.width = cfg.gated, width
+        self.act = F.silu if cfg.mlp == "swiglu" else F.gelu
+        self.up = nn.Linear(cfg.d_model, (2 if self.gated else 1) * width, bias=bias)
+        self.down = nn.Linear(width, cfg.d_model, bias=bias)
+
+    def forward(self, y: torch.Tensor) -> torch.Tensor:
+        y = self.up(y)
         if self.gated:
-            gate, up = y.split(self.ff, dim=-1)
-            y = F.silu(gate) * up
+            gate, up = y.split(self.width, dim=-1)
+            return self.down(self.act(gate) * up)
+        return self.down(self.act(y))
+
+
+class Experts(nn.Module):
+    """A mixture-of-experts MLP as efficient training code runs it (Megatron-LM's token
+    permutation and SequentialMLP): a bias-free router scores every token, softmax over the
+    experts in fp32 and the top_k probabilities renormalised (transformers' Mixtral and
+    Qwen3-MoE); each token's top_k copies are sorted by expert, each expert runs once on its
+    contiguous slice (no expert computes a token not routed to it), and the outputs return
+    to their tokens weighted by their probabilities. Shared experts, one MLP of width
+    d_ff_shared (gated by sigmoid(x w) for Qwen2-MoE), see every token."""
+
+    def __init__(self, cfg: TransformerConfig) -> None:
+        super().__init__()
+        self.k, self.n = cfg.top_k, cfg.n_experts
+        self.router = nn.Linear(cfg.d_model, cfg.n_experts, bias=False)
+        self.experts = nn.ModuleList(Mlp(cfg, cfg.ff_expert, bias=False) for _ in range(cfg.n_experts))
+        self.shared = Mlp(cfg, cfg.ff_shared, bias=False) if cfg.ff_shared else None
+        self.shared_gate = nn.Linear(cfg.d_model, 1, bias=False) if cfg.shared_expert_gate else None
+
+    def forward(self, y: torch.Tensor) -> torch.Tensor:
+        shape = y.shape
+        x = y.reshape(-1, shape[-1])  # (T, d)
+        device = x.device.type
+        if torch.is_autocast_enabled(device):  # one 16-bit copy for the router, experts and shared
+            x = x.to(torch.get_autocast_dtype(device))
+        probs = F.softmax(self.router(x).float(), dim=-1)  # (T, n_experts), kept for backward
+        top, chosen = probs.topk(self.k, dim=-1)  # (T, k)
+        weights = (top / top.sum(-1, keepdim=True)).to(x.dtype)
+        order = chosen.flatten().argsort(stable=True)  # the T*k copies, sorted by expert
+        sizes = chosen.flatten().bincount(minlength=self.n).tolist()
+        copies = x.repeat_interleave(self.k, dim=0)[order]  # (T*k, d)
+        parts = copies.split(sizes)
+        outs = torch.cat([expert(part) for expert, part in zip(self.experts, parts, strict=True)])
+        outs = outs.new_zeros(outs.shape).index_put((order,), outs)  # back in token order
+        out = (outs.view(-1, self.k, shape[-1]) * weights.unsqueeze(-1)).sum(1)
+        if self.shared is not None:
+            shared = self.shared(x)
+            if self.shared_gate is not None:
+                shared = torch.sigmoid(self.shared_gate(x)) * shared
+            out = out + shared
+        return out.view(shape)
+
+
+def _wide(x: torch.Tensor) -> torch.dtype:
+    return torch.promote_types(x.dtype, torch.float32)
+
+
+class _NarrowValueAttention(torch.autograd.Function):
+    """Causal attention whose values are narrower than its queries and keys (latent
+    attention's v_head_dim), which CPU SDPA's flash kernel refuses (its math fallback keeps
+    the s x s probabilities). As a flash kernel does, it keeps q, k, v, the output and each
+    query's fp32 (or wider) log-sum-exp, and backward recomputes the probabilities, BLOCK queries at a
+    time."""
+
+    BLOCK = 16
+
+    @staticmethod
+    def _probs(q: torch.Tensor, k: torch.Tensor, start: int, lse: torch.Tensor | None) -> torch.Tensor:
+        """Scores (or, given lse, probabilities) of queries start..start+BLOCK, fp32, causal."""
+        rows = q[..., start:start + _NarrowValueAttention.BLOCK, :]
+        scores = (rows @ k.transpose(-1, -2)).to(_wide(q)) * q.shape[-1] ** -0.5
+        later = torch.arange(k.shape[-2], device=q.device) > torch.arange(
+            start, start + rows.shape[-2], device=q.device)[:, None]
+        scores = scores.masked_fill(later, float("-inf"))
+        return scores if lse is None else (scores - lse[..., start:start + rows.shape[-2], None]).exp()
+
+    @staticmethod
+    def forward(ctx, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        # (B, s, h, d_v) in memory, as flash kernels lay it out, so the output projection's
+        # (B, s, h * d_v) input is a view of what is saved here, not a second copy.
+        b, h, s, _ = q.shape
+        out = v.new_empty(b, s, h, v.shape[-1]).transpose(1, 2)
+        lse = q.new_empty(q.shape[:-1], dtype=_wide(q))
+        for i in range(0, q.shape[-2], _NarrowValueAttention.BLOCK):
+            scores = _NarrowValueAttention._probs(q, k, i, None)
+            lse[..., i:i + scores.shape[-2]] = scores.logsumexp(-1)
+            p = (scores - lse[..., i:i + scores.shape[-2], None]).exp()
+            out[..., i:i + scores.shape[-2], :] = p.to(v.dtype) @ v
+        ctx.save_for_backward(q, k, v, out, lse)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        q, k, v, out, lse = ctx.saved_tensors
+        wide = _wide(q)
+        grad, scale = grad.to(wide), q.shape[-1] ** -0.5
+        delta = (grad * out.to(wide)).sum(-1)  # (B, h, s): rowsum(dO * O)
+        dq = torch.empty_like(q)
+        dk, dv = torch.zeros_like(k, dtype=wide), torch.zeros_like(v, dtype=wide)
+        kf, vf = k.to(wide), v.to(wide)
+        for i in range(0, q.shape[-2], _NarrowValueAttention.BLOCK):
+            p = _NarrowValueAttention._probs(q, k, i, lse)
+            j = i + p.shape[-2]
+            dv += p.transpose(-1, -2) @ grad[..., i:j, :]
+            ds = p * (grad[..., i:j, :] @ vf.transpose(-1, -2) - delta[..., i:j, None]) * scale
+            dq[..., i:j, :] = ds @ kf
+            dk += ds.transpose(-1, -2) @ q[..., i:j, :].to(wide)
+        return dq, dk.to(k.dtype), dv.to(v.dtype)
+
+
+def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout: float) -> torch.Tensor:
+    """Causal attention through SDPA, or, for narrower values on CPU's flash path, the same
+    saved tensors by hand. With the math backend chosen (as FlopCounterMode needs) SDPA
+    spells it out as matmuls."""
+    narrow = q.shape[-1] != v.shape[-1] and q.device.type == "cpu" and not dropout
+    if narrow and torch.backends.cuda.flash_sdp_enabled():
+        return _NarrowValueAttention.apply(q, k, v)
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout)
+
+
+class LatentAttention(nn.Module):
+    """DeepSeek-V2/V3's multi-head latent attention, with the down projections fused as vLLM
+    fuses them: x to the query latent, the key/value latent and the one rotary key all heads
+    share (without a query latent, x to the queries directly); a norm on each latent; up
+    projections to per-head q (nope + rope), k (nope) and v; rotary positions on the rope
+    parts, the rotary key copied to every head."""
+
+    def __init__(self, cfg: TransformerConfig) -> None:
+        super().__init__()
+        self.heads, self.nope, self.rope, self.vd = (cfg.n_heads, cfg.qk_nope_head_dim, cfg.qk_rope_head_dim,
+                                                     cfg.v_head_dim)
+        self.q_latent, self.kv_latent = cfg.q_lora_rank, cfg.kv_lora_rank
+        q_out = cfg.q_lora_rank or cfg.n_heads * (self.nope + self.rope)
+        bias, kv_width = cfg.has_attn_bias, self.kv_latent + self.rope
+        # DeepSeek biases the query latent's projection, never the direct query projection.
+        self.down = nn.Linear(cfg.d_model, q_out + kv_width, bias=bias and bool(self.q_latent))
+        self.kv_bias = nn.Parameter(torch.zeros(kv_width)) if bias and not self.q_latent else None
+        if self.q_latent:
+            self.q_norm = _norm(cfg, self.q_latent)
+            self.q_up = nn.Linear(self.q_latent, cfg.n_heads * (self.nope + self.rope), bias=False)
+        self.kv_norm = _norm(cfg, self.kv_latent)
+        self.kv_up = nn.Linear(self.kv_latent, cfg.n_heads * (self.nope + self.vd), bias=False)
+        self.out = nn.Linear(cfg.n_heads * self.vd, cfg.d_model, bias=bias)
+
+    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor],
+                dropout: float) -> torch.Tensor:
+        b, s, _ = x.shape
+        h, nope, r = self.heads, self.nope, self.rope
+        latent = self.down(x)
+        if self.q_latent:
+            q_latent, kv_latent, k_rope = latent.split((self.q_latent, self.kv_latent, r), dim=-1)
+            q = self.q_up(self.q_norm(q_latent))
         else:
-            y = F.gelu(y)
-        return x + F.dropout(self.down(y), self.dropout, self.training)
+            q, kv = latent.split((h * (nope + r), self.kv_latent + r), dim=-1)
+            # A tensor of its own, so the norm keeps the key/value latent alive, not the queries.
+            kv = kv.contiguous() if self.kv_bias is None else kv + self.kv_bias.to(kv.dtype)
+            kv_latent, k_rope = kv.split((self.kv_latent, r), dim=-1)
+        kv = self.kv_up(self.kv_norm(kv_latent))
+        q_nope, q_rope = q.view(b, s, h, nope + r).transpose(1, 2).split((nope, r), dim=-1)
+        k_nope, v = kv.view(b, s, h, nope + self.vd).transpose(1, 2).split((nope, self.vd), dim=-1)
+        k_rope = _rotate(k_rope.unsqueeze(1), *rope).expand(b, h, s, r)
+        q = torch.cat((q_nope, _rotate(q_rope, *rope)), dim=-1)
+        k = torch.cat((k_nope, k_rope), dim=-1)
+        z = _attend(q, k, v.contiguous(), dropout)
+        return self.out(z.transpose(1, 2).reshape(b, s, h * self.vd))
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: TransformerConfig, moe: bool = False) -> None:
+        super().__init__()
+        self.norm1, self.norm2 = _norm(cfg), _norm(cfg)
+        self.attn = LatentAttention(cfg) if cfg.mla else Attention(cfg)
+        self.mlp = Experts(cfg) if moe else Mlp(cfg, cfg.ff, cfg.has_mlp_bias)
+        self.dropout = 0.1 if cfg.dropout else 0.0
+
+    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
+        p = self.dropout if self.training else 0.0
+        x = x + F.dropout(self.attn(self.norm1(x), rope, p), p)
+        return x + F.dropout(self.mlp(self.norm2(x)), p)
 
 
 class Transformer(nn.Module):
@@ -141,7 +321,7 @@ class Transformer(nn.Module):
         for table in (self.tok, self.pos):
             if table is not None:  # GPT-2's 0.02, so the first loss is near ln(vocab)
                 nn.init.normal_(table.weight, std=0.02)
-        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
+        self.blocks = nn.ModuleList(Block(cfg, moe) for moe in cfg.moe_layers)
         self.norm = _norm(cfg)
         self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         if cfg.tied_embeddings:
@@ -151,11 +331,12 @@ class Transformer(nn.Module):
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         s = ids.shape[1]
         x = self.tok(ids)
-        rope = None
         if self.pos is not None:
             x = x + self.pos(torch.arange(s, device=ids.device))
-        else:
-            rope = rope_tables(s, self.cfg.hd, ids.device)
+        # Latent attention rotates its rope part whatever the position embedding.
+        rope = None
+        if self.cfg.mla or self.pos is None:
+            rope = rope_tables(s, self.cfg.qk_rope_head_dim if self.cfg.mla else self.cfg.hd, ids.device)
         x = F.dropout(x, self.dropout, self.training)
         for block in self.blocks:
             x = block(x, rope)

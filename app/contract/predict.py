@@ -5,6 +5,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from app.accounting import activations, dtypes, flops, memory, models, stepmemory
+from app.accounting.errors import InvalidInput
 from app.contract.params import CruncherSpec, TrainStepParams
 from app.contract.schemas import engine_model
 
@@ -49,6 +50,7 @@ def train_step(p: TrainStepParams, cuda: bool) -> TrainStepPrediction:
     # Dropout off, as in LLM pretraining: SDPA's CPU kernel cannot drop out, and its math
     # fallback would store the s x s scores that the prediction, like FlashAttention, omits.
     cfg = dataclasses.replace(engine_model(spec, field="params.model"), dropout=False)
+    _check_buildable(cfg)
     # SDPA never stores the s x s scores: the calculators' "selective" set of saved tensors.
     mem = memory.training_memory(model=cfg, params=None, precision=engine, optimizer=p.optimizer,
                                  batch_size=p.batch_size, seq_len=p.seq_len, recompute="selective")
@@ -64,11 +66,35 @@ def train_step(p: TrainStepParams, cuda: bool) -> TrainStepPrediction:
                                flops.transformer(cfg, p.batch_size, p.seq_len).step.total, peak, cfg)
 
 
+# What app/bench/models.Transformer does not build yet, with the value it does build: a model
+# it measured would not be the model the calculators describe.
+UNBUILT = {"norm_layout": ("pre", "post-, sandwich and parallel norm layouts"),
+           "qk_norm": ("none", "q/k norms"),
+           "attn_logit_softcapping": (None, "attention-logit softcapping (no flash kernel takes it)"),
+           "final_logit_softcapping": (None, "final-logit softcapping")}
+
+
+def _check_buildable(cfg: models.TransformerConfig) -> None:
+    for name, (built, what) in UNBUILT.items():
+        if getattr(cfg, name) != built:
+            raise InvalidInput(f"params.model.{name}", f"the train_step probe does not build {what} yet")
+
+
 def largest_tensor(cfg: models.TransformerConfig) -> int:
     """Elements of the largest parameter of app/bench/models.Transformer, which fuses the
-    QKV and the gate+up projections."""
-    up = (2 if cfg.mlp == "swiglu" else 1) * cfg.ff
-    return max(cfg.vocab_size, cfg.n_heads * cfg.hd + 2 * cfg.kv_heads * cfg.hd, up) * cfg.d_model
+    QKV projection, latent attention's down projections, and every gate+up pair."""
+    d, up = cfg.d_model, 2 if cfg.gated else 1
+    if cfg.mla:
+        heads, qk = cfg.n_heads, cfg.qk_nope_head_dim + cfg.qk_rope_head_dim
+        down = (cfg.q_lora_rank or heads * qk) + cfg.kv_lora_rank + cfg.qk_rope_head_dim
+        kv_up = cfg.kv_lora_rank * heads * (cfg.qk_nope_head_dim + cfg.v_head_dim)
+        attention = [down * d, (cfg.q_lora_rank or 0) * heads * qk, kv_up, heads * cfg.v_head_dim * d]
+    else:
+        attention = [(cfg.n_heads * cfg.hd + 2 * cfg.kv_heads * cfg.hd) * d, cfg.n_heads * cfg.hd * d]
+    mlps = [up * cfg.ff * d] if not all(cfg.moe_layers) else []
+    if cfg.n_moe_layers:
+        mlps += [cfg.n_experts * d, up * cfg.ff_expert * d, up * cfg.ff_shared * d]
+    return max(cfg.vocab_size * d, *attention, *mlps)
 
 
 def matmul_bytes(m: int, k: int, n: int, dtype: str) -> int:

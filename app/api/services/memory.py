@@ -30,6 +30,11 @@ class TrainingMemoryRequest(Input):
     data_parallel: Ranks = 1
     tensor_parallel: count(1, 1024) = 1
     pipeline_parallel: count(1, 1024) = 1
+    expert_parallel: count(1, 65_536) = Field(
+        1, description="Ranks over which each mixture-of-experts layer's routed experts are split, "
+                       "inside data parallelism (Megatron-LM, DeepSpeed-MoE): it must divide "
+                       "data_parallel and n_experts, and ZeRO shards the experts' states over "
+                       "data_parallel / expert_parallel ranks. 1 for a dense model.")
     sequence_parallel: bool = Field(
         True, description="With tensor parallelism, also split the activations outside "
                           "attention and MLP (Korthikanti et al.), so all divide by tensor_parallel.")
@@ -60,7 +65,7 @@ def training(body: TrainingMemoryRequest) -> memory.TrainingMemory:
         seq_len=body.seq_len or (cfg.max_seq_len if cfg else 1), recompute=body.recompute,
         zero_stage=body.zero_stage, data_parallel=body.data_parallel,
         tensor_parallel=body.tensor_parallel, pipeline_parallel=body.pipeline_parallel,
-        sequence_parallel=body.sequence_parallel, gpu=gpu)
+        sequence_parallel=body.sequence_parallel, expert_parallel=body.expert_parallel, gpu=gpu)
 
 
 def max_model(body: MaxModelRequest) -> memory.MaxModel:

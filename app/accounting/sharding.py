@@ -1,0 +1,115 @@
+"""What one GPU holds of a model under tensor, pipeline and expert parallelism, as
+Megatron-LM lays it out (and vLLM for inference): parameters by stage, split into the
+routed experts and everything else, whose optimizer states ZeRO shards over different
+groups of ranks.
+
+Expert parallelism follows Megatron-LM and DeepSpeed-MoE: expert_parallel ranks inside
+the data-parallel ones each hold n_experts / expert_parallel routed experts of every
+mixture-of-experts layer, and the ranks holding the same experts, data_parallel /
+expert_parallel of them, form the group that averages their gradients and over which
+ZeRO shards their states (Megatron-LM's expert data-parallel group, world size /
+(expert tensor parallel x expert parallel x pipeline parallel), with the expert tensor
+parallel size defaulting to tensor_parallel).
+"""
+
+import math
+from functools import lru_cache
+from typing import Literal
+
+from app.accounting.errors import InvalidInput
+from app.accounting.models import TransformerConfig, layer_params, norm_params
+
+Stage = Literal["only", "first", "last"]
+
+
+def latent_down_params(cfg: TransformerConfig) -> int:
+    """Latent attention's down projections with their biases: x to the query latent (when
+    there is one) and to the key/value latent with the shared rotary key."""
+    if not cfg.mla:
+        return 0
+    widths = (cfg.q_lora_rank or 0) + cfg.kv_lora_rank + cfg.qk_rope_head_dim
+    return widths * (cfg.d_model + cfg.has_attn_bias)
+
+
+def kv_replicas(cfg: TransformerConfig, tp: int) -> int:
+    """Copies of each key/value head over the tensor ranks: 1 while tp <= n_kv_heads, else
+    tp / n_kv_heads, each rank keeping one head (Megatron-LM, vLLM's QKVParallelLinear)."""
+    return 1 if cfg.mla or tp <= cfg.kv_heads else tp // cfg.kv_heads
+
+
+@lru_cache(maxsize=2048)
+def _layer_on_gpu(cfg: TransformerConfig, moe: bool, tp: int, ep: int) -> tuple[int, int]:
+    """(parameters outside the routed experts, routed-expert parameters) one GPU holds of a
+    dense layer or a mixture-of-experts one.
+
+    Split over tp as Megatron-LM and vLLM do: attention's projections by heads, MLPs and
+    shared experts by their hidden width (K/V heads replicated past n_kv_heads ranks).
+    Replicated: norms (block, q/k and latent norms), the biases after row-parallel layers,
+    routers, the shared-expert gate, and latent attention's down projections. Routed
+    experts split over tp like MLPs and over the expert_parallel ranks.
+    """
+    part = layer_params(cfg, moe)
+    d = cfg.d_model
+    row_biases = d * (cfg.has_attn_bias + (cfg.has_mlp_bias if part.dense_mlp else 0))
+    gate = d * cfg.shared_expert_gate if part.shared_experts else 0
+    replicated = part.norms + row_biases + part.router + gate + latent_down_params(cfg)
+    kv = 0 if cfg.mla else 2 * cfg.kv_heads * cfg.hd * (d + cfg.has_qkv_bias)
+    sharded = (part.attention + part.dense_mlp + part.shared_experts - row_biases - gate
+               - latent_down_params(cfg) + kv * (kv_replicas(cfg, tp) - 1))
+    return math.ceil(sharded / tp) + replicated, math.ceil(part.routed_experts / (tp * ep))
+
+
+def stage_layers(cfg: TransformerConfig, pp: int) -> tuple[tuple[Stage, range], ...]:
+    """Layer indices of the only stage, or of the first and the last. Each of pp > 1 stages
+    is taken to hold ceil(n_layers / pp) layers: the first from layer 0, the last up to the
+    final layer (the busiest split when pp does not divide n_layers)."""
+    n = cfg.n_layers
+    if pp == 1:
+        return (("only", range(n)),)
+    held = math.ceil(n / pp)
+    return (("first", range(held)), ("last", range(n - held, n)))
+
+
+@lru_cache(maxsize=1024)
+def stage_params(cfg: TransformerConfig, tp: int, pp: int, ep: int = 1) -> tuple[tuple[Stage, int, int], ...]:
+    """(stage, parameters outside routed experts, routed-expert parameters) one GPU holds
+    on the first and last pipeline stage (or the only one), layer by layer.
+
+    Linear weights, the vocabulary-parallel embedding and LM head split over tp
+    (Megatron-LM); norms and the biases after row-parallel layers are replicated.
+    With tied embeddings and pp > 1 the last stage keeps its own copy to tie.
+    """
+    per = {moe: _layer_on_gpu(cfg, moe, tp, ep) for moe in (False, True)}
+    token = math.ceil(cfg.vocab_size * cfg.d_model / tp)
+    position = cfg.max_seq_len * cfg.d_model if cfg.position == "learned" else 0
+    head = token if (not cfg.tied_embeddings or pp > 1) else 0
+    outside = {"only": token + position + norm_params(cfg) + head, "first": token + position,
+               "last": norm_params(cfg) + head}
+    out = []
+    for stage, layers in stage_layers(cfg, pp):
+        kinds = [per[cfg.moe_layers[i]] for i in layers]
+        out.append((stage, sum(k[0] for k in kinds) + outside[stage], sum(k[1] for k in kinds)))
+    return tuple(out)
+
+
+def check_parallel(model: TransformerConfig | None, *, tp: int, pp: int, dp: int, ep: int) -> None:
+    """Refuse layouts no framework runs, naming the degree to change."""
+    if ep > 1:
+        if model is None or not model.moe:
+            raise InvalidInput("expert_parallel", "shards routed experts; it needs a model with n_experts"
+                               + (", not a bare parameter count" if model is None else ""))
+        if model.n_experts % ep:
+            raise InvalidInput("expert_parallel", f"{ep} must divide n_experts ({model.n_experts})")
+        if dp % ep:
+            raise InvalidInput("expert_parallel", f"{ep} must divide data_parallel ({dp}): experts are "
+                               "sharded over ranks inside data parallelism")
+    if model is None:
+        return
+    if model.n_heads % tp:
+        raise InvalidInput("tensor_parallel", f"{tp} must divide n_heads ({model.n_heads})")
+    kv = model.kv_heads
+    if not model.mla and (tp % kv if tp > kv else kv % tp):
+        raise InvalidInput("tensor_parallel", f"{tp} must divide n_kv_heads ({kv}) or be a multiple of "
+                           "it (each rank then keeps a replica of one key/value head)")
+    if pp > model.n_layers:
+        raise InvalidInput("pipeline_parallel", f"{pp} exceeds n_layers ({model.n_layers})")

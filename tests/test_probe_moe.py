@@ -1,0 +1,241 @@
+"""The train_step probe's mixture-of-experts MLP and latent attention, on CPU at small
+sizes: the layers compute what transformers' do, the model is the one the calculators
+count (parameters and FLOPs against FlopCounterMode), and its measured memory (peak live
+bytes, and the bytes autograd saves per layer) is what the calculators predict."""
+
+from collections import defaultdict
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.utils.flop_counter import FlopCounterMode
+
+from app.accounting.models import TransformerConfig
+from app.bench import train_step
+from app.bench.models import Experts, LatentAttention, Transformer, _NarrowValueAttention, rope_tables
+
+QUICK = {"warmup_s": 0.01, "measure_s": 0.01, "min_iters": 3, "max_iters": 5}
+TRAINING = "/api/v1/memory/training"
+
+LLAMA = {"vocab_size": 512, "d_model": 64, "n_layers": 2, "n_heads": 4, "mlp": "swiglu", "norm": "rmsnorm",
+         "position": "rope", "bias": False, "tied_embeddings": False}
+CONFIGS = {
+    # Mixtral's layout: every layer routes, top-2 of 4 experts.
+    "mixtral": LLAMA | {"n_experts": 4, "top_k": 2, "d_ff_expert": 96},
+    # Qwen2-MoE's: a gated shared expert beside top-2 of 8, layer 0 kept dense.
+    "qwen2-moe": LLAMA | {"n_layers": 3, "n_experts": 8, "top_k": 2, "d_ff_expert": 32, "n_shared_experts": 1,
+                          "d_ff_shared": 64, "shared_expert_gate": True, "mlp_only_layers": [0]},
+    # GPT-2 style (gelu, LayerNorm, biases, learned positions), top-1 routing every other layer.
+    "gpt-moe": {"vocab_size": 512, "d_model": 64, "n_layers": 2, "n_heads": 4, "max_seq_len": 128,
+                "n_experts": 4, "top_k": 1, "moe_every": 2},
+    # DeepSeek-V3's attention: query and key/value latents, values narrower than queries.
+    "mla": LLAMA | {"q_lora_rank": 48, "kv_lora_rank": 32, "qk_nope_head_dim": 16, "qk_rope_head_dim": 8,
+                    "v_head_dim": 16},
+    # DeepSeek-V2-Lite's: no query latent; attention biases.
+    "mla-no-q-latent": LLAMA | {"kv_lora_rank": 32, "qk_nope_head_dim": 16, "qk_rope_head_dim": 8,
+                                "v_head_dim": 16, "attn_bias": True},
+    # Both, as DeepSeek-V3 stacks them: a first dense layer, then two shared experts and top-2 of 8.
+    "deepseek": LLAMA | {"n_layers": 3, "q_lora_rank": 48, "kv_lora_rank": 32, "qk_nope_head_dim": 16,
+                         "qk_rope_head_dim": 8, "v_head_dim": 16, "n_experts": 8, "top_k": 2,
+                         "d_ff_expert": 32, "n_shared_experts": 2, "first_dense_layers": 1},
+}
+NAMES = list(CONFIGS)
+
+
+def quiet(*_):
+    return None
+
+
+def engine(name: str) -> TransformerConfig:
+    cfg = dict(CONFIGS[name])
+    cfg["mlp_only_layers"] = tuple(cfg.get("mlp_only_layers", ()))
+    return TransformerConfig(**cfg)
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("precision,optimizer",
+                         [("fp32", "sgd"), ("fp32", "adamw"), ("bf16_autocast", "adamw")])
+def test_train_step_predicts_peak_memory_within_10_percent(name, precision, optimizer):
+    """Measured: peak live tensor bytes over a real step (LiveBytes), forward, backward and
+    optimizer step; 4 x 128 tokens, so activations are a large share of the peak."""
+    result = train_step.run(QUICK | {"model": CONFIGS[name], "batch_size": 4, "seq_len": 128,
+                                     "optimizer": optimizer, "precision": precision, "steps": 1,
+                                     "warmup_steps": 1}, quiet)
+    mem = result["memory"]
+    assert abs(mem["relative_error"]) < 0.10, mem
+    assert mem["predicted"]["activations"] > 0.15 * mem["measured_peak_allocated"]
+    assert result["loss_last"] < result["loss_first"]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_train_step_flops_and_params_match_torch(name):
+    """FlopCounterMode counts the probe's step (attention through the math kernel, which it
+    can count), and its parameters sum to the count reported."""
+    cfg = CONFIGS[name]
+    result = train_step.run(QUICK | {"model": cfg, "batch_size": 2, "seq_len": 32, "steps": 1,
+                                     "warmup_steps": 1}, quiet)
+    torch.manual_seed(0)
+    model = Transformer(engine(name))
+    assert result["params"] == sum(p.numel() for p in model.parameters())
+    ids = torch.randint(cfg["vocab_size"], (2, 32))
+    with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
+        logits = model(ids)
+        F.cross_entropy(logits.flatten(0, 1), ids.flatten()).backward()
+    assert result["flops_per_step"] == counter.get_total_flops()
+
+
+def saved_bytes_per_layer(cfg: TransformerConfig, b: int, s: int, dtype: torch.dtype) -> list[int]:
+    """Bytes autograd keeps for backward in each block's forward: distinct storages,
+    parameters excluded."""
+    torch.manual_seed(0)
+    model = Transformer(cfg).to(dtype)
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    current: list = [None]
+    seen: dict = defaultdict(dict)
+    for i, block in enumerate(model.blocks):
+        block.register_forward_pre_hook(lambda m, a, i=i: current.__setitem__(0, i))
+        block.register_forward_hook(lambda m, a, o: current.__setitem__(0, None))
+
+    def pack(t):
+        storage = t.untyped_storage()
+        if storage.data_ptr() not in params:
+            seen[current[0]][storage.data_ptr()] = storage.nbytes()
+        return t
+
+    ids = torch.randint(cfg.vocab_size, (b, s))
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        model(ids)
+    return [sum(seen[i].values()) for i in range(cfg.n_layers)]
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("precision,dtype", [("fp32", torch.float32), ("bf16", torch.bfloat16)])
+def test_each_layer_saves_what_the_itemized_prediction_says(api, name, precision, dtype):
+    """Per layer, dense or routed, the saved tensors autograd keeps match the items; what is
+    left out is a few floats per token (norms' rstd, attention's log-sum-exp, rope tables)."""
+    cfg = engine(name)
+    body = api.ok(TRAINING, {"model": CONFIGS[name], "batch_size": 4, "seq_len": 128, "precision": precision,
+                             "recompute": "selective"})
+    detail = body["activation_detail"]
+    measured = saved_bytes_per_layer(cfg, 4, 128, dtype)
+    for i, moe in enumerate(cfg.moe_layers):
+        predicted = detail["per_layer_total"] if moe or not cfg.moe else detail["dense_layer_total"]
+        assert predicted == pytest.approx(measured[i], rel=0.025), (i, moe)
+        assert predicted <= measured[i]
+
+
+def test_experts_compute_what_transformers_mixtral_block_computes():
+    from transformers import MixtralConfig
+    from transformers.models.mixtral.modeling_mixtral import MixtralSparseMoeBlock
+    torch.manual_seed(0)
+    ref = MixtralSparseMoeBlock(MixtralConfig(hidden_size=64, intermediate_size=32, num_local_experts=4,
+                                              num_experts_per_tok=2, vocab_size=100)).double()
+    for p in ref.parameters():
+        torch.nn.init.normal_(p, std=0.1)
+    ours = Experts(TransformerConfig(n_layers=1, d_model=64, n_heads=4, vocab_size=100, n_experts=4, top_k=2,
+                                     d_ff_expert=32, mlp="swiglu")).double()
+    with torch.no_grad():
+        ours.router.weight.copy_(ref.gate.weight)
+        for e, expert in enumerate(ours.experts):
+            expert.up.weight.copy_(ref.experts.gate_up_proj[e])  # gate rows, then up rows
+            expert.down.weight.copy_(ref.experts.down_proj[e])
+    x = torch.randn(2, 24, 64, dtype=torch.float64)
+    torch.testing.assert_close(ours(x), ref(x))
+
+
+def test_shared_experts_compute_what_transformers_qwen2_moe_block_computes():
+    from transformers import Qwen2MoeConfig
+    from transformers.models.qwen2_moe.modeling_qwen2_moe import Qwen2MoeSparseMoeBlock
+    torch.manual_seed(0)
+    ref = Qwen2MoeSparseMoeBlock(Qwen2MoeConfig(
+        hidden_size=64, moe_intermediate_size=32, shared_expert_intermediate_size=48, num_experts=8,
+        num_experts_per_tok=2, norm_topk_prob=True, vocab_size=100)).double()
+    for p in ref.parameters():
+        torch.nn.init.normal_(p, std=0.1)
+    ours = Experts(TransformerConfig(n_layers=1, d_model=64, n_heads=4, vocab_size=100, n_experts=8, top_k=2,
+                                     d_ff_expert=32, n_shared_experts=1, d_ff_shared=48,
+                                     shared_expert_gate=True, mlp="swiglu")).double()
+    assert sum(p.numel() for p in ours.parameters()) == sum(p.numel() for p in ref.parameters())
+    with torch.no_grad():
+        ours.router.weight.copy_(ref.gate.weight)
+        for e, expert in enumerate(ours.experts):
+            expert.up.weight.copy_(ref.experts.gate_up_proj[e])
+            expert.down.weight.copy_(ref.experts.down_proj[e])
+        shared = ref.shared_expert
+        ours.shared.up.weight.copy_(torch.cat([shared.gate_proj.weight, shared.up_proj.weight]))
+        ours.shared.down.weight.copy_(shared.down_proj.weight)
+        ours.shared_gate.weight.copy_(ref.shared_expert_gate.weight)
+    x = torch.randn(2, 24, 64, dtype=torch.float64)
+    torch.testing.assert_close(ours(x), ref(x))
+
+
+@pytest.mark.parametrize("q_lora_rank", [48, None])
+def test_latent_attention_computes_what_transformers_deepseek_v3_attention_computes(q_lora_rank):
+    from transformers import DeepseekV3Config
+    from transformers.models.deepseek_v3.modeling_deepseek_v3 import (
+        DeepseekV3Attention,
+        DeepseekV3RotaryEmbedding,
+    )
+    torch.manual_seed(0)
+    widths = dict(kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16,
+                  q_lora_rank=q_lora_rank)
+    hf = DeepseekV3Config(hidden_size=64, num_attention_heads=4, num_key_value_heads=4, rope_interleave=False,
+                          attention_bias=True, vocab_size=100, **widths)
+    hf._attn_implementation = "sdpa"
+    ref = DeepseekV3Attention(hf, 0).double()
+    for p in ref.parameters():
+        torch.nn.init.normal_(p, std=0.1)
+    ours = LatentAttention(TransformerConfig(n_layers=1, d_model=64, n_heads=4, vocab_size=100,
+                                             norm="rmsnorm", position="rope", **widths)).double()
+    assert sum(p.numel() for p in ours.parameters()) == sum(p.numel() for p in ref.parameters())
+    with torch.no_grad():
+        if q_lora_rank:  # the query latent's and the key/value latent's projections, fused
+            ours.down.weight.copy_(torch.cat([ref.q_a_proj.weight, ref.kv_a_proj_with_mqa.weight]))
+            ours.down.bias.copy_(torch.cat([ref.q_a_proj.bias, ref.kv_a_proj_with_mqa.bias]))
+            ours.q_norm.weight.copy_(ref.q_a_layernorm.weight)
+            ours.q_up.weight.copy_(ref.q_b_proj.weight)
+        else:
+            ours.down.weight.copy_(torch.cat([ref.q_proj.weight, ref.kv_a_proj_with_mqa.weight]))
+            ours.kv_bias.copy_(ref.kv_a_proj_with_mqa.bias)
+        ours.kv_norm.weight.copy_(ref.kv_a_layernorm.weight)
+        ours.kv_up.weight.copy_(ref.kv_b_proj.weight)
+        ours.out.weight.copy_(ref.o_proj.weight)
+        ours.out.bias.copy_(ref.o_proj.bias)
+    x = torch.randn(2, 24, 64, dtype=torch.float64)
+    cos, sin = DeepseekV3RotaryEmbedding(hf)(x, torch.arange(24)[None])
+    expected = ref(x, (cos.double(), sin.double()), None)[0]
+    # transformers computes its rope tables in float32, hence the tolerance.
+    torch.testing.assert_close(ours(x, rope_tables(24, 8, x.device), 0.0), expected, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("s", [16, 37, 64])
+def test_narrow_value_attention_matches_sdpa_forward_and_backward(s):
+    torch.manual_seed(0)
+    q, k = (torch.randn(2, 3, s, 24, dtype=torch.float64, requires_grad=True) for _ in range(2))
+    v = torch.randn(2, 3, s, 8, dtype=torch.float64, requires_grad=True)
+    grad = torch.randn(2, 3, s, 8, dtype=torch.float64)
+    ours = _NarrowValueAttention.apply(q, k, v)
+    ours.backward(grad)
+    grads = [t.grad.clone() for t in (q, k, v)]
+    for t in (q, k, v):
+        t.grad = None
+    expected = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    expected.backward(grad)
+    torch.testing.assert_close(ours, expected)
+    for mine, t in zip(grads, (q, k, v), strict=True):
+        torch.testing.assert_close(mine, t.grad)
+
+
+@pytest.mark.parametrize("field,value", [("qk_norm", "head"), ("norm_layout", "sandwich"),
+                                         ("final_logit_softcapping", 30.0)])
+def test_the_probe_refuses_what_it_does_not_build(field, value):
+    """A model the probe would build differently from its config is refused, naming the field,
+    rather than measured as something else."""
+    from app.accounting.errors import InvalidInput
+    from app.contract import predict
+    from app.contract.params import TrainStepParams
+    params = TrainStepParams.model_validate({"model": LLAMA | {field: value}})
+    with pytest.raises(InvalidInput) as refused:
+        predict.train_step(params, False)
+    assert refused.value.field == f"params.model.{field}"
