@@ -46,6 +46,7 @@ def test_defaults_applied_lists_each_left_out_field_with_its_value(api):
     assert answer["defaults_applied"] == {
         "precision": "bf16_mixed", "optimizer": "adamw", "batch_size": 1, "seq_len": None,
         "recompute": "selective", "data_parallel": 1, "tensor_parallel": 1, "pipeline_parallel": 1,
+        "expert_parallel": 1,
         "sequence_parallel": True, "gpu_overrides": None}
     # A field sent with its default's value was chosen, not defaulted.
     chosen = api.ok(MEMORY, {"model": "gpt2", "recompute": "selective"})["defaults_applied"]

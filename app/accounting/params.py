@@ -29,19 +29,23 @@ def norm_params(cfg: TransformerConfig) -> int:
     return one_norm(cfg, cfg.d_model)
 
 
+def latent_down_params(cfg: TransformerConfig) -> int:
+    """Latent attention's down projections with their biases: x to the query latent (when
+    there is one) and to the key/value latent with the shared rotary key."""
+    if not cfg.mla:
+        return 0
+    widths = (cfg.q_lora_rank or 0) + cfg.kv_lora_rank + cfg.qk_rope_head_dim
+    return widths * (cfg.d_model + cfg.has_attn_bias)
+
+
 def attention_params(cfg: TransformerConfig) -> int:
     """One layer's attention projections with their biases, norms excluded."""
     d = cfg.d_model
     if cfg.mla:
         h, nope, rope, v = cfg.n_heads, cfg.qk_nope_head_dim, cfg.qk_rope_head_dim, cfg.v_head_dim
-        bias = cfg.has_attn_bias
-        if cfg.q_lora_rank is None:
-            q = d * h * (nope + rope)
-        else:
-            q = d * cfg.q_lora_rank + cfg.q_lora_rank * bias + cfg.q_lora_rank * h * (nope + rope)
-        kv_down = d * (cfg.kv_lora_rank + rope) + (cfg.kv_lora_rank + rope) * bias
+        q_up = (cfg.q_lora_rank or d) * h * (nope + rope)
         kv_up = cfg.kv_lora_rank * h * (nope + v)
-        return q + kv_down + kv_up + h * v * d + d * bias
+        return latent_down_params(cfg) + q_up + kv_up + h * v * d + d * cfg.has_attn_bias
     q_width, kv_width = cfg.n_heads * cfg.hd, cfg.kv_heads * cfg.hd
     weights = d * q_width + 2 * d * kv_width + q_width * d
     biases = (q_width + 2 * kv_width) * cfg.has_qkv_bias + d * cfg.has_attn_bias

@@ -18,17 +18,9 @@ from typing import Literal
 
 from app.accounting.errors import InvalidInput
 from app.accounting.models import TransformerConfig, layer_params, norm_params
+from app.accounting.params import latent_down_params
 
 Stage = Literal["only", "first", "last"]
-
-
-def latent_down_params(cfg: TransformerConfig) -> int:
-    """Latent attention's down projections with their biases: x to the query latent (when
-    there is one) and to the key/value latent with the shared rotary key."""
-    if not cfg.mla:
-        return 0
-    widths = (cfg.q_lora_rank or 0) + cfg.kv_lora_rank + cfg.qk_rope_head_dim
-    return widths * (cfg.d_model + cfg.has_attn_bias)
 
 
 def kv_replicas(cfg: TransformerConfig, tp: int) -> int:

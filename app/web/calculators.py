@@ -363,6 +363,8 @@ CALCULATORS = {c.slug: c for c in (
          Input("data_parallel", "Data-parallel ranks"),
          Input("tensor_parallel", "Tensor-parallel ranks"),
          Input("pipeline_parallel", "Pipeline stages"),
+         Input("expert_parallel", "Expert-parallel ranks", hint="routed experts split over these ranks, "
+               "inside data parallelism; 1 for a dense model"),
          Input("gpu", "GPU", "h100-sxm", "checks the total against its memory")),
         _memory_charts, takes_model="model"),
     Calculator(
