@@ -61,7 +61,39 @@ def layer_recipe(cfg: TransformerConfig, act_bytes: int, recompute: Recompute,
     if cfg.dropout:
         items.append(_Item("attention/dropout_mask", cfg.d_model, 0, 1, False))
     items += _experts(cfg, act_bytes, res) if moe and cfg.moe else _mlp(cfg, act_bytes, res)
+    items = _norm_layout(cfg, items, act_bytes, res, tp)
     return tuple(i for i in items if i.per_token or i.per_token_per_position)
+
+
+def _norm_layout(cfg: TransformerConfig, items: list[_Item], act_bytes: int, res: int,
+                 tp: int) -> list[_Item]:
+    """The pre-norm items, changed for the block's norm layout and q/k norms (fused norms
+    keep their input):
+    - post: each norm reads its sublayer's output (matmul dtype), not the residual;
+    - sandwich: two more norms, each keeping its sublayer's output;
+    - parallel: both norms read the same residual, kept once; parallel_shared: one norm,
+      whose output both sublayers read (one copy, or one 16-bit copy each under autocast);
+    - q/k norms keep q and k as projected (the normalised ones are kept as before)."""
+    layout, out = cfg.norm_layout, []
+    for item in items:
+        name = item.name
+        if name.endswith("/norm_input") and name != "attention/norm_input" and layout.startswith("parallel"):
+            continue
+        shared_input = name in ("mlp/up_input", "moe/router_input")
+        if shared_input and layout == "parallel_shared" and act_bytes == res:
+            continue
+        if name.endswith("/norm_input") and layout == "post":
+            item = item._replace(bytes_per_element=act_bytes)
+        out.append(item)
+        if layout == "sandwich" and name in ("attention/output_proj_input",):
+            out.append(_Item("attention/post_norm_input", cfg.d_model, 0, act_bytes, False))
+        if cfg.qk_norm != "none" and name == "attention/qkv_input":
+            hkv = max(cfg.kv_heads, tp) * cfg.hd
+            out.append(_Item("attention/q_and_k_before_norm", cfg.n_heads * cfg.hd + hkv, 0, act_bytes, True))
+    if layout == "sandwich":
+        mlp = "moe" if any(i.name.startswith("moe/") for i in items) else "mlp"
+        out.append(_Item(f"{mlp}/post_norm_input", cfg.d_model, 0, act_bytes, False))
+    return out
 
 
 def _core(cfg: TransformerConfig, core: int, act_bytes: int) -> list[_Item]:

@@ -106,11 +106,25 @@ class Attention(nn.Module):
         self.q_width, self.kv_width = cfg.n_heads * cfg.hd, cfg.kv_heads * cfg.hd
         self.qkv = nn.Linear(cfg.d_model, self.q_width + 2 * self.kv_width, bias=cfg.has_qkv_bias)
         self.out = nn.Linear(self.q_width, cfg.d_model, bias=cfg.has_attn_bias)
+        # q/k norms: one head_dim-wide weight shared by all heads (Qwen3, Gemma 3), or one over
+        # the whole projection (OLMo 2).
+        self.qk_norm = cfg.qk_norm
+        if cfg.qk_norm == "head":
+            self.q_norm, self.k_norm = _norm(cfg, cfg.hd), _norm(cfg, cfg.hd)
+        elif cfg.qk_norm == "projection":
+            self.q_norm, self.k_norm = _norm(cfg, self.q_width), _norm(cfg, self.kv_width)
 
     def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None,
                 dropout: float) -> torch.Tensor:
         b, s, _ = x.shape
         q, k, v = self.qkv(x).split((self.q_width, self.kv_width, self.kv_width), dim=-1)
+        # A fused q/k-norm kernel reads q and k alone: copies, so the norms do not keep the
+        # whole projection (v included) alive.
+        if self.qk_norm == "projection":
+            q, k = self.q_norm(q.contiguous()), self.k_norm(k.contiguous())
+        elif self.qk_norm == "head":
+            q = self.q_norm(q.reshape(b, s, self.heads, self.hd).contiguous()).flatten(2)
+            k = self.k_norm(k.reshape(b, s, self.kv_heads, self.hd).contiguous()).flatten(2)
         q = q.view(b, s, self.heads, self.hd).transpose(1, 2)
         k = k.view(b, s, self.kv_heads, self.hd).transpose(1, 2)
         v = v.reshape(b, s, self.kv_heads, self.hd).transpose(1, 2)
@@ -297,15 +311,34 @@ class LatentAttention(nn.Module):
 
 
 class Block(nn.Module):
+    """One layer in its norm layout: pre (norm, sublayer, add), post (sublayer, norm, add),
+    sandwich (norm, sublayer, norm, add), parallel (attention and MLP both read the residual,
+    each through its norm) or parallel_shared (through one norm)."""
+
     def __init__(self, cfg: TransformerConfig, moe: bool = False) -> None:
         super().__init__()
-        self.norm1, self.norm2 = _norm(cfg), _norm(cfg)
+        self.layout = cfg.norm_layout
+        self.norm1 = _norm(cfg)
+        if self.layout != "parallel_shared":
+            self.norm2 = _norm(cfg)
+        if self.layout == "sandwich":
+            self.post1, self.post2 = _norm(cfg), _norm(cfg)
         self.attn = LatentAttention(cfg) if cfg.mla else Attention(cfg)
         self.mlp = Experts(cfg) if moe else Mlp(cfg, cfg.ff, cfg.has_mlp_bias)
         self.dropout = 0.1 if cfg.dropout else 0.0
 
     def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
         p = self.dropout if self.training else 0.0
+        if self.layout in ("parallel", "parallel_shared"):
+            a_in = self.norm1(x)
+            m_in = a_in if self.layout == "parallel_shared" else self.norm2(x)
+            return x + F.dropout(self.attn(a_in, rope, p), p) + F.dropout(self.mlp(m_in), p)
+        if self.layout == "post":
+            x = x + F.dropout(self.norm1(self.attn(x, rope, p)), p)
+            return x + F.dropout(self.norm2(self.mlp(x)), p)
+        if self.layout == "sandwich":
+            x = x + F.dropout(self.post1(self.attn(self.norm1(x), rope, p)), p)
+            return x + F.dropout(self.post2(self.mlp(self.norm2(x))), p)
         x = x + F.dropout(self.attn(self.norm1(x), rope, p), p)
         return x + F.dropout(self.mlp(self.norm2(x)), p)
 

@@ -68,9 +68,7 @@ def train_step(p: TrainStepParams, cuda: bool) -> TrainStepPrediction:
 
 # What app/bench/models.Transformer does not build yet, with the value it does build: a model
 # it measured would not be the model the calculators describe.
-UNBUILT = {"norm_layout": ("pre", "post-, sandwich and parallel norm layouts"),
-           "qk_norm": ("none", "q/k norms"),
-           "attn_logit_softcapping": (None, "attention-logit softcapping (no flash kernel takes it)"),
+UNBUILT = {"attn_logit_softcapping": (None, "attention-logit softcapping (no flash kernel takes it)"),
            "final_logit_softcapping": (None, "final-logit softcapping")}
 
 
