@@ -54,8 +54,8 @@ def engine(name: str) -> TransformerConfig:
 
 
 @pytest.mark.parametrize("name", NAMES)
-@pytest.mark.parametrize("precision,optimizer",
-                         [("fp32", "sgd"), ("fp32", "adamw"), ("bf16_autocast", "adamw")])
+# SGD's peak is AdamW's less the moments; the per-layer test below checks the activations.
+@pytest.mark.parametrize("precision,optimizer", [("fp32", "adamw"), ("bf16_autocast", "adamw")])
 def test_train_step_predicts_peak_memory_within_10_percent(name, precision, optimizer):
     """Measured: peak live tensor bytes over a real step (LiveBytes), forward, backward and
     optimizer step; 4 x 128 tokens, so activations are a large share of the peak."""
