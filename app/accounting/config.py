@@ -64,7 +64,7 @@ def check_bounds(obj: object) -> None:
 Width = Annotated[int, Ge(1), Le(1_048_576)]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class TransformerConfig:
     """A decoder-only transformer. Defaults follow GPT-2 (GELU, LayerNorm, biases,
     tied embeddings, learned positions, dense MLPs, full attention)."""
@@ -170,6 +170,20 @@ class TransformerConfig:
         check_bounds(self)
         _check_structure(self)
 
+    def __hash__(self) -> int:
+        # Every calculator looks its config up in lru caches (counts, layer kinds, plans);
+        # hashing 36 fields each time cost more than the arithmetic. Frozen, so hash once.
+        # (No slots, so the instance has a __dict__ to keep it in; it is not a field.)
+        cached = self.__dict__.get("_hash")
+        if cached is None:
+            cached = hash(tuple(getattr(self, f) for f in _FIELDS))
+            object.__setattr__(self, "_hash", cached)
+        return cached
+
+    def __getstate__(self) -> dict:
+        # str hashes differ between processes: a pickled config hashes afresh where it lands.
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+
     @property
     def kv_heads(self) -> int:
         return self.n_kv_heads or self.n_heads
@@ -243,6 +257,9 @@ class TransformerConfig:
     def resolved(self) -> "TransformerConfig":
         """The same model with every null default filled in."""
         return _resolved(self)
+
+
+_FIELDS = tuple(TransformerConfig.__dataclass_fields__)
 
 
 def _check_structure(c: TransformerConfig) -> None:

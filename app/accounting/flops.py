@@ -4,6 +4,7 @@ norms, softmax, activations and residual adds are left out (well under 1%
 of a large model's total)."""
 
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Literal
 
 from app.accounting.dtypes import lookup
@@ -144,7 +145,10 @@ class FlopsBreakdown:
     __pydantic_config__ = RECORD
 
     def scaled(self, factor: int) -> "FlopsBreakdown":
-        return FlopsBreakdown(**{f: factor * getattr(self, f) for f in self.__dataclass_fields__})
+        return FlopsBreakdown(*[factor * v for v in _breakdown_values(self)])
+
+
+_breakdown_values = attrgetter(*FlopsBreakdown.__dataclass_fields__)
 
 
 def score_pairs_doubled(seq_len: int, window: int | None, causal: Causal) -> int:
@@ -159,17 +163,18 @@ def score_pairs_doubled(seq_len: int, window: int | None, causal: Causal) -> int
     return s * s - (s - window) ** 2
 
 
-def _attention_projections(cfg: TransformerConfig, t: int) -> dict[str, int]:
+def _attention_projections(cfg: TransformerConfig, t: int) -> tuple[int, int, int]:
+    """(latent down, q/k/v, output) projection FLOPs of one layer on t tokens."""
     d = cfg.d_model
-    if cfg.mla:
+    if cfg.kv_lora_rank is not None:
         h, nope, rope, v = cfg.n_heads, cfg.qk_nope_head_dim, cfg.qk_rope_head_dim, cfg.v_head_dim
         q_in = cfg.q_lora_rank or d
-        return dict(attention_latent=2 * t * d * ((cfg.q_lora_rank or 0) + cfg.kv_lora_rank + rope),
-                    attention_qkv=2 * t * (q_in * h * (nope + rope) + cfg.kv_lora_rank * h * (nope + v)),
-                    attention_output=2 * t * h * v * d)
-    q_width, kv_width = cfg.n_heads * cfg.hd, cfg.kv_heads * cfg.hd
-    return dict(attention_latent=0, attention_qkv=2 * t * d * (q_width + 2 * kv_width),
-                attention_output=2 * t * q_width * d)
+        return (2 * t * d * ((cfg.q_lora_rank or 0) + cfg.kv_lora_rank + rope),
+                2 * t * (q_in * h * (nope + rope) + cfg.kv_lora_rank * h * (nope + v)),
+                2 * t * h * v * d)
+    hd = cfg.hd
+    q_width, kv_width = cfg.n_heads * hd, cfg.kv_heads * hd
+    return 0, 2 * t * d * (q_width + 2 * kv_width), 2 * t * q_width * d
 
 
 def transformer_forward(cfg: TransformerConfig, batch_size: int, seq_len: int,
@@ -178,32 +183,27 @@ def transformer_forward(cfg: TransformerConfig, batch_size: int, seq_len: int,
     if cfg.position == "learned" and seq_len > cfg.max_seq_len:
         raise InvalidInput("seq_len", f"{seq_len} exceeds the model's {cfg.max_seq_len} learned positions")
     t, d, L = batch_size * seq_len, cfg.d_model, cfg.n_layers
-    qk_dim = cfg.qk_nope_head_dim + cfg.qk_rope_head_dim if cfg.mla else cfg.hd
-    v_dim = cfg.v_head_dim if cfg.mla else cfg.hd
+    mla = cfg.kv_lora_rank is not None
+    qk_dim = cfg.qk_nope_head_dim + cfg.qk_rope_head_dim if mla else cfg.hd
+    v_dim = cfg.v_head_dim if mla else cfg.hd
     # (B, h, S, d_qk) @ (B, h, d_qk, S): every query head reads its (shared) K and V.
     kinds = cfg.layers
-    pairs2 = ((L - kinds.n_windowed) * score_pairs_doubled(seq_len, None, causal)
-              + kinds.n_windowed * score_pairs_doubled(seq_len, cfg.sliding_window, causal))
+    pairs2 = (L - kinds.n_windowed) * score_pairs_doubled(seq_len, None, causal)
+    if kinds.n_windowed:
+        pairs2 += kinds.n_windowed * score_pairs_doubled(seq_len, cfg.sliding_window, causal)
     per_pair = batch_size * cfg.n_heads
-    proj = _attention_projections(cfg, t)
+    latent, qkv, output = _attention_projections(cfg, t)
     matrices = 3 if cfg.gated else 2
     n_moe = kinds.n_moe
-    parts = dict(
-        attention_qkv=L * proj["attention_qkv"],
-        attention_scores=per_pair * qk_dim * pairs2,
-        attention_values=per_pair * v_dim * pairs2,
-        attention_output=L * proj["attention_output"],
-        mlp=(L - n_moe) * 2 * t * d * cfg.ff * matrices,
-        lm_head=2 * t * d * cfg.vocab_size,
-        attention_latent=L * proj["attention_latent"],
-    )
+    router = routed = shared = 0
     if n_moe:
-        parts |= dict(
-            router=n_moe * 2 * t * d * cfg.n_experts,
-            routed_experts=n_moe * 2 * t * cfg.top_k * d * cfg.ff_expert * matrices,
-            shared_experts=n_moe * 2 * t * d * (cfg.ff_shared * matrices + cfg.shared_expert_gate),
-        )
-    return FlopsBreakdown(**parts, total=sum(parts.values()))
+        router = n_moe * 2 * t * d * cfg.n_experts
+        routed = n_moe * 2 * t * cfg.top_k * d * cfg.ff_expert * matrices
+        shared = n_moe * 2 * t * d * (cfg.ff_shared * matrices + cfg.shared_expert_gate)
+    parts = (L * qkv, per_pair * qk_dim * pairs2, per_pair * v_dim * pairs2, L * output,
+             (L - n_moe) * 2 * t * d * cfg.ff * matrices, 2 * t * d * cfg.vocab_size)
+    extra = (L * latent, router, routed, shared)
+    return FlopsBreakdown(*parts, sum(parts) + sum(extra), *extra)
 
 
 @dataclass(slots=True)

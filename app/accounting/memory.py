@@ -295,8 +295,9 @@ def training_memory(
 
     best = None
     for stage, n, n_exp in stages:  # one stage, or the first and the last
-        states = tuple(math.ceil(n * x / d) + math.ceil(n_exp * x / de)
-                       for x, (d, de) in zip(kinds, div, strict=True))
+        states = [math.ceil(n * x / d) for x, (d, _) in zip(kinds, div, strict=True)]
+        if n_exp:
+            states = [v + math.ceil(n_exp * x / de) for v, x, (_, de) in zip(states, kinds, div, strict=True)]
         detail = None if model is None else _stage_activations(
             model, plan, stage, s=seq_len, b=batch_size, act_bytes=act_bytes, tp=tp, pp=pp,
             sp=sequence_parallel)
