@@ -36,6 +36,10 @@ class Accelerator:
     """Names a live device reports for this part (torch.cuda.get_device_name, NVML)."""
     source: str
     notes: str
+    interconnect_bytes_per_sec: float | None = None
+    """What one GPU sends to its peers in one direction (NVLink, or PCIe where there is none),
+    bytes/s; null where the catalogue has no figure (TPUs)."""
+    interconnect_source: str | None = None
 
     __pydantic_config__ = RECORD
 
@@ -62,6 +66,7 @@ class GpuOverrides:
     memory_bytes: Annotated[int, Ge(1), Le(10**15)] | None = None
     memory_bandwidth_bytes_per_sec: Annotated[float, Ge(1), Le(1e15)] | None = None
     peak_flop_per_sec: PeakOverrides = field(default_factory=PeakOverrides)
+    interconnect_bytes_per_sec: Annotated[float, Ge(1), Le(1e15)] | None = None
 
     __pydantic_config__ = RECORD
 
@@ -121,6 +126,7 @@ def gpu(gpu_id: str, overrides: GpuOverrides | None = None, *, field: str = "gpu
         memory_bandwidth_bytes_per_sec=(
             overrides.memory_bandwidth_bytes_per_sec or acc.memory_bandwidth_bytes_per_sec),
         peak_flop_per_sec=peaks,
+        interconnect_bytes_per_sec=overrides.interconnect_bytes_per_sec or acc.interconnect_bytes_per_sec,
     )
 
 

@@ -14,10 +14,11 @@ from app.jobs.store import Store
 
 WINDOW = 5  # recent succeeded runs per dtype (matmul) or precision (train_step) considered
 LOOKBACK = 200  # newest succeeded jobs per probe searched to fill each window
-RULE = (f"Per matmul dtype and per train_step precision: the best of the last {WINDOW} succeeded runs "
-        "on this device (same device kind and name). Best matmul = the highest median FLOP/s of its "
-        "best shape (the shape with the highest median); best train_step = the highest achieved FLOP/s "
-        "(the same order as MFU on one device). job_id names the run the figure comes from.")
+RULE = (f"Per matmul dtype, per train_step precision, and for bandwidth: the best of the last {WINDOW} "
+        "succeeded runs on this device (same device kind and name). Best matmul = the highest median "
+        "FLOP/s of its best shape (the shape with the highest median); best train_step = the highest "
+        "achieved FLOP/s (the same order as MFU on one device); best bandwidth = the highest median "
+        "GB/s of a device-to-device copy. job_id names the run the figure comes from.")
 
 
 @dataclass(slots=True)
@@ -60,6 +61,21 @@ class TrainStepMfu:
 
 
 @dataclass(slots=True)
+class BandwidthPeak:
+    """The best recent bandwidth run (see `rule`)."""
+
+    bytes_per_sec: float
+    """Bytes read plus written per copy / median time."""
+    fraction_of_catalogue: float | None
+    """Against the catalogue's memory bandwidth; null when the device is not listed."""
+    job_id: int
+    measured_at: datetime
+    runs_considered: int = 1
+
+    __pydantic_config__ = RECORD
+
+
+@dataclass(slots=True)
 class Calibration:
     __doc__ = "What this device has measured. " + RULE
 
@@ -70,6 +86,8 @@ class Calibration:
     """By dtype."""
     train_step: dict[str, TrainStepMfu]
     """By precision: fp32 or bf16_autocast."""
+    bandwidth: BandwidthPeak | None = None
+    """null until a bandwidth probe has run on this device."""
     rule: str = RULE
     """How each figure was chosen among the runs."""
     window: int = WINDOW
@@ -114,5 +132,12 @@ def calibration(store: Store, device: DeviceInfo) -> Calibration:
     best_steps = {p: max(runs, key=lambda run: run.achieved_flop_per_sec) for p, runs in steps.items()}
     for p, step in best_steps.items():
         step.runs_considered = len(steps[p])
+    copies = [BandwidthPeak(bytes_per_sec=job.result.gb_per_sec * 1e9,
+                            fraction_of_catalogue=None if job.result.percent_of_catalogue is None
+                            else job.result.percent_of_catalogue / 100, job_id=job.id, measured_at=_when(job))
+              for job in store.latest(probe="bandwidth", limit=LOOKBACK) if _here(job, device)][:WINDOW]
+    bandwidth = max(copies, key=lambda run: run.bytes_per_sec) if copies else None
+    if bandwidth is not None:
+        bandwidth.runs_considered = len(copies)
     return Calibration(device=device.name, catalogue_id=device.catalogue_id, matmul=peaks,
-                       train_step=best_steps)
+                       train_step=best_steps, bandwidth=bandwidth)

@@ -1,0 +1,120 @@
+"""One forward pass of a served model on the roofline: FLOPs against bytes, per GPU.
+
+A pass takes max(FLOPs / (peak x flops_efficiency), bytes / (bandwidth x memory_efficiency))
+plus its tensor-parallel all-reduces, which are not overlapped with compute (as in
+llm-analysis, Li 2023, and kipply's "Transformer Inference Arithmetic", 2022).
+
+FLOPs are matmul FLOPs as flops.py counts them (exact against FlopCounterMode), with one
+serving difference: the LM head runs only on each sequence's last position (vLLM's
+LogitsProcessor prunes the hidden states to the sampled tokens before the head).
+"""
+
+from dataclasses import dataclass
+from typing import Literal
+
+from app.accounting.config import TransformerConfig
+from app.accounting.flops import Causal, transformer_forward
+from app.accounting.records import RECORD
+
+ALLREDUCES_PER_LAYER = 2
+"""Megatron-style tensor parallelism: one after attention's output projection, one after
+the MLP's down projection (Shoeybi et al. 2019, section 3)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Hardware:
+    """One GPU as the roofline sees it."""
+
+    peak_flop_per_sec: float
+    """Dense peak of one GPU at the compute dtype."""
+    bandwidth_bytes_per_sec: float
+    flops_efficiency: float
+    memory_efficiency: float
+    interconnect_bytes_per_sec: float | None
+    """Per direction, per GPU; needed only with tensor_parallel > 1."""
+    allreduce_latency_s: float
+
+
+@dataclass(slots=True)
+class Pass:
+    """One forward pass on one GPU."""
+
+    flops: float
+    """Matmul FLOPs one GPU does (the pass's total / tensor_parallel)."""
+    bytes: float
+    """Bytes one GPU reads and writes: its share of the weights, the KV cache read and the
+    new entries written."""
+    compute_seconds: float
+    memory_seconds: float
+    communication_seconds: float
+    """2 ring all-reduces per layer of (tokens x d_model) activations: 2(tp-1)/tp of the
+    message crosses each link (nccl-tests' bus bandwidth), plus a fixed latency each."""
+    seconds: float
+    """max(compute, memory) + communication."""
+    bound: Literal["compute", "memory"]
+
+    __pydantic_config__ = RECORD
+
+
+def run(hw: Hardware, *, flops: float, bytes: float, tensor_parallel: int, comm_seconds: float) -> Pass:
+    compute = flops / tensor_parallel / (hw.peak_flop_per_sec * hw.flops_efficiency)
+    memory = bytes / (hw.bandwidth_bytes_per_sec * hw.memory_efficiency)
+    return Pass(flops=flops / tensor_parallel, bytes=bytes, compute_seconds=compute, memory_seconds=memory,
+                communication_seconds=comm_seconds, seconds=max(compute, memory) + comm_seconds,
+                bound="compute" if compute >= memory else "memory")
+
+
+def allreduce_seconds(cfg: TransformerConfig, hw: Hardware, *, tokens: int, act_bytes: int,
+                      tensor_parallel: int) -> float:
+    if tensor_parallel == 1:
+        return 0.0
+    message = tokens * cfg.d_model * act_bytes
+    assert hw.interconnect_bytes_per_sec is not None
+    ring = 2 * (tensor_parallel - 1) / tensor_parallel * message / hw.interconnect_bytes_per_sec
+    return ALLREDUCES_PER_LAYER * cfg.n_layers * (ring + hw.allreduce_latency_s)
+
+
+def prefill_flops(cfg: TransformerConfig, *, prompt: int, sequences: int = 1,
+                  causal: Causal = "halved") -> int:
+    """Forward FLOPs of `sequences` prompts of `prompt` tokens, the LM head on the last
+    position only. Attention over the causal triangle by default (FlashAttention skips
+    masked tiles); "full" scores every pair, as eager attention does."""
+    fwd = transformer_forward(cfg, sequences, prompt, causal=causal)
+    return fwd.total - fwd.lm_head * (prompt - 1) // prompt
+
+
+def decode_flops(cfg: TransformerConfig, *, context: int, mla_cache: str = "latent") -> int:
+    """FLOPs of one decoded token of one sequence: every matmul on one token (top_k experts
+    in an MoE layer) plus its query scored against, and weighting, `context` cached keys and
+    values (a windowed layer reads at most its window, as FlashAttention's window_size and
+    vLLM do).
+
+    Latent attention depends on what is cached. "decompressed": keys and values per head,
+    as any attention. "latent": the absorbed form vLLM and FlashMLA decode with (DeepSeek-V2,
+    section 2.1.3): W_UK folds into the query and W_UV into the output, so no key or value
+    is decompressed; each head scores kv_lora_rank + qk_rope_head_dim values per cached
+    token and sums kv_lora_rank. The two absorptions cost what kv_b_proj on the new token
+    would, so only the per-key term differs."""
+    one = transformer_forward(cfg, 1, 1, causal="full")
+    matmuls = one.total - one.attention_scores - one.attention_values
+    kinds = cfg.layers
+    keys = (cfg.n_layers - kinds.n_windowed) * context
+    if kinds.n_windowed:
+        keys += kinds.n_windowed * min(context, cfg.sliding_window)
+    if not cfg.mla:
+        per_key = 2 * cfg.hd
+    elif mla_cache == "latent":
+        per_key = 2 * cfg.kv_lora_rank + cfg.qk_rope_head_dim
+    else:
+        per_key = cfg.qk_nope_head_dim + cfg.qk_rope_head_dim + cfg.v_head_dim
+    return matmuls + 2 * cfg.n_heads * per_key * keys
+
+
+def experts_read(cfg: TransformerConfig, tokens: int) -> float:
+    """Expected routed experts one MoE layer reads for `tokens` tokens when each picks top_k
+    of n_experts uniformly and independently: n (1 - (1 - k/n)^tokens). Decode reads only
+    these experts' weights, which is why small decode batches of an MoE model read far less
+    than its total parameters."""
+    n, k = cfg.n_experts, cfg.top_k
+    return n * (1 - (1 - k / n) ** tokens)
+

@@ -1,0 +1,69 @@
+"""Transient memory a serving engine needs beside weights and KV cache.
+
+vLLM sizes its KV cache by running one dummy forward over `max_num_batched_tokens` tokens
+(its profile run) and keeping what that forward peaked at off the cache budget
+(vllm/v1/worker/gpu_worker.py, determine_available_memory). Here that peak is estimated as
+the largest live set of one layer, since a forward frees each layer's intermediates before
+the next: the residual stream and its normed copy, plus either attention's projections
+(FlashAttention keeps no score matrix) or the MLP's hidden activations, or the sampler's
+fp32 logits for the sequences sampled at once. Everything a tensor-parallel rank holds of
+a split tensor is divided by tensor_parallel; the residual stream is whole on each rank.
+"""
+
+from dataclasses import dataclass
+
+from app.accounting.config import TransformerConfig
+from app.accounting.records import RECORD
+from app.accounting.units import GIB
+
+LOGIT_BYTES = 4
+"""The sampler upcasts logits to fp32 (vLLM's Sampler) and keeps them beside their softmax."""
+
+DEFAULT_OVERHEAD_BYTES = GIB
+"""CUDA context, cuBLAS/NCCL workspaces and captured CUDA graphs: what vLLM's start-up log
+reports as non-torch memory plus graph memory is 0.5 to 1.5 GiB on one H100; 1 GiB stated."""
+
+
+@dataclass(slots=True)
+class Workspace:
+    """Peak transient bytes of one forward on one GPU, by phase; the largest is kept."""
+
+    tokens: int
+    """Tokens in the forward (max_num_batched_tokens)."""
+    attention_bytes: int
+    """Residual + normed input + q/k/v + attention output, (tokens x width) each."""
+    mlp_bytes: int
+    """Residual + normed input + the MLP's hidden activations (gate, up and their product);
+    in a mixture-of-experts layer, the routed copies (tokens x top_k) and the router's fp32 logits."""
+    logits_bytes: int
+    """fp32 logits and probabilities for the sequences sampled in one step."""
+    bytes: int
+    """max of the three."""
+
+    __pydantic_config__ = RECORD
+
+
+def workspace(cfg: TransformerConfig, *, tokens: int, sequences: int, act_bytes: int,
+              tensor_parallel: int = 1) -> Workspace:
+    d, tp = cfg.d_model, tensor_parallel
+    residual = 2 * tokens * d * act_bytes
+    if cfg.mla:
+        h = cfg.n_heads
+        heads = h * (cfg.qk_nope_head_dim + cfg.qk_rope_head_dim) * 2 + h * cfg.v_head_dim * 2
+        width = cfg.kv_lora_rank + cfg.qk_rope_head_dim + (cfg.q_lora_rank or 0) + heads // tp
+    else:
+        q, kv = cfg.n_heads * cfg.hd, cfg.kv_heads * cfg.hd
+        width = (2 * q + 2 * kv) // tp
+    attention = residual + tokens * width * act_bytes
+    hidden = 3 if cfg.gated else 2  # gate, up, act(gate)*up; or up and act(up)
+    dense_layers = cfg.n_layers - cfg.layers.n_moe
+    mlp = residual + (tokens * hidden * cfg.ff // tp * act_bytes if dense_layers else 0)
+    if cfg.moe:
+        routed = tokens * cfg.top_k
+        experts = routed * (d + hidden * cfg.ff_expert // tp) * act_bytes
+        shared = tokens * hidden * cfg.ff_shared // tp * act_bytes
+        router = tokens * cfg.n_experts * LOGIT_BYTES
+        mlp = max(mlp, residual + experts + shared + router)
+    logits = 2 * min(sequences, tokens) * cfg.vocab_size * LOGIT_BYTES
+    return Workspace(tokens=tokens, attention_bytes=attention, mlp_bytes=mlp, logits_bytes=logits,
+                     bytes=max(attention, mlp, logits))
