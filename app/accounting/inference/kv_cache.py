@@ -1,0 +1,324 @@
+"""The key/value cache a decoder keeps while it generates: bytes per token, per sequence, per
+batch and per GPU.
+
+Values one token adds to one layer's cache (then times the cache dtype's bytes):
+  multi-head, grouped- and multi-query   2 x n_kv_heads x head_dim (K and V)
+  latent attention, "latent"             kv_lora_rank + qk_rope_head_dim: the normed latent and
+                                         the shared rotary key (vLLM's MLAAttentionSpec, FlashMLA;
+                                         transformers 5.23's DynamicCache holds the same two, as
+                                         keys [b, 1, s, kv_lora_rank] and values [b, 1, s, rope])
+  latent attention, "decompressed"       n_heads x (qk_nope + qk_rope + v_head_dim): keys of
+                                         n_heads x (nope + rope), values of n_heads x v_head_dim,
+                                         unpadded (transformers 4.x's eager cache, which padded V
+                                         for flash-attention only after the cache update)
+
+Tokens a layer keeps for a sequence of `context` tokens, during the step that writes the last:
+full attention keeps all; a windowed layer keeps min(context, window): the window - 1 the next
+query reads back, plus the token being written. vLLM's SlidingWindowManager frees a block once
+all its tokens are skipped (get_num_skipped_tokens = computed - window + 1), so with block_size 1
+it holds exactly that. transformers' DynamicSlidingWindowLayer keeps window - 1 tokens between
+forwards (a view of the window it concatenated, whose storage still holds window tokens).
+
+Paging follows vLLM v1 (vllm-project/vllm at 001cabc1 and 129ab7c6: vllm/v1/kv_cache_interface.py,
+vllm/v1/core/single_type_kv_cache_manager.py, vllm/v1/core/kv_cache_utils.py): each layer keeps
+whole blocks of block_size tokens; a full layer cdiv(context, block) of them, a windowed one
+cdiv(context, block) - (context - window) // block once past the window. That count drops by a
+block each time the window's start crosses a block boundary, so the peak on the way to `context`
+is reported: bytes never fall as context grows, and a capacity search can bisect on them. In a
+model with both kinds vLLM groups layers into KV cache groups of equal size (the smaller kind's
+count, or the larger's when it is under 1.5x the smaller) and pads each kind up to whole groups:
+padded layers' blocks are allocated and unused (Gemma 3 27B: 52 windowed layers are held as 60).
+"""
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Literal
+
+from app.accounting import dtypes
+from app.accounting.config import TransformerConfig
+from app.accounting.errors import InvalidInput
+from app.accounting.records import RECORD
+from app.accounting.sharding import check_parallel
+
+MlaCache = Literal["latent", "decompressed"]
+Layout = Literal["kv", "latent", "decompressed"]
+
+VLLM_DEFAULT_BLOCK_SIZE_TOKENS = 16
+"""vLLM's default block_size on CUDA (vllm/config/cache.py, CacheConfig.block_size)."""
+SCALE_BYTES = 4
+"""vLLM keeps KV quantization scales in float32 (vllm/v1/kv_cache_interface.py:
+get_dtype_size(torch.float32))."""
+PER_TENSOR_SCALES_PER_LAYER = 2
+"""fp8 caches: one k_scale and one v_scale per attention layer (vLLM's Attention._k_scale,
+_v_scale, float32 scalars), held in the layer, outside the cache blocks."""
+PER_TOKEN_HEAD_SCALES = 2
+"""int8 caches (vLLM's int8_per_token_head): a K and a V scale per token per KV head, carved from
+the cache blocks (AttentionSpec.page_size_bytes adds 2 x block_size x num_kv_heads x 4 bytes)."""
+VLLM_GROUP_RATIO = 1.5
+"""vLLM sizes KV cache groups by the larger kind when it has fewer than 1.5x the smaller's layers
+(kv_cache_utils._get_kv_cache_groups_uniform_page_size)."""
+
+# Cache formats: the model's float formats, fp8 (1 byte) and int8 (1 byte plus scales).
+_CACHE_FORMATS = ("float32", "bfloat16", "float16", "float8_e4m3fn", "float8_e5m2", "int8")
+_MODEL_FORMATS = ("float32", "bfloat16", "float16")
+
+
+@dataclass(slots=True)
+class KvCache:
+    """The key/value cache of `batch` sequences of `context` tokens each."""
+
+    cache_dtype: str
+    """The cache's number format ("auto" resolved to the model's dtype)."""
+    bytes_per_element: int
+    layout: Layout
+    """kv: K and V per key/value head; latent / decompressed: latent attention's two conventions."""
+    heads: int
+    """Heads one layer's cache keeps (n_kv_heads; 1 for the latent; n_heads decompressed)."""
+    heads_per_gpu: int
+    """Heads each tensor-parallel rank keeps: max(1, heads // tensor_parallel); the latent whole."""
+    values_per_token_per_layer: int
+    """Values one token adds to one layer, full or windowed alike (all heads)."""
+    values_per_token_per_layer_per_gpu: int
+    """The same on one tensor-parallel rank (its heads)."""
+    scale_bytes_per_token_per_layer: int
+    """int8's per-token, per-head float32 scales (all heads); 0 for other formats."""
+    bytes_per_token: int
+    """One token in every layer, no window cap and no paging (all heads, one copy)."""
+    bytes_per_token_per_gpu: int
+    """The same on one tensor-parallel rank."""
+    full_layers: int
+    """Layers attending to the whole sequence."""
+    windowed_layers: int
+    """Layers attending within sliding_window."""
+    window: int | None
+    """The window of the windowed layers, in tokens; null without any."""
+    tokens_full: int
+    """Tokens a full-attention layer keeps per sequence: the context."""
+    tokens_windowed: int
+    """Tokens a windowed layer keeps per sequence: min(context, window); 0 without such layers."""
+    block_size: int | None
+    """Tokens per block; null when unpaged (exact, as a block of 1)."""
+    blocks_full: int
+    """Blocks one full-attention layer holds per sequence (tokens, when unpaged)."""
+    blocks_windowed: int
+    """The most blocks one windowed layer held on the way to `context` (past the window vLLM holds
+    this or one block fewer, as the window's start crosses block boundaries)."""
+    padded_full_layers: int
+    """Full-attention layers vLLM allocates blocks for: full_layers plus group padding."""
+    padded_windowed_layers: int
+    """Windowed layers vLLM allocates blocks for: windowed_layers plus group padding."""
+    blocks_per_sequence: int
+    """Layer-blocks per sequence: blocks times layers of each kind, padding included."""
+    bytes_per_sequence: int
+    """One sequence's cache, all layers and heads, one copy."""
+    scale_bytes: int
+    """fp8's per-tensor scales, per copy of the model: fixed, not per token."""
+    total_bytes: int
+    """batch x bytes_per_sequence + scale_bytes."""
+    bytes_per_gpu: int
+    """What one tensor-parallel rank holds for the batch (its heads; replicas on every rank)."""
+    convention: list[str]
+    """The conventions these bytes rest on, with their sources, in words."""
+
+    __pydantic_config__ = RECORD
+
+
+@dataclass(frozen=True, slots=True)
+class _PerToken:
+    """One token in one layer: what the whole model and one rank keep, in bytes."""
+
+    cache_dtype: str
+    element_bytes: int
+    layout: Layout
+    heads: int
+    heads_per_gpu: int
+    values: int
+    values_per_gpu: int
+    scale_bytes: int
+    scale_bytes_per_gpu: int
+    tensor_scale_bytes: int
+    notes: tuple[str, ...]
+
+    @property
+    def layer_bytes(self) -> int:
+        return self.values * self.element_bytes + self.scale_bytes
+
+    @property
+    def layer_bytes_per_gpu(self) -> int:
+        return self.values_per_gpu * self.element_bytes + self.scale_bytes_per_gpu
+
+
+def _format(name: str, field: str, allowed: tuple[str, ...]) -> dtypes.Format:
+    fmt = dtypes.lookup(name, field=field)
+    if fmt.name not in allowed:
+        raise InvalidInput(field, f"{name!r} cannot be a {field}; use one of {', '.join(allowed)}")
+    return fmt
+
+
+def _names(cache_dtype: object, model_dtype: object, mla_cache: object) -> None:
+    """Refuse non-strings before the cached lookup (which needs hashable arguments)."""
+    named = {"cache_dtype": cache_dtype, "model_dtype": model_dtype, "mla_cache": mla_cache}
+    for field, value in named.items():
+        if not isinstance(value, str):
+            raise InvalidInput(field, f"must be a name, got {value!r}"[:120])
+
+
+def _positive(value: object, field: str) -> int:
+    if type(value) is not int or value < 1:
+        raise InvalidInput(field, f"must be a positive integer, got {value!r}"[:120])
+    return value
+
+
+@lru_cache(maxsize=2048)
+def _per_token(cfg: TransformerConfig, cache_dtype: str, model_dtype: str, mla_cache: str,
+               tp: int) -> _PerToken:
+    if mla_cache not in ("latent", "decompressed"):
+        raise InvalidInput("mla_cache", f"must be 'latent' or 'decompressed', got {mla_cache!r}"[:120])
+    model = _format(model_dtype, "model_dtype", _MODEL_FORMATS)
+    fmt = model if cache_dtype == "auto" else _format(cache_dtype, "cache_dtype", _CACHE_FORMATS)
+    check_parallel(cfg, tp=tp, pp=1, dp=1, ep=1)
+    notes = []
+    if cfg.mla and mla_cache == "latent":
+        layout: Layout = "latent"
+        heads = heads_gpu = 1
+        values = values_gpu = cfg.kv_lora_rank + cfg.qk_rope_head_dim
+        notes.append(f"latent attention cached as the latent: kv_lora_rank {cfg.kv_lora_rank} + "
+                     f"qk_rope_head_dim {cfg.qk_rope_head_dim} = {values} values per token per layer "
+                     "(vLLM's MLAAttentionSpec and FlashMLA; transformers 5.23 caches the same)")
+        if tp > 1:
+            notes.append(f"the latent is not split by heads: each of the {tp} tensor ranks keeps all of it")
+    elif cfg.mla:
+        layout = "decompressed"
+        per_head = cfg.qk_nope_head_dim + cfg.qk_rope_head_dim + cfg.v_head_dim
+        heads, heads_gpu = cfg.n_heads, max(1, cfg.n_heads // tp)
+        values, values_gpu = heads * per_head, heads_gpu * per_head
+        notes.append(f"latent attention cached decompressed: keys of n_heads x (qk_nope "
+                     f"{cfg.qk_nope_head_dim} + qk_rope {cfg.qk_rope_head_dim}) and values of n_heads x "
+                     f"v_head_dim {cfg.v_head_dim}, unpadded: {values} values per token per layer "
+                     "(transformers 4.x's eager cache)")
+    else:
+        layout = "kv"
+        heads, heads_gpu = cfg.kv_heads, max(1, cfg.kv_heads // tp)
+        values, values_gpu = 2 * heads * cfg.hd, 2 * heads_gpu * cfg.hd
+        kind = ("multi-query" if heads == 1 else "multi-head" if heads == cfg.n_heads
+                else "grouped-query")
+        notes.append(f"{kind} attention: K and V for {heads} key/value heads of head_dim {cfg.hd}: "
+                     f"2 x {heads} x {cfg.hd} = {values} values per token per layer")
+        if tp > heads:
+            notes.append(f"tensor_parallel {tp} exceeds n_kv_heads ({heads}): each rank keeps one head, "
+                         f"replicated {tp // heads} times (vLLM: max(1, n_kv_heads // tensor_parallel))")
+    if mla_cache == "decompressed" and not cfg.mla:
+        notes.append("mla_cache is ignored: this model has no latent attention")
+    elem = int(fmt.storage_bytes)
+    scales = scales_gpu = tensor_scales = 0
+    if fmt.name == "int8":
+        scales = PER_TOKEN_HEAD_SCALES * heads * SCALE_BYTES
+        scales_gpu = PER_TOKEN_HEAD_SCALES * heads_gpu * SCALE_BYTES
+        notes.append(f"int8 cache as vLLM's int8_per_token_head: 1 byte per value plus a float32 K and V "
+                     f"scale per token per head ({scales} bytes per token per layer)")
+    elif fmt.name.startswith("float8"):
+        tensor_scales = cfg.n_layers * PER_TENSOR_SCALES_PER_LAYER * SCALE_BYTES
+        notes.append(f"{fmt.name} cache: 1 byte per value; vLLM scales per tensor (a float32 k_scale and "
+                     f"v_scale per layer, {tensor_scales} bytes per copy, outside the blocks). vLLM's "
+                     "fp8_ds_mla layout (656 bytes per token per layer, DeepSeek sparse) is not modelled")
+    if cache_dtype == "auto":
+        notes.append(f"cache dtype 'auto': the model's {fmt.name}")
+    return _PerToken(fmt.name, elem, layout, heads, heads_gpu, values, values_gpu, scales, scales_gpu,
+                     tensor_scales, tuple(notes))
+
+
+def _vllm_padded_layers(full: int, windowed: int) -> tuple[int, int]:
+    """Layers of each kind vLLM allocates blocks for: both kinds present, it splits each into
+    groups of group_size layers and pads the last (kv_cache_utils._get_kv_cache_groups_uniform_page_size)."""
+    if not full or not windowed:
+        return full, windowed
+    small, large = min(full, windowed), max(full, windowed)
+    size = large if large < small * VLLM_GROUP_RATIO else small
+    return math.ceil(full / size) * size, math.ceil(windowed / size) * size
+
+
+def _windowed_blocks(context: int, window: int, block: int) -> int:
+    """The most blocks a windowed layer holds on the way to `context` tokens. Writing token c
+    (1-based) it holds cdiv(c, block) less the blocks every token of which is out of the window:
+    vLLM frees (computed - window + 1) // block = (c - window) // block of them. Past the window
+    that count oscillates by one block (a block is freed when the window's start crosses into the
+    next one), so the peak is kept, which makes bytes non-decreasing in context: with
+    window = q x block + r and s = min(context - window, block - 1), q + cdiv(r + s, block), at most
+    cdiv(window - 1, block) + 1 (vLLM's SlidingWindowSpec.max_memory_usage_bytes adds that 1)."""
+    if context <= window:
+        return -(-context // block)
+    q, r = divmod(window, block)
+    return q - (-(r + min(context - window, block - 1)) // block)
+
+
+def kv_cache(cfg: TransformerConfig, *, context: int, batch: int = 1, cache_dtype: str = "auto",
+             model_dtype: str = "bfloat16", block_size: int | None = VLLM_DEFAULT_BLOCK_SIZE_TOKENS,
+             mla_cache: MlaCache = "latent", tensor_parallel: int = 1) -> KvCache:
+    """The cache of `batch` sequences holding `context` tokens each (prompt plus generated),
+    while the step that writes the last token runs."""
+    _positive(context, "context")
+    if context > cfg.max_seq_len:
+        raise InvalidInput("context", f"{context} exceeds the model's max_seq_len ({cfg.max_seq_len})")
+    _positive(batch, "batch")
+    tp = _positive(tensor_parallel, "tensor_parallel")
+    if block_size is not None:
+        _positive(block_size, "block_size")
+    _names(cache_dtype, model_dtype, mla_cache)
+    per = _per_token(cfg, cache_dtype, model_dtype, mla_cache, tp)
+    kinds = cfg.layers
+    windowed = kinds.n_windowed
+    full = cfg.n_layers - windowed
+    window = cfg.sliding_window if windowed else None
+    paged = block_size is not None and block_size > 1
+    block = block_size if paged else 1
+    blocks_full = -(-context // block)
+    blocks_windowed = _windowed_blocks(context, window, block) if windowed else 0
+    pad_full, pad_windowed = _vllm_padded_layers(full, windowed) if paged else (full, windowed)
+    layer_blocks = pad_full * blocks_full + pad_windowed * blocks_windowed
+    # A page is one layer's block: block tokens x bytes per token per layer (vLLM's page_size_bytes).
+    page = block * per.layer_bytes  # all heads
+    page_gpu = block * per.layer_bytes_per_gpu  # one rank's heads
+    per_sequence = layer_blocks * page
+    notes = list(per.notes)
+    notes.append(_paging_note(block_size, paged, full, windowed, pad_full, pad_windowed))
+    if windowed:
+        notes.append(f"{windowed} of {cfg.n_layers} layers attend in a {window}-token window and keep "
+                     f"min(context, {window}) tokens: the {window - 1} the next query reads and the one "
+                     f"being written (transformers keeps {window - 1} between forwards, over a "
+                     f"{window}-token storage)")
+    return KvCache(
+        cache_dtype=per.cache_dtype, bytes_per_element=per.element_bytes, layout=per.layout,
+        heads=per.heads, heads_per_gpu=per.heads_per_gpu, values_per_token_per_layer=per.values,
+        values_per_token_per_layer_per_gpu=per.values_per_gpu,
+        scale_bytes_per_token_per_layer=per.scale_bytes, bytes_per_token=cfg.n_layers * per.layer_bytes,
+        bytes_per_token_per_gpu=cfg.n_layers * per.layer_bytes_per_gpu, full_layers=full,
+        windowed_layers=windowed, window=window, tokens_full=context,
+        tokens_windowed=min(context, window) if windowed else 0, block_size=block_size if paged else None,
+        blocks_full=blocks_full, blocks_windowed=blocks_windowed, padded_full_layers=pad_full,
+        padded_windowed_layers=pad_windowed, blocks_per_sequence=layer_blocks,
+        bytes_per_sequence=per_sequence, scale_bytes=per.tensor_scale_bytes,
+        total_bytes=batch * per_sequence + per.tensor_scale_bytes,
+        bytes_per_gpu=batch * layer_blocks * page_gpu + per.tensor_scale_bytes, convention=notes)
+
+
+def _paging_note(block_size: int | None, paged: bool, full: int, windowed: int, pad_full: int,
+                 pad_windowed: int) -> str:
+    if not paged:
+        return "unpaged: exactly the tokens kept (block_size null or 1)"
+    note = (f"paged as vLLM v1 pages: whole blocks of {block_size} tokens per layer, the last one rounded "
+            "up per sequence")
+    if (pad_full, pad_windowed) != (full, windowed):
+        note += (f"; vLLM's equal-size KV cache groups pad {full} full and {windowed} windowed layers to "
+                 f"{pad_full} and {pad_windowed}")
+    return note
+
+
+def bytes_per_token(cfg: TransformerConfig, *, cache_dtype: str = "auto", model_dtype: str = "bfloat16",
+                    mla_cache: MlaCache = "latent", tensor_parallel: int = 1) -> int:
+    """Bytes one token adds to one tensor-parallel rank's cache across all layers, with no window
+    cap and no paging (tensor_parallel 1: the whole model). Linear in tokens, so a byte budget
+    holds budget // this tokens of full attention; fp8's fixed per-tensor scales are left out."""
+    tp = _positive(tensor_parallel, "tensor_parallel")
+    _names(cache_dtype, model_dtype, mla_cache)
+    return cfg.n_layers * _per_token(cfg, cache_dtype, model_dtype, mla_cache, tp).layer_bytes_per_gpu
