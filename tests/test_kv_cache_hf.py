@@ -10,7 +10,6 @@ with block_size 1). The tests assert both: the storage equals Tally's bytes, the
 per windowed layer fewer once the context reaches the window.
 """
 
-from dataclasses import replace
 
 import pytest
 import torch
@@ -71,13 +70,7 @@ def test_full_attention_cache(raw, dtype, heads, prompt, steps):
 @pytest.mark.parametrize(("raw", "kinds"), [(GEMMA2, (2, 2)), (MISTRAL, (0, 2))], ids=["gemma2", "mistral"])
 @pytest.mark.parametrize(("prompt", "steps"), [(5, 1), (6, 2), (13, 3), (20, 5)])
 def test_windowed_layers_stop_at_the_window(raw, kinds, prompt, steps):
-    imported = import_config(raw)
-    cfg = imported.config
-    if raw["model_type"] == "mistral":
-        # The import leaves mistral's window out (its warning says so); transformers 5.23 windows
-        # every layer, so the window is set here to what the config.json says.
-        assert cfg.sliding_window is None and any("sliding_window" in w for w in imported.warnings)
-        cfg = replace(cfg, sliding_window=raw["sliding_window"])
+    cfg = import_config(raw).config
     context, window = prompt + steps, raw["sliding_window"]
     ours = kv_cache(cfg, context=context, batch=BATCH, model_dtype="float32", block_size=None)
     assert (ours.full_layers, ours.windowed_layers) == kinds
