@@ -139,3 +139,20 @@ def test_tied_embeddings_take_the_output_type():
     types = tensor_storage(tied, "gguf_q4_0")
     assert types["token_embd.weight"] == "Q6_K" and "output.weight" not in types
     assert types["blk.0.attn_q.weight"] == "Q4_0"
+
+
+def test_deepseek_v3_files_as_published():
+    # bartowski's DeepSeek-V3-0324 GGUFs (llama.cpp release b4944), in GB of 1e9 as Hugging Face
+    # lists them: Q8_0 713.29, Q6_K 550.80, Q5_K_M 475.40, Q4_K_M 404.43. Those files keep
+    # latent attention's attn_kv_b in the default type; today's llama-quant.cpp counts it with
+    # attn_v (category_is_attn_v), so its use_more_bits layers move to Q6_K: take that back out.
+    cfg = models.presets()["deepseek-v3"].config
+    files_gb = {"gguf_q8_0": 713.29, "gguf_q6_k": 550.80, "gguf_q5_k_m": 475.40, "gguf_q4_k_m": 404.43}
+    for fmt, gb in files_gb.items():
+        ours = weight_bytes(cfg, fmt).total_bytes
+        for name, how in tensor_storage(cfg, fmt).items():
+            if name.endswith("attn_kv_b.weight") and how == "Q6_K" and fmt in ("gguf_q5_k_m", "gguf_q4_k_m"):
+                ours -= tensor_bytes("gguf_q6_k", (32768, 512)) - tensor_bytes(fmt, (32768, 512))
+        # The file adds its metadata (a 129k-token vocabulary and its merges: megabytes), and
+        # two decimals round by up to 5 MB.
+        assert -5e6 < gb * 1e9 - ours < 25e6, (fmt, gb * 1e9 - ours)
