@@ -18,7 +18,8 @@ for the ftypes listed in FTYPES, with no importance matrix and no user overrides
   (norms, biases), *_norm.weight, the router ffn_gate_inp.weight and position_embd.weight;
 - output.weight, and token_embd.weight when the embeddings are tied (no output.weight): Q6_K,
   or Q8_0 when its cols do not divide the ftype's block; Q8_0 files keep Q8_0;
-- attn_v (and latent attention's attn_kv_b, which llama.cpp counts with attn_v) on
+- attn_v (and latent attention's attn_kv_b, which llama.cpp now counts with attn_v; files
+  from older releases, b4944's DeepSeek-V3 among them, keep it in the default type) on
   use_more_bits layers: Q6_K in Q4_K_M and Q5_K_M;
 - ffn_down (dense, _exps and _shexp alike) on use_more_bits layers: Q6_K in Q4_K_M and Q5_K_M;
 - models with exactly 8 experts (Mixtral): attn_v and attn_k Q8_0 in every ftype here, and
