@@ -50,6 +50,8 @@ TAGS = [
     {"name": "models", "description": "Presets and Hugging Face config import."},
     {"name": "memory", "description": "Training memory per GPU; the largest model that fits."},
     {"name": "time", "description": "Training time, cost and MFU."},
+    {"name": "inference", "description": "Serving: weights by format, KV cache, capacity, prefill and decode "
+                                         "time on the roofline."},
     {"name": "hardware", "description": "Accelerator catalogue: dense peaks, memory, bandwidth."},
     {"name": "jobs", "description": "Benchmark probes queued and run on this server's device."},
     {"name": "device", "description": "The worker's device and what it has measured."},

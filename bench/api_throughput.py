@@ -13,7 +13,8 @@ table still earns its place.
     make bench                      # or: .venv/bin/python bench/api_throughput.py
     python bench/api_throughput.py --seconds 10 --connections 32
 
-Target (issue 2): each calculator route >= 0.8 x the echo's requests/s.
+Target (issue 2): each calculator route >= 0.8 x the echo's requests/s; the inference routes
+(issue 14) at no lower a ratio than the training routes.
 Results, and where the remaining time goes, are in the README.
 Needs wrk (Debian: apt-get install wrk).
 """
@@ -39,6 +40,13 @@ ROUTES = {
     "memory/training": ("/api/v1/memory/training",
                         {"model": "llama2-7b", "batch_size": 1, "seq_len": 4096, "zero_stage": 1,
                          "data_parallel": 8, "gpu": "h100-sxm"}),
+    "inference/memory": ("/api/v1/inference/memory",
+                         {"model": "llama3-8b", "gpu": "h100-sxm", "context": 8192, "concurrency": 16}),
+    "inference/capacity": ("/api/v1/inference/capacity",
+                           {"model": "llama3-8b", "gpu": "h100-sxm", "context": 8192, "concurrency": 16}),
+    "inference/time": ("/api/v1/inference/time",
+                       {"model": "llama3-8b", "gpu": "h100-sxm", "prompt_tokens": 2048, "output_tokens": 256,
+                        "concurrency": 16}),
 }
 
 # "echo" is the app's first route, so it pays the least routing of any route: the

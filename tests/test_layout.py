@@ -32,8 +32,8 @@ LAYERS = (
 RANK = {part: rank for rank, parts in enumerate(LAYERS) for part in parts}
 # Third-party packages a part must never import.
 FORBIDDEN = {
-    "accounting": {"torch", "fastapi", "starlette", "pydantic", "transformers"},
-    "contract": {"torch", "fastapi", "starlette", "transformers"},
+    "accounting": {"torch", "fastapi", "starlette", "pydantic", "transformers", "gguf", "bitsandbytes"},
+    "contract": {"torch", "fastapi", "starlette", "transformers", "gguf", "bitsandbytes"},
     "device": {"torch", "fastapi", "starlette"},
     "jobs": {"torch", "fastapi", "transformers"},
 }

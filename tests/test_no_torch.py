@@ -42,7 +42,8 @@ SERVE_EVERY_ROUTE = textwrap.dedent("""
         assert app.openapi()["paths"], "no routes"
 
     asyncio.run(main())
-    banned = sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "numpy", "transformers"))
+    oracles = ("torch", "numpy", "transformers", "gguf", "bitsandbytes")
+    banned = sorted(m for m in sys.modules if m.split(".")[0] in oracles)
     print(",".join(banned))
 """)
 

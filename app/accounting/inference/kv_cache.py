@@ -60,7 +60,7 @@ VLLM_GROUP_RATIO = 1.5
 (kv_cache_utils._get_kv_cache_groups_uniform_page_size)."""
 
 # Cache formats: the model's float formats, fp8 (1 byte) and int8 (1 byte plus scales).
-_CACHE_FORMATS = ("float32", "bfloat16", "float16", "float8_e4m3fn", "float8_e5m2", "int8")
+CACHE_FORMATS = ("float32", "bfloat16", "float16", "float8_e4m3fn", "float8_e5m2", "int8")
 _MODEL_FORMATS = ("float32", "bfloat16", "float16")
 
 
@@ -176,7 +176,7 @@ def _per_token(cfg: TransformerConfig, cache_dtype: str, model_dtype: str, mla_c
     if mla_cache not in ("latent", "decompressed"):
         raise InvalidInput("mla_cache", f"must be 'latent' or 'decompressed', got {mla_cache!r}"[:120])
     model = _format(model_dtype, "model_dtype", _MODEL_FORMATS)
-    fmt = model if cache_dtype == "auto" else _format(cache_dtype, "cache_dtype", _CACHE_FORMATS)
+    fmt = model if cache_dtype == "auto" else _format(cache_dtype, "cache_dtype", CACHE_FORMATS)
     check_parallel(cfg, tp=tp, pp=1, dp=1, ep=1)
     notes = []
     if cfg.mla and mla_cache == "latent":

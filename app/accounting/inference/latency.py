@@ -1,0 +1,191 @@
+"""Serving time on the roofline: time to first token, inter-token latency, throughput and
+cost per million tokens.
+
+Conventions, each stated in the answer:
+- Time to first token is one prompt's prefill alone on its replica (no queueing).
+- A decode step serves every sequence of a replica at once (continuous batching), each at
+  the mean context of its generation: prompt + output/2.
+- A step reads this GPU's dense weights once, the routed experts its tokens pick
+  (roofline.experts_read), every sequence's cached keys and values, and writes the new ones.
+- Requests/s: each replica finishes its batch of sequences every (batched prefill + output
+  steps); prefill and decode are not overlapped (no chunked-prefill mixing).
+- Cost splits GPU time by phase: prefill time is charged to input tokens, decode time to
+  output tokens.
+"""
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from app.accounting.inference import roofline
+from app.accounting.inference.capacity import capacity
+from app.accounting.inference.roofline import Hardware, Pass
+from app.accounting.inference.setup import Setup
+from app.accounting.records import RECORD
+from app.accounting.units import SECONDS_PER_HOUR
+
+MAX_BATCH = 1 << 20
+
+
+@dataclass(slots=True)
+class DecodePoint:
+    """One decode step at a batch size (the tokens/s chart's x)."""
+
+    batch: int
+    seconds: float
+    tokens_per_sec: float
+    """batch / seconds, one replica."""
+    bound: str
+
+    __pydantic_config__ = RECORD
+
+
+@dataclass(slots=True)
+class InferenceTime:
+    prompt_tokens: int
+    output_tokens: int
+    concurrency: int
+    sequences_per_replica: int
+    replicas: int
+    tensor_parallel: int
+    prefill: Pass
+    """One prompt alone."""
+    decode: Pass
+    """One step of sequences_per_replica sequences at context prompt + output/2."""
+    time_to_first_token_s: float
+    inter_token_latency_s: float
+    tokens_per_sec_per_user: float
+    output_tokens_per_sec: float
+    """Over all replicas."""
+    requests_per_sec: float
+    """Over all replicas."""
+    compute_bound_batch: int | None
+    """The smallest decode batch per replica whose step is compute-bound at this context; null
+    when every sequence's cache read outweighs its FLOPs (decode stays memory-bound)."""
+    decode_curve: list[DecodePoint]
+    cost_per_million_input_tokens: float | None
+    cost_per_million_output_tokens: float | None
+    currency: str
+    flops_efficiency: float
+    flops_efficiency_source: str
+    """"given", "default", or the matmul job of this device it was measured by."""
+    memory_efficiency: float
+    memory_efficiency_source: str
+    """"given", "default", or the bandwidth job of this device it was measured by."""
+    peak_flop_per_sec: float
+    """One GPU's dense peak at the matmuls' dtype (float8 or int8 for W8A8 formats)."""
+    peak_dtype: str
+    fits: bool
+    """concurrency sequences of prompt + output tokens fit in memory (POST /api/v1/inference/capacity)."""
+    conventions: list[str]
+
+    __pydantic_config__ = RECORD
+
+
+CONVENTIONS = [
+    "Time to first token: one prompt's prefill alone on its replica, no queueing.",
+    "Decode: every sequence of a replica steps together at the mean context prompt + output/2.",
+    "Each pass takes max(compute, memory) time plus its tensor-parallel all-reduces, unoverlapped.",
+    "MoE decode reads the experts its tokens pick, top_k of n_experts each, uniformly at random.",
+    "The LM head runs on each sequence's last position only.",
+    "Cost charges prefill time to input tokens and decode time to output tokens.",
+]
+
+
+def prefill(setup: Setup, hw: Hardware, *, prompt: int, sequences: int = 1) -> Pass:
+    """`sequences` prompts in one forward: weights read once, the cache written once."""
+    flops = roofline.prefill_flops(setup.cfg, prompt=prompt, sequences=sequences)
+    written = setup.kv_per_gpu(context=prompt, batch=sequences, paged=False)
+    comm = roofline.allreduce_seconds(setup.cfg, hw, tokens=sequences * prompt, act_bytes=setup.act_bytes,
+                                      tensor_parallel=setup.tensor_parallel)
+    return roofline.run(hw, flops=flops, bytes=setup.weights_per_gpu + written,
+                        tensor_parallel=setup.tensor_parallel, comm_seconds=comm)
+
+
+class _Decode(NamedTuple):
+    """What one sequence adds to a decode step at a context; a step is linear in these."""
+
+    flops: int
+    cache_bytes: int
+    new_bytes: int
+
+
+def _per_sequence(setup: Setup, context: int) -> _Decode:
+    return _Decode(roofline.decode_flops(setup.cfg, context=context, mla_cache=setup.mla_cache),
+                   setup.kv_per_gpu(context=context, batch=1, paged=False),
+                   setup.kv_per_gpu(context=1, batch=1, paged=False))
+
+
+def _step(setup: Setup, hw: Hardware, one: _Decode, batch: int) -> Pass:
+    cfg = setup.cfg
+    weights = setup.weights_per_gpu
+    if cfg.moe:  # only the experts the batch's tokens pick are read
+        share = roofline.experts_read(cfg, batch) / cfg.n_experts
+        weights -= round(setup.routed_bytes_per_gpu * (1 - share))
+    comm = roofline.allreduce_seconds(cfg, hw, tokens=batch, act_bytes=setup.act_bytes,
+                                      tensor_parallel=setup.tensor_parallel)
+    moved = weights + batch * (one.cache_bytes + one.new_bytes)
+    return roofline.run(hw, flops=batch * one.flops, bytes=moved,
+                        tensor_parallel=setup.tensor_parallel, comm_seconds=comm)
+
+
+def decode_step(setup: Setup, hw: Hardware, *, batch: int, context: int) -> Pass:
+    """One step of `batch` sequences, each at `context` tokens."""
+    return _step(setup, hw, _per_sequence(setup, context), batch)
+
+
+def compute_bound_batch(setup: Setup, hw: Hardware, *, context: int) -> int | None:
+    """Bisection for the first batch whose step is compute-bound. Compute grows by a fixed
+    amount per sequence while memory grows by its cache (and, for MoE, saturating expert
+    reads), so once compute wins it keeps winning."""
+    one = _per_sequence(setup, context)
+    if _step(setup, hw, one, MAX_BATCH).bound == "memory":
+        return None
+    lo, hi = 0, MAX_BATCH  # memory-bound at lo (or lo = 0), compute-bound at hi
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if _step(setup, hw, one, mid).bound == "compute":
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+def serving_time(setup: Setup, hw: Hardware, *, prompt: int, output: int, concurrency: int,
+                 price_per_gpu_hour: float | None, currency: str, peak_dtype: str,
+                 sources: tuple[str, str] = ("given", "given")) -> InferenceTime:
+    per_replica = -(-concurrency // setup.replicas)
+    context = prompt + output // 2
+    first = prefill(setup, hw, prompt=prompt)
+    one = _per_sequence(setup, context)
+    step = _step(setup, hw, one, per_replica)
+    knee = compute_bound_batch(setup, hw, context=context)
+    batched = prefill(setup, hw, prompt=prompt, sequences=per_replica)
+    round_trip = batched.seconds + output * step.seconds
+    top = max(per_replica, knee or 1, 256) * 2
+    curve, b = [], 1
+    while b <= top:
+        point = _step(setup, hw, one, b)
+        curve.append(DecodePoint(batch=b, seconds=point.seconds, tokens_per_sec=b / point.seconds,
+                                 bound=point.bound))
+        b *= 2
+    gpu_hours_per_sec = setup.num_gpus / SECONDS_PER_HOUR
+    if price_per_gpu_hour is None:
+        cost_in = cost_out = None
+    else:  # GPU-hours each phase spends per token, over all replicas
+        input_rate = setup.replicas * per_replica * prompt / batched.seconds
+        output_rate = setup.replicas * per_replica / step.seconds
+        cost_in = 1e6 / input_rate * gpu_hours_per_sec * price_per_gpu_hour
+        cost_out = 1e6 / output_rate * gpu_hours_per_sec * price_per_gpu_hour
+    return InferenceTime(
+        prompt_tokens=prompt, output_tokens=output, concurrency=concurrency,
+        sequences_per_replica=per_replica,
+        replicas=setup.replicas, tensor_parallel=setup.tensor_parallel, prefill=first, decode=step,
+        time_to_first_token_s=first.seconds, inter_token_latency_s=step.seconds,
+        tokens_per_sec_per_user=1 / step.seconds,
+        output_tokens_per_sec=setup.replicas * per_replica / step.seconds,
+        requests_per_sec=setup.replicas * per_replica / round_trip, compute_bound_batch=knee,
+        decode_curve=curve, cost_per_million_input_tokens=cost_in, cost_per_million_output_tokens=cost_out,
+        currency=currency, flops_efficiency=hw.flops_efficiency, flops_efficiency_source=sources[0],
+        memory_efficiency=hw.memory_efficiency, memory_efficiency_source=sources[1],
+        peak_flop_per_sec=hw.peak_flop_per_sec, peak_dtype=peak_dtype,
+        fits=capacity(setup, context=prompt + output, concurrency=concurrency).fits, conventions=CONVENTIONS)

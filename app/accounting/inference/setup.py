@@ -1,0 +1,92 @@
+"""A served deployment: the model, how its weights and cache are stored, and the GPUs.
+
+The three serving calculators (memory, capacity, time) read their bytes through here, so
+the weight and KV-cache conventions are applied once: weights by quant.py, the cache by
+kv_cache.py, the forward's transient memory by workspace.py.
+"""
+
+from dataclasses import dataclass
+from functools import cached_property
+
+from app.accounting import dtypes
+from app.accounting.config import TransformerConfig
+from app.accounting.errors import InvalidInput
+from app.accounting.inference import kv_cache, quant
+from app.accounting.inference.workspace import Workspace, workspace
+
+
+@dataclass(frozen=True)
+class Setup:
+    cfg: TransformerConfig
+    weight_format: str
+    group_size: int
+    keep: tuple[str, ...] | None
+    """Components left unquantized; None is the format's own default."""
+    model_dtype: str
+    """Activations, and the weights' dtype where they are not quantized."""
+    cache_dtype: str
+    mla_cache: kv_cache.MlaCache
+    block_size: int | None
+    tensor_parallel: int
+    num_gpus: int
+    memory_bytes: int
+    """One GPU's memory."""
+    gpu_memory_utilization: float
+    """Share of each GPU's memory the engine may use (vLLM's gpu_memory_utilization)."""
+    max_num_batched_tokens: int
+    max_num_seqs: int
+    overhead_bytes: int
+
+    def __post_init__(self) -> None:
+        tp = self.tensor_parallel
+        if self.num_gpus % tp:
+            raise InvalidInput("tensor_parallel", f"{tp} does not divide num_gpus ({self.num_gpus}): each "
+                                                  "replica of the model takes tensor_parallel GPUs")
+        if self.cfg.n_heads % tp:
+            raise InvalidInput("tensor_parallel", f"{tp} does not divide the model's {self.cfg.n_heads} "
+                                                  "attention heads (each rank takes whole heads)")
+
+    @property
+    def replicas(self) -> int:
+        """Data-parallel copies of the model, each on tensor_parallel GPUs."""
+        return self.num_gpus // self.tensor_parallel
+
+    @cached_property
+    def act_bytes(self) -> int:
+        return int(dtypes.lookup(self.model_dtype, field="dtype").storage_bytes)
+
+    @cached_property
+    def weights(self) -> quant.WeightBytes:
+        return quant.weight_bytes(self.cfg, self.weight_format, group_size=self.group_size, keep=self.keep,
+                                  base_dtype=self.model_dtype, tensor_parallel=self.tensor_parallel)
+
+    @cached_property
+    def routed_bytes_per_gpu(self) -> int:
+        """The routed experts' share of weights_per_gpu (split over tensor ranks like an MLP)."""
+        return -(-self.weights.by_component.get("routed_experts", 0) // self.tensor_parallel)
+
+    @property
+    def weights_per_gpu(self) -> int:
+        return self.weights.per_gpu_bytes
+
+    @cached_property
+    def workspace(self) -> Workspace:
+        return workspace(self.cfg, tokens=self.max_num_batched_tokens, sequences=self.max_num_seqs,
+                         act_bytes=self.act_bytes, tensor_parallel=self.tensor_parallel)
+
+    @cached_property
+    def kv_budget_per_gpu(self) -> int:
+        """What is left for the cache on each GPU: utilization x memory - weights - the
+        forward's workspace - the fixed overhead (negative when the model does not fit)."""
+        usable = int(self.gpu_memory_utilization * self.memory_bytes)
+        return usable - self.weights_per_gpu - self.workspace.bytes - self.overhead_bytes
+
+    def kv(self, *, context: int, batch: int, paged: bool = True) -> kv_cache.KvCache:
+        return kv_cache.kv_cache(
+            self.cfg, context=context, batch=batch, cache_dtype=self.cache_dtype,
+            model_dtype=self.model_dtype,
+            block_size=self.block_size if paged else None, mla_cache=self.mla_cache,
+            tensor_parallel=self.tensor_parallel)
+
+    def kv_per_gpu(self, *, context: int, batch: int, paged: bool = True) -> int:
+        return self.kv(context=context, batch=batch, paged=paged).bytes_per_gpu

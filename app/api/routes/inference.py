@@ -1,0 +1,58 @@
+"""Serving: memory per GPU, capacity, prefill and decode time; the weight formats."""
+
+from typing import Annotated
+
+from fastapi import APIRouter, Body, Response
+from starlette.concurrency import run_in_threadpool
+
+from app.accounting.inference import capacity, formats, latency, quant
+from app.api.errors import REQUEST_ERRORS
+from app.api.openapi import examples
+from app.api.responses import answer, respond
+from app.api.services import inference as service
+from app.api.services.inference import InferenceMemoryRequest, InferenceTimeRequest
+from app.contract.schemas import Page
+from app.deps import StoreDep
+
+router = APIRouter(tags=["inference"])
+
+MEMORY = examples(
+    llama3_70b_fp8_on_two_h100s_8k_16_users={
+        "model": "llama3.1-70b", "weight_format": "fp8_e4m3", "gpu": "h100-sxm", "num_gpus": 2,
+        "tensor_parallel": 2, "context": "8k", "concurrency": 16},
+    llama2_7b_one_a100={"model": "llama2-7b", "gpu": "a100-80gb", "context": 4096, "concurrency": 8})
+TIME = examples(
+    llama3_70b_fp8_on_two_h100s={
+        "model": "llama3.1-70b", "weight_format": "fp8_e4m3", "gpu": "h100-sxm", "num_gpus": 2,
+        "tensor_parallel": 2, "prompt_tokens": 2048, "output_tokens": 256, "concurrency": 16,
+        "price_per_gpu_hour": 2.5},
+    llama2_7b_one_a100={"model": "llama2-7b", "gpu": "a100-80gb", "prompt_tokens": 512, "output_tokens": 32})
+MemoryBody = Annotated[InferenceMemoryRequest, Body(openapi_examples=MEMORY)]
+
+
+@router.post("/inference/memory", response_model=answer(capacity.InferenceMemory), responses=REQUEST_ERRORS)
+async def inference_memory(body: MemoryBody) -> Response:
+    """Bytes per GPU of weights, KV cache, workspace and overhead, against the GPU's memory."""
+    return respond(service.memory(body), body)
+
+
+@router.post("/inference/capacity", response_model=answer(capacity.ServingCapacity), responses=REQUEST_ERRORS)
+async def inference_capacity(body: MemoryBody) -> Response:
+    """The most sequences at a context, and the longest context at a concurrency, that fit."""
+    return respond(service.serving_capacity(body), body)
+
+
+@router.post("/inference/time", response_model=answer(latency.InferenceTime), responses=REQUEST_ERRORS)
+async def inference_time(body: Annotated[InferenceTimeRequest, Body(openapi_examples=TIME)],
+                         jobs: StoreDep) -> Response:
+    """Time to first token, inter-token latency, tokens/s, requests/s and cost on the roofline."""
+    if service.reads_store(body):  # a database read: off the event loop
+        return respond(await run_in_threadpool(service.serving_time, body, store=jobs), body)
+    return respond(service.serving_time(body, store=jobs), body)
+
+
+@router.get("/quantization", response_model=Page[formats.WeightFormat])
+async def list_weight_formats() -> Response:
+    """Every weight format: bits per weight, block layout, what stays unquantized, a source."""
+    data = quant.list_formats()
+    return respond(Page(data=data, count=len(data)))

@@ -1,0 +1,210 @@
+"""Serving: memory per GPU, what fits, and prefill/decode time."""
+
+from typing import Literal
+
+from pydantic import Field
+
+from app import device
+from app.accounting import dtypes, hardware
+from app.accounting.errors import InvalidInput
+from app.accounting.inference import capacity, formats, kv_cache, latency, weights
+from app.accounting.inference.roofline import Hardware
+from app.accounting.inference.setup import Setup
+from app.accounting.inference.workspace import DEFAULT_OVERHEAD_BYTES
+from app.api.services.time import Currency
+from app.contract.fields import byte_count, count, number, sequence_length
+from app.contract.schemas import GpuInput, ModelSpec, _named, engine_model
+from app.jobs import calibration
+from app.jobs.store import Store
+
+WeightFormat = _named("weight format", tuple(formats.FORMATS), formats.QUANTIZATION_LISTING,
+                      lambda name: formats.lookup_format(name).id)
+Component = Literal[weights.COMPONENTS]  # type: ignore[valid-type]
+ModelDtype = Literal["bfloat16", "float16", "float32"]
+_CACHE_DTYPES = ("auto", *kv_cache.CACHE_FORMATS)
+
+
+def _cache_dtype(name: str) -> str:
+    fmt = dtypes.lookup(name, field="cache_dtype")
+    if fmt.name not in _CACHE_DTYPES:
+        listed = ", ".join(_CACHE_DTYPES)
+        raise InvalidInput("cache_dtype", f"{name!r} cannot hold a KV cache; use one of {listed}")
+    return fmt.name
+
+
+CacheDtype = _named("cache dtype", _CACHE_DTYPES, dtypes.DTYPES_LISTING, _cache_dtype)
+# Formats whose matmuls run on quantized activations too (W8A8, as vLLM runs them on GPUs with
+# that peak); every other format is dequantized to `dtype` on the fly (Marlin, GGUF kernels).
+W8A8_PEAK = {"fp8": "float8_e4m3fn", "fp8_block": "float8_e4m3fn", "int8_channel": "int8"}
+
+DEFAULT_FLOPS_EFFICIENCY = 0.7
+DEFAULT_MEMORY_EFFICIENCY = 0.9
+# Both from profiling FasterTransformer on an A100 (kipply, "Transformer Inference Arithmetic",
+# 2022), as llm-analysis takes them; the highest each part of the model reached.
+DEFAULT_ALLREDUCE_LATENCY_S = 8e-6  # llm-analysis's intra-node minimum message latency
+
+
+class ServingRequest(GpuInput):
+    model: ModelSpec
+    weight_format: WeightFormat = Field(
+        "bfloat16", description="How the weights are stored (GET /api/v1/quantization lists the formats "
+                                "with their bits per weight).")
+    group_size: count(-1, 1 << 20) = Field(
+        128, description="Weights per scale for group-wise formats (GPTQ and AWQ int4); -1 is one group per "
+                         "input column.")
+    unquantized: list[Component] | None = Field(  # type: ignore[valid-type]
+        None, description="Components kept in `dtype` rather than the weight format; null is the format's "
+                          "own rule (GET /api/v1/quantization says which for each).")
+    dtype: ModelDtype = Field(
+        "bfloat16", description="Activations, and any weight the format leaves unquantized.")
+    cache_dtype: CacheDtype = Field(  # type: ignore[valid-type]
+        "auto", description="Dtype of the KV cache; auto is `dtype`.")
+    mla_cache: kv_cache.MlaCache = Field(
+        "latent", description="Latent attention only: cache the latent (kv_lora_rank + qk_rope_head_dim per "
+                              "token per layer, as vLLM and FlashMLA do) or decompressed keys and values "
+                              "(as eager transformers does).")
+    block_size: count(1, 1 << 16) | None = Field(
+        16, description="Paged-attention block in tokens (vLLM's default 16): each sequence's cache is "
+                        "rounded up to whole blocks. null: unpaged, exact.")
+    num_gpus: count(1, 1 << 20) = Field(
+        1, description="GPUs of this kind; num_gpus / tensor_parallel replicas of the model.")
+    tensor_parallel: count(1, 1024) = Field(
+        1, description="GPUs each replica splits its weights and KV heads over (KV heads are replicated "
+                       "when it exceeds them).")
+    gpu_memory_utilization: number(gt=0, le=1, text=False) = Field(
+        0.9, description="Share of each GPU's memory the engine may use (vLLM's default 0.9).")
+    max_num_batched_tokens: count(1, 1 << 24) = Field(
+        8192, description="Tokens in the largest forward (the chunked-prefill budget); sets the workspace.")
+    max_num_seqs: count(1, 1 << 20) = Field(
+        256, description="Sequences sampled in one step (vLLM's default 256); sets the logits' workspace.")
+    overhead_bytes: byte_count(0, 10**13) = Field(
+        DEFAULT_OVERHEAD_BYTES, description="Fixed bytes per GPU besides weights, cache and workspace: CUDA "
+                                            "context, library workspaces, CUDA graphs (1 GiB stated).")
+
+    def setup(self) -> Setup:
+        cfg = engine_model(self.model)
+        acc = self.accelerator()
+        return Setup(cfg=cfg, weight_format=self.weight_format, group_size=self.group_size,
+                     keep=None if self.unquantized is None else tuple(self.unquantized),
+                     model_dtype=self.dtype, cache_dtype=self.cache_dtype, mla_cache=self.mla_cache,
+                     block_size=self.block_size, tensor_parallel=self.tensor_parallel, num_gpus=self.num_gpus,
+                     memory_bytes=acc.memory_bytes, gpu_memory_utilization=self.gpu_memory_utilization,
+                     max_num_batched_tokens=self.max_num_batched_tokens, max_num_seqs=self.max_num_seqs,
+                     overhead_bytes=self.overhead_bytes)
+
+
+def _context(setup: Setup, value: int | None, field: str = "context") -> int:
+    top = setup.cfg.max_seq_len
+    if value is None:
+        return top
+    if value > top:
+        raise InvalidInput(field, f"{value} tokens exceed the model's {top} positions (max_seq_len)")
+    return value
+
+
+class InferenceMemoryRequest(ServingRequest):
+    context: sequence_length(1, 10_000_000) | None = Field(
+        None, description="Tokens per sequence (prompt and output); null means the model's max_seq_len.")
+    concurrency: count(1, 1 << 24) = Field(1, description="Sequences in flight over all replicas.")
+
+
+class InferenceTimeRequest(ServingRequest):
+    prompt_tokens: sequence_length(1, 10_000_000) = Field(512, description="Tokens in each prompt.")
+    output_tokens: sequence_length(1, 10_000_000) = Field(128, description="Tokens generated per request.")
+    concurrency: count(1, 1 << 24) = Field(
+        1, description="Requests in flight over all replicas; each replica decodes its share in one batch.")
+    flops_efficiency: number(gt=0, le=1, text=False) | Literal["measured"] = Field(
+        DEFAULT_FLOPS_EFFICIENCY,
+        description='Share of the dense peak matmuls reach (0.7 stated: FasterTransformer on A100, kipply '
+                    '2022). "measured": the best matmul of this server\'s device at the compute dtype '
+                    "(GET /api/v1/calibration).")
+    memory_efficiency: number(gt=0, le=1, text=False) | Literal["measured"] = Field(
+        DEFAULT_MEMORY_EFFICIENCY,
+        description='Share of the memory bandwidth reads reach (0.9 stated, as above). "measured": this '
+                    "device's bandwidth probe.")
+    interconnect_bytes_per_sec: number(ge=1, le=1e15) | None = Field(
+        None, description="Per-direction bandwidth between a replica's GPUs for the all-reduces; null is the "
+                          "catalogue's (NVLink, or PCIe where there is none).")
+    allreduce_latency_s: number(ge=0, le=1, text=False) = Field(
+        DEFAULT_ALLREDUCE_LATENCY_S,
+        description="Fixed time of each all-reduce (8 us stated, as llm-analysis).")
+    price_per_gpu_hour: number(ge=0, le=1e6) | None = Field(
+        None, description="Price of one GPU-hour in `currency`, for the cost per million tokens.")
+    currency: Currency = "USD"
+
+
+def memory(body: InferenceMemoryRequest) -> capacity.InferenceMemory:
+    setup = body.setup()
+    return capacity.memory(setup, context=_context(setup, body.context), concurrency=body.concurrency)
+
+
+def serving_capacity(body: InferenceMemoryRequest) -> capacity.ServingCapacity:
+    setup = body.setup()
+    return capacity.capacity(setup, context=_context(setup, body.context), concurrency=body.concurrency)
+
+
+def reads_store(body: InferenceTimeRequest) -> bool:
+    return "measured" in (body.flops_efficiency, body.memory_efficiency)
+
+
+def compute_dtype(weight_format: str, dtype: str, acc: hardware.Accelerator) -> str:
+    """The peak a format's matmuls run at: fp8 and int8 weights with quantized activations
+    (W8A8, as vLLM runs them) where the GPU has that peak, else the activations' dtype (the
+    weights are dequantized on the fly, as Marlin kernels do)."""
+    w8a8 = W8A8_PEAK.get(formats.FORMATS[weight_format].kind)
+    return w8a8 if w8a8 and dtypes.peak_key(w8a8) in acc.peak_flop_per_sec else dtype
+
+
+def serving_time(body: InferenceTimeRequest, *, store: Store) -> latency.InferenceTime:
+    setup = body.setup()
+    _context(setup, body.prompt_tokens, "prompt_tokens")
+    _context(setup, body.prompt_tokens + body.output_tokens, "output_tokens")
+    acc = body.accelerator()
+    peak_dtype = compute_dtype(body.weight_format, body.dtype, acc)
+    link = body.interconnect_bytes_per_sec or acc.interconnect_bytes_per_sec
+    if body.tensor_parallel > 1 and link is None:
+        raise InvalidInput("interconnect_bytes_per_sec",
+                           f"{acc.id} has no interconnect figure in the catalogue; give one for "
+                           "tensor_parallel > 1")
+    flops_eff, mem_eff = body.flops_efficiency, body.memory_efficiency
+    sources = tuple("given" if name in body.model_fields_set else "default"
+                    for name in ("flops_efficiency", "memory_efficiency"))
+    if "measured" in (flops_eff, mem_eff):
+        flops_eff, mem_eff, sources = _measured(body, store, peak_dtype, sources)
+    hw = Hardware(peak_flop_per_sec=hardware.peak_flop_per_sec(acc, peak_dtype),
+                  bandwidth_bytes_per_sec=acc.memory_bandwidth_bytes_per_sec, flops_efficiency=flops_eff,
+                  memory_efficiency=mem_eff, interconnect_bytes_per_sec=link,
+                  allreduce_latency_s=body.allreduce_latency_s)
+    return latency.serving_time(setup, hw, prompt=body.prompt_tokens, output=body.output_tokens,
+                                concurrency=body.concurrency, price_per_gpu_hour=body.price_per_gpu_hour,
+                                currency=body.currency, peak_dtype=peak_dtype, sources=sources)
+
+
+def _measured(body: InferenceTimeRequest, store: Store, peak_dtype: str,
+              sources: tuple[str, ...]) -> tuple[float, float, tuple[str, ...]]:
+    here = device.describe()
+    if here.catalogue_id != body.gpu:
+        field = "flops_efficiency" if body.flops_efficiency == "measured" else "memory_efficiency"
+        raise InvalidInput(field, f"this server's device is {here.catalogue_id or here.name}, not "
+                                  f"{body.gpu}: measured efficiencies hold only where they were measured")
+    cal = calibration.calibration(store, here)
+    flops_eff, mem_eff = body.flops_efficiency, body.memory_efficiency
+    if flops_eff == "measured":
+        key = dtypes.peak_key(peak_dtype)
+        peak = next((p for d, p in cal.matmul.items() if dtypes.peak_key(d) == key and p.mfu), None)
+        if peak is None:
+            raise InvalidInput("flops_efficiency", f"no matmul probe has measured {key} on this device yet: "
+                                                   'run one (POST /api/v1/jobs {"probe": "matmul"}), or give '
+                                                   "a number")
+        flops_eff = min(peak.mfu, 1.0)
+        shape = f"{peak.m}x{peak.k}x{peak.n}"
+        sources = (f"measured: matmul job {peak.job_id} ({peak.dtype}, {shape})", sources[1])
+    if mem_eff == "measured":
+        bw = cal.bandwidth
+        if bw is None or bw.fraction_of_catalogue is None:
+            raise InvalidInput("memory_efficiency", "no bandwidth probe has run on this device yet: run "
+                                                    'one (POST /api/v1/jobs {"probe": "bandwidth"}), or give '
+                                                    "a number")
+        mem_eff = min(bw.fraction_of_catalogue, 1.0)
+        sources = (sources[0], f"measured: bandwidth job {bw.job_id}")
+    return flops_eff, mem_eff, sources

@@ -1,0 +1,98 @@
+"""Serving time on the roofline, against published figures.
+
+FasterTransformer's 13B model on one A100-40GB, batch 1, a 512-token prompt (kipply, "Transformer
+Inference Arithmetic", 2022): measured 63.17 ms of prefill and 22.0 ms per decoded token.
+llm-analysis (Li 2023; examples/fastertransformer/README.md of cli99/llm-analysis) predicts
+62.15 ms and 18.97 ms at 0.7 FLOPs and 0.9 memory efficiency. The model is llm-analysis's
+test-13b.json: 40 layers, d_model 5120, 40 heads, d_ff 20480, vocabulary 50272, 2048 positions.
+"""
+
+import pytest
+
+from tests.conftest import assert_names_field
+
+TIME = "/api/v1/inference/time"
+TEST_13B = {"n_layers": 40, "d_model": 5120, "n_heads": 40, "vocab_size": 50272, "d_ff": 20480,
+            "max_seq_len": 2048}
+FT = {"model": TEST_13B, "gpu": "a100-40gb", "dtype": "float16", "weight_format": "float16",
+      "prompt_tokens": 512, "output_tokens": 10, "flops_efficiency": 0.7, "memory_efficiency": 0.9}
+LLM_ANALYSIS_PREFILL_S, LLM_ANALYSIS_DECODE_S = 62.15e-3, 18.97e-3
+MEASURED_PREFILL_S, MEASURED_DECODE_S = 63.17e-3, 22.0e-3
+
+
+def test_fastertransformer_13b_within_five_percent_of_llm_analysis(api):
+    answer = api.ok(TIME, FT)
+    assert answer["time_to_first_token_s"] == pytest.approx(LLM_ANALYSIS_PREFILL_S, rel=0.05)
+    assert answer["inter_token_latency_s"] == pytest.approx(LLM_ANALYSIS_DECODE_S, rel=0.05)
+    # Prefill is compute-bound and a decode step at batch 1 memory-bound, as measured.
+    assert answer["prefill"]["bound"] == "compute" and answer["decode"]["bound"] == "memory"
+    # And within the measurement's own distance from llm-analysis (1.6% and 13.8%) plus 5%.
+    assert answer["time_to_first_token_s"] == pytest.approx(MEASURED_PREFILL_S, rel=0.07)
+    assert answer["inter_token_latency_s"] == pytest.approx(MEASURED_DECODE_S, rel=0.19)
+
+
+def test_decode_turns_compute_bound_at_the_gpus_ops_per_byte(api):
+    """At full efficiency, bf16 weights (2 bytes, 2 FLOPs per parameter per token) and a context
+    short enough for the cache not to matter, a decode step turns compute-bound near batch =
+    peak FLOP/s / bandwidth: 312e12 / 1.555e12 = 200.6 on an A100-40GB (kipply: "208" at 1.5 TB/s)."""
+    answer = api.ok(TIME, FT | {"prompt_tokens": 1, "output_tokens": 1, "flops_efficiency": 1,
+                                "memory_efficiency": 1})
+    assert answer["compute_bound_batch"] == pytest.approx(312e12 / 1.555e12, rel=0.03)
+    curve = answer["decode_curve"]
+    knee = answer["compute_bound_batch"]
+    assert [p["bound"] for p in curve] == ["memory" if p["batch"] < knee else "compute" for p in curve]
+
+
+def test_long_context_decode_never_turns_compute_bound(api):
+    """Each sequence's cache read costs 2 bytes per K/V value and one multiply-add per value read:
+    an ops:byte of 1, far below any GPU's, so at a long enough context no batch is compute-bound."""
+    answer = api.ok(TIME, FT | {"prompt_tokens": 2000, "output_tokens": 40})
+    assert answer["compute_bound_batch"] is None
+    assert all(p["bound"] == "memory" for p in answer["decode_curve"])
+
+
+def test_throughput_and_cost_follow_from_the_step_times(api):
+    answer = api.ok(TIME, FT | {"concurrency": 8, "num_gpus": 2, "price_per_gpu_hour": 2.0})
+    step = answer["inter_token_latency_s"]
+    assert answer["sequences_per_replica"] == 4 and answer["replicas"] == 2
+    assert answer["output_tokens_per_sec"] == pytest.approx(2 * 4 / step)
+    assert answer["tokens_per_sec_per_user"] == pytest.approx(1 / step)
+    # A million output tokens take 1e6 / (tokens/s) seconds of both GPUs.
+    hours = 1e6 / answer["output_tokens_per_sec"] / 3600
+    assert answer["cost_per_million_output_tokens"] == pytest.approx(hours * 2 * 2.0)
+    assert answer["cost_per_million_input_tokens"] < answer["cost_per_million_output_tokens"]
+
+
+def test_tensor_parallel_adds_all_reduces(api):
+    one = api.ok(TIME, FT | {"num_gpus": 2, "tensor_parallel": 1})
+    two = api.ok(TIME, FT | {"num_gpus": 2, "tensor_parallel": 2})
+    assert two["decode"]["communication_seconds"] > 0 == one["decode"]["communication_seconds"]
+    # 2 all-reduces per layer of one token's 5120 fp16 values over NVLink (300 GB/s each way),
+    # ring: 2 (n-1)/n of the message, plus 8 us each.
+    ring = 2 * 0.5 * 5120 * 2 / 300e9
+    assert two["decode"]["communication_seconds"] == pytest.approx(2 * 40 * (ring + 8e-6))
+    assert two["inter_token_latency_s"] < one["inter_token_latency_s"]
+
+
+def test_moe_decode_reads_only_the_experts_its_tokens_pick(api):
+    body = {"model": "mixtral-8x7b", "gpu": "h100-sxm", "num_gpus": 2, "tensor_parallel": 2}
+    tokens = {"prompt_tokens": 16, "output_tokens": 2}
+    small = api.ok(TIME, body | tokens)["decode"]["bytes"]
+    large = api.ok(TIME, body | tokens | {"concurrency": 64})["decode"]["bytes"]
+    memory = api.ok("/api/v1/inference/memory", body | {"context": 18})
+    weights = memory["weights_bytes"]
+    assert small < 0.5 * weights  # 2 of 8 experts: about 13B of 47B parameters read
+    assert weights < large < weights * 1.1  # 64 tokens x 2 picks touch every expert
+
+
+@pytest.mark.parametrize(("body", "field"), [
+    (FT | {"prompt_tokens": 2040, "output_tokens": 10}, "output_tokens"),
+    (FT | {"prompt_tokens": 4096}, "prompt_tokens"),
+    (FT | {"tensor_parallel": 2}, "tensor_parallel"),  # one GPU given
+    (FT | {"num_gpus": 3, "tensor_parallel": 3}, "tensor_parallel"),  # 40 heads do not split in 3
+    (FT | {"gpu": "tpu-v5e", "dtype": "bfloat16", "weight_format": "bfloat16", "num_gpus": 2,
+           "tensor_parallel": 2}, "interconnect_bytes_per_sec"),
+    (FT | {"flops_efficiency": 0}, "flops_efficiency"),
+])
+def test_bad_serving_requests_name_the_field(api, body, field):
+    assert_names_field(api.post(TIME, body), field)
