@@ -4,6 +4,7 @@ parallelism, the cache dtypes and the refusals."""
 import pytest
 
 from app.accounting.errors import InvalidInput
+from app.accounting.inference import kv_cache as kv_cache_module
 from app.accounting.inference.kv_cache import bytes_per_token, kv_cache
 from app.accounting.models import preset
 
@@ -166,3 +167,22 @@ def test_refusals_name_the_field(kwargs, field):
     with pytest.raises(InvalidInput) as caught:
         kv_cache(preset("llama2-7b"), **kwargs)
     assert caught.value.field == field
+
+
+@pytest.mark.parametrize("name", ["llama2-7b", "gemma-2-9b", "gemma-3-27b", "deepseek-v3", "mistral-7b"])
+@pytest.mark.parametrize("block", [None, 16, 7])
+@pytest.mark.parametrize("cache_dtype", ["auto", "float8_e4m3fn", "int8"])
+def test_sequence_bytes_per_gpu_is_the_records_bytes(name, block, cache_dtype):
+    """The solvers' shortcut gives the record's bytes_per_gpu for any batch and context."""
+    cfg = preset(name)
+    for context in (1, 100, 4095, 4096, 4097, 20000):
+        context = min(context, cfg.max_seq_len)
+        for tp in (1, 2, 8):
+            if cfg.n_heads % tp:
+                continue
+            one, scales = kv_cache_module.sequence_bytes_per_gpu(
+                cfg, context=context, cache_dtype=cache_dtype, block_size=block, tensor_parallel=tp)
+            for batch in (1, 3):
+                record = kv_cache(cfg, context=context, batch=batch, cache_dtype=cache_dtype,
+                                  block_size=block, tensor_parallel=tp)
+                assert batch * one + scales == record.bytes_per_gpu

@@ -103,6 +103,12 @@ def _point(setup: Setup, context: int, concurrency: int) -> MemoryPoint:
                        total_bytes=fixed + kv)
 
 
+def fits(setup: Setup, *, context: int, concurrency: int) -> bool:
+    """`concurrency` sequences of `context` tokens fit the cache budget."""
+    budget = setup.kv_budget_per_gpu
+    return budget > 0 and setup.kv_per_gpu(context=context, batch=_per_replica(setup, concurrency)) <= budget
+
+
 def max_sequences(setup: Setup, context: int) -> int:
     """Sequences of `context` tokens the budget holds, over all replicas."""
     per_sequence = setup.kv_per_gpu(context=context, batch=1)
@@ -140,7 +146,7 @@ def capacity(setup: Setup, *, context: int, concurrency: int) -> ServingCapacity
         context=context, concurrency=concurrency, replicas=setup.replicas, kv_budget_bytes_per_gpu=budget,
         kv_bytes_per_sequence_per_gpu=per_sequence, max_sequences=max_sequences(setup, context),
         max_context=longest, max_context_limited_by=limited, max_seq_len=setup.cfg.max_seq_len,
-        fits=budget > 0 and setup.kv_per_gpu(context=context, batch=per_replica) <= budget,
+        fits=fits(setup, context=context, concurrency=concurrency),
         weights_bytes_per_gpu=setup.weights_per_gpu, workspace_bytes=setup.workspace.bytes,
         overhead_bytes=setup.overhead_bytes,
         usable_bytes=int(setup.gpu_memory_utilization * setup.memory_bytes))

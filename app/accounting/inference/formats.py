@@ -139,7 +139,9 @@ _BY_NAME = {names.normalised(n): f for f in _FORMATS for n in (f.id, *f.aliases)
 
 def lookup_format(name: object, *, field: str = "weight_format") -> WeightFormat:
     """A format by id or alias, case and separators ignored (Q4_K_M, q4-k-m, gguf_q4_k_m)."""
-    fmt = _BY_NAME.get(names.normalised(name)) if isinstance(name, str) else None
+    fmt = FORMATS.get(name) if isinstance(name, str) else None  # an id: the common case, no normalising
+    if fmt is None and isinstance(name, str):
+        fmt = _BY_NAME.get(names.normalised(name))
     if fmt is None:
         close = names.unknown("weight format", name, [f.id for f in _FORMATS], QUANTIZATION_LISTING)
         raise InvalidInput(field, f"{close} (formats: {', '.join(FORMATS)})")

@@ -302,6 +302,27 @@ def kv_cache(cfg: TransformerConfig, *, context: int, batch: int = 1, cache_dtyp
         bytes_per_gpu=batch * layer_blocks * page_gpu + per.tensor_scale_bytes, convention=notes)
 
 
+@lru_cache(maxsize=8192)
+def sequence_bytes_per_gpu(cfg: TransformerConfig, *, context: int, cache_dtype: str = "auto",
+                           model_dtype: str = "bfloat16",
+                           block_size: int | None = VLLM_DEFAULT_BLOCK_SIZE_TOKENS,
+                           mla_cache: MlaCache = "latent", tensor_parallel: int = 1) -> tuple[int, int]:
+    """(one sequence's bytes on one tensor rank, the per-tensor scale bytes each rank keeps once):
+    kv_cache's bytes_per_gpu is batch x the first + the second. The same arithmetic without the
+    record, for the capacity and time solvers that ask it for many contexts and batches."""
+    if context > cfg.max_seq_len:
+        raise InvalidInput("context", f"{context} exceeds the model's max_seq_len ({cfg.max_seq_len})")
+    per = _per_token(cfg, cache_dtype, model_dtype, mla_cache, tensor_parallel)
+    windowed = cfg.layers.n_windowed
+    full = cfg.n_layers - windowed
+    paged = block_size is not None and block_size > 1
+    block = block_size if paged else 1
+    blocks_windowed = _windowed_blocks(context, cfg.sliding_window, block) if windowed else 0
+    pad_full, pad_windowed = _vllm_padded_layers(full, windowed) if paged else (full, windowed)
+    layer_blocks = pad_full * -(-context // block) + pad_windowed * blocks_windowed
+    return layer_blocks * block * per.layer_bytes_per_gpu, per.tensor_scale_bytes
+
+
 def _paging_note(block_size: int | None, paged: bool, full: int, windowed: int, pad_full: int,
                  pad_windowed: int) -> str:
     if not paged:

@@ -13,11 +13,12 @@ Conventions, each stated in the answer:
   output tokens.
 """
 
+import math
 from dataclasses import dataclass
 from typing import NamedTuple
 
 from app.accounting.inference import roofline
-from app.accounting.inference.capacity import capacity
+from app.accounting.inference.capacity import fits
 from app.accounting.inference.roofline import Hardware, Pass
 from app.accounting.inference.setup import Setup
 from app.accounting.records import RECORD
@@ -115,16 +116,40 @@ def _per_sequence(setup: Setup, context: int) -> _Decode:
                    setup.kv_per_gpu(context=1, batch=1, paged=False))
 
 
-def _step(setup: Setup, hw: Hardware, one: _Decode, batch: int) -> Pass:
-    cfg = setup.cfg
+def _bytes(setup: Setup, one: _Decode, batch: int) -> int:
     weights = setup.weights_per_gpu
-    if cfg.moe:  # only the experts the batch's tokens pick are read
-        share = roofline.experts_read(cfg, batch) / cfg.n_experts
+    if setup.cfg.moe:  # only the experts the batch's tokens pick are read
+        share = roofline.experts_read(setup.cfg, batch) / setup.cfg.n_experts
         weights -= round(setup.routed_bytes_per_gpu * (1 - share))
-    comm = roofline.allreduce_seconds(cfg, hw, tokens=batch, act_bytes=setup.act_bytes,
+    return weights + batch * (one.cache_bytes + one.new_bytes)
+
+
+def _compute_bound(setup: Setup, hw: Hardware, one: _Decode, batch: int) -> bool:
+    """roofline.run's test, without building the Pass."""
+    compute = batch * one.flops / setup.tensor_parallel / (hw.peak_flop_per_sec * hw.flops_efficiency)
+    return compute >= _bytes(setup, one, batch) / (hw.bandwidth_bytes_per_sec * hw.memory_efficiency)
+
+
+def _curve(setup: Setup, hw: Hardware, one: _Decode, top: int) -> list[DecodePoint]:
+    """_step's time at batches 1, 2, 4, ... up to `top`, as the chart needs it (the same
+    arithmetic, its constants taken once)."""
+    flop_s = one.flops / setup.tensor_parallel / (hw.peak_flop_per_sec * hw.flops_efficiency)
+    rate = hw.bandwidth_bytes_per_sec * hw.memory_efficiency
+    points = []
+    for i in range(top.bit_length()):
+        batch = 1 << i
+        compute, memory = batch * flop_s, _bytes(setup, one, batch) / rate
+        seconds = max(compute, memory) + roofline.allreduce_seconds(
+            setup.cfg, hw, tokens=batch, act_bytes=setup.act_bytes, tensor_parallel=setup.tensor_parallel)
+        points.append(DecodePoint(batch=batch, seconds=seconds, tokens_per_sec=batch / seconds,
+                                  bound="compute" if compute >= memory else "memory"))
+    return points
+
+
+def _step(setup: Setup, hw: Hardware, one: _Decode, batch: int) -> Pass:
+    comm = roofline.allreduce_seconds(setup.cfg, hw, tokens=batch, act_bytes=setup.act_bytes,
                                       tensor_parallel=setup.tensor_parallel)
-    moved = weights + batch * (one.cache_bytes + one.new_bytes)
-    return roofline.run(hw, flops=batch * one.flops, bytes=moved,
+    return roofline.run(hw, flops=batch * one.flops, bytes=_bytes(setup, one, batch),
                         tensor_parallel=setup.tensor_parallel, comm_seconds=comm)
 
 
@@ -133,17 +158,28 @@ def decode_step(setup: Setup, hw: Hardware, *, batch: int, context: int) -> Pass
     return _step(setup, hw, _per_sequence(setup, context), batch)
 
 
-def compute_bound_batch(setup: Setup, hw: Hardware, *, context: int) -> int | None:
+def compute_bound_batch(setup: Setup, hw: Hardware, *, context: int,
+                        one: _Decode | None = None) -> int | None:
     """Bisection for the first batch whose step is compute-bound. Compute grows by a fixed
     amount per sequence while memory grows by its cache (and, for MoE, saturating expert
     reads), so once compute wins it keeps winning."""
-    one = _per_sequence(setup, context)
-    if _step(setup, hw, one, MAX_BATCH).bound == "memory":
+    one = one or _per_sequence(setup, context)
+    if not _compute_bound(setup, hw, one, MAX_BATCH):
         return None
+    if not setup.cfg.moe:  # both times are linear in the batch: solve, then settle rounding
+        per_flop = one.flops / setup.tensor_parallel / (hw.peak_flop_per_sec * hw.flops_efficiency)
+        rate = hw.bandwidth_bytes_per_sec * hw.memory_efficiency
+        per_byte = (one.cache_bytes + one.new_bytes) / rate
+        guess = max(1, math.ceil(setup.weights_per_gpu / rate / (per_flop - per_byte)))
+        while guess > 1 and _compute_bound(setup, hw, one, guess - 1):
+            guess -= 1
+        while not _compute_bound(setup, hw, one, guess):
+            guess += 1
+        return guess
     lo, hi = 0, MAX_BATCH  # memory-bound at lo (or lo = 0), compute-bound at hi
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        if _step(setup, hw, one, mid).bound == "compute":
+        if _compute_bound(setup, hw, one, mid):
             hi = mid
         else:
             lo = mid
@@ -158,16 +194,11 @@ def serving_time(setup: Setup, hw: Hardware, *, prompt: int, output: int, concur
     first = prefill(setup, hw, prompt=prompt)
     one = _per_sequence(setup, context)
     step = _step(setup, hw, one, per_replica)
-    knee = compute_bound_batch(setup, hw, context=context)
+    knee = compute_bound_batch(setup, hw, context=context, one=one)
     batched = prefill(setup, hw, prompt=prompt, sequences=per_replica)
     round_trip = batched.seconds + output * step.seconds
     top = max(per_replica, knee or 1, 256) * 2
-    curve, b = [], 1
-    while b <= top:
-        point = _step(setup, hw, one, b)
-        curve.append(DecodePoint(batch=b, seconds=point.seconds, tokens_per_sec=b / point.seconds,
-                                 bound=point.bound))
-        b *= 2
+    curve = _curve(setup, hw, one, top)
     gpu_hours_per_sec = setup.num_gpus / SECONDS_PER_HOUR
     if price_per_gpu_hour is None:
         cost_in = cost_out = None
@@ -188,4 +219,4 @@ def serving_time(setup: Setup, hw: Hardware, *, prompt: int, output: int, concur
         currency=currency, flops_efficiency=hw.flops_efficiency, flops_efficiency_source=sources[0],
         memory_efficiency=hw.memory_efficiency, memory_efficiency_source=sources[1],
         peak_flop_per_sec=hw.peak_flop_per_sec, peak_dtype=peak_dtype,
-        fits=capacity(setup, context=prompt + output, concurrency=concurrency).fits, conventions=CONVENTIONS)
+        fits=fits(setup, context=prompt + output, concurrency=concurrency), conventions=CONVENTIONS)

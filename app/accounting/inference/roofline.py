@@ -10,6 +10,7 @@ LogitsProcessor prunes the hidden states to the sampled tokens before the head).
 """
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Literal
 
 from app.accounting.config import TransformerConfig
@@ -74,6 +75,7 @@ def allreduce_seconds(cfg: TransformerConfig, hw: Hardware, *, tokens: int, act_
     return ALLREDUCES_PER_LAYER * cfg.n_layers * (ring + hw.allreduce_latency_s)
 
 
+@lru_cache(maxsize=4096)
 def prefill_flops(cfg: TransformerConfig, *, prompt: int, sequences: int = 1,
                   causal: Causal = "halved") -> int:
     """Forward FLOPs of `sequences` prompts of `prompt` tokens, the LM head on the last
@@ -83,6 +85,7 @@ def prefill_flops(cfg: TransformerConfig, *, prompt: int, sequences: int = 1,
     return fwd.total - fwd.lm_head * (prompt - 1) // prompt
 
 
+@lru_cache(maxsize=4096)
 def decode_flops(cfg: TransformerConfig, *, context: int, mla_cache: str = "latent") -> int:
     """FLOPs of one decoded token of one sequence: every matmul on one token (top_k experts
     in an MoE layer) plus its query scored against, and weighting, `context` cached keys and

@@ -6,13 +6,19 @@ kv_cache.py, the forward's transient memory by workspace.py.
 """
 
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 from app.accounting import dtypes
 from app.accounting.config import TransformerConfig
 from app.accounting.errors import InvalidInput
 from app.accounting.inference import kv_cache, quant
 from app.accounting.inference.workspace import Workspace, workspace
+
+# Requests repeat (a page's three answers, a client polling one plan): each record is pure in
+# its arguments and never mutated after it is built, so one copy serves them all.
+_weight_bytes = lru_cache(maxsize=1024)(quant.weight_bytes)
+_workspace = lru_cache(maxsize=1024)(workspace)
+_kv_cache = lru_cache(maxsize=1024)(kv_cache.kv_cache)
 
 
 @dataclass(frozen=True)
@@ -57,7 +63,7 @@ class Setup:
 
     @cached_property
     def weights(self) -> quant.WeightBytes:
-        return quant.weight_bytes(self.cfg, self.weight_format, group_size=self.group_size, keep=self.keep,
+        return _weight_bytes(self.cfg, self.weight_format, group_size=self.group_size, keep=self.keep,
                                   base_dtype=self.model_dtype, tensor_parallel=self.tensor_parallel)
 
     @cached_property
@@ -65,13 +71,13 @@ class Setup:
         """The routed experts' share of weights_per_gpu (split over tensor ranks like an MLP)."""
         return -(-self.weights.by_component.get("routed_experts", 0) // self.tensor_parallel)
 
-    @property
+    @cached_property
     def weights_per_gpu(self) -> int:
         return self.weights.per_gpu_bytes
 
     @cached_property
     def workspace(self) -> Workspace:
-        return workspace(self.cfg, tokens=self.max_num_batched_tokens, sequences=self.max_num_seqs,
+        return _workspace(self.cfg, tokens=self.max_num_batched_tokens, sequences=self.max_num_seqs,
                          act_bytes=self.act_bytes, tensor_parallel=self.tensor_parallel)
 
     @cached_property
@@ -82,11 +88,16 @@ class Setup:
         return usable - self.weights_per_gpu - self.workspace.bytes - self.overhead_bytes
 
     def kv(self, *, context: int, batch: int, paged: bool = True) -> kv_cache.KvCache:
-        return kv_cache.kv_cache(
+        return _kv_cache(
             self.cfg, context=context, batch=batch, cache_dtype=self.cache_dtype,
             model_dtype=self.model_dtype,
             block_size=self.block_size if paged else None, mla_cache=self.mla_cache,
             tensor_parallel=self.tensor_parallel)
 
     def kv_per_gpu(self, *, context: int, batch: int, paged: bool = True) -> int:
-        return self.kv(context=context, batch=batch, paged=paged).bytes_per_gpu
+        """kv(...).bytes_per_gpu, without building the record."""
+        one, scales = kv_cache.sequence_bytes_per_gpu(
+            self.cfg, context=context, cache_dtype=self.cache_dtype, model_dtype=self.model_dtype,
+            block_size=self.block_size if paged else None, mla_cache=self.mla_cache,
+            tensor_parallel=self.tensor_parallel)
+        return batch * one + scales
