@@ -80,19 +80,25 @@
   const KIND_COLORS = {
     parameters: "#1f6feb", gradients: "#8250df", optimizer_state: "#bf3989", master_weights: "#d4a72c",
     weight_copies: "#1b7c83", activations: "#2da44e", transient: "#9198a1",
+    // The Inference page's stack (app/web/inference.py KINDS).
+    weights: "#1f6feb", kv_cache: "#2da44e", workspace: "#d4a72c", overhead: "#9198a1",
   };
 
   // Stacked GB per GPU by kind, one bar per ZeRO stage (or data-parallel ranks, or sequence
-  // length: spec.x says which), and the GPU's capacity as a dashed line drawn over the bars.
+  // length, or concurrency: spec.x says which), and the GPU's capacity as a dashed line drawn
+  // over the bars. spec.current (optional): the index of the request's own bar, outlined.
   function drawMemoryStack(canvas, spec) {
     const labels = spec.bars.map((b) => b.label);
+    const mine = (i) => spec.current !== undefined && i === spec.current;
     const datasets = spec.kinds.map((kind) => ({
       label: kind.replace("_", " "), data: spec.bars.map((b) => b[kind]), backgroundColor: KIND_COLORS[kind],
+      borderColor: color("--fg"), borderWidth: spec.bars.map((b, i) => (mine(i) ? 2 : 0)),
       stack: "memory", order: 1,
     }));
     if (spec.capacity_gb !== null) {
       // order 0: Chart.js draws higher orders first, so the line lands on top of taller bars.
-      datasets.push({ type: "line", label: spec.gpu + " memory", data: labels.map(() => spec.capacity_gb),
+      datasets.push({ type: "line", label: spec.capacity_label || spec.gpu + " memory",
+                      data: labels.map(() => spec.capacity_gb),
                       borderColor: color("--bad") || "#cf222e", borderDash: [6, 4], pointRadius: 0,
                       borderWidth: 2, stack: "capacity", order: 0 });
     }
@@ -274,11 +280,37 @@
     });
   }
 
+  // Decode tokens/s of one replica against its batch (the Inference page), log-log: round
+  // points memory-bound, squares compute-bound; vertical lines at the compute-bound batch
+  // (dashed) and the most sequences that fit (dotted); the request's own batch as a large dot.
+  function drawDecodeCurve(canvas, spec) {
+    const ys = spec.points.map((p) => p.y).concat([spec.current.y]);
+    const lo = Math.min(...ys), hi = Math.max(...ys);
+    const accent = color("--accent");
+    const sets = [{
+      label: "tokens/s (one replica)", data: spec.points, borderColor: accent, backgroundColor: accent, order: 2,
+      pointStyle: spec.points.map((p) => (p.bound === "compute" ? "rect" : "circle")), pointRadius: 4,
+    }];
+    const vertical = (x, label, dash, c) => ({ label, data: [{ x, y: lo }, { x, y: hi }], borderColor: c,
+                                              borderDash: dash, pointRadius: 0, borderWidth: 2, order: 1 });
+    if (spec.knee) sets.push(vertical(spec.knee, "compute-bound from batch " + amount(spec.knee), [6, 4],
+                                      color("--warn") || "#d4a72c"));
+    if (spec.most) sets.push(vertical(spec.most, "most that fit: " + amount(spec.most), [2, 3],
+                                      color("--bad") || "#cf222e"));
+    sets.push({ label: "this request: batch " + amount(spec.current.x), data: [spec.current], type: "scatter",
+                pointRadius: 7, backgroundColor: color("--fg"), order: 0 });
+    const scales = axes("batch (sequences decoded together, per replica)", "tokens/s", true, true);
+    const xs = spec.points.map((p) => p.x).concat([spec.current.x, spec.knee || 1, spec.most || 1]);
+    // A quarter of a step of room each side, so a mark at either end is not cut in half.
+    Object.assign(scales.x, { min: Math.min(...xs) / 1.25, max: Math.max(...xs) * 1.25 });
+    return lines(canvas, sets, scales);
+  }
+
   const DRAW = {
     days_vs_gpus: drawDaysVsGpus, memory_stack: drawMemoryStack, flops_parts: drawFlopsParts,
     matmul_sizes: drawMatmulSizes, roofline: drawRoofline, transfer_sizes: drawTransferSizes,
     memory_compare: drawMemoryCompare, compare_lines: drawCompareLines, compare_bars: drawCompareBars,
-    param_parts: drawParamParts,
+    param_parts: drawParamParts, decode_curve: drawDecodeCurve,
   };
 
   // The launch form shows the fields of the chosen probe, and the one-shape field only for
@@ -330,6 +362,9 @@
       document.querySelectorAll("[data-error-for]").forEach((out) => {
         const message = errors[out.dataset.errorFor] || "";
         out.textContent = message;
+        // A refused setting inside a closed "More settings" group is shown, not hidden.
+        const group = out.closest("details");
+        if (message && group) group.open = true;
         const input = document.getElementById(out.dataset.errorFor);
         if (input) input.setAttribute("aria-invalid", message ? "true" : "false");
       });

@@ -24,6 +24,9 @@ EXAMPLES = """examples:
   tally calc flops transformer --model llama3-8b --seq-len 8192 --causal halved
   tally calc memory max-model --gpu h100-sxm --num-gpus 8 --precision fp32 --optimizer adamw
   tally calc time training --params 70e9 --tokens 15e12 --gpu h100-sxm --num-gpus 1024 --mfu 0.5
+  tally calc inference time --model llama3.1-70b --weight-format fp8 --gpu h100-sxm --num-gpus 2 \\
+      --tensor-parallel 2
+  tally calc inference capacity --model llama3.1-8b --gpu l4 --context 8k --concurrency 4
   tally calc dtypes encode --value 0.15625 --dtype float32
   tally calc models import --json @config.json
   tally calc hardware get h100-sxm"""
@@ -48,6 +51,9 @@ class Calculator:
     """The body's pydantic model; None when the body is free-form JSON or there is none."""
     takes_body: bool
     body_help: str
+    module_help: str = ""
+    """The first line of its route module's docstring: the help of a group named for no module
+    (quantization, in app/api/routes/inference.py)."""
 
 
 def calculators() -> list[Calculator]:
@@ -77,7 +83,8 @@ def calculators() -> list[Calculator]:
                 query_params=[p.name for p in route.dependant.query_params],
                 body=model if isinstance(model, type) and issubclass(model, BaseModel) else None,
                 takes_body=bool(bodies),
-                body_help=(bodies[0].field_info.description or "") if bodies else ""))
+                body_help=(bodies[0].field_info.description or "") if bodies else "",
+                module_help=(module.__doc__ or "").strip().split("\n")[0]))
     return sorted(found, key=lambda c: (c.group, c.action))
 
 
@@ -103,7 +110,8 @@ def parser(calcs: list[Calculator]) -> argparse.ArgumentParser:
     by_group: dict[str, argparse._SubParsersAction] = {}
     for calc in calcs:
         if calc.group not in by_group:
-            group = groups.add_parser(calc.group, help=docs.get(calc.group), description=docs.get(calc.group))
+            said = docs.get(calc.group) or calc.module_help
+            group = groups.add_parser(calc.group, help=said, description=said)
             by_group[calc.group] = group.add_subparsers(dest="action", required=True, metavar="ACTION")
         sub = by_group[calc.group].add_parser(
             calc.action, help=calc.summary, formatter_class=raw,
