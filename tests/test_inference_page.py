@@ -179,6 +179,8 @@ def test_the_page_says_which_defaults_it_used(api):
     shown = _testid(page, "defaults-applied")
     for name in ("weight_format", "prompt_tokens", "output_tokens", "flops_efficiency"):
         assert f"{name.replace('_', ' ')} {applied[name]}" in shown
+    # Bytes and seconds with their units, not raw: 1 GiB of overhead, 8 us per all-reduce.
+    assert "overhead bytes 1.07 GB" in shown and "allreduce latency s 8 µs" in shown
 
 
 def test_the_nav_and_the_overview_lead_to_it(api):

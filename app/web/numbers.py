@@ -78,4 +78,21 @@ def money(x: float | None, currency: str) -> str:
     return f"{currency} {x:,.0f}" if abs(x) >= 100 else f"{currency} {x:,.2f}"
 
 
+def setting(name: str, value: object) -> str:
+    """A request default as "Defaults used" shows it: bytes with their unit (overhead_bytes
+    1073741824 -> '1.07 GB'), seconds in the unit that reads (8e-06 -> '8 µs'), a float to
+    three figures (0.9, not 0.900); anything else as it is."""
+    if value is True or value is False:
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        if name.endswith("bytes"):
+            return f"{value / GB:.3g} GB"
+        if name.endswith("_s"):
+            for scale, unit in ((1, "s"), (1e-3, "ms"), (1e-6, "µs")):
+                if abs(value) >= scale or unit == "µs":
+                    return f"{value / scale:.3g} {unit}"
+        return f"{value:.3g}" if isinstance(value, float) else str(value)
+    return str(value)
+
+
 FILTERS = {"sig": sig, "amount": amount, "gb": gb, "tflops": tflops, "percent": percent, "money": money}

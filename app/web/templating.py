@@ -9,4 +9,5 @@ from app.web import numbers, picker
 templates = Jinja2Templates(directory=TEMPLATES_DIR)
 templates.env.globals["version"] = __version__
 templates.env.filters.update(numbers.FILTERS)
+templates.env.globals["setting"] = numbers.setting
 templates.env.globals["model_groups"] = picker.groups
