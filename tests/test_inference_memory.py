@@ -75,6 +75,14 @@ def test_latent_cache_holds_far_more_sequences_than_decompressed(api):
     (BODY | {"num_gpus": 2, "tensor_parallel": 4}, "tensor_parallel"),
     (BODY | {"gpu_memory_utilization": 1.5}, "gpu_memory_utilization"),
     (BODY | {"cache_dtype": "int4"}, "cache_dtype"),
+    # Formats this model cannot take: GPTQ groups of 100 across 4096 inputs; GGUF blocks of 32 and
+    # AWQ's 8 columns per int32 across a 36-wide model.
+    (BODY | {"weight_format": "gptq_int4", "group_size": 100}, "group_size"),
+    (BODY | {"weight_format": "gguf_q4_0", "model": {"n_layers": 2, "d_model": 48, "n_heads": 4,
+                                                      "vocab_size": 100}, "context": 64}, "weight_format"),
+    (BODY | {"weight_format": "awq_int4", "model": {"n_layers": 2, "d_model": 36, "n_heads": 4,
+                                                     "vocab_size": 100}, "context": 64}, "weight_format"),
+    (BODY | {"unquantized": ["experts"]}, "unquantized.0"),
 ])
 def test_bad_memory_requests_name_the_field(api, body, field):
     assert_names_field(api.post(MEMORY, body), field)
