@@ -107,6 +107,7 @@ def test_times_are_reported_as_positive_figures_beside_the_roofline(runs, name):
         assert predicted["relative_error"] == pytest.approx(predicted["seconds"] / t["median"] - 1)
     for d in result["decode"]:
         assert d["tokens_per_sec"] == pytest.approx(d["batch_size"] / d["time"]["median"])
+        assert d["ops_per_step"] > 0
         assert d["achieved_bytes_per_sec"] == pytest.approx(d["predicted"]["bytes"] / d["time"]["median"])
     assert any("CUDA graphs: not used" in n for n in result["notes"])
 

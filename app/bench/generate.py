@@ -127,45 +127,48 @@ def run(raw: dict, progress) -> dict:
         model = Transformer(cfg).to(dtype).eval()
     weights = list(model.parameters())
     assert sum(t.nbytes for t in weights) == plan.weights_bytes
-    done = 1
-    prefills = []
+    done, prefills = 1, []
     for n in plan.prompt_lens:
         progress(done, total, f"prefill of {n} tokens")
-        cache = decode.allocate(cfg, batch=1, context=n, dtype=dtype, device=device)
-        prompt = torch.randint(cfg.vocab_size, (1, n), device=device)
-
-        def fill(prompt=prompt, cache=cache) -> torch.Tensor:
-            return decode.prefill(model, prompt, cache)
-
-        resident = [*weights, *cache.tensors(), prompt]
-        stats, memory = _measure(env, fill, resident, predict.prefill_memory(plan, n), cache)
-        floor = _ops(fill) * ceilings.seconds_per_launch
-        prefills.append(PrefillPoint(
-            prompt_len=n, time=stats, tokens_per_sec=n / stats.median,
-            achieved_flop_per_sec=predict.prefill_pass(plan, hw, n).flops / stats.median,
-            predicted=_roofline([predict.prefill_pass(plan, hw, n)], stats.median, floor), memory=memory))
-        del cache, prompt
+        prefills.append(_prefill_point(env, model, plan, hw, ceilings, weights, n))
         done += 1
-    decodes, ops_per_step = [], None
+    decodes = []
     for b in plan.batch_sizes:
         for c in plan.contexts:
             progress(done, total, f"decode: batch {b}, context {c}")
-            point, ops = _decode_point(env, model, plan, hw, ceilings, weights, b, c)
-            decodes.append(point)
-            ops_per_step = ops if ops_per_step is None else ops_per_step
+            decodes.append(_decode_point(env, model, plan, hw, ceilings, weights, b, c))
             done += 1
     progress(done, total, "done")
     return to_json(GenerateResult(
         probe="generate", environment=env.environment(p.seed), model=plan.name, params=plan.params,
         dtype=plan.dtype, weights_bytes=sum(t.nbytes for t in weights), attention=_attention(plan),
-        decode_steps=plan.decode_steps, ops_per_decode_step=ops_per_step or 0, cuda_graphs=False,
+        decode_steps=plan.decode_steps, ops_per_decode_step=decodes[0].ops_per_step, cuda_graphs=False,
         ceilings=ceilings, prefill=prefills, decode=decodes, notes=_notes(env, ceilings, decodes),
         assumptions=_assumptions(plan, ceilings)))
 
 
+def _prefill_point(env: Setup, model: Transformer, plan: predict.GeneratePlan, hw: Hardware,
+                   ceilings: Ceilings, weights: list[torch.Tensor], n: int) -> PrefillPoint:
+    """One prompt of n tokens into a cache of its length, timed again and again (each run
+    rewrites the same slots)."""
+    cfg, device = plan.config, env.device
+    cache = decode.allocate(cfg, batch=1, context=n, dtype=TORCH_DTYPES[plan.dtype], device=device)
+    prompt = torch.randint(cfg.vocab_size, (1, n), device=device)
+
+    def fill() -> torch.Tensor:
+        return decode.prefill(model, prompt, cache)
+
+    stats, memory = _measure(env, fill, [*weights, *cache.tensors(), prompt], predict.prefill_memory(plan, n),
+                             cache)
+    roof = predict.prefill_pass(plan, hw, n)
+    return PrefillPoint(prompt_len=n, time=stats, tokens_per_sec=n / stats.median,
+                        achieved_flop_per_sec=roof.flops / stats.median,
+                        predicted=_roofline([roof], stats.median, _ops(fill) * ceilings.seconds_per_launch),
+                        memory=memory)
+
+
 def _decode_point(env: Setup, model: Transformer, plan: predict.GeneratePlan, hw: Hardware,
-                  ceilings: Ceilings, weights: list[torch.Tensor], batch: int,
-                  context: int) -> tuple[DecodePoint, int]:
+                  ceilings: Ceilings, weights: list[torch.Tensor], batch: int, context: int) -> DecodePoint:
     """Each sequence's prompt (context - decode_steps tokens) prefilled alone into its row, then
     timed runs of decode_steps steps ending at `context`, each rewriting the same slots."""
     cfg, device, steps = plan.config, env.device, plan.decode_steps
@@ -188,7 +191,7 @@ def _decode_point(env: Setup, model: Transformer, plan: predict.GeneratePlan, hw
         batch_size=batch, context=context, time=per, tokens_per_sec=batch / per.median,
         achieved_bytes_per_sec=predicted.bytes / per.median, predicted=predicted,
         predicted_tokens_per_sec=batch / predicted.seconds,
-        launch_bound=predicted.launch_floor_seconds > predicted.seconds, memory=memory), ops
+        ops_per_step=ops, launch_bound=predicted.launch_floor_seconds > predicted.seconds, memory=memory)
 
 
 def _attention(plan: predict.GeneratePlan) -> str:

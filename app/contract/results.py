@@ -332,6 +332,8 @@ class DecodePoint:
     predicted: Roofline
     """Averaged over the run's decode_steps steps (contexts context - decode_steps + 1 .. context)."""
     predicted_tokens_per_sec: float
+    ops_per_step: int
+    """Non-view aten ops one step dispatches (on CUDA, roughly its kernel launches)."""
     launch_bound: bool
     """The launch floor exceeds the roofline time: kernel launches, not FLOPs or bytes, set the pace."""
     memory: ServingMemory
@@ -353,8 +355,7 @@ class GenerateResult:
     """How the cache is kept and read, in words."""
     decode_steps: int
     ops_per_decode_step: int
-    """Non-view aten ops one decode step dispatches at the smallest batch (on CUDA, roughly its
-    kernel launches)."""
+    """The first decode point's ops_per_step."""
     cuda_graphs: bool
     """Whether decode steps were captured in CUDA graphs (they are not: each op is launched)."""
     ceilings: Ceilings
