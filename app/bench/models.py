@@ -83,10 +83,13 @@ def _norm(cfg: TransformerConfig, width: int | None = None) -> nn.Module:
     return nn.LayerNorm(width, bias=cfg.bias)
 
 
-def rope_tables(seq_len: int, head_dim: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos and sin, (seq_len, head_dim), for rotate-half RoPE with base 10000."""
+def rope_tables(seq_len: int, head_dim: int, device: torch.device,
+                start: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin, (seq_len, head_dim), for rotate-half RoPE with base 10000, at positions
+    start .. start + seq_len - 1."""
     inv = 1.0 / 10000 ** (torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim)
-    angles = torch.outer(torch.arange(seq_len, device=device, dtype=torch.float32), inv)
+    positions = torch.arange(start, start + seq_len, device=device, dtype=torch.float32)
+    angles = torch.outer(positions, inv)
     angles = torch.cat((angles, angles), dim=-1)
     return angles.cos(), angles.sin()
 
@@ -114,8 +117,8 @@ class Attention(nn.Module):
         elif cfg.qk_norm == "projection":
             self.q_norm, self.k_norm = _norm(cfg, self.q_width), _norm(cfg, self.kv_width)
 
-    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None,
-                dropout: float) -> torch.Tensor:
+    def project(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None):
+        """q (B, heads, s, hd), k and v (B, kv_heads, s, hd), positions applied."""
         b, s, _ = x.shape
         q, k, v = self.qkv(x).split((self.q_width, self.kv_width, self.kv_width), dim=-1)
         # A fused q/k-norm kernel reads q and k alone: copies, so the norms do not keep the
@@ -131,6 +134,12 @@ class Attention(nn.Module):
         if rope is not None:
             # Rotated q and k are new tensors; a view v would keep the whole projection alive.
             q, k, v = _rotate(q, *rope), _rotate(k, *rope), v.contiguous()
+        return q, k, v
+
+    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None,
+                dropout: float) -> torch.Tensor:
+        b, s, _ = x.shape
+        q, k, v = self.project(x, rope)
         z = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=self.kv_heads != self.heads,
                                            dropout_p=dropout)
         return self.out(z.transpose(1, 2).reshape(b, s, self.q_width))
@@ -151,7 +160,10 @@ class Mlp(nn.Module):
         y = self.up(y)
         if self.gated:
             gate, up = y.split(self.width, dim=-1)
-            return self.down(self.act(gate) * up)
+            if torch.is_grad_enabled():
+                return self.down(self.act(gate) * up)
+            # Serving (vLLM's SiluAndMul): act(gate) * up written over act(gate), no second temporary.
+            return self.down(self.act(gate).mul_(up))
         return self.down(self.act(y))
 
 
@@ -287,8 +299,9 @@ class LatentAttention(nn.Module):
         self.kv_up = nn.Linear(self.kv_latent, cfg.n_heads * (self.nope + self.vd), bias=False)
         self.out = nn.Linear(cfg.n_heads * self.vd, cfg.d_model, bias=bias)
 
-    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor],
-                dropout: float) -> torch.Tensor:
+    def project(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor]):
+        """q (B, heads, s, nope + rope), its rope part rotated, and what a latent cache keeps:
+        the normed key/value latent (B, s, kv_lora_rank) and the rotated key (B, s, rope)."""
         b, s, _ = x.shape
         h, nope, r = self.heads, self.nope, self.rope
         latent = self.down(x)
@@ -300,12 +313,22 @@ class LatentAttention(nn.Module):
             # A tensor of its own, so the norm keeps the key/value latent alive, not the queries.
             kv = kv.contiguous() if self.kv_bias is None else kv + self.kv_bias.to(kv.dtype)
             kv_latent, k_rope = kv.split((self.kv_latent, r), dim=-1)
-        kv = self.kv_up(self.kv_norm(kv_latent))
+        kv_latent = self.kv_norm(kv_latent)
         q_nope, q_rope = q.view(b, s, h, nope + r).transpose(1, 2).split((nope, r), dim=-1)
+        return torch.cat((q_nope, _rotate(q_rope, *rope)), dim=-1), kv_latent, _rotate(k_rope, *rope)
+
+    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor],
+                dropout: float) -> torch.Tensor:
+        return self.decompressed(*self.project(x, rope), dropout)
+
+    def decompressed(self, q: torch.Tensor, kv_latent: torch.Tensor, k_rope: torch.Tensor,
+                     dropout: float) -> torch.Tensor:
+        """Causal attention with keys and values decompressed from the latent, per head."""
+        b, s, _ = kv_latent.shape
+        h, nope, r = self.heads, self.nope, self.rope
+        kv = self.kv_up(kv_latent)
         k_nope, v = kv.view(b, s, h, nope + self.vd).transpose(1, 2).split((nope, self.vd), dim=-1)
-        k_rope = _rotate(k_rope.unsqueeze(1), *rope).expand(b, h, s, r)
-        q = torch.cat((q_nope, _rotate(q_rope, *rope)), dim=-1)
-        k = torch.cat((k_nope, k_rope), dim=-1)
+        k = torch.cat((k_nope, k_rope.unsqueeze(1).expand(b, h, s, r)), dim=-1)
         z = _attend(q, k, v.contiguous(), dropout)
         return self.out(z.transpose(1, 2).reshape(b, s, h * self.vd))
 
@@ -327,20 +350,26 @@ class Block(nn.Module):
         self.mlp = Experts(cfg) if moe else Mlp(cfg, cfg.ff, cfg.has_mlp_bias)
         self.dropout = 0.1 if cfg.dropout else 0.0
 
-    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None,
+                attend=None, mlp=None) -> torch.Tensor:
+        """`attend` and `mlp` (sublayer input -> output) stand in for self.attn and self.mlp: the
+        generate probe's cached attention and served experts (app/bench/decode.py) go through
+        the same layout."""
         p = self.dropout if self.training else 0.0
+        attn = attend or (lambda y: self.attn(y, rope, p))
+        mlp = mlp or self.mlp
         if self.layout in ("parallel", "parallel_shared"):
             a_in = self.norm1(x)
             m_in = a_in if self.layout == "parallel_shared" else self.norm2(x)
-            return x + F.dropout(self.attn(a_in, rope, p), p) + F.dropout(self.mlp(m_in), p)
+            return x + F.dropout(attn(a_in), p) + F.dropout(mlp(m_in), p)
         if self.layout == "post":
-            x = x + F.dropout(self.norm1(self.attn(x, rope, p)), p)
-            return x + F.dropout(self.norm2(self.mlp(x)), p)
+            x = x + F.dropout(self.norm1(attn(x)), p)
+            return x + F.dropout(self.norm2(mlp(x)), p)
         if self.layout == "sandwich":
-            x = x + F.dropout(self.post1(self.attn(self.norm1(x), rope, p)), p)
-            return x + F.dropout(self.post2(self.mlp(self.norm2(x))), p)
-        x = x + F.dropout(self.attn(self.norm1(x), rope, p), p)
-        return x + F.dropout(self.mlp(self.norm2(x)), p)
+            x = x + F.dropout(self.post1(attn(self.norm1(x))), p)
+            return x + F.dropout(self.post2(mlp(self.norm2(x))), p)
+        x = x + F.dropout(attn(self.norm1(x)), p)
+        return x + F.dropout(mlp(self.norm2(x)), p)
 
 
 class Transformer(nn.Module):

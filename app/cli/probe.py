@@ -22,6 +22,7 @@ EXAMPLES = """examples:
   tally probe matmul --sweep quick --dtypes bfloat16,float32
   tally probe matmul --sweep custom --shapes '[{"m": 64, "k": 32, "n": 16}]' --dtypes float32
   tally probe train_step --model gpt2 --batch-size 2 --seq-len 128 --optimizer adamw
+  tally probe generate --model llama3.2-1b --batch-sizes 1,8,32 --contexts 1024,4096
   tally probe bandwidth --output json"""
 POLL_S = 0.1  # how often the job's row is read for the progress bar
 
@@ -284,6 +285,47 @@ def _train_step(result: Any) -> list:
             *(f"assumes {a}" for a in r.assumptions)]
 
 
+def _binary_unit(largest: int) -> tuple[str, int]:
+    units = (("GiB", 2**30), ("MiB", 2**20), ("KiB", 1024), ("bytes", 1))
+    return next(((u, s) for u, s in units if largest >= s), ("bytes", 1))
+
+
+def _generate(result: Any) -> list:
+    r, c = result, result.ceilings
+    where = f"{_where(r)}: {r.model} ({r.params:,} params, {r.dtype}); {r.attention}"
+    ceilings = (f"roofline at this job's own ceilings: {_tflops(c.matmul_flop_per_sec)} TFLOP/s (a "
+                f"{c.matmul_size}^3 {c.matmul_dtype} matmul), {_g(c.bandwidth_bytes_per_sec / 1e9)} GB/s (a "
+                f"device copy); CUDA graphs: {'yes' if r.cuda_graphs else 'no'}; {r.ops_per_decode_step} ops "
+                f"per decode step, {_g(c.seconds_per_launch * 1e6)} us per launch")
+    points = [*r.prefill, *r.decode]
+    unit, scale = _binary_unit(max((max(x.memory.predicted["total"], x.memory.measured_peak_allocated)
+                                    for x in points), default=1))
+
+    def memory(m: Any) -> list[str]:
+        return [_per(m.measured_peak_allocated, scale), _per(m.predicted["total"], scale),
+                _g(m.relative_error * 100, 3)]
+
+    prefill = [[str(p.prompt_len), _ms(p.time.median), _ms(p.predicted.seconds),
+                _g(p.predicted.relative_error * 100, 3), p.predicted.bound, _g(p.tokens_per_sec),
+                f"{p.memory.kv_cache_bytes:,}", *memory(p.memory)] for p in r.prefill]
+    decode = [[str(d.batch_size), str(d.context), _ms(d.time.median), _ms(d.predicted.seconds),
+               _ms(d.predicted.launch_floor_seconds) + (" *" if d.launch_bound else ""),
+               _g(d.predicted.relative_error * 100, 3), d.predicted.bound, _g(d.tokens_per_sec),
+               _g(d.achieved_bytes_per_sec / 1e9), f"{d.memory.kv_cache_bytes:,}",
+               f"{d.memory.predicted['kv_cache']:,}", *memory(d.memory)] for d in r.decode]
+    peak = [f"peak measured {unit}", f"peak predicted {unit}", "peak error %"]
+    return [where, ceilings,
+            "prefill (one prompt, batch 1)",
+            _table(["prompt tokens", "median ms", "roofline ms", "error %", "bound", "tokens/s (median)",
+                    "KV cache bytes", *peak], prefill, 0),
+            f"decode ({r.decode_steps} steps per timed run; times per step)",
+            _table(["batch", "context", "median ms", "roofline ms", "launch floor ms", "error %", "bound",
+                    "tokens/s (median)", "GB/s achieved (median)", "KV cache bytes", "KV predicted", *peak],
+                   decode, 0),
+            "error = predicted / measured - 1; * launch-bound: the ops' launches alone take longer than the "
+            "roofline's time", *r.notes, *(f"assumes {a}" for a in r.assumptions)]
+
+
 def _as_json(result: Any) -> list:
     """A probe without a table of its own: its result, as JSON."""
     from app.contract.registry import RESULTS
@@ -291,4 +333,5 @@ def _as_json(result: Any) -> list:
     return [RESULTS.dump_json(result, indent=2).decode()]
 
 
-TABLES = {"matmul": _matmul, "bandwidth": _bandwidth, "transfer": _transfer, "train_step": _train_step}
+TABLES = {"matmul": _matmul, "bandwidth": _bandwidth, "transfer": _transfer, "train_step": _train_step,
+          "generate": _generate}

@@ -16,9 +16,11 @@ from pydantic import Field, TypeAdapter
 from app.contract import predict
 from app.contract.params import (
     BANDWIDTH_BYTES,
+    GENERATE_SIZES,
     MATMUL_SIZES,
     TRANSFER_SIZES,
     BandwidthParams,
+    GenerateParams,
     MatmulParams,
     ProbeParams,
     TrainStepParams,
@@ -28,7 +30,13 @@ from app.contract.params import (
     matmul_shapes,
     transfer_sizes,
 )
-from app.contract.results import BandwidthResult, MatmulResult, TrainStepResult, TransferResult
+from app.contract.results import (
+    BandwidthResult,
+    GenerateResult,
+    MatmulResult,
+    TrainStepResult,
+    TransferResult,
+)
 
 Kind = Literal["cuda", "cpu"]
 Need = tuple[int, str]
@@ -89,6 +97,12 @@ def _train_step_least(params: TrainStepParams, kind: Kind) -> Least:
     return 0.0, "params.steps"
 
 
+def _generate_least(params: GenerateParams, kind: Kind) -> Least:
+    # The ceilings (a matmul, a copy, the launch floor), each prompt, each batch size at each context.
+    plan = predict.generate(params, kind == "cuda")
+    return _least_seconds(params, 3 + len(plan.prompt_lens) + len(plan.batch_sizes) * len(plan.contexts))
+
+
 def _matmul_need(params: MatmulParams, kind: Kind) -> Need:
     i, need = predict.largest_matmul(matmul_shapes(params, kind), list(matmul_dtypes(params, kind)))
     return need, f"params.shapes.{i}" if params.sweep == "custom" else "params.sweep"
@@ -107,6 +121,10 @@ def _train_step_need(params: TrainStepParams, kind: Kind) -> Need:
     return predict.train_step(params, kind == "cuda").memory["total"], "params.batch_size"
 
 
+def _generate_need(params: GenerateParams, kind: Kind) -> Need:
+    return predict.generate_need(params, kind == "cuda")
+
+
 PROBES: dict[str, Probe] = {probe.name: probe for probe in (
     Probe("matmul", "TFLOP/s and MFU of (m, k) @ (k, n) per shape and dtype", MatmulParams, MatmulResult,
           "app.bench.matmul:run", MATMUL_SIZES, _matmul_need, _matmul_least),
@@ -118,6 +136,10 @@ PROBES: dict[str, Probe] = {probe.name: probe for probe in (
     Probe("train_step", "one training step: phase times, tokens/s, MFU, peak memory measured vs predicted",
           TrainStepParams, TrainStepResult, "app.bench.train_step:run", {}, _train_step_need,
           _train_step_least),
+    Probe("generate", "prefill and decode with a KV cache: times, tokens/s, decode bandwidth, peak memory "
+          "and cache bytes, each beside the roofline's and the serving calculators' prediction",
+          GenerateParams, GenerateResult, "app.bench.generate:run", GENERATE_SIZES, _generate_need,
+          _generate_least),
 )}
 
 ProbeName = Literal[tuple(PROBES)]  # type: ignore[valid-type]

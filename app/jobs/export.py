@@ -21,15 +21,21 @@ def _flatten(value: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return row
 
 
+PHASES = ("prefill", "decode")
+"""generate's measurements come in two lists, a row per item with its phase named."""
+
+
 def rows(job: Job) -> list[dict[str, Any]]:
     env = job.result.environment
     result = RESULTS.dump_python(job.result, mode="json", exclude={"environment"})
     common = {"job_id": job.id, "probe": job.probe, "device": env.device, "device_name": env.device_name}
     result.pop("best", None)  # repeats rows of points
     points = result.pop("points", None)
-    if points is None:
-        return [common | _flatten(result)]
-    return [common | _flatten(point) for point in points]
+    if points is not None:
+        return [common | _flatten(point) for point in points]
+    if all(isinstance(result.get(phase), list) for phase in PHASES):
+        return [common | {"phase": phase} | _flatten(point) for phase in PHASES for point in result[phase]]
+    return [common | _flatten(result)]
 
 
 def to_csv(job: Job) -> str:

@@ -29,6 +29,7 @@ from app.web.templating import templates
 router = APIRouter(include_in_schema=False)
 JOB_REQUEST = TypeAdapter(service.JobRequest)
 PRESETS = PresetName.__args__
+GENERATE_LISTS = ("batch_sizes", "contexts", "prompt_lens")
 
 
 def params_from(form: dict[str, str]) -> dict[str, Any]:
@@ -53,6 +54,11 @@ def params_from(form: dict[str, str]) -> dict[str, Any]:
                 p[name] = forms.number(form[name].strip())
         p["optimizer"] = form.get("optimizer", "adamw")
         p["precision"] = form.get("precision", "fp32")
+    elif probe == "generate":  # gen_ names: every fieldset posts, hidden or not
+        if form.get("gen_model"):
+            p["model"] = form["gen_model"]
+        p |= forms.body({name: form.get(f"gen_{name}", "") for name in GENERATE_LISTS}, list(GENERATE_LISTS),
+                        set(GENERATE_LISTS))
     gpu = form.get("gpu", "").strip()
     return {"probe": probe, "params": p} | ({"gpu": forms.number(gpu)} if gpu else {})
 

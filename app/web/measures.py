@@ -11,7 +11,13 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from app.accounting.units import human_bytes
-from app.contract.results import BandwidthResult, MatmulResult, TrainStepResult, TransferResult
+from app.contract.results import (
+    BandwidthResult,
+    GenerateResult,
+    MatmulResult,
+    TrainStepResult,
+    TransferResult,
+)
 from app.web import numbers
 
 Kind = Literal["flop_per_sec", "seconds", "gb_per_sec", "tokens_per_sec", "fraction", "signed_fraction"]
@@ -103,7 +109,32 @@ def headline(result: Any) -> list[Metric]:
                 Metric("optimizer", "optimizer step, median", r.optimizer_step.median, "seconds"),
                 Metric("memory", "peak memory, predicted vs measured", r.memory.relative_error,
                        "signed_fraction")]
+    if isinstance(result, GenerateResult):
+        return _generate_headline(result)
     return []
+
+
+def _generate_headline(r: GenerateResult) -> list[Metric]:
+    """Decode at the largest batch (its longest context), prefill at the longest prompt, and the
+    memory prediction's worst point."""
+    out = []
+    if r.decode:
+        d = max(r.decode, key=lambda d: (d.batch_size, d.context))
+        where = f"batch {d.batch_size}, context {d.context}"
+        out += [Metric("decode_tokens", "decode tokens/s (median step)", d.tokens_per_sec, "tokens_per_sec",
+                       where),
+                Metric("decode_step", "decode step, median", d.time.median, "seconds", where),
+                Metric("decode_roofline", "decode step, roofline vs measured", d.predicted.relative_error,
+                       "signed_fraction", where),
+                Metric("decode_bandwidth", "decode bandwidth achieved (median step)",
+                       d.achieved_bytes_per_sec / 1e9, "gb_per_sec", where)]
+    if r.prefill:
+        p = max(r.prefill, key=lambda p: p.prompt_len)
+        out.append(Metric("prefill_tokens", "prefill tokens/s (median)", p.tokens_per_sec, "tokens_per_sec",
+                          f"{p.prompt_len} tokens"))
+    worst = max((x.memory.relative_error for x in [*r.prefill, *r.decode]), key=abs, default=None)
+    out.append(Metric("memory", "peak memory, predicted vs measured (worst point)", worst, "signed_fraction"))
+    return out
 
 
 def _differences(a: Any, b: Any) -> list[str]:
@@ -131,6 +162,12 @@ def _differences(a: Any, b: Any) -> list[str]:
     elif isinstance(a, TrainStepResult):
         for what in ("model", "params", "batch_size", "seq_len", "optimizer", "precision"):
             differ(what.replace("_", " "), getattr(a, what), getattr(b, what))
+    elif isinstance(a, GenerateResult):
+        for what in ("model", "params", "dtype", "decode_steps"):
+            differ(what.replace("_", " "), getattr(a, what), getattr(b, what))
+        differ("prompt lengths", [p.prompt_len for p in a.prefill], [p.prompt_len for p in b.prefill])
+        differ("batch x context", [(d.batch_size, d.context) for d in a.decode],
+               [(d.batch_size, d.context) for d in b.decode])
     return said
 
 
