@@ -31,11 +31,17 @@ SERVE_EVERY_ROUTE = textwrap.dedent("""
                 "/api/v1/memory/max-model": {"gpu": "h100-sxm"},
                 "/api/v1/time/training": {"flops": 1e20, "gpu": "h100-sxm"},
                 "/api/v1/time/mfu": {"flops": 1e15, "seconds": 1, "gpu": "h100-sxm"},
+                "/api/v1/inference/memory": {"model": "mixtral-8x7b", "gpu": "h100-sxm", "num_gpus": 2,
+                                             "tensor_parallel": 2, "weight_format": "gguf_q4_k_m"},
+                "/api/v1/inference/capacity": {"model": "llama3-8b", "gpu": "h100-sxm",
+                                               "weight_format": "nf4"},
+                "/api/v1/inference/time": {"model": "deepseek-v2-lite", "gpu": "h100-sxm",
+                                           "weight_format": "fp8_e4m3"},
             }
             for path, body in calls.items():
                 assert (await c.post(path, json=body)).status_code == 200, path
             # Admission sizes every probe with the calculators, not with torch.
-            for probe in ("matmul", "bandwidth", "transfer", "train_step"):
+            for probe in ("matmul", "bandwidth", "transfer", "train_step", "generate"):
                 job = await c.post("/api/v1/jobs", json={"probe": probe})
                 assert job.status_code == 202, job.text
                 assert (await c.get(f"/api/v1/jobs/{job.json()['id']}")).status_code == 200

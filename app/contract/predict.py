@@ -232,12 +232,11 @@ def decode_bytes(plan: GeneratePlan, batch: int, context: int) -> int:
     """Bytes one decode step moves, as the serving calculators count them: the weights read once
     (of the routed experts, only those the batch's tokens pick: roofline.experts_read), every
     sequence's cache read at `context` tokens and its new entries written."""
-    cfg, weights = plan.config, plan.weights_bytes
-    if cfg.moe:
-        unread = 1 - roofline.experts_read(cfg, batch) / cfg.n_experts
-        weights -= round(models.count_params(cfg).routed_experts * plan.dtype_bytes * unread)
-    per_sequence = kv_bytes(plan, context=context, batch=1) + kv_bytes(plan, context=1, batch=1)
-    return weights + batch * per_sequence
+    cfg = plan.config
+    routed = models.count_params(cfg).routed_experts * plan.dtype_bytes
+    return roofline.decode_step_bytes(cfg, weights_bytes=plan.weights_bytes, routed_bytes=routed, batch=batch,
+                                      cache_bytes=kv_bytes(plan, context=context, batch=1),
+                                      new_bytes=kv_bytes(plan, context=1, batch=1))
 
 
 def decode_pass(plan: GeneratePlan, hw: roofline.Hardware, batch: int, context: int) -> roofline.Pass:

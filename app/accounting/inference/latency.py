@@ -117,11 +117,9 @@ def _per_sequence(setup: Setup, context: int) -> _Decode:
 
 
 def _bytes(setup: Setup, one: _Decode, batch: int) -> int:
-    weights = setup.weights_per_gpu
-    if setup.cfg.moe:  # only the experts the batch's tokens pick are read
-        share = roofline.experts_read(setup.cfg, batch) / setup.cfg.n_experts
-        weights -= round(setup.routed_bytes_per_gpu * (1 - share))
-    return weights + batch * (one.cache_bytes + one.new_bytes)
+    return roofline.decode_step_bytes(setup.cfg, weights_bytes=setup.weights_per_gpu,
+                                      routed_bytes=setup.routed_bytes_per_gpu, batch=batch,
+                                      cache_bytes=one.cache_bytes, new_bytes=one.new_bytes)
 
 
 def _compute_bound(setup: Setup, hw: Hardware, one: _Decode, batch: int) -> bool:

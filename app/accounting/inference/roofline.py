@@ -121,3 +121,13 @@ def experts_read(cfg: TransformerConfig, tokens: int) -> float:
     n, k = cfg.n_experts, cfg.top_k
     return n * (1 - (1 - k / n) ** tokens)
 
+
+def decode_step_bytes(cfg: TransformerConfig, *, weights_bytes: int, routed_bytes: int, batch: int,
+                      cache_bytes: int, new_bytes: int) -> int:
+    """Bytes one decode step of `batch` sequences moves on one GPU: its weights read once, less
+    the routed experts no token of the batch picks (experts_read; `routed_bytes` is this GPU's
+    share of them), plus each sequence's cache read (`cache_bytes`) and its new entries written
+    (`new_bytes`)."""
+    if cfg.moe:
+        weights_bytes -= round(routed_bytes * (1 - experts_read(cfg, batch) / cfg.n_experts))
+    return weights_bytes + batch * (cache_bytes + new_bytes)
