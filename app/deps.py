@@ -29,8 +29,12 @@ async def get_settings(request: Request) -> Settings:
     return request.app.state.settings
 
 
-async def get_store(request: Request) -> Store:
+def store_of(request: Request) -> Store:
     return request.app.state.store
+
+
+async def get_store(request: Request) -> Store:
+    return store_of(request)
 
 
 SettingsDep = Annotated[Settings, Depends(get_settings)]

@@ -17,7 +17,7 @@ from app.api.routes import device, dtypes, flops, hardware, inference, jobs, mem
 
 PREFIX = "/api/v1"
 # Tried in this order: the calculators most called first, catalogue reads last.
-MODULES = (memory, flops, time, inference, tensors, dtypes, models, hardware, jobs, device)
+MODULES = (memory, inference, flops, time, tensors, dtypes, models, hardware, jobs, device)
 _ROUTE_OPTIONS = tuple(name for name in inspect.signature(APIRouter.add_api_route).parameters
                        if name not in ("self", "path", "endpoint"))
 

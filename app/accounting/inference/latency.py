@@ -93,12 +93,13 @@ CONVENTIONS = [
 
 
 def prefill(setup: Setup, hw: Hardware, *, prompt: int, sequences: int = 1) -> Pass:
-    """`sequences` prompts in one forward: weights read once, the cache written once."""
-    flops = roofline.prefill_flops(setup.cfg, prompt=prompt, sequences=sequences)
-    written = setup.kv_per_gpu(context=prompt, batch=sequences, paged=False)
+    """`sequences` prompts in one forward: weights read once, the cache written once. FLOPs,
+    cache and all-reduced tokens are each `sequences` times one prompt's."""
+    flops = roofline.prefill_flops(setup.cfg, prompt=prompt)
+    written = setup.kv_per_gpu(context=prompt, batch=1, paged=False)
     comm = roofline.allreduce_seconds(setup.cfg, hw, tokens=sequences * prompt, act_bytes=setup.act_bytes,
                                       tensor_parallel=setup.tensor_parallel)
-    return roofline.run(hw, flops=flops, bytes=setup.weights_per_gpu + written,
+    return roofline.run(hw, flops=sequences * flops, bytes=setup.weights_per_gpu + sequences * written,
                         tensor_parallel=setup.tensor_parallel, comm_seconds=comm)
 
 
@@ -133,14 +134,20 @@ def _curve(setup: Setup, hw: Hardware, one: _Decode, top: int) -> list[DecodePoi
     arithmetic, its constants taken once)."""
     flop_s = one.flops / setup.tensor_parallel / (hw.peak_flop_per_sec * hw.flops_efficiency)
     rate = hw.bandwidth_bytes_per_sec * hw.memory_efficiency
+    # The all-reduces are a fixed latency plus a time per token: comm(b) = fixed + b x per_token.
+    fixed = roofline.allreduce_seconds(setup.cfg, hw, tokens=0, act_bytes=setup.act_bytes,
+                                       tensor_parallel=setup.tensor_parallel)
+    per_token = roofline.allreduce_seconds(setup.cfg, hw, tokens=1, act_bytes=setup.act_bytes,
+                                           tensor_parallel=setup.tensor_parallel) - fixed
+    weights, per_sequence = setup.weights_per_gpu, one.cache_bytes + one.new_bytes
     points = []
     for i in range(top.bit_length()):
         batch = 1 << i
-        compute, memory = batch * flop_s, _bytes(setup, one, batch) / rate
-        seconds = max(compute, memory) + roofline.allreduce_seconds(
-            setup.cfg, hw, tokens=batch, act_bytes=setup.act_bytes, tensor_parallel=setup.tensor_parallel)
-        points.append(DecodePoint(batch=batch, seconds=seconds, tokens_per_sec=batch / seconds,
-                                  bound="compute" if compute >= memory else "memory"))
+        moved = _bytes(setup, one, batch) if setup.cfg.moe else weights + batch * per_sequence
+        compute, memory = batch * flop_s, moved / rate
+        seconds = max(compute, memory) + fixed + batch * per_token
+        bound = "compute" if compute >= memory else "memory"
+        points.append(DecodePoint(batch, seconds, batch / seconds, bound))
     return points
 
 
@@ -184,19 +191,31 @@ def compute_bound_batch(setup: Setup, hw: Hardware, *, context: int,
     return hi
 
 
+def _decode_table(setup: Setup, hw: Hardware, context: int) -> tuple[_Decode, int | None, list[DecodePoint]]:
+    """A step's per-sequence terms at `context`, the compute-bound batch and the decode curve:
+    they depend on the deployment, the hardware and the context alone, so a deployment keeps
+    them while requests vary concurrency, output length and price."""
+    key = ("decode", hw, context)
+    table = setup.memo.get(key)
+    if table is None:
+        one = _per_sequence(setup, context)
+        knee = compute_bound_batch(setup, hw, context=context, one=one)
+        table = setup.remember(key, (one, knee, _curve(setup, hw, one, max(knee or 1, 256) * 2)))
+    return table
+
+
 def serving_time(setup: Setup, hw: Hardware, *, prompt: int, output: int, concurrency: int,
                  price_per_gpu_hour: float | None, currency: str, peak_dtype: str,
                  sources: tuple[str, str] = ("given", "given")) -> InferenceTime:
     per_replica = -(-concurrency // setup.replicas)
     context = prompt + output // 2
     first = prefill(setup, hw, prompt=prompt)
-    one = _per_sequence(setup, context)
+    one, knee, curve = _decode_table(setup, hw, context)
     step = _step(setup, hw, one, per_replica)
-    knee = compute_bound_batch(setup, hw, context=context, one=one)
     batched = prefill(setup, hw, prompt=prompt, sequences=per_replica)
     round_trip = batched.seconds + output * step.seconds
-    top = max(per_replica, knee or 1, 256) * 2
-    curve = _curve(setup, hw, one, top)
+    if 2 * per_replica > curve[-1].batch:  # more sequences than the table reaches
+        curve = _curve(setup, hw, one, 2 * per_replica)
     gpu_hours_per_sec = setup.num_gpus / SECONDS_PER_HOUR
     if price_per_gpu_hour is None:
         cost_in = cost_out = None

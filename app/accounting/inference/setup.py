@@ -5,8 +5,10 @@ the weight and KV-cache conventions are applied once: weights by quant.py, the c
 kv_cache.py, the forward's transient memory by workspace.py.
 """
 
+from collections.abc import Hashable
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
+from typing import Any, TypeVar
 
 from app.accounting import dtypes
 from app.accounting.config import TransformerConfig
@@ -19,6 +21,7 @@ from app.accounting.inference.workspace import Workspace, workspace
 _weight_bytes = lru_cache(maxsize=1024)(quant.weight_bytes)
 _workspace = lru_cache(maxsize=1024)(workspace)
 _kv_cache = lru_cache(maxsize=1024)(kv_cache.kv_cache)
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -94,10 +97,24 @@ class Setup:
             block_size=self.block_size if paged else None, mla_cache=self.mla_cache,
             tensor_parallel=self.tensor_parallel)
 
+    @cached_property
+    def memo(self) -> dict[Hashable, Any]:
+        """What the calculators derive from this deployment and a few more numbers (a context,
+        the hardware), kept while requests vary the rest; see `remember`."""
+        return {}
+
+    def remember(self, key: Hashable, value: T) -> T:
+        if len(self.memo) > 256:  # a deployment asked about very many contexts: start afresh
+            self.memo.clear()
+        self.memo[key] = value
+        return value
+
     def kv_per_gpu(self, *, context: int, batch: int, paged: bool = True) -> int:
-        """kv(...).bytes_per_gpu, without building the record."""
-        one, scales = kv_cache.sequence_bytes_per_gpu(
-            self.cfg, context=context, cache_dtype=self.cache_dtype, model_dtype=self.model_dtype,
-            block_size=self.block_size if paged else None, mla_cache=self.mla_cache,
-            tensor_parallel=self.tensor_parallel)
-        return batch * one + scales
+        """kv(...).bytes_per_gpu, without building the record: batch x one sequence + scales."""
+        one = self.memo.get((context, paged))
+        if one is None:
+            one = self.remember((context, paged), kv_cache.sequence_bytes_per_gpu(
+                self.cfg, context=context, cache_dtype=self.cache_dtype, model_dtype=self.model_dtype,
+                block_size=self.block_size if paged else None, mla_cache=self.mla_cache,
+                tensor_parallel=self.tensor_parallel))
+        return batch * one[0] + one[1]

@@ -1,6 +1,7 @@
 """Serving: memory per GPU, what fits, and prefill/decode time."""
 
-from typing import Literal
+from functools import lru_cache
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -82,15 +83,18 @@ class ServingRequest(GpuInput):
                                             "context, library workspaces, CUDA graphs (1 GiB stated).")
 
     def setup(self) -> Setup:
-        cfg = engine_model(self.model)
-        acc = self.accelerator()
-        return Setup(cfg=cfg, weight_format=self.weight_format, group_size=self.group_size,
-                     keep=None if self.unquantized is None else tuple(self.unquantized),
-                     model_dtype=self.dtype, cache_dtype=self.cache_dtype, mla_cache=self.mla_cache,
-                     block_size=self.block_size, tensor_parallel=self.tensor_parallel, num_gpus=self.num_gpus,
-                     memory_bytes=acc.memory_bytes, gpu_memory_utilization=self.gpu_memory_utilization,
-                     max_num_batched_tokens=self.max_num_batched_tokens, max_num_seqs=self.max_num_seqs,
-                     overhead_bytes=self.overhead_bytes)
+        return _deployment(engine_model(self.model), self.weight_format, self.group_size,
+                           None if self.unquantized is None else tuple(self.unquantized), self.dtype,
+                           self.cache_dtype, self.mla_cache, self.block_size, self.tensor_parallel,
+                           self.num_gpus, self.accelerator().memory_bytes, self.gpu_memory_utilization,
+                           self.max_num_batched_tokens, self.max_num_seqs, self.overhead_bytes)
+
+
+@lru_cache(maxsize=64)  # x Setup.memo's 256 entries bounds what a stream of odd requests can hold
+def _deployment(*fields: Any) -> Setup:
+    """One Setup per deployment, so its weights, workspace and cache budget are worked out once
+    while a user varies the prompt, output and concurrency (as memory._plan is per layout)."""
+    return Setup(*fields)
 
 
 def _context(setup: Setup, value: int | None, field: str = "context") -> int:
@@ -155,7 +159,8 @@ def compute_dtype(weight_format: str, dtype: str, acc: hardware.Accelerator) -> 
     return w8a8 if w8a8 and dtypes.peak_key(w8a8) in acc.peak_flop_per_sec else dtype
 
 
-def serving_time(body: InferenceTimeRequest, *, store: Store) -> latency.InferenceTime:
+def serving_time(body: InferenceTimeRequest, *, store: Store | None) -> latency.InferenceTime:
+    """`store` is read only for measured efficiencies (reads_store), and needed only then."""
     setup = body.setup()
     _context(setup, body.prompt_tokens, "prompt_tokens")
     _context(setup, body.prompt_tokens + body.output_tokens, "output_tokens")
@@ -170,6 +175,7 @@ def serving_time(body: InferenceTimeRequest, *, store: Store) -> latency.Inferen
     sources = tuple("given" if name in body.model_fields_set else "default"
                     for name in ("flops_efficiency", "memory_efficiency"))
     if "measured" in (flops_eff, mem_eff):
+        assert store is not None, "reads_store(body): the caller passes the store"
         flops_eff, mem_eff, sources = _measured(body, store, peak_dtype, sources)
     hw = Hardware(peak_flop_per_sec=hardware.peak_flop_per_sec(acc, peak_dtype),
                   bandwidth_bytes_per_sec=acc.memory_bandwidth_bytes_per_sec, flops_efficiency=flops_eff,
