@@ -237,7 +237,7 @@ def test_overview_shows_this_box_and_its_latest_calibration(watched, base_url):
     page = watched.page
     page.goto(base_url + "/", wait_until="networkidle")
     expect(page.get_by_test_id("device-name")).to_have_text(device["name"])
-    for path in ("/formats", "/tensors", "/flops", "/memory", "/time", "/benchmarks"):
+    for path in ("/formats", "/tensors", "/flops", "/memory", "/time", "/inference", "/benchmarks"):
         expect(page.locator(f"a.card[href='{path}']")).to_be_visible()
     page.screenshot(path=SCREENSHOTS / "overview.png", full_page=True)
     watched.clean()
@@ -248,6 +248,8 @@ def test_overview_shows_this_box_and_its_latest_calibration(watched, base_url):
     ("train_step", {"model": {"kind": "cruncher", "dim": 64, "num_layers": 2}, "batch_size": 2, "seq_len": 8,
                     "steps": 2, "warmup_steps": 1}, 1),
     ("bandwidth", {"size_bytes": 2**20, "measure_s": 0.01}, 0),
+    ("generate", {"prompt_lens": [16], "batch_sizes": [1, 2], "contexts": [32], "decode_steps": 2,
+                  "warmup_s": 0, "measure_s": 0.01, "min_iters": 2, "max_iters": 3}, 0),
 ])
 def test_job_pages_chart_each_probe(watched, base_url, probe, params, charts):
     job = httpx.post(base_url + "/api/v1/jobs", json={"probe": probe, "params": params}).json()

@@ -169,7 +169,8 @@ def test_the_job_page_sets_each_measurement_beside_its_prediction(make_api, runs
     api = make_api()
     result = RESULTS.validate_python(runs["windowed"])
     page = api.get(f"/benchmarks/jobs/{finished(api.app.state.store, result)}").text
-    assert 'data-testid="generate-prefill"' in page and 'data-testid="generate-decode"' in page
+    for table in ("generate-prefill", "generate-decode", "generate-decode-memory"):
+        assert f'data-testid="{table}"' in page
     widest = max(result.decode, key=lambda d: (d.batch_size, d.context))
     kv = f"{widest.memory.kv_cache_bytes:,}"
     assert page.count(f"<td>{kv}</td>") >= 2  # measured and predicted, side by side
