@@ -4,6 +4,9 @@ writes the JSON under docs/measurements/ (on CPU it runs at small sizes, as a ch
 - matmul: the bf16 probe's best TFLOP/s within 3% of the best torch.matmul found by an
   exhaustive shape sweep (multiples of 256 up to 16384 in m, n and k: the same timer).
 - train_step: predicted peak memory within 10% of measured, for every configuration.
+- generate: each decode step at batch 8 and more within 15% of the roofline prediction at
+  the job's own measured matmul and copy ceilings (batch 1 is printed, launch-bound or not,
+  but held to nothing); peak memory within 10%.
 
     .venv/bin/python bench/gpu_targets.py [--out docs/measurements]
 """
@@ -16,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from app.bench import matmul, train_step
+from app.bench import generate, matmul, train_step
 from app.bench.timer import Timer
 
 
@@ -66,12 +69,21 @@ def main() -> None:
         print(f"train_step {r['model']:<9} {r['precision']:<13} {r['optimizer']:<6} predicted "
               f"{predicted:7.2f} GiB measured {measured:7.2f} GiB error {mem['relative_error']:+.3f} "
               f"(target within 0.10), MFU {mfu}")
+    decode = generate.run({"batch_sizes": [1, 8, 32, 64], "contexts": [512, 2048]} if cuda else {}, quiet)
+    for d in decode["decode"]:
+        error = d["predicted"]["relative_error"]
+        target = " (target within 0.15)" if d["batch_size"] >= 8 else ""
+        launch = ", launch-bound" if d["launch_bound"] else ""
+        print(f"generate {decode['model']} batch {d['batch_size']:>3} context {d['context']:>5}: step "
+              f"{d['time']['median'] * 1e3:.3f} ms, roofline {d['predicted']['seconds'] * 1e3:.3f} ms, error "
+              f"{error:+.3f}{target}{launch}, memory error {d['memory']['relative_error']:+.3f} "
+              "(target within 0.10)")
     name = probe["environment"]["catalogue_id"] or ("cpu-" + platform.machine())
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"{name}.json").write_text(json.dumps(
         {"matmul_squares": probe, "matmul_quick": quick, "exhaustive_bf16": {"flop_per_sec": sweep_best,
                                                                               "shape": shape},
-         "train_step": steps}, indent=1))
+         "train_step": steps, "generate": decode}, indent=1))
     print(f"wrote {args.out / f'{name}.json'}")
 
 
