@@ -81,8 +81,12 @@ def test_moe_decode_reads_only_the_experts_its_tokens_pick(api):
     large = api.ok(TIME, body | tokens | {"concurrency": 64})["decode"]["bytes"]
     memory = api.ok("/api/v1/inference/memory", body | {"context": 18})
     weights = memory["weights_bytes"]
+    # A step looks rows up in the (untied) token embedding rather than reading it: 32000 x 4096 x 2
+    # bytes, split over the 2 ranks.
+    assert memory["weights"]["by_component"]["embeddings"] == 32000 * 4096 * 2
+    read = weights - 32000 * 4096
     assert small < 0.5 * weights  # 2 of 8 experts: about 13B of 47B parameters read
-    assert weights < large < weights * 1.1  # 64 tokens x 2 picks touch every expert
+    assert read < large < read * 1.1  # 64 tokens x 2 picks touch every expert
 
 
 @pytest.mark.parametrize(("body", "field"), [

@@ -233,8 +233,12 @@ def decode_bytes(plan: GeneratePlan, batch: int, context: int) -> int:
     (of the routed experts, only those the batch's tokens pick: roofline.experts_read), every
     sequence's cache read at `context` tokens and its new entries written."""
     cfg = plan.config
-    routed = models.count_params(cfg).routed_experts * plan.dtype_bytes
-    return roofline.decode_step_bytes(cfg, weights_bytes=plan.weights_bytes, routed_bytes=routed, batch=batch,
+    count = models.count_params(cfg)
+    # count.embedding is the token and position tables plus an untied head (vocab x d_model).
+    tables = count.embedding - (0 if cfg.tied_embeddings else cfg.vocab_size * cfg.d_model)
+    return roofline.decode_step_bytes(cfg, weights_bytes=plan.weights_bytes,
+                                      routed_bytes=count.routed_experts * plan.dtype_bytes,
+                                      embedding_bytes=tables * plan.dtype_bytes, batch=batch,
                                       cache_bytes=kv_bytes(plan, context=context, batch=1),
                                       new_bytes=kv_bytes(plan, context=1, batch=1))
 

@@ -119,7 +119,8 @@ def _per_sequence(setup: Setup, context: int) -> _Decode:
 
 def _bytes(setup: Setup, one: _Decode, batch: int) -> int:
     return roofline.decode_step_bytes(setup.cfg, weights_bytes=setup.weights_per_gpu,
-                                      routed_bytes=setup.routed_bytes_per_gpu, batch=batch,
+                                      routed_bytes=setup.routed_bytes_per_gpu,
+                                      embedding_bytes=setup.embedding_bytes_per_gpu, batch=batch,
                                       cache_bytes=one.cache_bytes, new_bytes=one.new_bytes)
 
 
@@ -139,7 +140,7 @@ def _curve(setup: Setup, hw: Hardware, one: _Decode, top: int) -> list[DecodePoi
                                        tensor_parallel=setup.tensor_parallel)
     per_token = roofline.allreduce_seconds(setup.cfg, hw, tokens=1, act_bytes=setup.act_bytes,
                                            tensor_parallel=setup.tensor_parallel) - fixed
-    weights, per_sequence = setup.weights_per_gpu, one.cache_bytes + one.new_bytes
+    weights, per_sequence = _bytes(setup, one, 0), one.cache_bytes + one.new_bytes  # dense: linear
     points = []
     for i in range(top.bit_length()):
         batch = 1 << i
@@ -175,7 +176,7 @@ def compute_bound_batch(setup: Setup, hw: Hardware, *, context: int,
         per_flop = one.flops / setup.tensor_parallel / (hw.peak_flop_per_sec * hw.flops_efficiency)
         rate = hw.bandwidth_bytes_per_sec * hw.memory_efficiency
         per_byte = (one.cache_bytes + one.new_bytes) / rate
-        guess = max(1, math.ceil(setup.weights_per_gpu / rate / (per_flop - per_byte)))
+        guess = max(1, math.ceil(_bytes(setup, one, 0) / rate / (per_flop - per_byte)))
         while guess > 1 and _compute_bound(setup, hw, one, guess - 1):
             guess -= 1
         while not _compute_bound(setup, hw, one, guess):

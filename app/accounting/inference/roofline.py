@@ -122,12 +122,16 @@ def experts_read(cfg: TransformerConfig, tokens: int) -> float:
     return n * (1 - (1 - k / n) ** tokens)
 
 
-def decode_step_bytes(cfg: TransformerConfig, *, weights_bytes: int, routed_bytes: int, batch: int,
-                      cache_bytes: int, new_bytes: int) -> int:
+def decode_step_bytes(cfg: TransformerConfig, *, weights_bytes: int, routed_bytes: int, embedding_bytes: int,
+                      batch: int, cache_bytes: int, new_bytes: int) -> int:
     """Bytes one decode step of `batch` sequences moves on one GPU: its weights read once, less
     the routed experts no token of the batch picks (experts_read; `routed_bytes` is this GPU's
-    share of them), plus each sequence's cache read (`cache_bytes`) and its new entries written
-    (`new_bytes`)."""
+    share of them) and less the embedding tables a step only looks rows up in
+    (`embedding_bytes`, this GPU's share of the token and position tables; kept when the LM
+    head reads the tied table whole; the batch's own rows are too few to count), plus each
+    sequence's cache read (`cache_bytes`) and its new entries written (`new_bytes`)."""
     if cfg.moe:
         weights_bytes -= round(routed_bytes * (1 - experts_read(cfg, batch) / cfg.n_experts))
+    if not cfg.tied_embeddings:
+        weights_bytes -= embedding_bytes
     return weights_bytes + batch * (cache_bytes + new_bytes)

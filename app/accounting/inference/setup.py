@@ -70,6 +70,11 @@ class Setup:
                                   base_dtype=self.model_dtype, tensor_parallel=self.tensor_parallel)
 
     @cached_property
+    def embedding_bytes_per_gpu(self) -> int:
+        """The token (and learned position) tables' share of weights_per_gpu (vocab-parallel)."""
+        return -(-self.weights.by_component.get("embeddings", 0) // self.tensor_parallel)
+
+    @cached_property
     def routed_bytes_per_gpu(self) -> int:
         """The routed experts' share of weights_per_gpu (split over tensor ranks like an MLP)."""
         return -(-self.weights.by_component.get("routed_experts", 0) // self.tensor_parallel)
