@@ -32,7 +32,8 @@ LAYERS = (
 RANK = {part: rank for rank, parts in enumerate(LAYERS) for part in parts}
 # Third-party packages a part must never import.
 FORBIDDEN = {
-    "accounting": {"torch", "fastapi", "starlette", "pydantic", "transformers", "gguf", "bitsandbytes"},
+    "accounting": {"torch", "fastapi", "starlette", "pydantic", "transformers", "gguf", "bitsandbytes",
+                   "peft"},
     "contract": {"torch", "fastapi", "starlette", "transformers", "gguf", "bitsandbytes"},
     "device": {"torch", "fastapi", "starlette"},
     "jobs": {"torch", "fastapi", "transformers"},

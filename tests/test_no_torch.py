@@ -48,7 +48,7 @@ SERVE_EVERY_ROUTE = textwrap.dedent("""
         assert app.openapi()["paths"], "no routes"
 
     asyncio.run(main())
-    oracles = ("torch", "numpy", "transformers", "gguf", "bitsandbytes")
+    oracles = ("torch", "numpy", "transformers", "gguf", "bitsandbytes", "peft")
     banned = sorted(m for m in sys.modules if m.split(".")[0] in oracles)
     print(",".join(banned))
 """)

@@ -1,0 +1,106 @@
+"""LoRA adapters: which matrices they wrap and how many parameters they add.
+
+peft's LoRA (peft/tuners/lora/layer.py, Linear.update_layer) puts two matrices beside a
+frozen nn.Linear of (in_features, out_features): A, r x in_features, and B, out_features x r,
+with no bias by default (LoraConfig.bias="none"). A target is a module name, matched in every
+layer that has it, so:
+- attention targets (q, k, v, o) wrap every layer's projections (q: d_model -> n_heads x
+  head_dim; k, v: d_model -> n_kv_heads x head_dim; o: n_heads x head_dim -> d_model);
+- MLP targets (gate, up, down) wrap the MLPs that are nn.Linear modules of those names: every
+  dense layer's MLP and the shared experts of a mixture-of-experts layer. transformers 5.x
+  stores routed experts as fused 3-D parameters, which a target name does not match.
+The defaults are peft's for the llama family (TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING:
+q_proj and v_proj).
+"""
+
+from dataclasses import dataclass
+from typing import Literal
+
+from app.accounting.config import TransformerConfig
+from app.accounting.errors import InvalidInput
+from app.accounting.params import count_params
+from app.accounting.records import RECORD
+
+Target = Literal["q", "k", "v", "o", "gate", "up", "down"]
+TARGETS: tuple[Target, ...] = ("q", "k", "v", "o", "gate", "up", "down")
+DEFAULT_TARGETS: tuple[Target, ...] = ("q", "v")
+HF_NAMES = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "o_proj", "gate": "gate_proj",
+            "up": "up_proj", "down": "down_proj"}
+"""The module names peft's target_modules match in transformers' llama-family models."""
+
+
+@dataclass(slots=True)
+class LoraCount:
+    """Parameters a LoRA fine-tune trains and keeps frozen."""
+
+    rank: int
+    targets: list[str]
+    matrices: int
+    """Wrapped nn.Linear modules, over all layers."""
+    adapter_params: int
+    """r x (in + out) per wrapped matrix, summed."""
+    by_target: dict[str, int]
+    """Adapter parameters by target, in TARGETS order."""
+    base_params: int
+    """The model's own parameters (count_params().total), all frozen."""
+    trainable_params: int
+    """The adapters (peft's print_trainable_parameters: "trainable params")."""
+    total_params: int
+    """base + adapters (peft's "all params")."""
+
+    __pydantic_config__ = RECORD
+
+
+def _shapes(cfg: TransformerConfig) -> dict[str, list[tuple[int, int, int]]]:
+    """target -> [(in_features, out_features, how many layers hold it)]."""
+    d, L = cfg.d_model, cfg.n_layers
+    shapes: dict[str, list[tuple[int, int, int]]] = {t: [] for t in TARGETS}
+    if not cfg.mla:
+        q, kv = cfg.n_heads * cfg.hd, cfg.kv_heads * cfg.hd
+        shapes["q"].append((d, q, L))
+        shapes["k"].append((d, kv, L))
+        shapes["v"].append((d, kv, L))
+    shapes["o"].append(((cfg.n_heads * (cfg.v_head_dim if cfg.mla else cfg.hd)), d, L))
+    dense = L - cfg.layers.n_moe
+    mlps = [(cfg.ff, dense)] if dense else []
+    if cfg.layers.n_moe and cfg.ff_shared:
+        mlps.append((cfg.ff_shared, cfg.layers.n_moe))
+    for width, count in mlps:
+        if cfg.gated:
+            shapes["gate"].append((d, width, count))
+        shapes["up"].append((d, width, count))
+        shapes["down"].append((width, d, count))
+    return shapes
+
+
+def _missing(cfg: TransformerConfig, target: str) -> str:
+    if target in ("q", "k", "v"):
+        return (f"{target}: latent attention has no {HF_NAMES[target]} (its projections go through "
+                "q_a/q_b and kv_a/kv_b)")
+    if target == "gate" and not cfg.gated:
+        return f"gate: a {cfg.mlp} MLP has no gate projection"
+    return f"{target}: every MLP of this model is a routed expert, which a target name does not match"
+
+
+def lora_params(cfg: TransformerConfig, *, rank: int,
+                targets: tuple[str, ...] = DEFAULT_TARGETS) -> LoraCount:
+    if rank < 1:
+        raise InvalidInput("lora_rank", f"must be at least 1, got {rank}")
+    if not targets:
+        raise InvalidInput("lora_targets", "name at least one matrix to adapt (q, k, v, o, gate, up, down)")
+    shapes = _shapes(cfg)
+    by_target: dict[str, int] = {}
+    matrices = 0
+    for i, target in enumerate(targets):
+        if target not in shapes:
+            raise InvalidInput(f"lora_targets.{i}", f"{target!r} is not one of {', '.join(TARGETS)}")
+        if not shapes[target]:
+            raise InvalidInput(f"lora_targets.{i}", _missing(cfg, target))
+        by_target[target] = sum(rank * (fan_in + fan_out) * n for fan_in, fan_out, n in shapes[target])
+        matrices += sum(count for _, _, count in shapes[target])
+    ordered = {t: by_target[t] for t in TARGETS if t in by_target}
+    adapters = sum(ordered.values())
+    base = count_params(cfg).total
+    return LoraCount(rank=rank, targets=list(ordered), matrices=matrices, adapter_params=adapters,
+                     by_target=ordered, base_params=base, trainable_params=adapters,
+                     total_params=base + adapters)
