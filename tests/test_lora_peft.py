@@ -29,13 +29,17 @@ FAMILIES = {
 TARGET_SETS = [("q", "v"), ("q", "k", "v", "o"), ("q", "k", "v", "o", "gate", "up", "down"), ("down",)]
 
 
-def peft_trainable(config: dict, rank: int, targets: tuple[str, ...]) -> tuple[int, int]:
-    """(trainable, all) parameters of the peft-wrapped model, as print_trainable_parameters counts."""
+def peft_trainable(config: dict, rank: int, targets: tuple[str, ...],
+                   saved: tuple[str, ...] = ()) -> tuple[int, int]:
+    """(trainable, all) parameters of the peft-wrapped model, as print_trainable_parameters counts;
+    `saved` are modules_to_save."""
     body = dict(config)
     cfg = AutoConfig.for_model(body.pop("model_type"), **body)
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(cfg)
-    wrapped = get_peft_model(model, LoraConfig(r=rank, target_modules=[HF_NAMES[t] for t in targets]))
+    lora = LoraConfig(r=rank, target_modules=[HF_NAMES[t] for t in targets],
+                      modules_to_save=list(saved) or None)
+    wrapped = get_peft_model(model, lora)
     trainable = sum(p.numel() for p in wrapped.parameters() if p.requires_grad)
     return trainable, sum(p.numel() for p in wrapped.parameters())
 
@@ -88,3 +92,17 @@ def test_llama3_8b_rank_16_on_q_and_v_is_peft_s_famous_figure():
     count = lora_params(preset("llama3-8b"), rank=16)
     assert count.trainable_params == 6_815_744
     assert count.by_target == {"q": 32 * 16 * 8192, "v": 32 * 16 * 5120}
+
+
+SAVED = [("embed_tokens",), ("lm_head",), ("embed_tokens", "lm_head")]
+
+
+@pytest.mark.parametrize("saved", SAVED, ids="+".join)
+@pytest.mark.parametrize("name", ["llama", "qwen2_moe"])  # untied, and tied embeddings
+def test_trained_embeddings_and_head_are_copies_beside_the_frozen_ones(name, saved):
+    """peft's modules_to_save: a trainable copy of each module beside the frozen original."""
+    cfg = import_config(FAMILIES[name]).config
+    ours = lora_params(cfg, rank=8, targets=("q", "v"), train_embeddings="embed_tokens" in saved,
+                       train_head="lm_head" in saved)
+    expected = peft_trainable(FAMILIES[name], 8, ("q", "v"), saved)
+    assert (ours.trainable_params, ours.total_params) == expected

@@ -41,12 +41,16 @@ class LoraCount:
     """r x (in + out) per wrapped matrix, summed."""
     by_target: dict[str, int]
     """Adapter parameters by target, in TARGETS order."""
+    saved_params: dict[str, int]
+    """Modules trained whole beside the adapters (peft's modules_to_save: the token embedding,
+    the LM head), each a trainable copy of vocab_size x d_model next to the frozen original,
+    tied or not (peft copies the module; a tied pair is untied)."""
     base_params: int
     """The model's own parameters (count_params().total), all frozen."""
     trainable_params: int
-    """The adapters (peft's print_trainable_parameters: "trainable params")."""
+    """The adapters and the saved copies (peft's print_trainable_parameters: "trainable params")."""
     total_params: int
-    """base + adapters (peft's "all params")."""
+    """base + adapters + saved copies (peft's "all params")."""
 
     __pydantic_config__ = RECORD
 
@@ -82,8 +86,8 @@ def _missing(cfg: TransformerConfig, target: str) -> str:
     return f"{target}: every MLP of this model is a routed expert, which a target name does not match"
 
 
-def lora_params(cfg: TransformerConfig, *, rank: int,
-                targets: tuple[str, ...] = DEFAULT_TARGETS) -> LoraCount:
+def lora_params(cfg: TransformerConfig, *, rank: int, targets: tuple[str, ...] = DEFAULT_TARGETS,
+                train_embeddings: bool = False, train_head: bool = False) -> LoraCount:
     if rank < 1:
         raise InvalidInput("lora_rank", f"must be at least 1, got {rank}")
     if not targets:
@@ -100,7 +104,10 @@ def lora_params(cfg: TransformerConfig, *, rank: int,
         matrices += sum(count for _, _, count in shapes[target])
     ordered = {t: by_target[t] for t in TARGETS if t in by_target}
     adapters = sum(ordered.values())
+    table = cfg.vocab_size * cfg.d_model
+    saved = {name: table for name, on in (("embeddings", train_embeddings), ("lm_head", train_head)) if on}
+    trainable = adapters + sum(saved.values())
     base = count_params(cfg).total
     return LoraCount(rank=rank, targets=list(ordered), matrices=matrices, adapter_params=adapters,
-                     by_target=ordered, base_params=base, trainable_params=adapters,
-                     total_params=base + adapters)
+                     by_target=ordered, saved_params=saved, base_params=base, trainable_params=trainable,
+                     total_params=base + trainable)
