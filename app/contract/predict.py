@@ -223,9 +223,10 @@ def fill_memory(plan: GeneratePlan, batch: int, context: int) -> dict[str, int]:
 def prefill_pass(plan: GeneratePlan, hw: roofline.Hardware, prompt: int) -> roofline.Pass:
     """One prompt on the roofline: its FLOPs (the LM head on the last position), the weights
     read once and its cache written once."""
-    written = kv_bytes(plan, context=prompt, batch=1)
-    return roofline.run(hw, flops=roofline.prefill_flops(plan.config, prompt=prompt),
-                        bytes=plan.weights_bytes + written, tensor_parallel=1, comm_seconds=0.0)
+    return roofline.prefill_pass(plan.config, hw, prompt=prompt, sequences=1,
+                                 weights_bytes=plan.weights_bytes,
+                                 cache_bytes=kv_bytes(plan, context=prompt, batch=1),
+                                 act_bytes=plan.dtype_bytes, tensor_parallel=1)
 
 
 def decode_bytes(plan: GeneratePlan, batch: int, context: int) -> int:

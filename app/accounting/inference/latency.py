@@ -93,14 +93,11 @@ CONVENTIONS = [
 
 
 def prefill(setup: Setup, hw: Hardware, *, prompt: int, sequences: int = 1) -> Pass:
-    """`sequences` prompts in one forward: weights read once, the cache written once. FLOPs,
-    cache and all-reduced tokens are each `sequences` times one prompt's."""
-    flops = roofline.prefill_flops(setup.cfg, prompt=prompt)
-    written = setup.kv_per_gpu(context=prompt, batch=1, paged=False)
-    comm = roofline.allreduce_seconds(setup.cfg, hw, tokens=sequences * prompt, act_bytes=setup.act_bytes,
-                                      tensor_parallel=setup.tensor_parallel)
-    return roofline.run(hw, flops=sequences * flops, bytes=setup.weights_per_gpu + sequences * written,
-                        tensor_parallel=setup.tensor_parallel, comm_seconds=comm)
+    """`sequences` prompts in one forward (roofline.prefill_pass) on this deployment."""
+    return roofline.prefill_pass(setup.cfg, hw, prompt=prompt, sequences=sequences,
+                                 weights_bytes=setup.weights_per_gpu,
+                                 cache_bytes=setup.kv_per_gpu(context=prompt, batch=1, paged=False),
+                                 act_bytes=setup.act_bytes, tensor_parallel=setup.tensor_parallel)
 
 
 class _Decode(NamedTuple):

@@ -85,6 +85,18 @@ def prefill_flops(cfg: TransformerConfig, *, prompt: int, sequences: int = 1,
     return fwd.total - fwd.lm_head * (prompt - 1) // prompt
 
 
+def prefill_pass(cfg: TransformerConfig, hw: Hardware, *, prompt: int, sequences: int, weights_bytes: int,
+                 cache_bytes: int, act_bytes: int, tensor_parallel: int) -> Pass:
+    """`sequences` prompts of `prompt` tokens in one forward on one GPU: this GPU's weights read
+    once (`weights_bytes`) and each prompt's cache written (`cache_bytes` per sequence); FLOPs
+    and all-reduced tokens are `sequences` times one prompt's."""
+    comm = allreduce_seconds(cfg, hw, tokens=sequences * prompt, act_bytes=act_bytes,
+                             tensor_parallel=tensor_parallel)
+    return run(hw, flops=sequences * prefill_flops(cfg, prompt=prompt),
+               bytes=weights_bytes + sequences * cache_bytes, tensor_parallel=tensor_parallel,
+               comm_seconds=comm)
+
+
 @lru_cache(maxsize=4096)
 def decode_flops(cfg: TransformerConfig, *, context: int, mla_cache: str = "latent") -> int:
     """FLOPs of one decoded token of one sequence: every matmul on one token (top_k experts
