@@ -1,8 +1,8 @@
 """The first families: llama, mistral, qwen2, gpt2 and gpt_neox."""
 
-from app.accounting.hf.dense import FULL, SLIDING, _layer_types, _maybe_int, _windows
+from app.accounting.hf import windows
 from app.accounting.hf.family import LLAMA_KEY_NAMES, LLAMA_KEYS, Family
-from app.accounting.hf.values import alias, boolean, dropout_on, integer
+from app.accounting.hf.values import alias, boolean, dropout_on, integer, maybe_int
 
 
 def _llama_like(raw: dict, family: str, warnings: list[str]) -> dict:
@@ -20,17 +20,12 @@ def _llama_like(raw: dict, family: str, warnings: list[str]) -> dict:
     attention_bias = boolean(raw, "attention_bias", False) if llama else False
     mlp_bias = boolean(raw, "mlp_bias", False) if llama else False
     n_layers = integer(raw, "num_hidden_layers")
-    windows = {}
+    window = {}
     if family == "mistral":  # MistralConfig: every layer in a window of sliding_window (4096 absent)
-        windows = _windows([SLIDING] * n_layers, _maybe_int(raw, "sliding_window", 4096), "sliding_window")
-    elif family == "qwen2":  # Qwen2Config: a window only with use_sliding_window, from max_window_layers on
-        use = boolean(raw, "use_sliding_window", False)
-        window = _maybe_int(raw, "sliding_window", 4096) if use else None
-        first = integer(raw, "max_window_layers", 28)
-        default = [SLIDING if window is not None and i >= first else FULL for i in range(n_layers)]
-        key = "layer_types" if "layer_types" in raw else "max_window_layers"
-        windows = _windows(_layer_types(raw, n_layers, default), window, key)
-    return windows | dict(
+        window = windows.windows([True] * n_layers, maybe_int(raw, "sliding_window", 4096), "sliding_window")
+    elif family == "qwen2":
+        window = windows.qwen(raw, n_layers)
+    return window | dict(
         n_layers=n_layers, d_model=integer(raw, "hidden_size"), n_heads=heads,
         n_kv_heads=kv_heads or heads, d_ff=integer(raw, "intermediate_size"),
         vocab_size=integer(raw, "vocab_size"), mlp="swiglu", norm="rmsnorm",

@@ -12,11 +12,9 @@ from typing import Any
 
 from app.accounting.config import TransformerConfig
 from app.accounting.errors import InvalidInput
-from app.accounting.hf import keys
+from app.accounting.hf import keys, windows
 from app.accounting.hf.family import LLAMA_KEY_NAMES, LLAMA_KEYS, Family
-from app.accounting.hf.values import boolean, dropout_on, integer
-
-FULL, SLIDING = "full_attention", "sliding_attention"
+from app.accounting.hf.values import boolean, dropout_on, integer, maybe_int
 
 
 @dataclass(frozen=True)
@@ -41,11 +39,6 @@ class _Defaults:
     tied: bool
 
 
-def _maybe_int(raw: dict, key: str, default: int | None) -> int | None:
-    """An `int | None` field: null is None, absent is `default`."""
-    return integer(raw, key, None) if key in raw else default
-
-
 def _flag(raw: dict, key: str, default: bool) -> bool:
     """A `bool | None` field (Falcon's): null reads as false, as `if config.x` does."""
     return False if key in raw and raw[key] is None else boolean(raw, key, default)
@@ -57,7 +50,7 @@ def _dropout(raw: dict, *names: str) -> bool:
 
 def _shape(raw: dict, d: _Defaults) -> dict[str, Any]:
     heads = integer(raw, "num_attention_heads", d.heads)
-    kv = _maybe_int(raw, "num_key_value_heads", d.kv) if d.kv_nullable else integer(
+    kv = maybe_int(raw, "num_key_value_heads", d.kv) if d.kv_nullable else integer(
         raw, "num_key_value_heads", d.kv)
     if raw.get("head_dim", 0) is None and not d.head_dim_nullable:
         raise InvalidInput("head_dim", "is null, which transformers cannot build for this model_type; "
@@ -65,7 +58,7 @@ def _shape(raw: dict, d: _Defaults) -> dict[str, Any]:
     return dict(
         n_layers=integer(raw, "num_hidden_layers", d.layers), d_model=integer(raw, "hidden_size", d.d),
         n_heads=heads, n_kv_heads=kv or heads, d_ff=integer(raw, "intermediate_size", d.ff),
-        vocab_size=integer(raw, "vocab_size", d.vocab), head_dim=_maybe_int(raw, "head_dim", d.head_dim),
+        vocab_size=integer(raw, "vocab_size", d.vocab), head_dim=maybe_int(raw, "head_dim", d.head_dim),
         tied_embeddings=boolean(raw, "tie_word_embeddings", d.tied), position="rope",
         max_seq_len=integer(raw, "max_position_embeddings", d.max_pos))
 
@@ -77,32 +70,6 @@ def _gated(raw: dict, key: str, default: str, mlp: str, warnings: list[str]) -> 
     if not (isinstance(act, str) and (act.startswith(family) or act == "swish" and family == "silu")):
         warnings.append(f"gated MLP with {str(act)[:40]!r}: same shapes as {mlp}, counted as {mlp}")
     return mlp
-
-
-def _layer_types(raw: dict, n_layers: int, default: list[str]) -> list[str]:
-    value = raw.get("layer_types")
-    if value is None:
-        return default
-    if not isinstance(value, list) or len(value) != n_layers or any(t not in (FULL, SLIDING) for t in value):
-        raise InvalidInput("layer_types", f"must list {n_layers} entries (num_hidden_layers), each "
-                                          f"{FULL!r} or {SLIDING!r}")
-    return value
-
-
-def _windows(types: list[str], window: int | None, key: str) -> dict[str, Any]:
-    """sliding_window and global_every for per-layer attention types: all sliding, or every
-    Nth layer global (layer i global when (i+1) % N == 0). A null window attends fully."""
-    sliding = [t == SLIDING for t in types]
-    if window is None or not any(sliding):
-        return {}
-    if all(sliding):
-        return dict(sliding_window=window)
-    every = sliding.index(False) + 1
-    if all(s == ((i + 1) % every != 0) for i, s in enumerate(sliding)):
-        return dict(sliding_window=window, global_every=every)
-    pattern = "".join("S" if s else "F" for s in sliding)[:64]
-    raise InvalidInput(key, f"gives the window pattern {pattern} (S sliding, F full), which Tally cannot "
-                            "express: all layers sliding, or every Nth layer full and the others sliding")
 
 
 # Each Config class's defaults (configuration_<family>.py).
@@ -124,12 +91,7 @@ STARCODER2 = _Defaults(vocab=49152, d=3072, ff=12288, layers=30, heads=24, kv=2,
 
 def _qwen3(raw: dict, warnings: list[str]) -> dict:
     f = _shape(raw, QWEN3)
-    # Qwen3Config: no window unless use_sliding_window; then layers from max_window_layers slide.
-    window = _maybe_int(raw, "sliding_window", 4096) if boolean(raw, "use_sliding_window", False) else None
-    first = integer(raw, "max_window_layers", 28)
-    default = [SLIDING if window is not None and i >= first else FULL for i in range(f["n_layers"])]
-    types = _layer_types(raw, f["n_layers"], default)
-    return f | _windows(types, window, "layer_types" if "layer_types" in raw else "max_window_layers") | dict(
+    return f | windows.qwen(raw, f["n_layers"]) | dict(
         mlp=_gated(raw, "hidden_act", "silu", "swiglu", warnings), norm="rmsnorm", bias=False,
         attn_bias=boolean(raw, "attention_bias", False), qk_norm="head",  # q_norm, k_norm: head_dim wide
         dropout=_dropout(raw, "attention_dropout"))
@@ -145,11 +107,11 @@ def _gemma(raw: dict, warnings: list[str]) -> dict:
 def _gemma_sandwich(raw: dict, warnings: list[str], d: _Defaults, every: int, caps: tuple) -> dict:
     """Gemma 2 and 3: four norms a block, local layers with every `every`-th one global."""
     f = _shape(raw, d)
-    window = _maybe_int(raw, "sliding_window", 4096)
-    default = [SLIDING if (i + 1) % every else FULL for i in range(f["n_layers"])]
-    types = _layer_types(raw, f["n_layers"], default)
+    window = maybe_int(raw, "sliding_window", 4096)
+    default = [windows.SLIDING if (i + 1) % every else windows.FULL for i in range(f["n_layers"])]
+    types = windows.layer_types(raw, f["n_layers"], default)
     key = "layer_types" if "layer_types" in raw else "sliding_window_pattern"
-    return f | _windows(types, window, key) | dict(
+    return f | windows.windows(windows.sliding(types), window, key) | dict(
         mlp=_gated(raw, "hidden_activation", "gelu_pytorch_tanh", "geglu", warnings), norm="rmsnorm",
         bias=False, attn_bias=boolean(raw, "attention_bias", False), norm_layout="sandwich",
         attn_logit_softcapping=raw.get("attn_logit_softcapping", caps[0]),
@@ -176,8 +138,8 @@ def _gemma3_text(raw: dict, warnings: list[str]) -> dict:
 def _phi3(raw: dict, warnings: list[str]) -> dict:
     # Fused qkv_proj and gate_up_proj: the same weights and matmul FLOPs as separate projections.
     f = _shape(raw, PHI3)
-    window = _maybe_int(raw, "sliding_window", None)  # every layer, when set
-    return f | _windows([SLIDING] * f["n_layers"], window, "sliding_window") | dict(
+    window = maybe_int(raw, "sliding_window", None)  # every layer, when set
+    return f | windows.windows([True] * f["n_layers"], window, "sliding_window") | dict(
         mlp=_gated(raw, "hidden_act", "silu", "swiglu", warnings), norm="rmsnorm", bias=False,
         dropout=_dropout(raw, "attention_dropout", "resid_pdrop", "embd_pdrop"))
 
@@ -198,8 +160,8 @@ def _starcoder2(raw: dict, warnings: list[str]) -> dict:
     # nn.LayerNorm keeps its bias whatever use_bias says; use_bias covers every linear but the head.
     f = _shape(raw, STARCODER2)
     use_bias = boolean(raw, "use_bias", True)
-    window = _maybe_int(raw, "sliding_window", None)
-    return f | _windows([SLIDING] * f["n_layers"], window, "sliding_window") | dict(
+    window = maybe_int(raw, "sliding_window", None)
+    return f | windows.windows([True] * f["n_layers"], window, "sliding_window") | dict(
         mlp="gelu", norm="layernorm", bias=True, attn_bias=use_bias, mlp_bias=use_bias,
         dropout=_dropout(raw, "attention_dropout", "residual_dropout", "embedding_dropout"))
 
@@ -207,7 +169,7 @@ def _starcoder2(raw: dict, warnings: list[str]) -> dict:
 def _falcon_layout(raw: dict, new: bool) -> str:
     """Norms of a Falcon block, as FalconDecoderLayer builds them and its forward can run them."""
     parallel = _flag(raw, "parallel_attn", True)
-    lns = _maybe_int(raw, "num_ln_in_parallel_attn", None)
+    lns = maybe_int(raw, "num_ln_in_parallel_attn", None)
     if not parallel:
         if new:
             raise InvalidInput("parallel_attn", "false with new_decoder_architecture is a block "
@@ -231,7 +193,7 @@ def _falcon(raw: dict, warnings: list[str]) -> dict:
         raise InvalidInput("hidden_size", f"{raw['hidden_size']!r} contradicts n_embed={d}; give one of them")
     heads = integer(raw, "num_attention_heads", 71)
     new = _flag(raw, "new_decoder_architecture", False)
-    kv_given = _maybe_int(raw, "num_kv_heads", None)
+    kv_given = maybe_int(raw, "num_kv_heads", None)
     if new:
         kv = kv_given or heads  # query_key_value: (2*num_kv_heads + heads) * head_dim outputs
     elif _flag(raw, "multi_query", True):
@@ -249,7 +211,7 @@ def _falcon(raw: dict, warnings: list[str]) -> dict:
         warnings.append("ALiBi: position biases computed from slopes, no parameters (as with rope)")
     return dict(
         n_layers=integer(raw, "num_hidden_layers", 32), d_model=d, n_heads=heads, n_kv_heads=kv,
-        d_ff=_maybe_int(raw, "ffn_hidden_size", None) or 4 * d, vocab_size=integer(raw, "vocab_size", 65024),
+        d_ff=maybe_int(raw, "ffn_hidden_size", None) or 4 * d, vocab_size=integer(raw, "vocab_size", 65024),
         mlp="gelu", norm="layernorm", bias=True, attn_bias=bias, mlp_bias=bias,  # nn.LayerNorm keeps its bias
         norm_layout=_falcon_layout(raw, new), tied_embeddings=boolean(raw, "tie_word_embeddings", True),
         position="rope", max_seq_len=integer(raw, "max_position_embeddings", 2048),

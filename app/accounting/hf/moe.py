@@ -17,11 +17,10 @@ modeling_*.py for the weights), so the total equals `model.parameters()` of that
 from typing import Any
 
 from app.accounting.errors import InvalidInput
+from app.accounting.hf import windows
 from app.accounting.hf.family import LLAMA_KEY_NAMES, LLAMA_KEYS, Family
 from app.accounting.hf.values import alias, boolean, dropout_on, integer
 from app.accounting.models import TransformerConfig
-
-_WINDOW_TYPES = ("full_attention", "sliding_attention")
 
 
 def _gated(raw: dict, warnings: list[str]) -> str:
@@ -82,20 +81,6 @@ def _mlp_only(raw: dict, n_layers: int, warnings: list[str]) -> tuple[int, ...]:
     return tuple(kept)
 
 
-def _windows(windowed: list[bool], window: int | None, key: str) -> dict[str, Any]:
-    """Per-layer windows as TransformerConfig's sliding_window and global_every: every layer
-    windowed, or layer i global exactly when (i+1) is a multiple of some step."""
-    if window is None or not any(windowed):
-        return {}
-    if all(windowed):
-        return dict(sliding_window=window)
-    every = windowed.index(False) + 1  # the first global layer fixes the step
-    if all(w == ((i + 1) % every != 0) for i, w in enumerate(windowed)):
-        return dict(sliding_window=window, global_every=every)
-    raise InvalidInput(key, "windows layers in a pattern Tally cannot express (every layer, or all but "
-                            "every n-th); windows change only causal='halved' FLOPs")
-
-
 def _mixtral(raw: dict, warnings: list[str]) -> dict[str, Any]:
     fields = _common(raw, dict(num_hidden_layers=32, hidden_size=4096, num_attention_heads=32,
                                vocab_size=32000, intermediate_size=14336, max_position_embeddings=4096 * 32))
@@ -107,7 +92,7 @@ def _mixtral(raw: dict, warnings: list[str]) -> dict[str, Any]:
         # so zero experts is no model (the engine's 422 names num_local_experts).
         n_experts=alias(raw, "num_local_experts", "num_experts", 8),
         top_k=_nullable(raw, "num_experts_per_tok", 2),
-        d_ff_expert=fields["d_ff"], **_windows([True] * fields["n_layers"], window, "sliding_window"),
+        d_ff_expert=fields["d_ff"], **windows.windows([True] * fields["n_layers"], window, "sliding_window"),
     )
 
 
@@ -132,25 +117,22 @@ def _qwen_moe(raw: dict, warnings: list[str], qwen3: bool) -> dict[str, Any]:
     if qwen3:
         # Qwen3Moe: attention_bias on q, k, v and o; one head_dim-wide q norm and k norm.
         return fields | dict(attn_bias=boolean(raw, "attention_bias", False), qk_norm="head",
-                             **_windows([True] * n, window, "sliding_window"))
+                             **windows.windows([True] * n, window, "sliding_window"))
     if experts:
         fields |= dict(n_shared_experts=1, shared_expert_gate=True,
                        d_ff_shared=integer(raw, "shared_expert_intermediate_size", 5632))
     windowed = _qwen2_moe_windowed(raw, n, sliding)
     key = "layer_types" if "layer_types" in raw else "max_window_layers"
     return fields | dict(attn_bias=False, qkv_bias=boolean(raw, "qkv_bias", True),
-                         **_windows(windowed, window, key))
+                         **windows.windows(windowed, window, key))
 
 
 def _qwen2_moe_windowed(raw: dict, n_layers: int, sliding: bool) -> list[bool]:
     """Qwen2MoeConfig's layer_types, or its default: layers 0, 2, 4... below max_window_layers."""
-    types = raw.get("layer_types")
-    if types is None:
-        below = integer(raw, "max_window_layers", 28)
-        return [sliding and (i + 1) % 2 == 1 and i < below for i in range(n_layers)]
-    if not isinstance(types, list) or len(types) != n_layers or any(t not in _WINDOW_TYPES for t in types):
-        raise InvalidInput("layer_types", f"must list {n_layers} of {', '.join(_WINDOW_TYPES)}")
-    return [t == "sliding_attention" for t in types]
+    below = integer(raw, "max_window_layers", 28)
+    default = [windows.SLIDING if sliding and i % 2 == 0 and i < below else windows.FULL
+               for i in range(n_layers)]
+    return windows.sliding(windows.layer_types(raw, n_layers, default))
 
 
 def _deepseek(raw: dict, warnings: list[str], v3: bool) -> dict[str, Any]:

@@ -17,6 +17,11 @@ def integer(raw: dict, key: str, default: Any = ...) -> Any:
     return value
 
 
+def maybe_int(raw: dict, key: str, default: int | None) -> int | None:
+    """An `int | None` field: null is None, absent is `default`."""
+    return integer(raw, key, None) if key in raw else default
+
+
 def boolean(raw: dict, key: str, default: bool) -> bool:
     value = raw.get(key, default)
     if not isinstance(value, bool):
