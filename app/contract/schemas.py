@@ -19,7 +19,7 @@ PresetName = Literal[tuple(models.presets())]  # type: ignore[valid-type]
 """The names alone (for listings); request fields take `Preset`, which refuses a near miss helpfully."""
 
 
-def _named(what: str, choices: tuple[str, ...], listing: str,
+def named(what: str, choices: tuple[str, ...], listing: str,
            resolve: Callable[[str], str] | None = None) -> Any:
     """A Literal of `choices` (the schema's enum) whose refusal says "did you mean ...?" for a
     near miss, or points at `listing`, instead of listing every choice. `resolve` may first
@@ -41,10 +41,10 @@ def _named(what: str, choices: tuple[str, ...], listing: str,
 
 
 _PEAK_DTYPES = tuple(n for n in dtypes.accepted_names() if dtypes.peak_key(n) in dtypes.PEAK_KEYS)
-DtypeName = _named("dtype", dtypes.accepted_names(), dtypes.DTYPES_LISTING)
-PeakDtype = _named("dtype with a matmul peak", _PEAK_DTYPES, dtypes.DTYPES_LISTING)
-Preset = _named("preset", PresetName.__args__, models.MODELS_LISTING)  # type: ignore[attr-defined]
-GpuId = _named("gpu", tuple(hardware.catalogue()), hardware.HARDWARE_LISTING, hardware.resolve_id)
+DtypeName = named("dtype", dtypes.accepted_names(), dtypes.DTYPES_LISTING)
+PeakDtype = named("dtype with a matmul peak", _PEAK_DTYPES, dtypes.DTYPES_LISTING)
+Preset = named("preset", PresetName.__args__, models.MODELS_LISTING)  # type: ignore[attr-defined]
+GpuId = named("gpu", tuple(hardware.catalogue()), hardware.HARDWARE_LISTING, hardware.resolve_id)
 """A catalogue id; a family with one part (rtx) resolves to it, one with several (h100) is refused
 listing them, so the answer's echoed gpu always shows the full id."""
 

@@ -14,11 +14,11 @@ from app.accounting.inference.setup import Setup
 from app.accounting.inference.workspace import DEFAULT_OVERHEAD_BYTES
 from app.api.services.time import Currency
 from app.contract.fields import byte_count, count, number, sequence_length
-from app.contract.schemas import GpuInput, ModelSpec, _named, engine_model
+from app.contract.schemas import GpuInput, ModelSpec, engine_model, named
 from app.jobs import calibration
 from app.jobs.store import Store
 
-WeightFormat = _named("weight format", tuple(formats.FORMATS), formats.QUANTIZATION_LISTING,
+WeightFormat = named("weight format", tuple(formats.FORMATS), formats.QUANTIZATION_LISTING,
                       lambda name: formats.lookup_format(name).id)
 Component = Literal[weights.COMPONENTS]  # type: ignore[valid-type]
 ModelDtype = Literal["bfloat16", "float16", "float32"]
@@ -33,7 +33,7 @@ def _cache_dtype(name: str) -> str:
     return fmt.name
 
 
-CacheDtype = _named("cache dtype", _CACHE_DTYPES, dtypes.DTYPES_LISTING, _cache_dtype)
+CacheDtype = named("cache dtype", _CACHE_DTYPES, dtypes.DTYPES_LISTING, _cache_dtype)
 # Formats whose matmuls run on quantized activations too (W8A8, as vLLM runs them on GPUs with
 # that peak); every other format is dequantized to `dtype` on the fly (Marlin, GGUF kernels).
 W8A8_PEAK = {"fp8": "float8_e4m3fn", "fp8_block": "float8_e4m3fn", "int8_channel": "int8"}
