@@ -14,6 +14,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from tests.hf_configs_moe import random_configs
+from tests.hf_oracle import one_thread
 
 # One small config.json per family, typed here; between them: shared experts and their gate, dense
 # layers by first_k_dense_replace, decoder_sparse_step and mlp_only_layers, a query latent and none,
@@ -50,9 +51,7 @@ def counted(config: dict, batch: int, seq: int, seed: int = 0) -> tuple[int, int
     tokens each router sent to each expert."""
     body = dict(config)
     cfg = AutoConfig.for_model(body.pop("model_type"), **body)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # matrices this small run several times faster on one thread
-    try:
+    with one_thread():
         torch.manual_seed(seed)
         model = AutoModelForCausalLM.from_config(cfg, attn_implementation="eager",
                                                  experts_implementation="eager")
@@ -67,8 +66,6 @@ def counted(config: dict, batch: int, seq: int, seed: int = 0) -> tuple[int, int
             logits = model(input_ids=ids).logits
         with FlopCounterMode(display=False) as backward:
             logits.sum().backward()
-    finally:
-        torch.set_num_threads(threads)
     return forward.get_total_flops(), backward.get_total_flops(), loads
 
 

@@ -12,6 +12,7 @@ from transformers import AutoConfig, AutoModelForCausalLM
 
 from app.accounting.hf.read import import_config
 from app.accounting.inference import roofline
+from tests.hf_oracle import one_thread
 from tests.test_flops_hf_moe import CONFIGS as MOE
 from tests.test_hf_dense import SMALL
 
@@ -38,9 +39,7 @@ def generation_flops(config: dict, batch: int, prompt: int, model_out: list | No
     model is appended to `model_out` when given."""
     body = dict(config)
     cfg = AutoConfig.for_model(body.pop("model_type"), **body)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with one_thread():
         torch.manual_seed(0)
         model = AutoModelForCausalLM.from_config(cfg, attn_implementation="eager",
                                                  experts_implementation="eager").eval()
@@ -53,8 +52,6 @@ def generation_flops(config: dict, batch: int, prompt: int, model_out: list | No
             step = out.logits[:, -1:].argmax(-1)
             with FlopCounterMode(display=False) as second:
                 model(input_ids=step, past_key_values=out.past_key_values, use_cache=True, logits_to_keep=1)
-    finally:
-        torch.set_num_threads(threads)
     return first.get_total_flops(), second.get_total_flops()
 
 

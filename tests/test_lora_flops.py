@@ -12,6 +12,7 @@ from transformers import AutoConfig, AutoModelForCausalLM
 from app.accounting.finetune.flops import lora_step_flops
 from app.accounting.finetune.lora import HF_NAMES
 from app.accounting.hf.read import import_config
+from tests.hf_oracle import one_thread
 from tests.test_lora_peft import FAMILIES
 
 MOE = {"mixtral", "qwen2_moe"}
@@ -23,9 +24,7 @@ def counted(config: dict, rank: int, targets: tuple[str, ...], batch: int, seq: 
     body = dict(config)
     cfg = AutoConfig.for_model(body.pop("model_type"), **body)
     moe = config["model_type"] in MOE
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with one_thread():
         torch.manual_seed(0)
         with torch.device("cpu" if moe else "meta"):
             extra = {"experts_implementation": "eager"} if moe else {}
@@ -36,8 +35,6 @@ def counted(config: dict, rank: int, targets: tuple[str, ...], batch: int, seq: 
             logits = wrapped(input_ids=ids).logits
         with FlopCounterMode(display=False) as backward:
             logits.sum().backward()
-    finally:
-        torch.set_num_threads(threads)
     return forward.get_total_flops(), backward.get_total_flops()
 
 

@@ -29,6 +29,7 @@ from app.cli.probe import TABLES
 from app.contract.registry import PROBES, RESULTS
 from tests.bench_jobs import finished
 from tests.conftest import assert_names_field
+from tests.hf_oracle import one_thread
 from tests.test_cli import run_main
 from tests.test_jobs_api import run_all
 
@@ -68,13 +69,11 @@ def cache_bytes(name: str, context: int, batch: int) -> int:
 
 
 @pytest.fixture(scope="module", autouse=True)
-def one_thread():
+def single_thread():
     """Tiny ops on a shared two-core box run many times faster on one thread than waiting for
     OpenMP's second; the figures checked here do not depend on it."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+    with one_thread():
+        yield
 
 
 @pytest.fixture(scope="module")
