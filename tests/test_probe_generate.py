@@ -77,7 +77,7 @@ def single_thread():
 
 
 @pytest.fixture(scope="module")
-def runs(one_thread) -> dict[str, dict]:
+def runs(single_thread) -> dict[str, dict]:
     return {name: generate.run(QUICK | SWEEP | {"model": cfg}, quiet) for name, cfg in CONFIGS.items()}
 
 
