@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from app.bench import lora
 from app.bench.common import Setup, setup, to_json
 from app.bench.livebytes import LiveBytes
 from app.bench.models import Cruncher, Transformer
@@ -45,6 +46,8 @@ def workload(p: TrainStepParams, device: torch.device) -> Workload:
         else:
             cfg = prediction.config
             model = Transformer(cfg)
+            # bitsandbytes computes in the matmuls' dtype: bf16 under autocast, as QLoRA runs it.
+            lora.fine_tune(model, p, torch.bfloat16 if p.precision == "bf16_autocast" else torch.float32)
             batch = (torch.randint(cfg.vocab_size, (p.batch_size, p.seq_len)),
                      torch.randint(cfg.vocab_size, (p.batch_size, p.seq_len)))
     assert sum(t.nbytes for t in batch) == prediction.memory["inputs"]
@@ -64,7 +67,7 @@ def optimizer(name: str, params, device: torch.device) -> torch.optim.Optimizer:
 
 
 def _resident(work: Workload, opt: torch.optim.Optimizer) -> list[torch.Tensor]:
-    tensors = list(work.batch)
+    tensors = list(work.batch) + lora.quant_state_tensors(work.model)
     for param in work.model.parameters():
         tensors += [param] + ([param.grad] if param.grad is not None else [])
     for state in opt.state.values():
@@ -76,7 +79,7 @@ def run(raw: dict, progress) -> dict:
     p, env = setup(TrainStepParams, raw)
     work = workload(p, env.device)
     pred = work.prediction
-    opt = optimizer(p.optimizer, work.model.parameters(), env.device)
+    opt = optimizer(p.optimizer, lora.trainable(work.model), env.device)
     autocast = p.precision == "bf16_autocast"
     losses: list[torch.Tensor] = []
     pending: list[torch.Tensor] = []

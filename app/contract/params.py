@@ -99,6 +99,9 @@ def _train_model_kind(value: Any) -> str | None:
     return None
 
 
+FineTuneMode = Literal["full", "freeze", "lora", "qlora"]
+LoraTarget = Literal["q", "k", "v", "o", "gate", "up", "down"]
+QloraFormat = Literal["nf4", "nf4_double_quant", "int8_channel"]
 _TRAIN_MODEL_HELP = ('{"kind": "cruncher", ...}, a preset name (GET /api/v1/models) or an inline '
                      "TransformerConfig")
 TrainModel = tagged({"cruncher": CruncherSpec, "preset": Preset, "config": TransformerConfigIn},
@@ -115,6 +118,29 @@ class TrainStepParams(ProbeParams):
         "fp32", description="bf16_autocast: fp32 weights and optimizer state, matmuls in bf16.")
     warmup_steps: count(1, 1000) = 2
     steps: count(1, 10_000) = 5
+    # Fine-tuning (transformers only), as peft and bitsandbytes build it: app/bench/lora.py.
+    mode: FineTuneMode = Field(
+        "full", description="full: every weight trains; freeze: freeze_embeddings, freeze_head and the first "
+        "freeze_layers layers frozen, the rest trained whole; lora: the base frozen, LoRA adapters on "
+        "lora_targets; qlora: lora over a base stored by bitsandbytes in base_format.")
+    lora_rank: count(1, 4096) = Field(8, description="lora, qlora: r, the adapters' inner width (peft's default 8).")
+    lora_targets: Annotated[list[LoraTarget], Field(min_length=1, max_length=7)] = Field(
+        default_factory=lambda: ["q", "v"], validate_default=True,
+        description="lora, qlora: the matrices adapted in every layer: q, k, v, o (attention), gate, up, down "
+        "(dense MLPs and shared experts; routed experts never). Default q, v (peft's for the llama family).")
+    freeze_embeddings: bool = Field(False, description="freeze: the token (and position) embedding frozen.")
+    freeze_head: bool = Field(False, description="freeze: the LM head frozen (a tied head: freeze both or neither).")
+    freeze_layers: count(0, 65_536) = Field(0, description="freeze: the first k transformer layers frozen.")
+    base_format: QloraFormat = Field(
+        "nf4_double_quant", description="qlora: how bitsandbytes stores the frozen base's matrices: nf4 "
+        "(Linear4bit), nf4_double_quant (Linear4bit, compress_statistics) or int8_channel (Linear8bitLt).")
+
+    @field_validator("lora_targets")
+    @classmethod
+    def _targets(cls, value: list[str]) -> list[str]:
+        if len(set(value)) != len(value):
+            raise rule("name each target once")
+        return value
 
 
 def _generate_model_kind(value: Any) -> str | None:

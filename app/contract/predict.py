@@ -2,10 +2,14 @@
 a job that would not fit, the child sets it beside what it measures."""
 
 import dataclasses
+import importlib.util
 from dataclasses import dataclass
 
 from app.accounting import activations, dtypes, flops, memory, models, stepmemory
 from app.accounting.errors import InvalidInput
+from app.accounting.finetune import flops as finetune_flops
+from app.accounting.finetune import spec as ft
+from app.accounting.finetune.memory import finetune_memory
 from app.accounting.inference import kv_cache, roofline, workspace
 from app.contract.params import GENERATE_SIZES, CruncherSpec, GenerateParams, TrainStepParams
 from app.contract.schemas import engine_model
@@ -22,6 +26,14 @@ class TrainStepPrediction:
     memory: dict[str, int]
     """Bytes by kind, with their total."""
     config: models.TransformerConfig | None
+    mode: str = "full"
+    """full, freeze, lora or qlora (TrainStepParams.mode)."""
+    trainable_params: int | None = None
+    """Parameters the optimizer steps: all of them in mode full."""
+
+
+NO_BITSANDBYTES = ("mode qlora needs bitsandbytes in the probe's Python (pip install bitsandbytes, one of "
+                   "the project's test extras); it is not installed here")
 
 
 def train_step(p: TrainStepParams, cuda: bool) -> TrainStepPrediction:
@@ -32,6 +44,9 @@ def train_step(p: TrainStepParams, cuda: bool) -> TrainStepPrediction:
     tokens = p.batch_size * p.seq_len
     spec = p.model
     if isinstance(spec, CruncherSpec):
+        if p.mode != "full":
+            raise InvalidInput("params.mode", f"mode {p.mode} fine-tunes a transformer (a preset or an inline "
+                                              "config); the cruncher trains whole (mode full)")
         dims = (spec.dim,) * (spec.num_layers + 1) + (1,)
         counts = flops.mlp(tokens, list(dims))
         per = memory.state_bytes_per_param(engine, p.optimizer)
@@ -47,11 +62,13 @@ def train_step(p: TrainStepParams, cuda: bool) -> TrainStepPrediction:
             "inputs": 4 * tokens * (spec.dim + 1),  # x (B, T, D) and the target (B, T), fp32
         }
         peak = stepmemory.step_peak(parts, largest_param=largest, optimizer=p.optimizer, fused=fused)
-        return TrainStepPrediction("cruncher", n, counts.total, peak, None)
+        return TrainStepPrediction("cruncher", n, counts.total, peak, None, trainable_params=n)
     # Dropout off, as in LLM pretraining: SDPA's CPU kernel cannot drop out, and its math
     # fallback would store the s x s scores that the prediction, like FlashAttention, omits.
     cfg = dataclasses.replace(engine_model(spec, field="params.model"), dropout=False)
     _check_buildable(cfg, "train_step")
+    if p.mode != "full":
+        return _fine_tune_step(p, cfg, engine=engine, fused=fused)
     # SDPA never stores the s x s scores: the calculators' "selective" set of saved tensors.
     mem = memory.training_memory(model=cfg, params=None, precision=engine, optimizer=p.optimizer,
                                  batch_size=p.batch_size, seq_len=p.seq_len, recompute="selective")
@@ -63,8 +80,47 @@ def train_step(p: TrainStepParams, cuda: bool) -> TrainStepPrediction:
                                       tied=cfg.tied_embeddings)
     peak = stepmemory.step_peak(parts, largest_param=largest_tensor(cfg), optimizer=p.optimizer, fused=fused,
                                 later=later)
-    return TrainStepPrediction(spec if isinstance(spec, str) else "custom", models.count_params(cfg).total,
-                               flops.transformer(cfg, p.batch_size, p.seq_len).step.total, peak, cfg)
+    n = models.count_params(cfg).total
+    return TrainStepPrediction(spec if isinstance(spec, str) else "custom", n,
+                               flops.transformer(cfg, p.batch_size, p.seq_len).step.total, peak, cfg,
+                               trainable_params=n)
+
+
+def fine_tune(p: TrainStepParams) -> ft.FineTune:
+    """The engine's description of the fine-tune the probe builds (app/bench/lora.py)."""
+    return ft.FineTune(mode=p.mode, rank=p.lora_rank, targets=tuple(p.lora_targets),
+                       freeze_embeddings=p.freeze_embeddings, freeze_head=p.freeze_head,
+                       freeze_layers=p.freeze_layers, base_format=p.base_format)
+
+
+def _fine_tune_step(p: TrainStepParams, cfg: models.TransformerConfig, *, engine: str,
+                    fused: bool) -> TrainStepPrediction:
+    """The same phases as a full step over finetune_memory's parts: the frozen weights held
+    throughout, the optimizer's temporaries sized by the largest trainable tensor, and the LM
+    head's weight gradient only where the head trains."""
+    tune = fine_tune(p)
+    if p.mode == "qlora" and importlib.util.find_spec("bitsandbytes") is None:
+        raise InvalidInput("params.mode", NO_BITSANDBYTES)
+    try:
+        mem = finetune_memory(cfg, tune, precision=engine, optimizer=p.optimizer, batch_size=p.batch_size,
+                              seq_len=p.seq_len, recompute="selective")
+        counted = finetune_flops.step_flops(cfg, tune, batch_size=p.batch_size, seq_len=p.seq_len)
+    except InvalidInput as e:  # the engine names its own argument; the request's is under params
+        raise InvalidInput(f"params.{e.field}", e.message) from None
+    tokens = p.batch_size * p.seq_len
+    parts = {"parameters": mem.parameters, "gradients": mem.gradients, "optimizer_state": mem.optimizer_state,
+             "master_weights": mem.master_weights, "frozen_weights": mem.frozen_weights,
+             "weight_copies": mem.weight_copies, "activations": mem.activations, "transient": mem.transient,
+             "inputs": 2 * INT64_BYTES * tokens}
+    later = None
+    if ft.graph(cfg, tune).head_trains:
+        later = stepmemory.lm_head_phases(parts, vocab_size=cfg.vocab_size, d_model=cfg.d_model,
+                                          tied=cfg.tied_embeddings)
+    peak = stepmemory.step_peak(parts, largest_param=largest_trainable(cfg, tune), optimizer=p.optimizer,
+                                fused=fused, later=later)
+    name = p.model if isinstance(p.model, str) else "custom"
+    return TrainStepPrediction(name, models.count_params(cfg).total, counted.total, peak, cfg, mode=p.mode,
+                               trainable_params=mem.trainable_params)
 
 
 # What app/bench/models.Transformer does not build yet, with the value it does build: a model
@@ -79,9 +135,10 @@ def _check_buildable(cfg: models.TransformerConfig, probe: str) -> None:
             raise InvalidInput(f"params.model.{name}", f"the {probe} probe does not build {what} yet")
 
 
-def largest_tensor(cfg: models.TransformerConfig) -> int:
-    """Elements of the largest parameter of app/bench/models.Transformer, which fuses the
-    QKV projection, latent attention's down projections, and every gate+up pair."""
+def _layer_tensors(cfg: models.TransformerConfig, moe_layers: list[bool]) -> list[int]:
+    """Elements of the matrices of app/bench/models.Transformer's layers of these kinds (True:
+    mixture of experts), which fuse the QKV projection, latent attention's down projections,
+    and every gate+up pair."""
     d, up = cfg.d_model, 2 if cfg.gated else 1
     if cfg.mla:
         heads, qk = cfg.n_heads, cfg.qk_nope_head_dim + cfg.qk_rope_head_dim
@@ -90,10 +147,32 @@ def largest_tensor(cfg: models.TransformerConfig) -> int:
         attention = [down * d, (cfg.q_lora_rank or 0) * heads * qk, kv_up, heads * cfg.v_head_dim * d]
     else:
         attention = [(cfg.n_heads * cfg.hd + 2 * cfg.kv_heads * cfg.hd) * d, cfg.n_heads * cfg.hd * d]
-    mlps = [up * cfg.ff * d] if not all(cfg.moe_layers) else []
-    if cfg.n_moe_layers:
+    mlps = [up * cfg.ff * d] if not all(moe_layers) else []
+    if any(moe_layers):
         mlps += [cfg.n_experts * d, up * cfg.ff_expert * d, up * cfg.ff_shared * d]
-    return max(cfg.vocab_size * d, *attention, *mlps)
+    return attention + mlps if moe_layers else []
+
+
+def largest_tensor(cfg: models.TransformerConfig) -> int:
+    """Elements of the largest parameter of app/bench/models.Transformer."""
+    return max(cfg.vocab_size * cfg.d_model, *_layer_tensors(cfg, list(cfg.moe_layers)))
+
+
+def largest_trainable(cfg: models.TransformerConfig, tune: ft.FineTune) -> int:
+    """Elements of the largest tensor the optimizer steps: an adapter's A (r x in) or B (out x r),
+    or, frozen parts aside, the tables, the head, the trained layers' matrices, the final norm."""
+    d = cfg.d_model
+    if tune.adapted:
+        q, kv = cfg.n_heads * cfg.hd, cfg.kv_heads * cfg.hd
+        mlp = cfg.ff if not all(cfg.moe_layers) else cfg.ff_shared
+        widths = {"q": q, "k": kv, "v": kv, "o": q, "gate": mlp, "up": mlp, "down": mlp}
+        return tune.rank * max(max(d, widths[t]) for t in tune.targets)
+    plan = ft.graph(cfg, tune)
+    tables = [cfg.vocab_size * d] if plan.embedding_trains or plan.head_trains else []
+    if plan.embedding_trains and cfg.position == "learned":
+        tables.append(cfg.max_seq_len * d)
+    trained = [moe for moe, layer in zip(cfg.moe_layers, plan.layers, strict=True) if layer.whole]
+    return max(d, *tables, *_layer_tensors(cfg, trained))
 
 
 def matmul_bytes(m: int, k: int, n: int, dtype: str) -> int:
