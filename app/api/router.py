@@ -17,6 +17,7 @@ from app.api.routes import (
     device,
     dtypes,
     finetune,
+    fit,
     flops,
     hardware,
     inference,
@@ -29,7 +30,7 @@ from app.api.routes import (
 
 PREFIX = "/api/v1"
 # Tried in this order: the calculators most called first, catalogue reads last.
-MODULES = (memory, inference, flops, time, finetune, tensors, dtypes, models, hardware, jobs, device)
+MODULES = (memory, inference, flops, time, finetune, fit, tensors, dtypes, models, hardware, jobs, device)
 _ROUTE_OPTIONS = tuple(name for name in inspect.signature(APIRouter.add_api_route).parameters
                        if name not in ("self", "path", "endpoint"))
 
