@@ -136,7 +136,8 @@ def _trained(body: FitRequest, cfg, acc: Accelerator, option: str) -> fit.FitOpt
     if not m.fits:
         changes = []
         if body.recompute != "full":
-            changes.append(("fits with gradient checkpointing (recompute full)", lambda: fits(recompute="full")))
+            changes.append(("fits with gradient checkpointing (recompute full)",
+                            lambda: fits(recompute="full")))
         if body.batch_size > 1:
             changes.append(("fits at batch size 1 with gradient checkpointing",
                             lambda: fits(b=1, recompute="full")))
@@ -154,7 +155,8 @@ def _trained(body: FitRequest, cfg, acc: Accelerator, option: str) -> fit.FitOpt
                   **({"lora_rank": spec.rank, "lora_targets": "q,v"} if spec.adapted else {}),
                   **({"base_format": spec.base_format} if spec.mode == "qlora" else {})},
         fits=bool(m.fits), total_bytes=m.total, usable_bytes=acc.memory_bytes,
-        bytes_by_kind={"frozen_weights": m.frozen_weights, "trainable_weights": m.parameters + m.weight_copies,
+        bytes_by_kind={"frozen_weights": m.frozen_weights,
+                       "trainable_weights": m.parameters + m.weight_copies,
                        "gradients": m.gradients, "optimizer_state": m.optimizer_state,
                        "master_weights": m.master_weights, "activations": m.activations,
                        "transient": m.transient},
