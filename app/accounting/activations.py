@@ -31,7 +31,7 @@ INDEX_BYTES = 8  # torch's int64 indices (top-k's and the sort's)
 FP32 = 4
 
 
-class _Item(NamedTuple):
+class Item(NamedTuple):
     """One saved tensor: elements = s*b*(per_token + per_token_per_position*s)."""
 
     name: str
@@ -44,7 +44,7 @@ class _Item(NamedTuple):
 
 @lru_cache(maxsize=1024)
 def layer_recipe(cfg: TransformerConfig, act_bytes: int, recompute: Recompute,
-                 residual_bytes: int | None = None, *, moe: bool = False, tp: int = 1) -> tuple[_Item, ...]:
+                 residual_bytes: int | None = None, *, moe: bool = False, tp: int = 1) -> tuple[Item, ...]:
     """Tensors one layer keeps for backward: a dense layer, or (moe=True) one whose MLP is
     a mixture of experts. selective drops the attention core (softmax and its dropout over
     s x s), which is recomputed, as FlashAttention never stores it; full keeps only the
@@ -54,19 +54,19 @@ def layer_recipe(cfg: TransformerConfig, act_bytes: int, recompute: Recompute,
     each keeps a replica of one (Megatron-LM, vLLM)."""
     res = act_bytes if residual_bytes is None else residual_bytes
     if recompute == "full":
-        return (_Item("layer_input", cfg.d_model, 0, res, False),)
+        return (Item("layer_input", cfg.d_model, 0, res, False),)
     core = 0 if recompute == "selective" else cfg.n_heads
     attention = _latent_attention if cfg.mla else _attention
     items = attention(cfg, act_bytes, res, _core(cfg, core, act_bytes), tp)
     if cfg.dropout:
-        items.append(_Item("attention/dropout_mask", cfg.d_model, 0, 1, False))
+        items.append(Item("attention/dropout_mask", cfg.d_model, 0, 1, False))
     items += _experts(cfg, act_bytes, res) if moe and cfg.moe else _mlp(cfg, act_bytes, res)
     items = _norm_layout(cfg, items, act_bytes, res, tp)
     return tuple(i for i in items if i.per_token or i.per_token_per_position)
 
 
-def _norm_layout(cfg: TransformerConfig, items: list[_Item], act_bytes: int, res: int,
-                 tp: int) -> list[_Item]:
+def _norm_layout(cfg: TransformerConfig, items: list[Item], act_bytes: int, res: int,
+                 tp: int) -> list[Item]:
     """The pre-norm items, changed for the block's norm layout and q/k norms (fused norms
     keep their input):
     - post: each norm reads its sublayer's output (matmul dtype), not the residual;
@@ -86,42 +86,42 @@ def _norm_layout(cfg: TransformerConfig, items: list[_Item], act_bytes: int, res
             item = item._replace(bytes_per_element=act_bytes)
         out.append(item)
         if layout == "sandwich" and name in ("attention/output_proj_input",):
-            out.append(_Item("attention/post_norm_input", cfg.d_model, 0, act_bytes, False))
+            out.append(Item("attention/post_norm_input", cfg.d_model, 0, act_bytes, False))
         if cfg.qk_norm != "none" and name == "attention/qkv_input":
             hkv = max(cfg.kv_heads, tp) * cfg.hd
-            out.append(_Item("attention/q_and_k_before_norm", cfg.n_heads * cfg.hd + hkv, 0, act_bytes, True))
+            out.append(Item("attention/q_and_k_before_norm", cfg.n_heads * cfg.hd + hkv, 0, act_bytes, True))
     if layout == "sandwich":
         mlp = "moe" if any(i.name.startswith("moe/") for i in items) else "mlp"
-        out.append(_Item(f"{mlp}/post_norm_input", cfg.d_model, 0, act_bytes, False))
+        out.append(Item(f"{mlp}/post_norm_input", cfg.d_model, 0, act_bytes, False))
     return out
 
 
-def _core(cfg: TransformerConfig, core: int, act_bytes: int) -> list[_Item]:
+def _core(cfg: TransformerConfig, core: int, act_bytes: int) -> list[Item]:
     """The s x s softmax output (and its dropout), a per token per position; none when
     recomputed."""
-    items = [_Item("attention/softmax_output", 0, core, act_bytes, True)]
+    items = [Item("attention/softmax_output", 0, core, act_bytes, True)]
     if cfg.dropout:
-        items += [_Item("attention/softmax_dropout_mask", 0, core, 1, True),
-                  _Item("attention/softmax_dropout_output", 0, core, act_bytes, True)]
+        items += [Item("attention/softmax_dropout_mask", 0, core, 1, True),
+                  Item("attention/softmax_dropout_output", 0, core, act_bytes, True)]
     return items
 
 
-def _attention(cfg: TransformerConfig, act_bytes: int, res: int, core: list[_Item], tp: int) -> list[_Item]:
+def _attention(cfg: TransformerConfig, act_bytes: int, res: int, core: list[Item], tp: int) -> list[Item]:
     h = cfg.d_model
     # Past n_kv_heads ranks each rank keeps one K/V head: max(kv, t) heads over t ranks.
     hq, hkv = cfg.n_heads * cfg.hd, max(cfg.kv_heads, tp) * cfg.hd
     return [
-        _Item("attention/norm_input", h, 0, res, False),
-        _Item("attention/qkv_input", h, 0, act_bytes, False),
-        _Item("attention/q_and_k", hq + hkv, 0, act_bytes, True),
+        Item("attention/norm_input", h, 0, res, False),
+        Item("attention/qkv_input", h, 0, act_bytes, False),
+        Item("attention/q_and_k", hq + hkv, 0, act_bytes, True),
         *core,
-        _Item("attention/v", hkv, 0, act_bytes, True),
-        _Item("attention/output_proj_input", hq, 0, act_bytes, True),
+        Item("attention/v", hkv, 0, act_bytes, True),
+        Item("attention/output_proj_input", hq, 0, act_bytes, True),
     ]
 
 
-def _latent_attention(cfg: TransformerConfig, act_bytes: int, res: int, core: list[_Item],
-                      tp: int) -> list[_Item]:
+def _latent_attention(cfg: TransformerConfig, act_bytes: int, res: int, core: list[Item],
+                      tp: int) -> list[Item]:
     """DeepSeek-V2/V3's attention as vLLM and Megatron-LM shard it: the down projections
     (and their norms) are replicated over tensor ranks, so their tensors split only with
     sequence parallelism; the per-head up projections are split like attention heads."""
@@ -129,23 +129,23 @@ def _latent_attention(cfg: TransformerConfig, act_bytes: int, res: int, core: li
     q_latent, rope = cfg.q_lora_rank or 0, cfg.qk_rope_head_dim
     qk = cfg.qk_nope_head_dim + rope
     return [
-        _Item("attention/norm_input", h, 0, res, False),
+        Item("attention/norm_input", h, 0, res, False),
         # x, read by the down projections (and by the query projection without a query latent)
-        _Item("attention/qkv_input", h, 0, act_bytes, False),
+        Item("attention/qkv_input", h, 0, act_bytes, False),
         # query latent, key/value latent and the one shared rotary key: the down projections'
         # output, which the latent norms keep as their inputs
-        _Item("attention/latent_down_output", q_latent + cfg.kv_lora_rank + rope, 0, act_bytes, False),
+        Item("attention/latent_down_output", q_latent + cfg.kv_lora_rank + rope, 0, act_bytes, False),
         # the normalised latents, inputs of the up projections
-        _Item("attention/latent_up_input", q_latent + cfg.kv_lora_rank, 0, act_bytes, False),
+        Item("attention/latent_up_input", q_latent + cfg.kv_lora_rank, 0, act_bytes, False),
         # per head: q and k at nope + rope (the rotary key copied to every head), v at v_head_dim
-        _Item("attention/q_and_k", 2 * heads * qk, 0, act_bytes, True),
+        Item("attention/q_and_k", 2 * heads * qk, 0, act_bytes, True),
         *core,
-        _Item("attention/v", heads * cfg.v_head_dim, 0, act_bytes, True),
-        _Item("attention/output_proj_input", heads * cfg.v_head_dim, 0, act_bytes, True),
+        Item("attention/v", heads * cfg.v_head_dim, 0, act_bytes, True),
+        Item("attention/output_proj_input", heads * cfg.v_head_dim, 0, act_bytes, True),
     ]
 
 
-def _hidden(cfg: TransformerConfig, prefix: str, width: int, act_bytes: int) -> list[_Item]:
+def _hidden(cfg: TransformerConfig, prefix: str, width: int, act_bytes: int) -> list[Item]:
     """An MLP's hidden tensors at `width`: gate and up outputs, the activation's output and
     the down projection's input when gated; the activation's input and output otherwise."""
     if cfg.gated:  # act(x W_gate) * (x W_up), then W_down
@@ -153,19 +153,19 @@ def _hidden(cfg: TransformerConfig, prefix: str, width: int, act_bytes: int) -> 
         names = ("gate_output", "up_output", f"{act}_output", "down_input")
     else:
         names = ("activation_input", "down_input")
-    return [_Item(f"{prefix}{name}", width, 0, act_bytes, True) for name in names]
+    return [Item(f"{prefix}{name}", width, 0, act_bytes, True) for name in names]
 
 
-def _mlp(cfg: TransformerConfig, act_bytes: int, res: int) -> list[_Item]:
+def _mlp(cfg: TransformerConfig, act_bytes: int, res: int) -> list[Item]:
     h = cfg.d_model
-    items = [_Item("mlp/norm_input", h, 0, res, False), _Item("mlp/up_input", h, 0, act_bytes, False),
+    items = [Item("mlp/norm_input", h, 0, res, False), Item("mlp/up_input", h, 0, act_bytes, False),
              *_hidden(cfg, "mlp/", cfg.ff, act_bytes)]
     if cfg.dropout:
-        items.append(_Item("mlp/dropout_mask", h, 0, 1, False))
+        items.append(Item("mlp/dropout_mask", h, 0, 1, False))
     return items
 
 
-def _experts(cfg: TransformerConfig, act_bytes: int, res: int) -> list[_Item]:
+def _experts(cfg: TransformerConfig, act_bytes: int, res: int) -> list[Item]:
     """A mixture-of-experts MLP as transformers routes (softmax over the experts in fp32,
     top_k, renormalised) and Megatron-LM dispatches (copies sorted by expert, each expert
     on its own, outputs weighted and summed back per token). Under tensor parallelism the
@@ -173,50 +173,50 @@ def _experts(cfg: TransformerConfig, act_bytes: int, res: int) -> list[_Item]:
     hiddens divide by t, while the tokens gathered for them are whole on every rank."""
     h, e, k = cfg.d_model, cfg.n_experts, cfg.top_k
     items = [
-        _Item("moe/norm_input", h, 0, res, False),
+        Item("moe/norm_input", h, 0, res, False),
         # the normalised tokens, read by the router and the shared experts
-        _Item("moe/router_input", h, 0, act_bytes, False),
-        _Item("moe/router_probs_fp32", e, 0, FP32, False),  # softmax's output
+        Item("moe/router_input", h, 0, act_bytes, False),
+        Item("moe/router_probs_fp32", e, 0, FP32, False),  # softmax's output
         # the top_k probabilities and their sum, which the renormalisation divides by
-        _Item("moe/top_k_probs_fp32", k + 1, 0, FP32, False),
+        Item("moe/top_k_probs_fp32", k + 1, 0, FP32, False),
         # the top_k expert ids (top-k's backward) and the permutation sorting copies by expert
-        _Item("moe/routing_indices", 2 * k, 0, INDEX_BYTES, False),
-        _Item("moe/expert_inputs", k * h, 0, act_bytes, False, True),
+        Item("moe/routing_indices", 2 * k, 0, INDEX_BYTES, False),
+        Item("moe/expert_inputs", k * h, 0, act_bytes, False, True),
         *_hidden(cfg, "moe/expert_", k * cfg.ff_expert, act_bytes),
         # the combine: each copy's output times its routing weight
-        _Item("moe/expert_outputs", k * h, 0, act_bytes, False),
-        _Item("moe/combine_weights", k, 0, act_bytes, False),
+        Item("moe/expert_outputs", k * h, 0, act_bytes, False),
+        Item("moe/combine_weights", k, 0, act_bytes, False),
     ]
     if cfg.ff_shared:
         items += _hidden(cfg, "moe/shared_", cfg.ff_shared, act_bytes)
     if cfg.shared_expert_gate:  # sigmoid(x w_gate) * shared output (Qwen2-MoE)
-        items += [_Item("moe/shared_expert_output", h, 0, act_bytes, False),
-                  _Item("moe/shared_expert_gate_sigmoid", 1, 0, act_bytes, False)]
+        items += [Item("moe/shared_expert_output", h, 0, act_bytes, False),
+                  Item("moe/shared_expert_gate_sigmoid", 1, 0, act_bytes, False)]
     if cfg.dropout:
-        items.append(_Item("moe/dropout_mask", h, 0, 1, False))
+        items.append(Item("moe/dropout_mask", h, 0, 1, False))
     return items
 
 
 @lru_cache(maxsize=1024)
-def embedding_recipe(cfg: TransformerConfig) -> tuple[_Item, ...]:
+def embedding_recipe(cfg: TransformerConfig) -> tuple[Item, ...]:
     """First stage, outside the layers: the embedding dropout mask."""
-    return (_Item("embedding/dropout_mask", cfg.d_model, 0, 1, False),) if cfg.dropout else ()
+    return (Item("embedding/dropout_mask", cfg.d_model, 0, 1, False),) if cfg.dropout else ()
 
 
 @lru_cache(maxsize=1024)
 def head_recipe(cfg: TransformerConfig, act_bytes: int,
-                residual_bytes: int | None = None) -> tuple[_Item, ...]:
+                residual_bytes: int | None = None) -> tuple[Item, ...]:
     """Last stage, outside the layers: final norm, LM head input, and the logits
     the cross-entropy keeps in float32 (the paper's 4sbv/t)."""
     res = act_bytes if residual_bytes is None else residual_bytes
     return (
-        _Item("head/final_norm_input", cfg.d_model, 0, res, False),
-        _Item("head/lm_head_input", cfg.d_model, 0, act_bytes, False),
-        _Item("head/logits_fp32", cfg.vocab_size, 0, 4, True),
+        Item("head/final_norm_input", cfg.d_model, 0, res, False),
+        Item("head/lm_head_input", cfg.d_model, 0, act_bytes, False),
+        Item("head/logits_fp32", cfg.vocab_size, 0, 4, True),
     )
 
 
-def sized(items: tuple[_Item, ...], *, s: int, b: int, t: int, sequence_parallel: bool) -> dict[str, int]:
+def sized(items: tuple[Item, ...], *, s: int, b: int, t: int, sequence_parallel: bool) -> dict[str, int]:
     """Bytes per micro-batch on one GPU, by saved tensor: everything divides by t
     under sequence parallelism, only the tensor-parallel regions without it, and never
     what every tensor rank holds whole."""

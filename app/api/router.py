@@ -13,11 +13,24 @@ import inspect
 from fastapi import FastAPI
 from fastapi.routing import APIRoute, APIRouter
 
-from app.api.routes import device, dtypes, flops, hardware, inference, jobs, memory, models, tensors, time
+from app.api.routes import (
+    device,
+    dtypes,
+    finetune,
+    fit,
+    flops,
+    hardware,
+    inference,
+    jobs,
+    memory,
+    models,
+    tensors,
+    time,
+)
 
 PREFIX = "/api/v1"
 # Tried in this order: the calculators most called first, catalogue reads last.
-MODULES = (memory, inference, flops, time, tensors, dtypes, models, hardware, jobs, device)
+MODULES = (memory, inference, flops, time, finetune, fit, tensors, dtypes, models, hardware, jobs, device)
 _ROUTE_OPTIONS = tuple(name for name in inspect.signature(APIRouter.add_api_route).parameters
                        if name not in ("self", "path", "endpoint"))
 

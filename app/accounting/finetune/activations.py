@@ -1,0 +1,96 @@
+"""Activations a fine-tuning step keeps: the training recipe (app/accounting/activations.py),
+less what no gradient needs, plus each adapter's own.
+
+Autograd saves a tensor for backward only where some input of the op requires a gradient that
+needs it (torch's generated derivatives check should_compute_output). So:
+- a frozen nn.Linear keeps no input: its input gradient needs only the weight, held anyway;
+  a trained one, or one an adapter reads, keeps it (lora_A saves the same tensor);
+- norms, activations, softmax and attention keep their inputs wherever the stream through them
+  requires a gradient, frozen or not;
+- before the first trained or adapted weight (a frozen embedding, frozen first layers) nothing
+  requires a gradient and nothing is kept;
+- an adapter keeps A's output, tokens x r, for B's weight gradient (its input is the wrapped
+  matrix's input, kept once).
+Attention (SDPA, FlashAttention) keeps q, k and v whenever any of them requires a gradient.
+"""
+
+from app.accounting import activations as act
+from app.accounting.config import TransformerConfig
+from app.accounting.finetune.spec import Graph, LayerGrad
+
+_ATTENTION_CORE = ("attention/q_and_k", "attention/v", "attention/softmax_output",
+                   "attention/softmax_dropout_mask", "attention/softmax_dropout_output",
+                   "attention/q_and_k_before_norm")
+
+
+def _flags(layer: LayerGrad) -> dict[str, bool]:
+    """Which of the layer's streams require gradients, and which matmul inputs a weight
+    gradient (trained or adapter) reads."""
+    x, whole, a = layer
+    core = x or whole or bool(a & {"q", "k", "v"})
+    o_out = core or whole or "o" in a
+    mid = x or o_out
+    return {"x": x, "whole": whole, "core": core, "o_out": o_out, "mid": mid,
+            "hidden": mid or whole or bool(a & {"gate", "up"}),
+            "qkv_in": whole or bool(a & {"q", "k", "v"}), "o_in": whole or "o" in a,
+            "up_in": whole or bool(a & {"gate", "up"}), "down_in": whole or "down" in a}
+
+
+def _kept(name: str, f: dict[str, bool], shared_experts: bool) -> bool:
+    if name == "layer_input":  # full recompute: the layer's input, wherever backward enters it
+        return f["x"] or f["hidden"]
+    if name in _ATTENTION_CORE:
+        return f["core"]
+    rules = {
+        "attention/norm_input": f["x"], "attention/qkv_input": f["qkv_in"],
+        "attention/output_proj_input": f["o_in"], "attention/dropout_mask": f["o_out"],
+        "attention/post_norm_input": f["o_out"],
+        "mlp/norm_input": f["mid"], "mlp/up_input": f["up_in"], "mlp/down_input": f["down_in"],
+        "moe/norm_input": f["mid"],
+        # read by the router and the shared experts: kept for their weight gradients only
+        "moe/router_input": f["whole"] or (shared_experts and f["up_in"]),
+        # routed experts are never adapted (transformers fuses them; no target name matches)
+        "moe/expert_inputs": f["whole"], "moe/expert_down_input": f["whole"],
+        "moe/shared_down_input": f["down_in"],
+    }
+    if name in rules:
+        return rules[name]
+    if name.startswith("mlp/"):  # hiddens, dropout mask, post-norm input
+        return f["hidden"]
+    return f["mid"] or f["whole"]  # router softmax and top-k, expert hiddens and outputs
+
+
+def _adapter_items(cfg: TransformerConfig, layer: LayerGrad, moe: bool, rank: int,
+                   act_bytes: int) -> list[act.Item]:
+    """A's output (tokens x r) per adapter in the layer; MLP targets exist in a mixture-of-
+    experts layer only as its shared experts."""
+    present = {"q", "k", "v", "o"}
+    if not moe or cfg.ff_shared:
+        present |= {"gate", "up", "down"} if cfg.gated else {"up", "down"}
+    return [act.Item(f"lora/{t}_A_output", rank, 0, act_bytes, False)
+            for t in sorted(layer.adapters & present)]
+
+
+def saved(cfg: TransformerConfig, plan: Graph, *, rank: int, act_bytes: int, residual_bytes: int,
+          recompute: act.Recompute, seq_len: int, batch_size: int) -> dict[str, int]:
+    """Bytes kept for backward over the whole model, by saved tensor (summed over layers)."""
+    out: dict[str, int] = {}
+
+    def add(items) -> None:
+        for name, size in act.sized(tuple(items), s=seq_len, b=batch_size, t=1,
+                                    sequence_parallel=False).items():
+            out[name] = out.get(name, 0) + size
+
+    for i, layer in enumerate(plan.layers):
+        moe = cfg.layers.moe[i]
+        recipe = act.layer_recipe(cfg, act_bytes, recompute, residual_bytes, moe=moe)
+        f = _flags(layer)
+        add(item for item in recipe if _kept(item.name, f, bool(cfg.ff_shared)))
+        if recompute != "full" and layer.adapters:
+            add(_adapter_items(cfg, layer, moe, rank, act_bytes))
+    if plan.embedding_trains:
+        add(act.embedding_recipe(cfg))
+    head = {"head/final_norm_input": plan.head_input_grad, "head/lm_head_input": plan.head_trains,
+            "head/logits_fp32": True}
+    add(item for item in act.head_recipe(cfg, act_bytes, residual_bytes) if head[item.name])
+    return {name: size for name, size in out.items() if size}

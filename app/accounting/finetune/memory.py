@@ -1,0 +1,187 @@
+"""Memory of one fine-tuning step on each GPU, item by item.
+
+- Trainable parameters (the adapters, the saved embedding and head copies, or the unfrozen
+  parts) carry the full training state of the precision and optimizer (memory.py's ZeRO
+  accounting: parameter, gradient, optimizer state, master copy), sharded by ZeRO stage over
+  data-parallel ranks as in training.
+- Frozen weights carry none of it: one copy in the precision's parameter dtype, or, for QLoRA,
+  in the quantized base format (inference/quant.py; bitsandbytes keeps the embeddings, norms and
+  head in the compute dtype). ZeRO stage 3 (FSDP) shards them too, as FSDP-QLoRA does.
+- Activations are what autograd keeps (finetune/activations.py).
+- Transients at the start of backward: the loss's fp32 gradients (as in training) and, for QLoRA,
+  the one matrix dequantized to the compute dtype for the matmul running.
+
+Mode full is the training calculator's answer itself (memory.training_memory), not a second copy.
+"""
+
+import math
+from dataclasses import dataclass
+
+from app.accounting import activations as act
+from app.accounting.config import TransformerConfig
+from app.accounting.errors import InvalidInput
+from app.accounting.finetune import activations as saved
+from app.accounting.finetune import spec as ft
+from app.accounting.finetune.freeze import freeze_params
+from app.accounting.finetune.lora import lora_params
+from app.accounting.hardware import Accelerator
+from app.accounting.inference.quant import weight_bytes
+from app.accounting.memory import (
+    PRECISIONS,
+    Optimizer,
+    Precision,
+    _matmul_share,
+    state_bytes_per_param,
+    training_memory,
+)
+from app.accounting.records import RECORD
+from app.accounting.units import GIB
+
+PAGED = ("adam", "adamw", "adamw_8bit")
+"""Optimizers bitsandbytes has paged versions of (PagedAdam, PagedAdamW, PagedAdamW8bit)."""
+BASE_DTYPE = {"fp32": "float32", "bf16_autocast": "float32", "bf16_mixed": "bfloat16",
+              "fp16_mixed": "float16", "bf16": "bfloat16"}
+COMPUTE_BYTES = {"fp32": 4, "bf16_autocast": 2, "bf16_mixed": 2, "fp16_mixed": 2, "bf16": 2}
+
+
+@dataclass(slots=True)
+class FineTuneMemory:
+    """Bytes on one GPU unless named otherwise."""
+
+    mode: str
+    trainable_params: int
+    frozen_params: int
+    """The base's parameters that do not train (lora, qlora: all of them)."""
+    frozen_weights: int
+    """The frozen parameters, in the precision's parameter dtype or, for qlora, the base format."""
+    base_format: str | None
+    parameters: int
+    """The trainable parameters themselves."""
+    gradients: int
+    optimizer_state: int
+    master_weights: int
+    weight_copies: int
+    """bf16_autocast's cached 16-bit copies of trainable matmul weights (frozen ones are cast
+    per matmul and freed)."""
+    activations: int
+    activation_items: dict[str, int]
+    """Bytes kept for backward by saved tensor, summed over layers."""
+    transient: int
+    """At the start of backward: the loss's fp32 gradients, and a QLoRA base's one matrix
+    dequantized to the compute dtype."""
+    total: int
+    total_gib: float
+    paged_optimizer: bool
+    gpu: str | None
+    gpu_memory_bytes: int | None
+    fits: bool | None
+    """total <= the GPU's memory, or with a paged optimizer, total - optimizer_state (its state
+    pages to host memory when the GPU runs short, at the cost of PCIe traffic)."""
+    headroom: int | None
+    assumptions: list[str]
+
+    __pydantic_config__ = RECORD
+
+
+def finetune_memory(cfg: TransformerConfig, spec: ft.FineTune, *, precision: Precision, optimizer: Optimizer,
+                    batch_size: int, seq_len: int, recompute: act.Recompute = "selective",
+                    paged_optimizer: bool = False, data_parallel: int = 1, zero_stage: int = 0,
+                    gpu: Accelerator | None = None) -> FineTuneMemory:
+    ft.check(cfg, spec)
+    if paged_optimizer and optimizer not in PAGED:
+        raise InvalidInput("paged_optimizer", f"bitsandbytes pages {', '.join(PAGED)}; not {optimizer}")
+    if spec.mode == "qlora" and precision in ("fp32", "bf16_autocast"):
+        raise InvalidInput("precision", "QLoRA computes in 16 bits over its quantized base: bf16_mixed, "
+                                        "fp16_mixed or bf16")
+    if cfg.position == "learned" and seq_len > cfg.max_seq_len:
+        raise InvalidInput("seq_len", f"{seq_len} exceeds the model's {cfg.max_seq_len} learned positions")
+    if spec.mode == "full":
+        return _full(cfg, precision=precision, optimizer=optimizer, batch_size=batch_size, seq_len=seq_len,
+                     recompute=recompute, paged=paged_optimizer, dp=data_parallel, zero=zero_stage, gpu=gpu)
+    p = PRECISIONS[precision]
+    plan = ft.graph(cfg, spec)
+    notes = [f"batch_size {batch_size} is the micro-batch per data-parallel rank"]
+    if spec.mode == "freeze":
+        count = freeze_params(cfg, freeze_embeddings=spec.freeze_embeddings, freeze_head=spec.freeze_head,
+                              freeze_layers=spec.freeze_layers)
+        trainable, frozen = count.trainable_params, count.frozen_params
+        copies = math.ceil(trainable * p.weight_copy * _matmul_share(cfg))
+    else:
+        count = lora_params(cfg, rank=spec.rank, targets=spec.targets, train_embeddings=spec.train_embeddings,
+                            train_head=spec.train_head)
+        trainable, frozen = count.trainable_params, count.base_params
+        copies = trainable * p.weight_copy
+        notes.append("adapters in the parameter dtype, no dropout on their input (peft's lora_dropout 0), "
+                     "so A reads the wrapped matrix's own input")
+    dequantized = 0
+    if spec.mode == "qlora":
+        base = weight_bytes(cfg, spec.base_format, base_dtype=BASE_DTYPE[precision])
+        frozen_bytes = base.total_bytes
+        dequantized = _largest_matrix(cfg) * COMPUTE_BYTES[precision]
+        notes.append(f"base in {base.format_name}; {', '.join(base.kept)} kept in {base.base_dtype}; each "
+                     "matmul dequantizes its weight to the compute dtype and frees it")
+    else:
+        frozen_bytes = frozen * p.param
+    per = state_bytes_per_param(precision, optimizer)
+    dp, z = data_parallel, zero_stage
+
+    def shard(n: float, stage: int) -> int:
+        return math.ceil(n / (dp if z >= stage else 1))
+
+    items = saved.saved(cfg, plan, rank=spec.rank, act_bytes=p.activation, residual_bytes=p.residual,
+                        recompute=recompute, seq_len=seq_len, batch_size=batch_size)
+    loss = 2 * 4 * seq_len * batch_size * cfg.vocab_size
+    parts = {"frozen_weights": shard(frozen_bytes, 3), "parameters": shard(trainable * per.parameters, 3),
+             "gradients": shard(trainable * per.gradients, 2),
+             "optimizer_state": shard(trainable * per.optimizer_state, 1),
+             "master_weights": shard(trainable * per.master_weights, 1), "weight_copies": copies,
+             "activations": sum(items.values()), "transient": loss + dequantized}
+    if z and dp == 1:
+        notes.append("ZeRO shards over data-parallel ranks; with data_parallel 1 it saves nothing")
+    return _answer(spec.mode, trainable, frozen, spec.base_format if spec.mode == "qlora" else None, parts,
+                   items, paged_optimizer, gpu, notes)
+
+
+def _full(cfg: TransformerConfig, *, precision: Precision, optimizer: Optimizer, batch_size: int,
+          seq_len: int, recompute: act.Recompute, paged: bool, dp: int, zero: int,
+          gpu: Accelerator | None) -> FineTuneMemory:
+    mem = training_memory(model=cfg, params=None, precision=precision, optimizer=optimizer,
+                          batch_size=batch_size, seq_len=seq_len, recompute=recompute, zero_stage=zero,
+                          data_parallel=dp)
+    detail = mem.activation_detail
+    items = {name: size * detail.layers_held for name, size in detail.per_layer.items()}
+    for name, size in (detail.dense_layer or {}).items():
+        items[name] = items.get(name, 0) + size * detail.dense_layers_held
+    items |= detail.outside_layers
+    parts = {"frozen_weights": 0, "parameters": mem.parameters, "gradients": mem.gradients,
+             "optimizer_state": mem.optimizer_state, "master_weights": mem.master_weights,
+             "weight_copies": mem.weight_copies, "activations": mem.activations or 0,
+             "transient": mem.transient or 0}
+    return _answer("full", mem.params, 0, None, parts, items, paged, gpu, list(mem.assumptions))
+
+
+def _answer(mode: str, trainable: int, frozen: int, base_format: str | None, parts: dict[str, int],
+            items: dict[str, int], paged: bool, gpu: Accelerator | None, notes: list[str]) -> FineTuneMemory:
+    total = sum(parts.values())
+    on_gpu = total - parts["optimizer_state"] if paged else total
+    if paged:
+        notes.append("paged optimizer: its state may page to host memory when the GPU runs short "
+                     "(bitsandbytes' unified memory); fits counts the rest")
+    notes.append("excludes the CUDA context, allocator fragmentation and communication buffers")
+    return FineTuneMemory(
+        mode=mode, trainable_params=trainable, frozen_params=frozen, base_format=base_format,
+        activation_items=items, total=total, total_gib=total / GIB, paged_optimizer=paged,
+        gpu=None if gpu is None else gpu.id, gpu_memory_bytes=None if gpu is None else gpu.memory_bytes,
+        fits=None if gpu is None else on_gpu <= gpu.memory_bytes,
+        headroom=None if gpu is None else gpu.memory_bytes - total, assumptions=notes, **parts)
+
+
+def _largest_matrix(cfg: TransformerConfig) -> int:
+    """Elements of the largest nn.Linear a QLoRA base quantizes (the head and embedding are kept)."""
+    d = cfg.d_model
+    sizes = [d * cfg.n_heads * cfg.hd, d * cfg.kv_heads * cfg.hd]
+    if not all(cfg.moe_layers):
+        sizes.append(d * cfg.ff)
+    if cfg.layers.n_moe:
+        sizes += [d * cfg.ff_expert, d * cfg.ff_shared]
+    return max(sizes)

@@ -1,0 +1,30 @@
+"""Fine-tuning: LoRA, QLoRA, frozen parts and full fine-tuning of one step."""
+
+from typing import Annotated
+
+from fastapi import APIRouter, Body, Response
+
+from app.accounting.finetune.step import FineTuneStep
+from app.api.errors import REQUEST_ERRORS
+from app.api.openapi import examples
+from app.api.responses import answer, respond
+from app.api.services import finetune as service
+from app.api.services.finetune import FineTuneRequest
+
+router = APIRouter(prefix="/finetune", tags=["fine-tuning"])
+
+FINETUNE = examples(
+    qlora_llama3_8b_on_an_rtx_4090={"model": "llama3-8b", "mode": "qlora", "lora_rank": 16, "seq_len": 2048,
+                                     "recompute": "full", "gpu": "rtx-4090"},
+    lora_every_matrix={"model": "llama3-8b", "mode": "lora", "lora_rank": 8,
+                       "lora_targets": ["q", "k", "v", "o", "gate", "up", "down"], "seq_len": 2048,
+                       "gpu": "h100-sxm"},
+    last_4_layers_only={"model": "llama3.2-1b", "mode": "freeze", "freeze_embeddings": True,
+                        "freeze_head": True, "freeze_layers": 12, "seq_len": 1024})
+
+
+@router.post("", response_model=answer(FineTuneStep), responses=REQUEST_ERRORS)
+async def finetune(body: Annotated[FineTuneRequest, Body(openapi_examples=FINETUNE)]) -> Response:
+    """Trainable and frozen parameters, bytes per GPU item by item (frozen base in its format,
+    trainable states, activations autograd keeps), the step's FLOPs and its time at an MFU."""
+    return respond(service.step(body), body)

@@ -1,0 +1,80 @@
+"""Fine-tuning: what trains, memory per GPU, FLOPs and time of one step."""
+
+from typing import Annotated
+
+from pydantic import Field
+
+from app.accounting import activations, memory
+from app.accounting.finetune import lora
+from app.accounting.finetune.spec import QLORA_FORMATS, FineTune, Mode
+from app.accounting.finetune.step import FineTuneStep, finetune_step
+from app.accounting.inference import formats
+from app.api.services.time import DEFAULT_MFU
+from app.contract.fields import Input, count, number, sequence_length
+from app.contract.schemas import GpuId, GpuOverridesIn, ModelSpec, accelerator, engine_model, named
+
+Targets = Annotated[list[lora.Target], Field(min_length=1, max_length=len(lora.TARGETS))]
+BaseFormat = named("QLoRA base format", QLORA_FORMATS, formats.QUANTIZATION_LISTING,
+                   lambda name: formats.lookup_format(name).id)
+
+
+class FineTuneRequest(Input):
+    model: ModelSpec
+    mode: Mode = Field(
+        "lora", description="full: every weight trains. freeze: the parts named by freeze_* frozen, the rest "
+                            "trained whole. lora: the base frozen, adapters on lora_targets (peft's LoRA). "
+                            "qlora: lora over a base stored in base_format (bitsandbytes).")
+    lora_rank: count(1, 65_536) = Field(16, description="lora, qlora: the adapters' rank r.")
+    lora_targets: Targets = Field(  # type: ignore[valid-type]
+        list(lora.DEFAULT_TARGETS),
+        description="lora, qlora: matrices wrapped in every layer that has them (peft's target_modules: "
+                    "q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj). Default q and v, "
+                    "peft's default for the llama family.")
+    train_embeddings: bool = Field(False, description="lora, qlora: train a copy of the token embedding "
+                                                      "whole (peft's modules_to_save).")
+    train_head: bool = Field(False, description="lora, qlora: train a copy of the LM head whole.")
+    freeze_embeddings: bool = Field(False, description="freeze: the token and position embeddings.")
+    freeze_head: bool = Field(False, description="freeze: the LM head (with tied embeddings, freeze both "
+                                                 "or neither).")
+    freeze_layers: count(0, 100_000) = Field(0, description="freeze: the first k transformer layers.")
+    base_format: BaseFormat = Field(  # type: ignore[valid-type]
+        "nf4_double_quant", description="qlora: how the frozen base is stored: nf4, nf4_double_quant "
+                                        "(QLoRA's default) or int8_channel.")
+    precision: memory.Precision = Field(
+        "bf16_mixed", description="As POST /api/v1/memory/training. Frozen weights are stored in its "
+                                  "parameter dtype (qlora: in base_format); trainable ones carry its whole "
+                                  "training state.")
+    optimizer: memory.Optimizer = "adamw"
+    paged_optimizer: bool = Field(
+        False, description="bitsandbytes' paged optimizer (adam, adamw, adamw_8bit): its state may page "
+                           "to host memory when the GPU runs short; `fits` then counts the rest.")
+    batch_size: count(1, 1_000_000) = Field(1, description="Micro-batch per GPU, in sequences.")
+    seq_len: sequence_length(1, 10_000_000) | None = Field(
+        None, description="Tokens per sequence; null means the model's max_seq_len.")
+    recompute: activations.Recompute = Field(
+        "selective", description="As POST /api/v1/memory/training: full is gradient checkpointing "
+                                 "(transformers' gradient_checkpointing=True).")
+    data_parallel: count(1, 1_000_000) = Field(1, description="GPUs, each running its own micro-batch.")
+    zero_stage: count(0, 3) = Field(
+        0, description="Shards the trainable states over data_parallel ranks; 3 also shards the frozen "
+                       "weights (FSDP, FSDP-QLoRA).")
+    gpu: GpuId | None = Field(None, description="Check the total against this GPU's memory, and time the "
+                                                "step at its dense peak.")
+    gpu_overrides: GpuOverridesIn | None = None  # type: ignore[valid-type]
+    mfu: number(ge=1e-6, le=1) = Field(DEFAULT_MFU, description="Share of the dense peak the step's FLOPs "
+                                                                "run at (with a gpu).")
+
+    def spec(self) -> FineTune:
+        return FineTune(mode=self.mode, rank=self.lora_rank, targets=tuple(self.lora_targets),
+                        train_embeddings=self.train_embeddings, train_head=self.train_head,
+                        freeze_embeddings=self.freeze_embeddings, freeze_head=self.freeze_head,
+                        freeze_layers=self.freeze_layers, base_format=self.base_format)
+
+
+def step(body: FineTuneRequest) -> FineTuneStep:
+    cfg = engine_model(body.model)
+    return finetune_step(
+        cfg, body.spec(), precision=body.precision, optimizer=body.optimizer, batch_size=body.batch_size,
+        seq_len=body.seq_len or cfg.max_seq_len, recompute=body.recompute,
+        paged_optimizer=body.paged_optimizer, data_parallel=body.data_parallel, zero_stage=body.zero_stage,
+        gpu=accelerator(body.gpu, body.gpu_overrides), mfu=body.mfu)

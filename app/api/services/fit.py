@@ -1,0 +1,164 @@
+"""Will it run on my GPU: serving in a few weight formats, LoRA, QLoRA and full fine-tuning,
+each answered by its own calculator (services.inference, accounting.finetune)."""
+
+from pydantic import Field
+
+from app.accounting import activations, fit
+from app.accounting.errors import InvalidInput
+from app.accounting.finetune.spec import FineTune
+from app.accounting.finetune.step import finetune_step
+from app.accounting.hardware import Accelerator
+from app.accounting.inference import formats
+from app.api.services import inference
+from app.api.services.time import DEFAULT_MFU
+from app.contract.fields import count, number, sequence_length
+from app.contract.schemas import GpuInput, ModelSpec, engine_model
+
+SERVED = ("bfloat16", "fp8_e4m3", "int8_channel", "awq_int4")
+"""Weight formats a serving engine (vLLM) runs; fp8 only where the GPU has an FP8 peak."""
+TRAINING = {  # option -> (label, FineTune, precision, optimizer, paged)
+    "lora": ("LoRA", FineTune("lora", rank=16), "bf16_mixed", "adamw", False),
+    "qlora": ("QLoRA", FineTune("qlora", rank=16, base_format="nf4_double_quant"), "bf16_mixed", "adamw",
+              True),
+    "full": ("Full fine-tuning", FineTune("full"), "bf16_mixed", "adamw", False),
+}
+MORE_GPUS = (2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+
+
+class FitRequest(GpuInput):
+    model: ModelSpec
+    num_gpus: count(1, 1024) = Field(
+        1, description="GPUs of this kind: tensor parallel when serving, data parallel (full fine-tuning "
+                       "with ZeRO stage 3) when training.")
+    seq_len: sequence_length(1, 10_000_000) = Field(
+        2048, description="Tokens per sequence: the served context, or the training sequence.")
+    batch_size: count(1, 65_536) = Field(
+        1, description="Sequences served at once, or the training micro-batch per GPU.")
+    lora_rank: count(1, 65_536) = Field(16, description="LoRA and QLoRA's rank (adapters on q and v).")
+    recompute: activations.Recompute = Field(
+        "selective", description="Training: none, selective, or full (gradient checkpointing).")
+    mfu: number(ge=1e-6, le=1) = Field(DEFAULT_MFU, description="Training: share of the dense bf16 peak "
+                                                                "a step's FLOPs run at.")
+
+
+def answer(body: FitRequest) -> fit.FitAnswer:
+    cfg = engine_model(body.model)
+    if body.seq_len > cfg.max_seq_len:
+        raise InvalidInput("seq_len", f"{body.seq_len} tokens exceed the model's {cfg.max_seq_len} positions")
+    acc = body.accelerator()
+    options = [_served(body, f) for f in SERVED if f != "fp8_e4m3" or "float8" in acc.peak_flop_per_sec]
+    options += [_trained(body, cfg, acc, option) for option in TRAINING]
+    name = body.model if isinstance(body.model, str) else "custom"
+    return fit.FitAnswer(
+        model=name, gpu=acc.id, gpu_name=acc.name, num_gpus=body.num_gpus, gpu_memory_bytes=acc.memory_bytes,
+        seq_len=body.seq_len, batch_size=body.batch_size, options=options, summary=fit.summary(options),
+        assumptions=[
+            "serving: vLLM-like, gpu_memory_utilization 0.9, 1 GiB overhead, tensor_parallel num_gpus, "
+            "time per output token at batch_size sequences decoding at seq_len (POST /api/v1/inference/*)",
+            "training: bf16 mixed precision, AdamW; LoRA and QLoRA rank lora_rank on q and v (peft's "
+            "default), QLoRA over NF4 with double quantization and a paged optimizer "
+            "(POST /api/v1/finetune); full fine-tuning shards with ZeRO stage 3 over num_gpus > 1",
+            "training time counts the step's matmul FLOPs at mfu of the dense bf16 peak; QLoRA's "
+            "dequantization of each weight per matmul is not counted and makes it slower than LoRA",
+            "advice tries, in order: gradient checkpointing, batch 1, a shorter sequence, more GPUs"])
+
+
+def _serving(body: FitRequest, fmt: str, gpus: int, **extra) -> dict:
+    return dict(model=body.model, gpu=body.gpu, gpu_overrides=body.gpu_overrides, weight_format=fmt,
+                num_gpus=gpus, tensor_parallel=gpus, **extra)
+
+
+def _served(body: FitRequest, fmt: str) -> fit.FitOption:
+    s, b = body.seq_len, body.batch_size
+    try:
+        request = inference.InferenceMemoryRequest(**_serving(body, fmt, body.num_gpus), context=s,
+                                                   concurrency=b)
+        mem, cap = inference.memory(request), inference.serving_capacity(request)
+    except InvalidInput as e:
+        if e.field in ("tensor_parallel", "num_gpus"):
+            raise InvalidInput("num_gpus", e.message) from None
+        raise
+    output = min(128, max(1, s // 2))
+    timed = inference.serving_time(inference.InferenceTimeRequest(
+        **_serving(body, fmt, body.num_gpus), prompt_tokens=s - output, output_tokens=output,
+        concurrency=b), store=None)
+    advice = None
+    if not mem.fits:
+        advice = fit.first_fitting(
+            ([(f"fits at a context of {cap.max_context} tokens", lambda: True)]
+             if cap.max_context >= 1 else [])
+            + [(f"fits on {n} GPUs (tensor_parallel {n})", lambda n=n: _serves_on(body, fmt, n))
+               for n in MORE_GPUS if n > body.num_gpus and n <= 64])
+    name = formats.FORMATS[fmt].name
+    return fit.FitOption(
+        option=f"inference-{fmt}", kind="inference", label=f"Inference, {name}",
+        settings={"weight_format": fmt, "tensor_parallel": body.num_gpus, "gpu_memory_utilization": 0.9},
+        fits=mem.fits, total_bytes=mem.total_bytes, usable_bytes=mem.usable_bytes,
+        bytes_by_kind={"weights": mem.weights_bytes, "kv_cache": mem.kv_cache_bytes,
+                       "workspace": mem.workspace_bytes, "overhead": mem.overhead_bytes},
+        largest_batch=cap.max_sequences, largest_context=cap.max_context if cap.max_context >= 1 else 0,
+        seconds=timed.inter_token_latency_s, time_unit="per output token",
+        tokens_per_sec=timed.output_tokens_per_sec, advice=advice)
+
+
+def _serves_on(body: FitRequest, fmt: str, gpus: int) -> bool:
+    try:
+        request = inference.InferenceMemoryRequest(**_serving(body, fmt, gpus), context=body.seq_len,
+                                                   concurrency=body.batch_size)
+        return inference.memory(request).fits
+    except InvalidInput:  # heads that gpus does not divide
+        return False
+
+
+def _trained(body: FitRequest, cfg, acc: Accelerator, option: str) -> fit.FitOption:
+    label, spec, precision, optimizer, paged = TRAINING[option]
+    if spec.adapted:
+        spec = FineTune(spec.mode, rank=body.lora_rank, base_format=spec.base_format)
+    zero = 3 if option == "full" and body.num_gpus > 1 else 0
+
+    def run(*, b: int = body.batch_size, s: int = body.seq_len, recompute: str = body.recompute,
+            gpus: int = body.num_gpus, zero_stage: int = zero):
+        return finetune_step(cfg, spec, precision=precision, optimizer=optimizer, batch_size=b, seq_len=s,
+                             recompute=recompute, paged_optimizer=paged, data_parallel=gpus,
+                             zero_stage=zero_stage, gpu=acc, mfu=body.mfu)
+
+    def fits(**kw) -> bool:
+        return bool(run(**kw).memory.fits)
+
+    step = run()
+    m = step.memory
+    one, two = run(b=1).memory, run(b=2).memory
+    slope, fixed = two.total - one.total, 2 * one.total - two.total  # bytes are linear in the batch
+    room = acc.memory_bytes - fixed + (m.optimizer_state if paged else 0)
+    most = max(0, room // slope) if slope > 0 else 0
+    longest = max(fit.largest(lambda s: fits(s=s), 1, cfg.max_seq_len), 0)
+    advice = None
+    if not m.fits:
+        changes = []
+        if body.recompute != "full":
+            changes.append(("fits with gradient checkpointing (recompute full)",
+                            lambda: fits(recompute="full")))
+        if body.batch_size > 1:
+            changes.append(("fits at batch size 1 with gradient checkpointing",
+                            lambda: fits(b=1, recompute="full")))
+        if longest >= 1:
+            changes.append((f"fits at a sequence of {longest} tokens", lambda: True))
+        for n in MORE_GPUS:
+            if n > body.num_gpus:
+                changes.append((f"fits on {n} GPUs with ZeRO stage 3 and gradient checkpointing",
+                                lambda n=n: fits(gpus=n, zero_stage=3, recompute="full")))
+        advice = fit.first_fitting(changes) or "does not fit on 1024 GPUs with ZeRO stage 3"
+    return fit.FitOption(
+        option=option, kind="training", label=label,
+        settings={"precision": precision, "optimizer": optimizer, "paged_optimizer": paged,
+                  "recompute": body.recompute, "zero_stage": zero, "data_parallel": body.num_gpus,
+                  **({"lora_rank": spec.rank, "lora_targets": "q,v"} if spec.adapted else {}),
+                  **({"base_format": spec.base_format} if spec.mode == "qlora" else {})},
+        fits=bool(m.fits), total_bytes=m.total, usable_bytes=acc.memory_bytes,
+        bytes_by_kind={"frozen_weights": m.frozen_weights,
+                       "trainable_weights": m.parameters + m.weight_copies,
+                       "gradients": m.gradients, "optimizer_state": m.optimizer_state,
+                       "master_weights": m.master_weights, "activations": m.activations,
+                       "transient": m.transient},
+        largest_batch=int(most), largest_context=longest, seconds=step.time.seconds, time_unit="per step",
+        tokens_per_sec=step.time.tokens_per_sec, advice=advice)
