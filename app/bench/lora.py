@@ -4,9 +4,10 @@ adapters beside frozen matrices, a base stored quantized.
 peft's LoRA (peft/tuners/lora/layer.py, Linear) wraps a frozen nn.Linear of (in, out) with A
 (r x in, kaiming-uniform with a = sqrt(5)) and B (out x r, zeros), and returns
 base(x) + B(A(dropout(x))) * alpha / r. The probe fuses QKV and gate+up into one matrix each, so
-an adapter on q adds B(A(x)) to the q columns of the fused output: the same numbers, and the same
-tensors kept for backward, as peft's adapter on a separate q_proj (A keeps its input x, B keeps
-A's output, tokens x r; the scalar product keeps nothing).
+an adapter on q adds B(A(x)) to the q block of the fused output, and the blocks go on apart
+(models.blocks): the same numbers, the same tensors kept for backward and the same gradient
+matmuls as peft's adapter on a separate q_proj (A keeps its input x, B keeps A's output,
+tokens x r; the scalar product and the sum keep nothing).
 
 QLoRA's base (transformers' bitsandbytes integration): every nn.Linear of the blocks stored in
 Linear4bit (nf4, with compress_statistics for double quantization) or Linear8bitLt (int8 with
@@ -45,38 +46,43 @@ class Adapter(nn.Module):
 
 
 class Adapted(nn.Module):
-    """A frozen projection, perhaps fused, with adapters on column slices of its output:
-    `slices` maps a target to its (start, width) in the output."""
+    """A frozen projection with adapters on some of the column blocks of its output. `blocks`
+    names each block in order with its width: one block for a plain matrix, (q, k, v) for the
+    fused QKV, (gate, up) for the fused gate+up."""
 
-    def __init__(self, base: nn.Module, fan_in: int, slices: dict[str, tuple[int, int]], rank: int,
+    def __init__(self, base: nn.Module, fan_in: int, blocks: dict[str, int], targets: list[str], rank: int,
                  dtype: torch.dtype) -> None:
         super().__init__()
-        self.base, self.slices = base, slices
-        self.adapters = nn.ModuleDict({t: Adapter(fan_in, width, rank, dtype) for t, (_, width) in slices.items()})
+        self.base, self.blocks = base, blocks
+        self.adapters = nn.ModuleDict({t: Adapter(fan_in, width, rank, dtype)
+                                       for t, width in blocks.items() if t in targets})
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = self.base(x)  # (..., out): kept by nothing, so adding in place frees no saved tensor
-        for target, adapter in self.adapters.items():
-            start, width = self.slices[target]
-            y.narrow(-1, start, width).add_(adapter(x))
-        return y
+    def forward(self, x: torch.Tensor) -> torch.Tensor | tuple[torch.Tensor, ...]:
+        """(..., out), or for a fused projection its blocks (models.blocks), each (..., width):
+        an unadapted block is a view of the frozen output and, as peft's unwrapped k_proj, needs no
+        gradient unless x does."""
+        y = self.base(x)
+        if len(self.blocks) == 1:  # peft's own sum, out of place
+            return y + next(iter(self.adapters.values()))(x)
+        pieces = y.split(list(self.blocks.values()), dim=-1)
+        return tuple(piece + self.adapters[t](x) if t in self.adapters else piece
+                     for t, piece in zip(self.blocks, pieces, strict=True))
 
 
-def _projections(model: Transformer) -> Iterator[tuple[nn.Module, str, dict[str, tuple[int, int]]]]:
-    """(owner, attribute, {target: (start, width)}) for every matrix a target names: attention's
-    fused QKV and output, and the MLPs that are nn.Linear modules by name in transformers (dense
-    MLPs, shared experts; never routed experts, which transformers stores as fused 3-D tensors)."""
+def _projections(model: Transformer) -> Iterator[tuple[nn.Module, str, dict[str, int]]]:
+    """(owner, attribute, {target: width} in output order) for every matrix a target names:
+    attention's fused QKV and output, and the MLPs that are nn.Linear modules by name in
+    transformers (dense MLPs, shared experts; never routed experts, which transformers stores as
+    fused 3-D tensors)."""
     for block in model.blocks:
         attn = block.attn
         if isinstance(attn, Attention):
-            q, kv = attn.q_width, attn.kv_width
-            yield attn, "qkv", {"q": (0, q), "k": (q, kv), "v": (q + kv, kv)}
-            yield attn, "out", {"o": (0, attn.out.out_features)}
+            yield attn, "qkv", {"q": attn.q_width, "k": attn.kv_width, "v": attn.kv_width}
+            yield attn, "out", {"o": attn.out.out_features}
         mlp = block.mlp.shared if isinstance(block.mlp, Experts) else block.mlp
         if mlp is not None:
-            w = mlp.width
-            yield mlp, "up", {"gate": (0, w), "up": (w, w)} if mlp.gated else {"up": (0, w)}
-            yield mlp, "down", {"down": (0, mlp.down.out_features)}
+            yield mlp, "up", {"gate": mlp.width, "up": mlp.width} if mlp.gated else {"up": mlp.width}
+            yield mlp, "down", {"down": mlp.down.out_features}
 
 
 def _quantized_linears(model: Transformer) -> Iterator[tuple[nn.Module, str]]:
@@ -152,12 +158,11 @@ def adapt(model: Transformer, targets: list[str], rank: int) -> None:
     """Freeze the whole base and put adapters, in the parameters' dtype, on every matrix a target names."""
     dtype = model.tok.weight.dtype
     model.requires_grad_(False)
-    for owner, name, slices in _projections(model):
-        chosen = {t: s for t, s in slices.items() if t in targets}
-        if chosen:
+    for owner, name, blocks in _projections(model):
+        if set(blocks) & set(targets):
             base = getattr(owner, name)
             with torch.device(model.tok.weight.device):
-                setattr(owner, name, Adapted(base, base.in_features, chosen, rank, dtype))
+                setattr(owner, name, Adapted(base, base.in_features, blocks, targets, rank, dtype))
 
 
 def fine_tune(model: Transformer, p: TrainStepParams, compute_dtype: torch.dtype) -> None:
@@ -172,3 +177,21 @@ def fine_tune(model: Transformer, p: TrainStepParams, compute_dtype: torch.dtype
 
 def trainable(model: nn.Module) -> list[nn.Parameter]:
     return [param for param in model.parameters() if param.requires_grad]
+
+
+def assumptions(p: TrainStepParams) -> list[str]:
+    """How the fine-tune was built, for the result."""
+    if p.mode == "freeze":
+        return ["freeze: requires_grad off on the frozen parts; the optimizer holds only the rest"]
+    if p.mode == "full":
+        return []
+    notes = [f"{p.mode}: every base weight frozen; adapters of rank {p.lora_rank} on "
+             f"{', '.join(p.lora_targets)} (peft's init, alpha {LORA_ALPHA}, no dropout) in the parameters' "
+             "dtype, added to their columns of the fused QKV and gate+up projections"]
+    if p.mode == "qlora":
+        import bitsandbytes
+
+        module = "Linear8bitLt" if p.base_format == "int8_channel" else "Linear4bit"
+        notes.append(f"qlora: the blocks' matrices in bitsandbytes {bitsandbytes.__version__} {module} "
+                     f"({p.base_format}); embeddings, head, norms and routers left in the model's dtype")
+    return notes

@@ -100,6 +100,14 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
     return x * cos.to(x.dtype) + rotated * sin.to(x.dtype)
 
 
+def blocks(projection: nn.Module, x: torch.Tensor, widths: tuple[int, ...]) -> tuple[torch.Tensor, ...]:
+    """A fused projection's output cut into its column blocks (q, k, v or gate, up). A LoRA-adapted
+    one (app/bench/lora.Adapted) returns its blocks itself, each with its own autograd history,
+    as peft's separate q_proj, k_proj and v_proj would."""
+    y = projection(x)
+    return y if isinstance(y, tuple) else y.split(widths, dim=-1)
+
+
 class Attention(nn.Module):
     """Multi-head, grouped-query or multi-query attention with one fused QKV projection."""
 
@@ -120,7 +128,7 @@ class Attention(nn.Module):
     def project(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None):
         """q (B, heads, s, hd), k and v (B, kv_heads, s, hd), positions applied."""
         b, s, _ = x.shape
-        q, k, v = self.qkv(x).split((self.q_width, self.kv_width, self.kv_width), dim=-1)
+        q, k, v = blocks(self.qkv, x, (self.q_width, self.kv_width, self.kv_width))
         # A fused q/k-norm kernel reads q and k alone: copies, so the norms do not keep the
         # whole projection (v included) alive.
         if self.qk_norm == "projection":
@@ -157,14 +165,13 @@ class Mlp(nn.Module):
         self.down = nn.Linear(width, cfg.d_model, bias=bias)
 
     def forward(self, y: torch.Tensor) -> torch.Tensor:
-        y = self.up(y)
         if self.gated:
-            gate, up = y.split(self.width, dim=-1)
+            gate, up = blocks(self.up, y, (self.width, self.width))
             if torch.is_grad_enabled():
                 return self.down(self.act(gate) * up)
             # Serving (vLLM's SiluAndMul): act(gate) * up written over act(gate), no second temporary.
             return self.down(self.act(gate).mul_(up))
-        return self.down(self.act(y))
+        return self.down(self.act(self.up(y)))
 
 
 class Experts(nn.Module):

@@ -16,7 +16,8 @@ from app.contract.params import TrainStepParams
 from app.contract.results import MemoryComparison, TrainStepResult
 
 LR = 1e-3
-PEAK_KEY = {"fp32": "float32", "bf16_autocast": "bfloat16"}
+PEAK_KEY = {"fp32": "float32", "bf16_autocast": "bfloat16", "bf16": "bfloat16"}
+COMPUTE_DTYPE = {"fp32": torch.float32, "bf16_autocast": torch.bfloat16, "bf16": torch.bfloat16}
 
 
 @dataclass
@@ -32,7 +33,7 @@ class Workload:
             x, y = self.batch
             return F.mse_loss(self.model(x), y)
         ids, targets = self.batch
-        logits = self.model(ids)
+        logits = self.model(ids).float()  # (B, S, vocab) in fp32, as transformers' loss upcasts them
         return F.cross_entropy(logits.flatten(0, 1), targets.flatten())
 
 
@@ -46,8 +47,10 @@ def workload(p: TrainStepParams, device: torch.device) -> Workload:
         else:
             cfg = prediction.config
             model = Transformer(cfg)
-            # bitsandbytes computes in the matmuls' dtype: bf16 under autocast, as QLoRA runs it.
-            lora.fine_tune(model, p, torch.bfloat16 if p.precision == "bf16_autocast" else torch.float32)
+            if p.precision == "bf16":
+                model.to(torch.bfloat16)
+            # bitsandbytes computes in the matmuls' dtype, as QLoRA's bnb_4bit_compute_dtype sets it.
+            lora.fine_tune(model, p, COMPUTE_DTYPE[p.precision])
             batch = (torch.randint(cfg.vocab_size, (p.batch_size, p.seq_len)),
                      torch.randint(cfg.vocab_size, (p.batch_size, p.seq_len)))
     assert sum(t.nbytes for t in batch) == prediction.memory["inputs"]
@@ -128,7 +131,8 @@ def run(raw: dict, progress) -> dict:
             "MFU uses the catalogue's dense peak for " + PEAK_KEY[p.precision],
             "gradients stay allocated between steps (zero_grad(set_to_none=False))",
             "transformers train with dropout off, whatever the config says",
-        ]))
+            *lora.assumptions(p),
+        ], mode=p.mode, trainable_params=sum(param.numel() for param in lora.trainable(work.model))))
 
 
 def _memory(env: Setup, work: Workload, opt, phases) -> MemoryComparison:

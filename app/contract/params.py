@@ -114,8 +114,10 @@ class TrainStepParams(ProbeParams):
     batch_size: count(1, 65_536) = 4
     seq_len: sequence_length(1, 1_048_576) = 256
     optimizer: Literal["sgd", "adagrad", "adam", "adamw"] = "adamw"
-    precision: Literal["fp32", "bf16_autocast"] = Field(
-        "fp32", description="bf16_autocast: fp32 weights and optimizer state, matmuls in bf16.")
+    precision: Literal["fp32", "bf16_autocast", "bf16"] = Field(
+        "fp32", description="bf16_autocast: fp32 weights and optimizer state, matmuls in bf16. bf16: "
+        "everything in bf16 (weights, gradients, optimizer state, activations), the logits upcast to "
+        "fp32 for the loss; QLoRA's precision.")
     warmup_steps: count(1, 1000) = 2
     steps: count(1, 10_000) = 5
     # Fine-tuning (transformers only), as peft and bitsandbytes build it: app/bench/lora.py.
@@ -123,13 +125,16 @@ class TrainStepParams(ProbeParams):
         "full", description="full: every weight trains; freeze: freeze_embeddings, freeze_head and the first "
         "freeze_layers layers frozen, the rest trained whole; lora: the base frozen, LoRA adapters on "
         "lora_targets; qlora: lora over a base stored by bitsandbytes in base_format.")
-    lora_rank: count(1, 4096) = Field(8, description="lora, qlora: r, the adapters' inner width (peft's default 8).")
+    lora_rank: count(1, 4096) = Field(
+        8, description="lora, qlora: r, the adapters' inner width (peft's default 8).")
     lora_targets: Annotated[list[LoraTarget], Field(min_length=1, max_length=7)] = Field(
         default_factory=lambda: ["q", "v"], validate_default=True,
-        description="lora, qlora: the matrices adapted in every layer: q, k, v, o (attention), gate, up, down "
-        "(dense MLPs and shared experts; routed experts never). Default q, v (peft's for the llama family).")
+        description="lora, qlora: the matrices adapted in every layer: q, k, v, o (attention), gate, up, "
+        "down (dense MLPs and shared experts; routed experts never). Default q, v (peft's for the llama "
+        "family).")
     freeze_embeddings: bool = Field(False, description="freeze: the token (and position) embedding frozen.")
-    freeze_head: bool = Field(False, description="freeze: the LM head frozen (a tied head: freeze both or neither).")
+    freeze_head: bool = Field(
+        False, description="freeze: the LM head frozen (a tied head: freeze both or neither).")
     freeze_layers: count(0, 65_536) = Field(0, description="freeze: the first k transformer layers frozen.")
     base_format: QloraFormat = Field(
         "nf4_double_quant", description="qlora: how bitsandbytes stores the frozen base's matrices: nf4 "

@@ -40,13 +40,16 @@ def train_step(p: TrainStepParams, cuda: bool) -> TrainStepPrediction:
     """Peak bytes of a step (app/accounting/stepmemory.py) for the model train_step builds.
     On CUDA Adam and AdamW run fused, without temporaries."""
     fused = cuda and p.optimizer in ("adam", "adamw")
-    engine = "bf16_autocast" if p.precision == "bf16_autocast" else "fp32"
+    engine = p.precision  # the training calculators' precision of the same name
     tokens = p.batch_size * p.seq_len
     spec = p.model
     if isinstance(spec, CruncherSpec):
         if p.mode != "full":
-            raise InvalidInput("params.mode", f"mode {p.mode} fine-tunes a transformer (a preset or an inline "
-                                              "config); the cruncher trains whole (mode full)")
+            raise InvalidInput("params.mode", f"mode {p.mode} fine-tunes a transformer (a preset or an "
+                                              "inline config); the cruncher trains whole (mode full)")
+        if p.precision == "bf16":
+            raise InvalidInput("params.precision", "bf16 trains a transformer (QLoRA's precision); the "
+                                                   "cruncher trains in fp32 or bf16_autocast")
         dims = (spec.dim,) * (spec.num_layers + 1) + (1,)
         counts = flops.mlp(tokens, list(dims))
         per = memory.state_bytes_per_param(engine, p.optimizer)

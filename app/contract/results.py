@@ -230,6 +230,11 @@ class TrainStepResult:
     loss_first: float
     loss_last: float
     assumptions: list[str]
+    mode: str = "full"
+    """full, freeze, lora or qlora (earlier versions trained every weight: full)."""
+    trainable_params: int | None = None
+    """Parameters the optimizer stepped (requires_grad), counted in the model trained; null in
+    results from before fine-tuning modes."""
 
     __pydantic_config__ = RECORD
 
