@@ -233,7 +233,8 @@ def test_a_new_calculator_gets_a_command_for_free(capsys, monkeypatch):
     (["probe"], ["matmul", "bandwidth", "transfer", "train_step"]),
     (["probe", "matmul"], ["--sweep", "--shapes", "--dtypes", "--timeout", "--gpu", "--output", "--json"]),
     (["probe", "train_step"], ["--model", "--batch-size", "--optimizer", "--precision", "cruncher",
-                               "[1, 65536]; default: 4"]),
+                               "[1, 65536]; default: 4", "--mode", "--lora-targets", "--freeze-layers",
+                               "--base-format"]),
 ])
 def test_help_at_every_level_names_the_fields(capsys, argv, names):
     status, out, _ = run_main(capsys, *argv, "--help")

@@ -22,6 +22,7 @@ EXAMPLES = """examples:
   tally probe matmul --sweep quick --dtypes bfloat16,float32
   tally probe matmul --sweep custom --shapes '[{"m": 64, "k": 32, "n": 16}]' --dtypes float32
   tally probe train_step --model gpt2 --batch-size 2 --seq-len 128 --optimizer adamw
+  tally probe train_step --model llama3.2-1b --mode lora --lora-targets q,k,v,o --precision bf16
   tally probe generate --model llama3.2-1b --batch-sizes 1,8,32 --contexts 1024,4096
   tally probe bandwidth --output json"""
 POLL_S = 0.1  # how often the job's row is read for the progress bar
@@ -259,6 +260,8 @@ def _train_step(result: Any) -> list:
     r = result
     where = (f"{_where(r)}: {r.model} ({r.params:,} params), batch {r.batch_size} x seq "
              f"{r.seq_len}, {r.optimizer}, {r.precision}")
+    if r.mode != "full":
+        where += f", {r.mode} ({r.trainable_params:,} trainable params)"
     timed = {"step": r.step, "forward": r.forward, "backward": r.backward, "optimizer_step": r.optimizer_step}
     phases = [[name.replace("_", " "), _ms(t.median), _ms(t.p20), _ms(t.p80), _ms(t.best), str(t.iterations)]
               for name, t in timed.items()]

@@ -17,7 +17,8 @@ LOOKBACK = 200  # newest succeeded jobs per probe searched to fill each window
 RULE = (f"Per matmul dtype, per train_step precision, and for bandwidth: the best of the last {WINDOW} "
         "succeeded runs on this device (same device kind and name). Best matmul = the highest median "
         "FLOP/s of its best shape (the shape with the highest median); best train_step = the highest "
-        "achieved FLOP/s (the same order as MFU on one device); best bandwidth = the highest median "
+        "achieved FLOP/s (the same order as MFU on one device) of full training steps (mode full; a "
+        "fine-tune skips frozen weights' gradients); best bandwidth = the highest median "
         "GB/s of a device-to-device copy. job_id names the run the figure comes from.")
 
 
@@ -122,7 +123,8 @@ def calibration(store: Store, device: DeviceInfo) -> Calibration:
     steps: dict[str, list[TrainStepMfu]] = {}
     for job in store.latest(probe="train_step", limit=LOOKBACK):
         r = job.result
-        if _here(job, device):
+        # A fine-tune's step skips frozen weights' gradients: its MFU is not a training step's.
+        if _here(job, device) and r.mode == "full":
             _recent(steps, r.precision, TrainStepMfu(
                 precision=r.precision, mfu=r.mfu, achieved_flop_per_sec=r.achieved_flop_per_sec,
                 tokens_per_sec=r.tokens_per_sec, model=r.model, job_id=job.id, measured_at=_when(job)))
