@@ -38,6 +38,15 @@ def test_train_step_takes_the_best_recent_run_too(tmp_path):
     assert measured.job_id == good and measured.tokens_per_sec == 900.0
 
 
+def test_a_fine_tunes_step_does_not_calibrate_training(tmp_path):
+    """A LoRA step skips the frozen weights' gradients: its MFU is not a full training step's."""
+    store = Store(tmp_path / "tally.db")
+    step = {"environment": here(), "precision": "fp32", "model": "custom", "mfu": None}
+    full = finished(store, result_for("train_step", achieved_flop_per_sec=1e10, **step))
+    finished(store, result_for("train_step", achieved_flop_per_sec=2e11, mode="lora", **step))
+    assert calibration.calibration(store, device.describe()).train_step["fp32"].job_id == full
+
+
 def test_the_api_states_the_rule_and_the_overview_links_the_run(make_api):
     api = make_api()
     store = api.app.state.store

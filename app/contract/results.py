@@ -230,8 +230,8 @@ class TrainStepResult:
     loss_first: float
     loss_last: float
     assumptions: list[str]
-    mode: str = "full"
-    """full, freeze, lora or qlora (earlier versions trained every weight: full)."""
+    mode: Literal["full", "freeze", "lora", "qlora"] = "full"
+    """What trained (TrainStepParams.mode); results from before fine-tuning modes trained every weight."""
     trainable_params: int | None = None
     """Parameters the optimizer stepped (requires_grad), counted in the model trained; null in
     results from before fine-tuning modes."""
