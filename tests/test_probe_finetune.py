@@ -53,8 +53,7 @@ HAS_BNB = importlib.util.find_spec("bitsandbytes") is not None
 AUTOCAST_ADAPTERS = ("finetune/activations.py counts one 16-bit copy of the qkv (and MLP) input per layer, "
                      "but under autocast each adapter's A casts its fp32 input itself (autocast caches only "
                      "leaf weights that require grad), and memory.py's weight_copies omits the 16-bit copies "
-                     "of frozen matrices, which F.linear keeps for the input gradient; the routed experts' "
-                     "are most of them here")
+                     "of frozen matrices, which F.linear keeps for the input gradient (routed experts' too)")
 INT8_INPUTS = ("bitsandbytes' Linear8bitLt keeps its input for backward (MatMul8bitFp: ctx.A; MatMul8bitLt: "
                "ctx.tensors), frozen or not; finetune/activations.py keeps a frozen matrix's input only for "
                "a trained weight or an adapter")
