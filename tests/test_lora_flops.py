@@ -5,16 +5,15 @@ eager experts (routing needs real numbers), the rest on the meta device."""
 
 import pytest
 import torch
-from peft import LoraConfig, get_peft_model
+from peft import get_peft_model
 from torch.utils.flop_counter import FlopCounterMode
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from app.accounting.finetune.flops import step_flops
-from app.accounting.finetune.lora import HF_NAMES
 from app.accounting.finetune.spec import FineTune
 from app.accounting.hf.read import import_config
 from tests.hf_oracle import one_thread
-from tests.test_lora_peft import FAMILIES
+from tests.test_lora_peft import FAMILIES, lora_config
 
 MOE = {"mixtral", "qwen2_moe"}
 TARGET_SETS = [("q", "v"), ("v",), ("k", "o"), ("q", "k", "v", "o", "gate", "up", "down"), ("down",),
@@ -34,8 +33,7 @@ def counted(config: dict, rank: int, targets: tuple[str, ...], batch: int, seq: 
             extra = {"experts_implementation": "eager"} if moe else {}
             model = AutoModelForCausalLM.from_config(cfg, attn_implementation="eager", **extra)
         if frozen is None:
-            wrapped = get_peft_model(model, LoraConfig(r=rank, target_modules=[HF_NAMES[t] for t in targets],
-                                                       modules_to_save=list(saved) or None))
+            wrapped = get_peft_model(model, lora_config(rank, targets, saved))
         else:
             wrapped = model
             for path in frozen:
@@ -100,3 +98,19 @@ def test_full_fine_tune_is_three_forwards(name):
     nothing_frozen = step_flops(cfg, FineTune("freeze"), batch_size=2, seq_len=24)
     assert ours.total == nothing_frozen.total == 3 * ours.forward
     assert (ours.forward, ours.backward) == counted(FAMILIES[name], 0, (), 2, 24, frozen=())
+
+
+EXPERT_SETS = [("experts_gate_up",), ("experts_down",), ("experts_gate_up", "experts_down"),
+               ("v", "experts_down"), ("q", "gate", "experts_gate_up")]
+
+
+@pytest.mark.parametrize("targets", EXPERT_SETS, ids="-".join)
+@pytest.mark.parametrize("name", ["mixtral", "qwen2_moe"])
+def test_expert_adapters_match_flop_counter_mode(name, targets):
+    """peft folds expert adapters into the 3-D weights: the merge forward, the merged weight's
+    gradient like a trained expert's, and dA, dB from it."""
+    if name == "mixtral" and "gate" in targets:
+        return  # every Mixtral MLP is routed: no gate_proj (refused, test_lora_peft)
+    cfg = import_config(FAMILIES[name]).config
+    ours = step_flops(cfg, FineTune("lora", rank=4, targets=targets), batch_size=2, seq_len=24)
+    assert (ours.forward, ours.backward) == counted(FAMILIES[name], 4, targets, 2, 24)

@@ -9,7 +9,7 @@ from peft import LoraConfig, get_peft_model
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from app.accounting.errors import InvalidInput
-from app.accounting.finetune.lora import HF_NAMES, lora_params
+from app.accounting.finetune.lora import EXPERT_TARGETS, HF_NAMES, lora_params
 from app.accounting.hf.read import import_config
 from tests.test_flops_hf_moe import CONFIGS as MOE
 from tests.test_hf_dense import SMALL
@@ -37,11 +37,17 @@ def peft_trainable(config: dict, rank: int, targets: tuple[str, ...],
     cfg = AutoConfig.for_model(body.pop("model_type"), **body)
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(cfg)
-    lora = LoraConfig(r=rank, target_modules=[HF_NAMES[t] for t in targets],
-                      modules_to_save=list(saved) or None)
-    wrapped = get_peft_model(model, lora)
+    wrapped = get_peft_model(model, lora_config(rank, targets, saved))
     trainable = sum(p.numel() for p in wrapped.parameters() if p.requires_grad)
     return trainable, sum(p.numel() for p in wrapped.parameters())
+
+
+def lora_config(rank: int, targets: tuple[str, ...], saved: tuple[str, ...] = ()) -> LoraConfig:
+    """Module targets by name, expert targets as the 3-D parameters peft's target_parameters wraps."""
+    modules = [HF_NAMES[t] for t in targets if t not in EXPERT_TARGETS]
+    parameters = [HF_NAMES[t] for t in targets if t in EXPERT_TARGETS]
+    return LoraConfig(r=rank, target_modules=modules or None, target_parameters=parameters or None,
+                      modules_to_save=list(saved) or None)
 
 
 @pytest.mark.parametrize("targets", TARGET_SETS, ids="-".join)
@@ -92,6 +98,26 @@ def test_llama3_8b_rank_16_on_q_and_v_is_peft_s_famous_figure():
     count = lora_params(preset("llama3-8b"), rank=16)
     assert count.trainable_params == 6_815_744
     assert count.by_target == {"q": 32 * 16 * 8192, "v": 32 * 16 * 5120}
+
+
+EXPERT_SETS = [("experts_gate_up", "experts_down"), ("experts_down",), ("q", "v", "experts_gate_up")]
+
+
+@pytest.mark.parametrize("targets", EXPERT_SETS, ids="-".join)
+@pytest.mark.parametrize("name", ["mixtral", "qwen2_moe"])
+def test_routed_experts_are_peft_s_target_parameters(name, targets):
+    """peft's ParamWrapper over transformers' fused 3-D expert parameters: one rank-r adapter per
+    expert, as A: in x (r E) and B: (r E) x out."""
+    cfg = import_config(FAMILIES[name]).config
+    ours = lora_params(cfg, rank=4, targets=targets)
+    assert (ours.trainable_params, ours.total_params) == peft_trainable(FAMILIES[name], 4, targets)
+
+
+def test_a_dense_model_has_no_experts_to_adapt():
+    cfg = import_config(FAMILIES["llama"]).config
+    with pytest.raises(InvalidInput, match="no routed experts") as refused:
+        lora_params(cfg, rank=4, targets=("q", "experts_down"))
+    assert refused.value.field == "lora_targets.1"
 
 
 SAVED = [("embed_tokens",), ("lm_head",), ("embed_tokens", "lm_head")]

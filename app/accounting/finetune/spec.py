@@ -109,8 +109,12 @@ def graph(cfg: TransformerConfig, spec: FineTune) -> Graph:
 
 
 def _present(cfg: TransformerConfig, layer: int) -> frozenset[str]:
-    """Targets this layer has as nn.Linear modules (routed experts are fused 3-D parameters)."""
-    attention = {"o"} if cfg.mla else {"q", "k", "v", "o"}
-    if cfg.layers.moe[layer] and not cfg.ff_shared:
-        return frozenset(attention)
-    return frozenset(attention | ({"gate", "up", "down"} if cfg.gated else {"up", "down"}))
+    """Targets this layer has: nn.Linear modules, and a mixture-of-experts layer's 3-D expert
+    parameters (its MLP targets are its shared experts')."""
+    present = {"o"} if cfg.mla else {"q", "k", "v", "o"}
+    moe = cfg.layers.moe[layer]
+    if moe:
+        present |= {"experts_gate_up", "experts_down"}
+    if not moe or cfg.ff_shared:
+        present |= {"gate", "up", "down"} if cfg.gated else {"up", "down"}
+    return frozenset(present)
