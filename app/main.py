@@ -52,6 +52,9 @@ TAGS = [
     {"name": "time", "description": "Training time, cost and MFU."},
     {"name": "inference", "description": "Serving: weights by format, KV cache, capacity, prefill and decode "
                                          "time on the roofline."},
+    {"name": "fine-tuning", "description": "LoRA, QLoRA, frozen parts and full fine-tuning: parameters, "
+                                           "memory, FLOPs and time of a step."},
+    {"name": "fit", "description": "Will it run on my GPU: serving and fine-tuning options side by side."},
     {"name": "hardware", "description": "Accelerator catalogue: dense peaks, memory, bandwidth."},
     {"name": "jobs", "description": "Benchmark probes queued and run on this server's device."},
     {"name": "device", "description": "The worker's device and what it has measured."},

@@ -72,6 +72,16 @@ def test_nf4_is_what_bitsandbytes_keeps(shape, double):
     assert tensor_bytes(fmt, shape) == nbytes(*held)
 
 
+@pytest.mark.parametrize("shape", SHAPES + [(33, 7), (100, 64)])
+def test_int8_is_what_bitsandbytes_keeps(shape):
+    """LLM.int8's stored weight (Linear8bitLt, has_fp16_weights=False): int8 CB and one fp32 SCB
+    absmax scale per output row, QLoRA's int8 base."""
+    weight = bnb_nn.nn.Int8Params(torch.randn(shape, dtype=torch.float16), requires_grad=False,
+                               has_fp16_weights=False).to("cpu")
+    assert weight.dtype == torch.int8 and weight.SCB.shape == (shape[0],)
+    assert tensor_bytes("int8_channel", shape) == nbytes(weight, weight.SCB)
+
+
 @pytest.mark.parametrize("shape", SHAPES + [(129, 257), (7168, 18432)])
 def test_fp8_and_int8_are_their_weight_and_scale_tensors(shape):
     rows, cols = shape

@@ -30,8 +30,9 @@ class FitRequest(GpuInput):
     num_gpus: count(1, 1024) = Field(
         1, description="GPUs of this kind: tensor parallel when serving, data parallel (full fine-tuning "
                        "with ZeRO stage 3) when training.")
-    seq_len: sequence_length(1, 10_000_000) = Field(
-        2048, description="Tokens per sequence: the served context, or the training sequence.")
+    seq_len: sequence_length(2, 10_000_000) = Field(
+        2048, description="Tokens per sequence: the served context (a prompt and at least one output "
+                          "token), or the training sequence.")
     batch_size: count(1, 65_536) = Field(
         1, description="Sequences served at once, or the training micro-batch per GPU.")
     lora_rank: count(1, 65_536) = Field(16, description="LoRA and QLoRA's rank (adapters on q and v).")

@@ -1,0 +1,112 @@
+"""POST /api/v1/finetune: the step of each mode, consistent with the calculators it is built from
+(training memory for full, the bitsandbytes-checked weight formats for a QLoRA base, peft's
+count for the adapters), and refusals naming the field."""
+
+import pytest
+
+from app.accounting.finetune.lora import lora_params
+from app.accounting.inference.quant import weight_bytes
+from app.accounting.models import preset
+
+URL = "/api/v1/finetune"
+BASE = {"model": "llama3.2-1b", "seq_len": 512, "batch_size": 2}
+
+
+def test_full_mode_is_the_training_calculator(api):
+    ours = api.ok(URL, BASE | {"mode": "full"})
+    training = api.ok("/api/v1/memory/training", BASE | {"precision": "bf16_mixed", "optimizer": "adamw"})
+    assert ours["memory"]["total"] == training["total"]
+    assert ours["memory"]["activations"] == training["activations"]
+    assert sum(ours["memory"]["activation_items"].values()) == training["activations"]
+    flops = api.ok("/api/v1/flops/transformer", BASE)
+    assert ours["flops"]["total"] == flops["step"]["total"]
+
+
+def test_freezing_nothing_is_full_fine_tuning(api):
+    """Two roads to the same step: the walk over a graph with nothing frozen, and the training
+    calculator."""
+    free = api.ok(URL, BASE | {"mode": "freeze"})
+    full = api.ok(URL, BASE | {"mode": "full"})
+    for key in ("parameters", "gradients", "optimizer_state", "master_weights", "activations", "transient",
+                "total"):
+        assert free["memory"][key] == full["memory"][key], key
+    assert free["flops"]["total"] == full["flops"]["total"]
+
+
+def test_lora_trains_only_the_adapters(api):
+    answer = api.ok(URL, BASE | {"mode": "lora", "lora_rank": 8, "lora_targets": ["q", "k", "v", "o"]})
+    cfg = preset("llama3.2-1b")
+    count = lora_params(cfg, rank=8, targets=("q", "k", "v", "o"))  # peft's count (test_lora_peft)
+    mem = answer["memory"]
+    assert answer["trainable_params"] == mem["trainable_params"] == count.trainable_params
+    assert mem["frozen_params"] == count.base_params
+    # bf16 mixed precision: 2-byte weights and gradients, fp32 master and two fp32 Adam moments
+    assert (mem["parameters"], mem["gradients"]) == (2 * count.trainable_params, 2 * count.trainable_params)
+    assert (mem["master_weights"], mem["optimizer_state"]) == (4 * count.trainable_params,
+                                                                8 * count.trainable_params)
+    assert mem["frozen_weights"] == 2 * count.base_params
+    assert answer["adapter_params_by_target"] == count.by_target
+
+
+def test_frozen_matrices_keep_no_inputs_and_adapters_keep_theirs(api):
+    lora = api.ok(URL, BASE | {"mode": "lora", "lora_targets": ["q", "v"]})["memory"]["activation_items"]
+    full = api.ok(URL, BASE | {"mode": "full"})["memory"]["activation_items"]
+    frozen_inputs = ("attention/output_proj_input", "mlp/up_input", "mlp/down_input", "head/lm_head_input")
+    for frozen_input in frozen_inputs:
+        assert frozen_input in full and frozen_input not in lora, frozen_input
+    assert "attention/qkv_input" in lora  # lora_A of q and v reads it
+    s_b, rank, layers = 512 * 2, 16, 16
+    assert lora["lora/q_A_output"] == lora["lora/v_A_output"] == s_b * rank * 2 * layers
+    # the stream still needs its norms' and MLP's saved tensors for the input gradients
+    assert lora["mlp/gate_output"] == full["mlp/gate_output"]
+
+
+def test_qlora_base_is_the_weight_format_bitsandbytes_stores(api):
+    """The base's bytes are inference/quant.py's NF4 bytes, which test_quant_formats checks
+    against bitsandbytes' own quantized tensors."""
+    for fmt in ("nf4", "nf4_double_quant", "int8_channel"):
+        answer = api.ok(URL, BASE | {"mode": "qlora", "base_format": fmt})
+        expected = weight_bytes(preset("llama3.2-1b"), fmt, base_dtype="bfloat16").total_bytes
+        assert answer["memory"]["frozen_weights"] == expected
+        assert answer["memory"]["base_format"] == fmt
+
+
+def test_modes_order_by_memory_and_a_paged_optimizer_fits_without_its_state(api):
+    totals = {mode: api.ok(URL, {"model": "llama3-8b", "mode": mode, "seq_len": 2048,
+                                 "recompute": "full"})["memory"]["total"]
+              for mode in ("qlora", "lora", "full")}
+    assert totals["qlora"] < totals["lora"] < totals["full"]
+    # Full fine-tuning of 8B parameters on an 80 GB H100: 16 bytes a parameter do not fit; paged,
+    # Adam's 8 of them may live in host memory, and the rest does fit.
+    body = {"model": "llama3-8b", "mode": "full", "seq_len": 2048, "recompute": "full", "gpu": "h100-sxm"}
+    plain, paged = (api.ok(URL, body | {"paged_optimizer": p})["memory"] for p in (False, True))
+    assert plain["total"] == paged["total"] > paged["gpu_memory_bytes"] and not plain["fits"]
+    assert paged["fits"] and paged["total"] - paged["optimizer_state"] <= paged["gpu_memory_bytes"]
+
+
+def test_step_time_is_the_step_flops_at_the_mfu(api):
+    answer = api.ok(URL, BASE | {"mode": "lora", "gpu": "h100-sxm", "mfu": 0.4})
+    peak = api.get("/api/v1/hardware/h100-sxm").json()["peak_flop_per_sec"]["bfloat16"]
+    assert answer["time"]["seconds"] == pytest.approx(answer["flops"]["total"] / (0.4 * peak))
+    assert answer["flops"]["backward"] < 2 * answer["flops"]["forward"]
+
+
+@pytest.mark.parametrize(("body", "field"), [
+    ({"mode": "lora", "lora_rank": 0}, "lora_rank"),
+    ({"model": "mixtral-8x7b", "mode": "lora", "lora_targets": ["q", "gate"]}, "lora_targets.1"),
+    ({"mode": "lora", "lora_targets": ["q", "qkv"]}, "lora_targets.1"),
+    ({"mode": "qlora", "base_format": "awq_int4"}, "base_format"),
+    ({"mode": "qlora", "base_format": "bfloat16"}, "base_format"),
+    ({"mode": "qlora", "precision": "fp32"}, "precision"),
+    ({"mode": "lora", "optimizer": "sgd", "paged_optimizer": True}, "paged_optimizer"),
+    ({"mode": "lora", "freeze_layers": 2}, "mode"),
+    ({"mode": "full", "train_head": True}, "mode"),
+    ({"mode": "freeze", "freeze_layers": 17}, "freeze_layers"),
+    ({"mode": "freeze", "freeze_embeddings": True}, "freeze_head"),  # llama3.2-1b ties its head
+    ({"model": "deepseek-v2-lite", "mode": "lora"}, "model"),
+    ({"mode": "bitfit"}, "mode"),
+])
+def test_bad_input_names_the_field(api, body, field):
+    response = api.post(URL, BASE | body)
+    assert response.status_code == 422, response.text
+    assert response.json()["detail"][0]["field"] == field

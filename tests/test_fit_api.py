@@ -1,0 +1,106 @@
+"""POST /api/v1/fit: each option is the answer of its own calculator for the same settings, the
+largest batch and context sit exactly at the edge of fitting, and advice is a change that fits."""
+
+import pytest
+
+URL = "/api/v1/fit"
+ASK = {"model": "llama3-8b", "gpu": "rtx-4090", "seq_len": 2048}
+
+
+@pytest.fixture(scope="module")
+def on_a_4090():
+    from tests.conftest import Api
+    api = Api()
+    yield api, {o["option"]: o for o in api.ok(URL, ASK)["options"]}
+    api.close()
+
+
+def _finetune(api, option: str, **extra) -> dict:
+    body = {"model": "llama3-8b", "gpu": "rtx-4090", "seq_len": 2048, "batch_size": 1,
+            "recompute": "selective", "precision": "bf16_mixed", "optimizer": "adamw"}
+    if option == "qlora":
+        body |= {"mode": "qlora", "base_format": "nf4_double_quant", "paged_optimizer": True}
+    else:
+        body["mode"] = option
+    return api.ok("/api/v1/finetune", body | extra)
+
+
+def test_every_option_is_its_calculators_answer(on_a_4090):
+    api, options = on_a_4090
+    assert list(options) == ["inference-bfloat16", "inference-fp8_e4m3", "inference-int8_channel",
+                             "inference-awq_int4", "lora", "qlora", "full"]
+    for fmt in ("bfloat16", "awq_int4"):
+        served = api.ok("/api/v1/inference/memory", {"model": "llama3-8b", "gpu": "rtx-4090",
+                                                     "weight_format": fmt, "context": 2048, "concurrency": 1})
+        row = options[f"inference-{fmt}"]
+        assert (row["total_bytes"], row["fits"]) == (served["total_bytes"], served["fits"])
+        assert sum(row["bytes_by_kind"].values()) == served["total_bytes"]
+    for option in ("lora", "qlora", "full"):
+        step = _finetune(api, option)
+        row = options[option]
+        assert (row["total_bytes"], row["fits"]) == (step["memory"]["total"], step["memory"]["fits"])
+        assert sum(row["bytes_by_kind"].values()) == step["memory"]["total"]
+        assert row["seconds"] == step["time"]["seconds"]
+
+
+def test_the_course_question_llama3_8b_on_a_24_gb_card(on_a_4090):
+    """Serving in 16 bits fits; QLoRA fits; LoRA needs gradient checkpointing; full fine-tuning
+    (16 bytes a parameter, 128 GB) needs several GPUs."""
+    _, options = on_a_4090
+    assert options["inference-bfloat16"]["fits"] and options["qlora"]["fits"]
+    assert not options["lora"]["fits"] and "recompute full" in options["lora"]["advice"]
+    assert not options["full"]["fits"] and "GPUs with ZeRO stage 3" in options["full"]["advice"]
+    assert options["qlora"]["advice"] is None
+
+
+def test_the_advice_is_a_change_that_fits(on_a_4090):
+    api, options = on_a_4090
+    assert _finetune(api, "lora", recompute="full")["memory"]["fits"]
+    gpus = int(options["full"]["advice"].split(" on ")[1].split()[0])
+    fits = [_finetune(api, "full", recompute="full", zero_stage=3, data_parallel=n)["memory"]["fits"]
+            for n in (gpus // 2, gpus)]
+    assert fits == [False, True]  # the smallest power of two that fits
+
+
+@pytest.mark.parametrize("option", ["qlora", "lora"])
+def test_largest_batch_and_context_are_the_edge(on_a_4090, option):
+    api, options = on_a_4090
+    row = options[option]
+    batch, context = row["largest_batch"], row["largest_context"]
+    if batch:
+        assert _finetune(api, option, batch_size=batch)["memory"]["fits"]
+    assert not _finetune(api, option, batch_size=batch + 1)["memory"]["fits"]
+    assert _finetune(api, option, seq_len=context)["memory"]["fits"]
+    assert not _finetune(api, option, seq_len=context + 1)["memory"]["fits"]
+
+
+def test_serving_capacity_is_the_inference_calculators(on_a_4090):
+    api, options = on_a_4090
+    cap = api.ok("/api/v1/inference/capacity", {"model": "llama3-8b", "gpu": "rtx-4090", "context": 2048,
+                                                "concurrency": 1})
+    assert options["inference-bfloat16"]["largest_batch"] == cap["max_sequences"]
+    assert options["inference-bfloat16"]["largest_context"] == cap["max_context"]
+
+
+def test_an_h100_has_room_for_lora(api):
+    options = {o["option"]: o for o in api.ok(URL, ASK | {"gpu": "h100-sxm", "batch_size": 4})["options"]}
+    assert options["lora"]["fits"] and options["qlora"]["fits"] and not options["full"]["fits"]
+    assert options["lora"]["largest_batch"] >= 4
+
+
+def test_fp8_only_where_the_gpu_has_an_fp8_peak(api):
+    a100 = [o["option"] for o in api.ok(URL, ASK | {"gpu": "a100-80gb"})["options"]]
+    assert "inference-fp8_e4m3" not in a100 and "inference-int8_channel" in a100
+
+
+@pytest.mark.parametrize(("body", "field"), [
+    ({"seq_len": 100_000}, "seq_len"),
+    ({"gpu": "tpu-v9"}, "gpu"),
+    ({"lora_rank": 0}, "lora_rank"),
+    ({"num_gpus": 3}, "num_gpus"),
+    ({"model": "no-such-model"}, "model"),
+])
+def test_bad_input_names_the_field(api, body, field):
+    response = api.post(URL, ASK | body)
+    assert response.status_code == 422, response.text
+    assert response.json()["detail"][0]["field"] == field
