@@ -10,18 +10,20 @@ from torch.utils.flop_counter import FlopCounterMode
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from app.accounting.finetune.flops import step_flops
+from app.accounting.finetune.lora import HF_NAMES
 from app.accounting.finetune.spec import FineTune
 from app.accounting.hf.read import import_config
 from tests.hf_oracle import one_thread
-from tests.test_lora_peft import FAMILIES, lora_config
+from tests.test_lora_peft import FAMILIES, FUSED, lora_config
 
 MOE = {"mixtral", "qwen2_moe"}
 TARGET_SETS = [("q", "v"), ("v",), ("k", "o"), ("q", "k", "v", "o", "gate", "up", "down"), ("down",),
                ("up",)]
 
 
-def counted(config: dict, rank: int, targets: tuple[str, ...], batch: int, seq: int, *,
-            saved: tuple[str, ...] = (), frozen: tuple[str, ...] | None = None) -> tuple[int, int]:
+def counted(config: dict, rank: int, targets: tuple[str, ...] | None, batch: int, seq: int, *,
+            saved: tuple[str, ...] = (), frozen: tuple[str, ...] | None = None,
+            names: dict[str, str] = HF_NAMES) -> tuple[int, int]:
     """Forward and backward FLOPs of peft's LoRA (targets, modules_to_save=saved) or, with
     `frozen` (module paths), of the model with those parts' requires_grad off."""
     body = dict(config)
@@ -33,7 +35,7 @@ def counted(config: dict, rank: int, targets: tuple[str, ...], batch: int, seq: 
             extra = {"experts_implementation": "eager"} if moe else {}
             model = AutoModelForCausalLM.from_config(cfg, attn_implementation="eager", **extra)
         if frozen is None:
-            wrapped = get_peft_model(model, lora_config(rank, targets, saved))
+            wrapped = get_peft_model(model, lora_config(rank, targets, saved, names))
         else:
             wrapped = model
             for path in frozen:
@@ -114,3 +116,15 @@ def test_expert_adapters_match_flop_counter_mode(name, targets):
     cfg = import_config(FAMILIES[name]).config
     ours = step_flops(cfg, FineTune("lora", rank=4, targets=targets), batch_size=2, seq_len=24)
     assert (ours.forward, ours.backward) == counted(FAMILIES[name], 4, targets, 2, 24)
+
+
+@pytest.mark.parametrize("every", [False, True], ids=["default", "every-matrix"])
+@pytest.mark.parametrize("name", ["gpt2", "phi3"])
+def test_fused_projections_match_flop_counter_mode(name, every):
+    """One adapter over GPT-2's c_attn (a Conv1D) or Phi-3's qkv_proj and gate_up_proj."""
+    config, names = FUSED[name]
+    targets = tuple(names) if every else None
+    cfg = import_config(config).config
+    ours = step_flops(cfg, FineTune("lora", rank=4, targets=targets), batch_size=2, seq_len=24)
+    theirs = ("qkv",) if name == "phi3" and not every else targets  # peft has no phi3 default
+    assert (ours.forward, ours.backward) == counted(config, 4, theirs, 2, 24, names=names)

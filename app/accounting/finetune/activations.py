@@ -30,17 +30,17 @@ def _flags(layer: LayerGrad) -> dict[str, bool]:
     """Which of the layer's streams require gradients, and which matmul inputs a weight
     gradient (trained or adapter) reads."""
     x, whole, a = layer
-    core = x or whole or bool(a & {"q", "k", "v"})
+    core = x or whole or bool(a & {"q", "k", "v", "qkv"})
     o_out = core or whole or "o" in a
     mid = x or o_out
     gate_up, down = "experts_gate_up" in a, "experts_down" in a
     return {"x": x, "whole": whole, "core": core, "o_out": o_out, "mid": mid,
-            "hidden": mid or whole or bool(a & {"gate", "up"}),
+            "hidden": mid or whole or bool(a & {"gate", "up", "gate_up"}),
             # routed experts, adapted through their merged weights
             "experts_in": whole or gate_up, "experts_down_in": whole or down,
             "experts": mid or whole or gate_up or down,
-            "qkv_in": whole or bool(a & {"q", "k", "v"}), "o_in": whole or "o" in a,
-            "up_in": whole or bool(a & {"gate", "up"}), "down_in": whole or "down" in a}
+            "qkv_in": whole or bool(a & {"q", "k", "v", "qkv"}), "o_in": whole or "o" in a,
+            "up_in": whole or bool(a & {"gate", "up", "gate_up"}), "down_in": whole or "down" in a}
 
 
 def _kept(name: str, f: dict[str, bool], shared_experts: bool) -> bool:
@@ -73,9 +73,9 @@ def _adapter_items(cfg: TransformerConfig, layer: LayerGrad, moe: bool, rank: in
                    act_bytes: int) -> list[act.Item]:
     """A's output (tokens x r) per adapter in the layer; MLP targets exist in a mixture-of-
     experts layer only as its shared experts."""
-    present = {"q", "k", "v", "o"}  # expert adapters keep their merged weights instead
+    present = {"q", "k", "v", "o", "qkv"}  # expert adapters keep their merged weights instead
     if not moe or cfg.ff_shared:
-        present |= {"gate", "up", "down"} if cfg.gated else {"up", "down"}
+        present |= {"gate", "up", "down", "gate_up"}
     return [act.Item(f"lora/{t}_A_output", rank, 0, act_bytes, False)
             for t in sorted(layer.adapters & present)]
 

@@ -83,7 +83,10 @@ def step_flops(cfg: TransformerConfig, spec: ft.FineTune, *, batch_size: int, se
     for i, (grad, whole, adapters) in enumerate(plan.layers):
         lin = partial(linear, whole=whole, adapters=adapters)
         qw, kvw = cfg.n_heads * cfg.hd, cfg.kv_heads * cfg.hd
-        q, k, v = lin(d, qw, "q", grad), lin(d, kvw, "k", grad), lin(d, kvw, "v", grad)
+        if cfg.fused_qkv:
+            q = k = v = lin(d, qw + 2 * kvw, "qkv", grad)
+        else:
+            q, k, v = lin(d, qw, "q", grad), lin(d, kvw, "k", grad), lin(d, kvw, "v", grad)
         window = cfg.sliding_window if kinds.windowed[i] else None
         pairs = batch_size * cfg.n_heads * cfg.hd * score_pairs_doubled(seq_len, window, causal)
         back += pairs * (q + k)  # dQ, dK of Q @ K^T
@@ -104,11 +107,11 @@ def step_flops(cfg: TransformerConfig, spec: ft.FineTune, *, batch_size: int, se
                     adapt_fwd += PEFT_EXPERT_MERGES * merge
                     adapt_back += 2 * merge
             if cfg.ff_shared:
-                _mlp(lin, cfg.ff_shared, mid, cfg.gated, d)
+                _mlp(lin, cfg.ff_shared, mid, cfg, d)
                 if cfg.shared_expert_gate:
                     lin(d, 1, None, mid)
         else:
-            _mlp(lin, cfg.ff, mid, cfg.gated, d)
+            _mlp(lin, cfg.ff, mid, cfg, d)
     back += base.lm_head * (plan.head_input_grad + plan.head_trains)
     forward = base.total + adapt_fwd
     backward = back + adapt_back
@@ -117,9 +120,11 @@ def step_flops(cfg: TransformerConfig, spec: ft.FineTune, *, batch_size: int, se
                          full_fine_tune=3 * base.total)
 
 
-def _mlp(lin, width: int, x_grad: bool, gated: bool, d: int) -> bool:
+def _mlp(lin, width: int, x_grad: bool, cfg: TransformerConfig, d: int) -> bool:
     """An MLP of `width`; whether its output requires a gradient."""
-    if gated:
+    if cfg.fused_gate_up:
+        hidden = lin(d, 2 * width, "gate_up", x_grad)
+    elif cfg.gated:
         hidden = lin(d, width, "gate", x_grad) | lin(d, width, "up", x_grad)
     else:
         hidden = lin(d, width, "up", x_grad)

@@ -13,8 +13,12 @@ layer that has it, so:
   target_parameters wraps them (ParamWrapper): experts.gate_up_proj (E, 2 d_ff_expert, d_model)
   and experts.down_proj (E, d_model, d_ff_expert), each with A: in x (r E) and B: (r E) x out,
   r (in + out) per expert.
-The defaults are peft's for the llama family (TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING:
-q_proj and v_proj).
+- where a family fuses projections into one nn.Linear (config.fused_qkv, fused_gate_up), that
+  module is the target: qkv (GPT-2's c_attn, GPT-NeoX's and Falcon's query_key_value, Phi-3's
+  qkv_proj, d_model -> (n_heads + 2 n_kv_heads) x head_dim) and gate_up (Phi-3's gate_up_proj).
+The defaults are peft's (TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING): q_proj and v_proj
+for the llama-like families, the fused qkv projection where there is one (GPT-2, GPT-NeoX,
+Falcon; peft has no default for Phi-3, which gets its qkv_proj likewise).
 """
 
 from dataclasses import dataclass
@@ -25,10 +29,13 @@ from app.accounting.errors import InvalidInput
 from app.accounting.params import count_params
 from app.accounting.records import RECORD
 
-Target = Literal["q", "k", "v", "o", "gate", "up", "down", "experts_gate_up", "experts_down"]
-TARGETS: tuple[Target, ...] = ("q", "k", "v", "o", "gate", "up", "down", "experts_gate_up", "experts_down")
+Target = Literal["q", "k", "v", "o", "gate", "up", "down", "qkv", "gate_up", "experts_gate_up",
+                 "experts_down"]
+TARGETS: tuple[Target, ...] = ("q", "k", "v", "o", "gate", "up", "down", "qkv", "gate_up", "experts_gate_up",
+                               "experts_down")
 EXPERT_TARGETS = ("experts_gate_up", "experts_down")
 DEFAULT_TARGETS: tuple[Target, ...] = ("q", "v")
+FUSED_DEFAULT_TARGETS: tuple[Target, ...] = ("qkv",)
 HF_NAMES = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "o_proj", "gate": "gate_proj",
             "up": "up_proj", "down": "down_proj", "experts_gate_up": "experts.gate_up_proj",
             "experts_down": "experts.down_proj"}
@@ -67,7 +74,9 @@ def _shapes(cfg: TransformerConfig) -> dict[str, list[tuple[int, int, int]]]:
     adapter per nn.Linear, one per expert in a 3-D expert parameter."""
     d, L = cfg.d_model, cfg.n_layers
     shapes: dict[str, list[tuple[int, int, int, int]]] = {t: [] for t in TARGETS}
-    if not cfg.mla:
+    if cfg.fused_qkv:
+        shapes["qkv"].append((d, (cfg.n_heads + 2 * cfg.kv_heads) * cfg.hd, L, 1))
+    elif not cfg.mla:
         q, kv = cfg.n_heads * cfg.hd, cfg.kv_heads * cfg.hd
         shapes["q"].append((d, q, L, 1))
         shapes["k"].append((d, kv, L, 1))
@@ -78,9 +87,12 @@ def _shapes(cfg: TransformerConfig) -> dict[str, list[tuple[int, int, int]]]:
     if cfg.layers.n_moe and cfg.ff_shared:
         mlps.append((cfg.ff_shared, cfg.layers.n_moe))
     for width, count in mlps:
-        if cfg.gated:
-            shapes["gate"].append((d, width, count, 1))
-        shapes["up"].append((d, width, count, 1))
+        if cfg.gated and cfg.fused_gate_up:
+            shapes["gate_up"].append((d, 2 * width, count, 1))
+        else:
+            if cfg.gated:
+                shapes["gate"].append((d, width, count, 1))
+            shapes["up"].append((d, width, count, 1))
         shapes["down"].append((width, d, count, 1))
     if cfg.layers.n_moe:
         up = (2 if cfg.gated else 1) * cfg.ff_expert
@@ -89,7 +101,20 @@ def _shapes(cfg: TransformerConfig) -> dict[str, list[tuple[int, int, int]]]:
     return shapes
 
 
+def default_targets(cfg: TransformerConfig) -> tuple[Target, ...]:
+    """peft's default target_modules for the model's family."""
+    return FUSED_DEFAULT_TARGETS if cfg.fused_qkv else DEFAULT_TARGETS
+
+
 def _missing(cfg: TransformerConfig, target: str) -> str:
+    if target in ("q", "k", "v") and cfg.fused_qkv:
+        return f"{target}: this model fuses q, k and v into one projection; target qkv"
+    if target in ("gate", "up") and cfg.fused_gate_up:
+        return f"{target}: this model fuses gate and up into one projection; target gate_up"
+    if target == "qkv":
+        return "qkv: this model projects q, k and v apart; target q, k or v"
+    if target == "gate_up":
+        return "gate_up: this model has no fused gate and up projection; target gate or up"
     if target in ("q", "k", "v"):
         return (f"{target}: latent attention has no {HF_NAMES[target]} (its projections go through "
                 "q_a/q_b and kv_a/kv_b)")
@@ -100,8 +125,10 @@ def _missing(cfg: TransformerConfig, target: str) -> str:
     return f"{target}: every MLP of this model is a routed expert, which a target name does not match"
 
 
-def lora_params(cfg: TransformerConfig, *, rank: int, targets: tuple[str, ...] = DEFAULT_TARGETS,
+def lora_params(cfg: TransformerConfig, *, rank: int, targets: tuple[str, ...] | None = None,
                 train_embeddings: bool = False, train_head: bool = False) -> LoraCount:
+    """targets None: default_targets(cfg)."""
+    targets = default_targets(cfg) if targets is None else targets
     if rank < 1:
         raise InvalidInput("lora_rank", f"must be at least 1, got {rank}")
     if not targets:
