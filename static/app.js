@@ -82,6 +82,8 @@
     weight_copies: "#1b7c83", activations: "#2da44e", transient: "#9198a1",
     // The Inference page's stack (app/web/inference.py KINDS).
     weights: "#1f6feb", kv_cache: "#2da44e", workspace: "#d4a72c", overhead: "#9198a1",
+    // Fine-tuning's (the fit page): the frozen base, lighter than the weights that train.
+    frozen_weights: "#54aeff", trainable_weights: "#1f6feb",
   };
 
   // Stacked GB per GPU by kind, one bar per ZeRO stage (or data-parallel ranks, or sequence
@@ -312,6 +314,8 @@
     memory_compare: drawMemoryCompare, compare_lines: drawCompareLines, compare_bars: drawCompareBars,
     param_parts: drawParamParts, decode_curve: drawDecodeCurve,
   };
+  // For a page's own charts in their own file (static/fit.js), which registers in `draw`.
+  Object.assign(window.Tally, { color, kindColors: KIND_COLORS, draw: DRAW });
 
   // The launch form shows the fields of the chosen probe, and the one-shape field only for
   // the "one shape" sweep; a hidden field is disabled too, so the form does not send it.

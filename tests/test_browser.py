@@ -92,7 +92,8 @@ def watched(browser):
     context.close()
 
 
-PAGES = ["/", "/formats", "/tensors", "/time", "/memory", "/flops", "/matmul", "/mlp", "/benchmarks", "/docs"]
+PAGES = ["/", "/formats", "/tensors", "/time", "/memory", "/flops", "/matmul", "/mlp", "/fit", "/benchmarks",
+         "/docs"]
 
 
 @pytest.mark.parametrize("path", PAGES)
@@ -237,7 +238,7 @@ def test_overview_shows_this_box_and_its_latest_calibration(watched, base_url):
     page = watched.page
     page.goto(base_url + "/", wait_until="networkidle")
     expect(page.get_by_test_id("device-name")).to_have_text(device["name"])
-    for path in ("/formats", "/tensors", "/flops", "/memory", "/time", "/inference", "/benchmarks"):
+    for path in ("/fit", "/formats", "/tensors", "/flops", "/memory", "/time", "/inference", "/benchmarks"):
         expect(page.locator(f"a.card[href='{path}']")).to_be_visible()
     page.screenshot(path=SCREENSHOTS / "overview.png", full_page=True)
     watched.clean()

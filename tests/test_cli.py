@@ -7,6 +7,7 @@ and refusal against the real app's for the same body (tests/conftest.py's Api)."
 import io
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -78,6 +79,8 @@ def test_max_model_is_memory_over_16_bytes_per_param(capsys):
 
 # --- calc: the API's answers and refusals, byte for byte ------------------------------------------
 
+# d_model 256: AWQ's groups of 128 divide every matrix's inputs, so /fit answers for each format.
+SMALL = {"n_layers": 2, "d_model": 256, "n_heads": 4, "vocab_size": 100}
 SAME_AS_API = [
     (["flops", "transformer", "--model", "llama3-8b", "--seq-len", "8192", "--causal", "halved"],
      "POST", "/api/v1/flops/transformer", {"model": "llama3-8b", "seq_len": 8192, "causal": "halved"}),
@@ -103,6 +106,17 @@ SAME_AS_API = [
     (["models", "import", "--json", json.dumps({"model_type": "gpt2"})],
      "POST", "/api/v1/models/import", {"model_type": "gpt2"}),
     (["hardware", "get", "h100-sxm"], "GET", "/api/v1/hardware/h100-sxm", None),
+    # A POST to the group's own path: the group is the command, no ACTION.
+    (["fit", "--model", "llama3-8b", "--gpu", "rtx-4090", "--seq-len", "2048"],
+     "POST", "/api/v1/fit", {"model": "llama3-8b", "gpu": "rtx-4090", "seq_len": 2048}),
+    (["fit", "--model", json.dumps(SMALL), "--gpu", "l4", "--seq-len", "128", "--batch-size", "4",
+      "--lora-rank", "8", "--recompute", "full"],
+     "POST", "/api/v1/fit", {"model": SMALL, "gpu": "l4", "seq_len": 128, "batch_size": 4, "lora_rank": 8,
+                             "recompute": "full"}),
+    (["finetune", "--model", "llama3-8b", "--mode", "qlora", "--gpu", "rtx-4090", "--seq-len", "2048",
+      "--recompute", "full", "--lora-targets", "q,k,v,o"],
+     "POST", "/api/v1/finetune", {"model": "llama3-8b", "mode": "qlora", "gpu": "rtx-4090", "seq_len": 2048,
+                                  "recompute": "full", "lora_targets": ["q", "k", "v", "o"]}),
     (["models", "list"], "GET", "/api/v1/models", None),
     (["dtypes", "get", "fp8"], "GET", "/api/v1/dtypes/fp8", None),
 ]
@@ -131,6 +145,12 @@ REFUSED = [
     (["flops", "matmul", "--m", "4", "--k", "4", "--n", "4", "--batch", "true"], "/api/v1/flops/matmul",
      {"m": 4, "k": 4, "n": 4, "batch": True}, "batch"),
     (["flops", "matmul", "--m", "4", "--k", "4"], "/api/v1/flops/matmul", {"m": 4, "k": 4}, "n"),
+    (["fit", "--model", "llama3-8b", "--gpu", "rtx-4090", "--seq-len", "100000"], "/api/v1/fit",
+     {"model": "llama3-8b", "gpu": "rtx-4090", "seq_len": 100000}, "seq_len"),
+    (["fit", "--model", "llama3-8b", "--gpu", "rtx-4091"], "/api/v1/fit",
+     {"model": "llama3-8b", "gpu": "rtx-4091"}, "gpu"),
+    (["finetune", "--model", "llama3-8b", "--mode", "qlora", "--base-format", "fp9"], "/api/v1/finetune",
+     {"model": "llama3-8b", "mode": "qlora", "base_format": "fp9"}, "base_format"),
 ]
 
 
@@ -193,7 +213,9 @@ def test_every_calculator_route_has_a_command(capsys):
     assert {(c.method, c.path) for c in calculators()} == routes
     _, out, _ = run_main(capsys, "calc", "--help")
     for calc in calculators():
-        assert f"{calc.group} {calc.action}" in out and calc.summary[:40] in " ".join(out.split())
+        assert f"  {calc.command} " in out and calc.summary[:40] in " ".join(out.split())
+    # The groups whose one route is their own path are commands without an ACTION.
+    assert {c.command for c in calculators() if not c.action} == {"fit", "finetune"}
 
 
 def test_a_new_calculator_gets_a_command_for_free(capsys, monkeypatch):
@@ -220,11 +242,50 @@ def test_a_new_calculator_gets_a_command_for_free(capsys, monkeypatch):
     assert status == 2 and json.loads(err)["message"] == "widgets: Input should be less than or equal to 9"
 
 
+def test_a_group_with_one_unnamed_route_is_one_command(capsys, monkeypatch):
+    """POST /widgets is `tally calc widgets`; once the group also has a named action, the
+    unnamed one is `widgets post` beside it (argparse's ACTION cannot be optional)."""
+    class WidgetRequest(BaseModel):
+        widgets: int = Field(3, ge=1, le=9, description="How many widgets.")
+
+    router = APIRouter(prefix="/widgets")
+
+    @router.post("")
+    async def count(body: WidgetRequest) -> dict:
+        """Twice the widgets."""
+        return {"twice": 2 * body.widgets}
+
+    module = types.ModuleType("app.api.routes.widgets", "Widgets, for the test.")
+    module.router = router
+    monkeypatch.setattr(api_router, "MODULES", (*api_router.MODULES, module))
+    _, out, _ = run_main(capsys, "calc", "--help")
+    assert re.search(r"^  widgets +Twice the widgets\.$", out, re.MULTILINE)
+    _, out, _ = run_main(capsys, "calc", "widgets", "--help")
+    assert "POST /api/v1/widgets" in out and "--widgets INT" in out
+    assert run_main(capsys, "calc", "widgets", "--widgets", "4", "--compact")[1] == '{"twice":8}\n'
+    assert run_main(capsys, "calc", "widgets", "post", "--widgets", "4")[0] == 2  # no such argument
+
+    @router.post("/halve")
+    async def halve(body: WidgetRequest) -> dict:
+        """Half the widgets."""
+        return {"half": body.widgets / 2}
+
+    _, out, _ = run_main(capsys, "calc", "--help")
+    assert "widgets halve" in out and "widgets post" in out
+    assert run_main(capsys, "calc", "widgets", "post", "--widgets", "4", "--compact")[1] == '{"twice":8}\n'
+    assert run_main(capsys, "calc", "widgets", "halve", "--widgets", "4", "--compact")[1] == '{"half":2.0}\n'
+
+
 # --- help at every level --------------------------------------------------------------------------
 
 @pytest.mark.parametrize(("argv", "names"), [
     ([], ["calc", "probe", "serve", "worker"]),
-    (["calc"], ["flops transformer", "memory max-model", "time training", "dtypes encode", "hardware list"]),
+    (["calc"], ["flops transformer", "memory max-model", "time training", "dtypes encode", "hardware list",
+                "fit Serving in the weight formats", "finetune Trainable and frozen parameters",
+                "tally calc fit --model llama3-8b --gpu rtx-4090 --seq-len 2048"]),
+    (["calc", "fit"], ["POST /api/v1/fit", "--model", "--gpu", "--num-gpus", "--seq-len", "--batch-size",
+                       "--lora-rank", "--recompute", "one of none, selective, full", "rtx-4090"]),
+    (["calc", "finetune"], ["POST /api/v1/finetune", "--mode", "--lora-targets", "--base-format"]),
     (["calc", "flops"], ["transformer", "matmul", "mlp"]),
     (["calc", "flops", "transformer"], ["--model", "--batch-size", "--seq-len", "--causal", "--json",
                                         "[1, 10000000]; default: 1024", "one of full, halved", "llama3-8b"]),

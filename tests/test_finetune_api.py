@@ -5,6 +5,7 @@ count for the adapters), and refusals naming the field."""
 import pytest
 
 from app.accounting.finetune.lora import lora_params
+from app.accounting.finetune.memory import QLORA_KEEP
 from app.accounting.inference.quant import weight_bytes
 from app.accounting.models import preset
 
@@ -63,11 +64,12 @@ def test_frozen_matrices_keep_no_inputs_and_adapters_keep_theirs(api):
 
 def test_qlora_base_is_the_weight_format_bitsandbytes_stores(api):
     """The base's bytes are inference/quant.py's NF4 bytes, which test_quant_formats checks
-    against bitsandbytes' own quantized tensors."""
+    against bitsandbytes' own quantized tensors, with what transformers leaves unquantized kept
+    (test_quant_formats' test_nf4_quantizes_the_layers_transformers_hands_to_bitsandbytes)."""
     for fmt in ("nf4", "nf4_double_quant", "int8_channel"):
         answer = api.ok(URL, BASE | {"mode": "qlora", "base_format": fmt})
-        expected = weight_bytes(preset("llama3.2-1b"), fmt, base_dtype="bfloat16").total_bytes
-        assert answer["memory"]["frozen_weights"] == expected
+        expected = weight_bytes(preset("llama3.2-1b"), fmt, keep=QLORA_KEEP, base_dtype="bfloat16")
+        assert answer["memory"]["frozen_weights"] == expected.total_bytes
         assert answer["memory"]["base_format"] == fmt
 
 
@@ -110,3 +112,16 @@ def test_bad_input_names_the_field(api, body, field):
     response = api.post(URL, BASE | body)
     assert response.status_code == 422, response.text
     assert response.json()["detail"][0]["field"] == field
+
+
+def test_expert_adapters_keep_a_merged_copy_of_each_layers_experts(api):
+    """peft folds expert adapters into W + B A: the experts' matmuls keep that merged weight (a
+    copy of the layer's experts in the parameter dtype) and their inputs, as trained experts do."""
+    body = {"model": "qwen3-30b-a3b", "mode": "lora", "seq_len": 256, "lora_rank": 8}
+    plain = api.ok(URL, body | {"lora_targets": ["q", "v"]})["memory"]["activation_items"]
+    experts = api.ok(URL, body | {"lora_targets": ["q", "v", "experts_gate_up", "experts_down"]})["memory"]
+    items = experts["activation_items"]
+    layers, e, d, ff = 48, 128, 2048, 768
+    assert items["lora/experts_gate_up_merged"] == layers * e * 2 * ff * d * 2
+    assert items["lora/experts_down_merged"] == layers * e * ff * d * 2
+    assert "moe/expert_inputs" in items and "moe/expert_inputs" not in plain

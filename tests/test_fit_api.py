@@ -104,3 +104,14 @@ def test_bad_input_names_the_field(api, body, field):
     response = api.post(URL, ASK | body)
     assert response.status_code == 422, response.text
     assert response.json()["detail"][0]["field"] == field
+
+
+def test_a_format_the_model_cannot_take_is_left_out_and_said(api):
+    """AWQ's groups of 128 do not divide a 64-wide model's matrices: that option is left out, with
+    the reason, and the others are answered."""
+    tiny = {"n_layers": 2, "d_model": 64, "n_heads": 4, "d_ff": 256, "vocab_size": 512, "max_seq_len": 512,
+            "mlp": "swiglu", "norm": "rmsnorm", "position": "rope", "bias": False}
+    answer = api.ok(URL, {"model": tiny, "gpu": "rtx-4090", "seq_len": 256})
+    options = [o["option"] for o in answer["options"]]
+    assert "inference-awq_int4" not in options and "inference-bfloat16" in options and "qlora" in options
+    assert any(a.startswith("awq_int4 left out") for a in answer["assumptions"])

@@ -5,7 +5,7 @@ eager experts (routing needs real numbers), the rest on the meta device."""
 
 import pytest
 import torch
-from peft import LoraConfig, get_peft_model
+from peft import get_peft_model
 from torch.utils.flop_counter import FlopCounterMode
 from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -14,15 +14,16 @@ from app.accounting.finetune.lora import HF_NAMES
 from app.accounting.finetune.spec import FineTune
 from app.accounting.hf.read import import_config
 from tests.hf_oracle import one_thread
-from tests.test_lora_peft import FAMILIES
+from tests.test_lora_peft import FAMILIES, FUSED, lora_config
 
 MOE = {"mixtral", "qwen2_moe"}
 TARGET_SETS = [("q", "v"), ("v",), ("k", "o"), ("q", "k", "v", "o", "gate", "up", "down"), ("down",),
                ("up",)]
 
 
-def counted(config: dict, rank: int, targets: tuple[str, ...], batch: int, seq: int, *,
-            saved: tuple[str, ...] = (), frozen: tuple[str, ...] | None = None) -> tuple[int, int]:
+def counted(config: dict, rank: int, targets: tuple[str, ...] | None, batch: int, seq: int, *,
+            saved: tuple[str, ...] = (), frozen: tuple[str, ...] | None = None,
+            names: dict[str, str] = HF_NAMES) -> tuple[int, int]:
     """Forward and backward FLOPs of peft's LoRA (targets, modules_to_save=saved) or, with
     `frozen` (module paths), of the model with those parts' requires_grad off."""
     body = dict(config)
@@ -34,8 +35,7 @@ def counted(config: dict, rank: int, targets: tuple[str, ...], batch: int, seq: 
             extra = {"experts_implementation": "eager"} if moe else {}
             model = AutoModelForCausalLM.from_config(cfg, attn_implementation="eager", **extra)
         if frozen is None:
-            wrapped = get_peft_model(model, LoraConfig(r=rank, target_modules=[HF_NAMES[t] for t in targets],
-                                                       modules_to_save=list(saved) or None))
+            wrapped = get_peft_model(model, lora_config(rank, targets, saved, names))
         else:
             wrapped = model
             for path in frozen:
@@ -100,3 +100,31 @@ def test_full_fine_tune_is_three_forwards(name):
     nothing_frozen = step_flops(cfg, FineTune("freeze"), batch_size=2, seq_len=24)
     assert ours.total == nothing_frozen.total == 3 * ours.forward
     assert (ours.forward, ours.backward) == counted(FAMILIES[name], 0, (), 2, 24, frozen=())
+
+
+EXPERT_SETS = [("experts_gate_up",), ("experts_down",), ("experts_gate_up", "experts_down"),
+               ("v", "experts_down"), ("q", "gate", "experts_gate_up")]
+
+
+@pytest.mark.parametrize("targets", EXPERT_SETS, ids="-".join)
+@pytest.mark.parametrize("name", ["mixtral", "qwen2_moe"])
+def test_expert_adapters_match_flop_counter_mode(name, targets):
+    """peft folds expert adapters into the 3-D weights: the merge forward, the merged weight's
+    gradient like a trained expert's, and dA, dB from it."""
+    if name == "mixtral" and "gate" in targets:
+        return  # every Mixtral MLP is routed: no gate_proj (refused, test_lora_peft)
+    cfg = import_config(FAMILIES[name]).config
+    ours = step_flops(cfg, FineTune("lora", rank=4, targets=targets), batch_size=2, seq_len=24)
+    assert (ours.forward, ours.backward) == counted(FAMILIES[name], 4, targets, 2, 24)
+
+
+@pytest.mark.parametrize("every", [False, True], ids=["default", "every-matrix"])
+@pytest.mark.parametrize("name", ["gpt2", "phi3"])
+def test_fused_projections_match_flop_counter_mode(name, every):
+    """One adapter over GPT-2's c_attn (a Conv1D) or Phi-3's qkv_proj and gate_up_proj."""
+    config, names = FUSED[name]
+    targets = tuple(names) if every else None
+    cfg = import_config(config).config
+    ours = step_flops(cfg, FineTune("lora", rank=4, targets=targets), batch_size=2, seq_len=24)
+    theirs = ("qkv",) if name == "phi3" and not every else targets  # peft has no phi3 default
+    assert (ours.forward, ours.backward) == counted(config, 4, theirs, 2, 24, names=names)

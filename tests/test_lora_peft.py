@@ -9,7 +9,7 @@ from peft import LoraConfig, get_peft_model
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from app.accounting.errors import InvalidInput
-from app.accounting.finetune.lora import HF_NAMES, lora_params
+from app.accounting.finetune.lora import EXPERT_TARGETS, HF_NAMES, lora_params
 from app.accounting.hf.read import import_config
 from tests.test_flops_hf_moe import CONFIGS as MOE
 from tests.test_hf_dense import SMALL
@@ -29,19 +29,29 @@ FAMILIES = {
 TARGET_SETS = [("q", "v"), ("q", "k", "v", "o"), ("q", "k", "v", "o", "gate", "up", "down"), ("down",)]
 
 
-def peft_trainable(config: dict, rank: int, targets: tuple[str, ...],
-                   saved: tuple[str, ...] = ()) -> tuple[int, int]:
+def peft_trainable(config: dict, rank: int, targets: tuple[str, ...] | None,
+                   saved: tuple[str, ...] = (), names: dict[str, str] = HF_NAMES) -> tuple[int, int]:
     """(trainable, all) parameters of the peft-wrapped model, as print_trainable_parameters counts;
     `saved` are modules_to_save."""
     body = dict(config)
     cfg = AutoConfig.for_model(body.pop("model_type"), **body)
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(cfg)
-    lora = LoraConfig(r=rank, target_modules=[HF_NAMES[t] for t in targets],
-                      modules_to_save=list(saved) or None)
-    wrapped = get_peft_model(model, lora)
+    wrapped = get_peft_model(model, lora_config(rank, targets, saved, names))
     trainable = sum(p.numel() for p in wrapped.parameters() if p.requires_grad)
     return trainable, sum(p.numel() for p in wrapped.parameters())
+
+
+def lora_config(rank: int, targets: tuple[str, ...] | None, saved: tuple[str, ...] = (),
+                names: dict[str, str] = HF_NAMES) -> LoraConfig:
+    """Module targets by name (peft matches a name as the end of a module's path), expert targets
+    as the 3-D parameters peft's target_parameters wraps; None is peft's default for the family."""
+    if targets is None:
+        return LoraConfig(r=rank, modules_to_save=list(saved) or None)
+    modules = [names[t] for t in targets if t not in EXPERT_TARGETS]
+    parameters = [names[t] for t in targets if t in EXPERT_TARGETS]
+    return LoraConfig(r=rank, target_modules=modules or None, target_parameters=parameters or None,
+                      modules_to_save=list(saved) or None)
 
 
 @pytest.mark.parametrize("targets", TARGET_SETS, ids="-".join)
@@ -92,6 +102,73 @@ def test_llama3_8b_rank_16_on_q_and_v_is_peft_s_famous_figure():
     count = lora_params(preset("llama3-8b"), rank=16)
     assert count.trainable_params == 6_815_744
     assert count.by_target == {"q": 32 * 16 * 8192, "v": 32 * 16 * 5120}
+
+
+# Families that fuse projections into one module, with their module names (a dotted tail where
+# the same name sits in attention and the MLP: GPT-2's c_proj).
+FUSED = {
+    "gpt2": ({"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4, "vocab_size": 100,
+              "n_positions": 64},
+             {"qkv": "c_attn", "o": "attn.c_proj", "up": "c_fc", "down": "mlp.c_proj"}),
+    "gpt_neox": ({"model_type": "gpt_neox", "hidden_size": 64, "intermediate_size": 128,
+                  "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 100},
+                 {"qkv": "query_key_value", "o": "attention.dense", "up": "dense_h_to_4h",
+                  "down": "dense_4h_to_h"}),
+    "falcon": ({"model_type": "falcon", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+                "vocab_size": 100, "new_decoder_architecture": True, "num_kv_heads": 2},
+               {"qkv": "query_key_value", "o": "self_attention.dense", "up": "dense_h_to_4h",
+                "down": "dense_4h_to_h"}),
+    "phi3": ({"model_type": "phi3", "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
+              "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 100, "pad_token_id": 0},
+             {"qkv": "qkv_proj", "o": "o_proj", "gate_up": "gate_up_proj", "down": "down_proj"}),
+}
+
+
+@pytest.mark.parametrize("every", [False, True], ids=["default", "every-matrix"])
+@pytest.mark.parametrize("name", list(FUSED))
+def test_fused_projections_are_one_target_as_peft_wraps_them(name, every):
+    """GPT-2's c_attn, GPT-NeoX's and Falcon's query_key_value, Phi-3's qkv_proj and gate_up_proj:
+    one adapter over the fused module; peft's default target for these families is that qkv."""
+    config, names = FUSED[name]
+    cfg = import_config(config).config
+    targets = tuple(names) if every else None
+    ours = lora_params(cfg, rank=4, targets=targets)
+    # peft has no default for phi3 (it asks for target_modules): Tally's is its fused qkv, as peft's
+    # is for GPT-2, GPT-NeoX and Falcon.
+    theirs = ("qkv",) if name == "phi3" and not every else targets
+    assert (ours.trainable_params, ours.total_params) == peft_trainable(config, 4, theirs, names=names)
+    if not every:
+        assert ours.targets == ["qkv"]
+
+
+@pytest.mark.parametrize(("name", "target", "field"), [("gpt2", ("q", "v"), "lora_targets.0"),
+                                                       ("phi3", ("qkv", "gate"), "lora_targets.1"),
+                                                       ("llama", ("qkv",), "lora_targets.0")])
+def test_a_fused_or_separate_projection_is_named_as_the_model_has_it(name, target, field):
+    config = FUSED[name][0] if name in FUSED else FAMILIES[name]
+    with pytest.raises(InvalidInput, match="fuses|apart") as refused:
+        lora_params(import_config(config).config, rank=4, targets=target)
+    assert refused.value.field == field
+
+
+EXPERT_SETS = [("experts_gate_up", "experts_down"), ("experts_down",), ("q", "v", "experts_gate_up")]
+
+
+@pytest.mark.parametrize("targets", EXPERT_SETS, ids="-".join)
+@pytest.mark.parametrize("name", ["mixtral", "qwen2_moe"])
+def test_routed_experts_are_peft_s_target_parameters(name, targets):
+    """peft's ParamWrapper over transformers' fused 3-D expert parameters: one rank-r adapter per
+    expert, as A: in x (r E) and B: (r E) x out."""
+    cfg = import_config(FAMILIES[name]).config
+    ours = lora_params(cfg, rank=4, targets=targets)
+    assert (ours.trainable_params, ours.total_params) == peft_trainable(FAMILIES[name], 4, targets)
+
+
+def test_a_dense_model_has_no_experts_to_adapt():
+    cfg = import_config(FAMILIES["llama"]).config
+    with pytest.raises(InvalidInput, match="no routed experts") as refused:
+        lora_params(cfg, rank=4, targets=("q", "experts_down"))
+    assert refused.value.field == "lora_targets.1"
 
 
 SAVED = [("embed_tokens",), ("lm_head",), ("embed_tokens", "lm_head")]

@@ -33,6 +33,13 @@ def test_no_negative_zero_and_one_byte_unit():
     assert numbers.money(2_150_000.4, "EUR") == "EUR 2,150,000"
 
 
+def test_durations_read_in_the_unit_that_fits():
+    assert numbers.duration(0.016832) == "16.8 ms"  # a decode step
+    assert numbers.duration(1.196) == "1.20 s"  # a training step
+    assert numbers.duration(8e-6) == "8.00 µs"  # an all-reduce's latency
+    assert numbers.duration(0.999) == "999 ms" and numbers.duration(None) == "n/a"
+
+
 def test_the_charts_format_as_the_pages_do(browser, base_url):  # noqa: F811
     page = browser.new_page()
     page.goto(base_url + "/time")

@@ -117,8 +117,8 @@ def test_hostname_of_a_host_header():
 
 # --- headers on the pages ------------------------------------------------------------------------
 
-PAGES = ["/", "/formats", "/tensors", "/time", "/memory", "/flops", "/matmul", "/mlp", "/benchmarks", "/docs",
-         "/ui/time", "/static/app.js"]
+PAGES = ["/", "/formats", "/tensors", "/time", "/memory", "/flops", "/matmul", "/mlp", "/fit", "/benchmarks",
+         "/docs", "/ui/time", "/ui/fit", "/static/app.js", "/static/fit.js"]
 
 
 @pytest.mark.parametrize("path", PAGES)

@@ -115,6 +115,11 @@ class TransformerConfig:
     """Norms on queries and keys after projection. head: one head_dim-wide weight shared by
     all heads, for q and for k (Qwen3, Gemma 3). projection: over the whole projection,
     n_heads*head_dim for q and n_kv_heads*head_dim for k (OLMo 2)."""
+    fused_qkv: bool = False
+    """q, k and v are one nn.Linear (GPT-2's c_attn, GPT-NeoX's and Falcon's query_key_value,
+    Phi-3's qkv_proj). The same parameters and FLOPs; it decides what LoRA can wrap."""
+    fused_gate_up: bool = False
+    """Gate and up are one nn.Linear (Phi-3's gate_up_proj); as fused_qkv."""
     sliding_window: Annotated[int, Ge(1), Le(10_000_000)] | None = None
     """Tokens a windowed layer attends to (the query and the window-1 before it); null is
     full attention everywhere. No parameters; halves FLOPs only with causal='halved'."""

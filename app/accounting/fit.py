@@ -86,7 +86,13 @@ def first_fitting(changes: list[tuple[str, Callable[[], bool]]]) -> str | None:
 
 
 def summary(options: list[FitOption]) -> str:
-    parts = []
-    for o in options:
-        parts.append(f"{o.label} fits" if o.fits else f"{o.label}: {o.advice or 'does not fit'}")
+    """"Serving fits in bfloat16, awq_int4; QLoRA fits; LoRA: fits with ...": what fits, and each
+    option that does not with its advice."""
+    served = [o for o in options if o.kind == "inference"]
+    fitting = [o.settings["weight_format"] for o in served if o.fits]
+    parts = [f"Serving fits in {', '.join(map(str, fitting))}"] if fitting else []
+    parts += [f"Serving in {o.settings['weight_format']}: {o.advice or 'does not fit'}"
+              for o in served if not o.fits]
+    parts += [f"{o.label} fits" if o.fits else f"{o.label}: {o.advice or 'does not fit'}"
+              for o in options if o.kind == "training"]
     return "; ".join(parts)

@@ -3,8 +3,10 @@
 The commands are read from the API's route table (app/api/router.py), every /api/v1 route
 except the server's own jobs and device: GROUP is the path's first segment, ACTION the
 rest (flops transformer, memory max-model), or `list` and `get NAME` for the catalogue
-reads. A route's body model gives its options. Each call goes through the real routes and
-error handlers in process, so answers and messages are the HTTP API's, byte for byte.
+reads. A POST to the group's path itself (/fit, /finetune) is the group's one command, with
+no ACTION: `tally calc fit --model ...`. A route's body model gives its options. Each call
+goes through the real routes and error handlers in process, so answers and messages are the
+HTTP API's, byte for byte.
 """
 
 import argparse
@@ -21,6 +23,8 @@ from app.cli import options
 # Routes that need the server's job store or its device: not calculators.
 SERVER_ONLY = ("app.api.routes.jobs", "app.api.routes.device")
 EXAMPLES = """examples:
+  tally calc fit --model llama3-8b --gpu rtx-4090 --seq-len 2048
+  tally calc finetune --model llama3-8b --mode qlora --gpu rtx-4090 --seq-len 2048 --recompute full
   tally calc flops transformer --model llama3-8b --seq-len 8192 --causal halved
   tally calc memory max-model --gpu h100-sxm --num-gpus 8 --precision fp32 --optimizer adamw
   tally calc time training --params 70e9 --tokens 15e12 --gpu h100-sxm --num-gpus 1024 --mfu 0.5
@@ -40,6 +44,7 @@ def add(commands: argparse._SubParsersAction, name: str, help_text: str) -> None
 class Calculator:
     group: str
     action: str
+    """"" for a POST to the group's own path (/fit): the command is the group alone."""
     method: str
     path: str
     """Under /api/v1, with {placeholders} for the path parameters."""
@@ -54,6 +59,11 @@ class Calculator:
     module_help: str = ""
     """The first line of its route module's docstring: the help of a group named for no module
     (quantization, in app/api/routes/inference.py)."""
+
+    @property
+    def command(self) -> str:
+        """What follows `tally calc`: 'flops transformer', or 'fit' for a group's one command."""
+        return f"{self.group} {self.action}".strip()
 
 
 def calculators() -> list[Calculator]:
@@ -71,8 +81,8 @@ def calculators() -> list[Calculator]:
             parts = [p for p in route.path.split("/") if p]
             path_params = [p.name for p in route.dependant.path_params]
             action = "-".join(p for p in parts[1:] if not p.startswith("{"))
-            if not action:
-                action = ("get" if path_params else "list") if method == "GET" else method.lower()
+            if not action and method == "GET":
+                action = "get" if path_params else "list"
             bodies = route.dependant.body_params
             model = bodies[0].field_info.annotation if len(bodies) == 1 else None
             description = inspect.cleandoc(route.description or "")
@@ -85,12 +95,18 @@ def calculators() -> list[Calculator]:
                 takes_body=bool(bodies),
                 body_help=(bodies[0].field_info.description or "") if bodies else "",
                 module_help=(module.__doc__ or "").strip().split("\n")[0]))
+    # A group's own path beside named actions (a later /finetune/compare) takes its method as
+    # its action, as argparse cannot make the ACTION optional.
+    crowded = {c.group for c in found if c.action} & {c.group for c in found if not c.action}
+    for c in found:
+        if c.group in crowded and not c.action:
+            c.action = c.method.lower()
     return sorted(found, key=lambda c: (c.group, c.action))
 
 
 def _listing(calcs: list[Calculator]) -> str:
-    width = max(len(f"{c.group} {c.action}") for c in calcs) + 2
-    return "\n".join(f"  {c.group + ' ' + c.action:<{width}}{c.summary}" for c in calcs)
+    width = max(len(c.command) for c in calcs) + 2
+    return "\n".join(f"  {c.command:<{width}}{c.summary}" for c in calcs)
 
 
 def parser(calcs: list[Calculator]) -> argparse.ArgumentParser:
@@ -103,31 +119,43 @@ def parser(calcs: list[Calculator]) -> argparse.ArgumentParser:
             "Run a calculator of the JSON API (/api/v1) here, without a server: the response JSON on "
             "stdout, indented (--compact: one line, as the API sent it). A refused request prints "
             "the API's error JSON, {\"message\", \"detail\"}, on stderr and exits 2.") + "\n\n"
-            "calculators (`tally calc GROUP ACTION --help` lists each one's options):\n" + _listing(calcs),
+            "calculators (`tally calc GROUP [ACTION] --help` lists each one's options):\n" + _listing(calcs),
         epilog=EXAMPLES)
     groups = cli.add_subparsers(dest="group", required=True, metavar="GROUP")
     docs = {m.__name__.rsplit(".", 1)[-1]: (m.__doc__ or "").strip().split("\n")[0] for m in MODULES}
     by_group: dict[str, argparse._SubParsersAction] = {}
     for calc in calcs:
+        said = docs.get(calc.group) or calc.module_help
+        if not calc.action:  # the group's one command: its options on the group itself
+            described = f"{said}\n\n{calc.method} {calc.path}\n\n{calc.description}"
+            _command(groups.add_parser(calc.group, help=said, formatter_class=raw, description=described,
+                                       epilog=_epilog(calc)), calc)
+            continue
         if calc.group not in by_group:
-            said = docs.get(calc.group) or calc.module_help
             group = groups.add_parser(calc.group, help=said, description=said)
             by_group[calc.group] = group.add_subparsers(dest="action", required=True, metavar="ACTION")
-        sub = by_group[calc.group].add_parser(
+        _command(by_group[calc.group].add_parser(
             calc.action, help=calc.summary, formatter_class=raw,
-            description=f"{calc.method} {calc.path}\n\n{calc.description}",
-            epilog=options.wrap(options.VALUES_HELP) if calc.takes_body else None)
-        for name in calc.path_params:
-            listed = f" (`tally calc {calc.group} list` lists them)" if calc.action == "get" else ""
-            sub.add_argument(name, metavar=name.upper(), help=f"the {{{name}}} of {calc.path}{listed}")
-        for name in calc.query_params:
-            sub.add_argument(f"--{name.replace('_', '-')}", dest=f"query:{name}", help="query parameter")
-        fields = [] if calc.body is None else options.add_fields(sub, calc.body, f"body fields ({calc.path})")
-        sub.set_defaults(calc=calc, fields=fields)
-        if calc.takes_body:
-            options.add_json(sub, "the whole request body", "" if calc.body else calc.body_help)
-        sub.add_argument("--compact", action="store_true", help="one line: the API's JSON as it came")
+            description=f"{calc.method} {calc.path}\n\n{calc.description}", epilog=_epilog(calc)), calc)
     return cli
+
+
+def _epilog(calc: Calculator) -> str | None:
+    return options.wrap(options.VALUES_HELP) if calc.takes_body else None
+
+
+def _command(sub: argparse.ArgumentParser, calc: Calculator) -> None:
+    """The arguments of one calculator: its path parameters, query parameters and body fields."""
+    for name in calc.path_params:
+        listed = f" (`tally calc {calc.group} list` lists them)" if calc.action == "get" else ""
+        sub.add_argument(name, metavar=name.upper(), help=f"the {{{name}}} of {calc.path}{listed}")
+    for name in calc.query_params:
+        sub.add_argument(f"--{name.replace('_', '-')}", dest=f"query:{name}", help="query parameter")
+    fields = [] if calc.body is None else options.add_fields(sub, calc.body, f"body fields ({calc.path})")
+    sub.set_defaults(calc=calc, fields=fields)
+    if calc.takes_body:
+        options.add_json(sub, "the whole request body", "" if calc.body else calc.body_help)
+    sub.add_argument("--compact", action="store_true", help="one line: the API's JSON as it came")
 
 
 class _StoreOnDemand:

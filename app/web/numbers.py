@@ -78,6 +78,15 @@ def money(x: float | None, currency: str) -> str:
     return f"{currency} {x:,.0f}" if abs(x) >= 100 else f"{currency} {x:,.2f}"
 
 
+def duration(seconds: float | None) -> str:
+    """Seconds in the unit that reads them, three significant figures: 0.0168 -> '16.8 ms',
+    1.196 -> '1.20 s', 8e-06 -> '8.00 µs'."""
+    if seconds is None:
+        return "n/a"
+    scale, unit = next(((s, u) for s, u in ((1, "s"), (1e-3, "ms")) if abs(seconds) >= s), (1e-6, "µs"))
+    return f"{sig(seconds / scale)} {unit}"
+
+
 def setting(name: str, value: object) -> str:
     """A request default as "Defaults used" shows it: bytes with their unit (overhead_bytes
     1073741824 -> '1.07 GB'), seconds in the unit that reads (8e-06 -> '8 µs'), a float to
@@ -95,4 +104,5 @@ def setting(name: str, value: object) -> str:
     return str(value)
 
 
-FILTERS = {"sig": sig, "amount": amount, "gb": gb, "tflops": tflops, "percent": percent, "money": money}
+FILTERS = {"sig": sig, "amount": amount, "gb": gb, "tflops": tflops, "percent": percent, "money": money,
+           "duration": duration}

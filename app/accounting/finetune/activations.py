@@ -10,7 +10,10 @@ needs it (torch's generated derivatives check should_compute_output). So:
 - before the first trained or adapted weight (a frozen embedding, frozen first layers) nothing
   requires a gradient and nothing is kept;
 - an adapter keeps A's output, tokens x r, for B's weight gradient (its input is the wrapped
-  matrix's input, kept once).
+  matrix's input, kept once);
+- an adapter on routed experts (a 3-D parameter) is folded into a merged weight, W + B A per
+  expert, which requires a gradient: the experts keep their inputs as trained ones do, and the
+  merged weight itself, a copy of the layer's experts in the parameter dtype.
 Attention (SDPA, FlashAttention) keeps q, k and v whenever any of them requires a gradient.
 """
 
@@ -27,13 +30,17 @@ def _flags(layer: LayerGrad) -> dict[str, bool]:
     """Which of the layer's streams require gradients, and which matmul inputs a weight
     gradient (trained or adapter) reads."""
     x, whole, a = layer
-    core = x or whole or bool(a & {"q", "k", "v"})
+    core = x or whole or bool(a & {"q", "k", "v", "qkv"})
     o_out = core or whole or "o" in a
     mid = x or o_out
+    gate_up, down = "experts_gate_up" in a, "experts_down" in a
     return {"x": x, "whole": whole, "core": core, "o_out": o_out, "mid": mid,
-            "hidden": mid or whole or bool(a & {"gate", "up"}),
-            "qkv_in": whole or bool(a & {"q", "k", "v"}), "o_in": whole or "o" in a,
-            "up_in": whole or bool(a & {"gate", "up"}), "down_in": whole or "down" in a}
+            "hidden": mid or whole or bool(a & {"gate", "up", "gate_up"}),
+            # routed experts, adapted through their merged weights
+            "experts_in": whole or gate_up, "experts_down_in": whole or down,
+            "experts": mid or whole or gate_up or down,
+            "qkv_in": whole or bool(a & {"q", "k", "v", "qkv"}), "o_in": whole or "o" in a,
+            "up_in": whole or bool(a & {"gate", "up", "gate_up"}), "down_in": whole or "down" in a}
 
 
 def _kept(name: str, f: dict[str, bool], shared_experts: bool) -> bool:
@@ -50,30 +57,43 @@ def _kept(name: str, f: dict[str, bool], shared_experts: bool) -> bool:
         # read by the router and the shared experts: kept for their weight gradients only
         "moe/router_input": f["whole"] or (shared_experts and f["up_in"]),
         # routed experts are never adapted (transformers fuses them; no target name matches)
-        "moe/expert_inputs": f["whole"], "moe/expert_down_input": f["whole"],
+        "moe/expert_inputs": f["experts_in"], "moe/expert_down_input": f["experts_down_in"],
         "moe/shared_down_input": f["down_in"],
     }
     if name in rules:
         return rules[name]
     if name.startswith("mlp/"):  # hiddens, dropout mask, post-norm input
         return f["hidden"]
-    return f["mid"] or f["whole"]  # router softmax and top-k, expert hiddens and outputs
+    if name.startswith("moe/expert_"):  # the routed experts' hiddens and outputs
+        return f["experts"]
+    return f["mid"] or f["whole"]  # router softmax and top-k, shared experts
 
 
 def _adapter_items(cfg: TransformerConfig, layer: LayerGrad, moe: bool, rank: int,
                    act_bytes: int) -> list[act.Item]:
     """A's output (tokens x r) per adapter in the layer; MLP targets exist in a mixture-of-
     experts layer only as its shared experts."""
-    present = {"q", "k", "v", "o"}
+    present = {"q", "k", "v", "o", "qkv"}  # expert adapters keep their merged weights instead
     if not moe or cfg.ff_shared:
-        present |= {"gate", "up", "down"} if cfg.gated else {"up", "down"}
+        present |= {"gate", "up", "down", "gate_up"}
     return [act.Item(f"lora/{t}_A_output", rank, 0, act_bytes, False)
             for t in sorted(layer.adapters & present)]
 
 
+def _merged_experts(cfg: TransformerConfig, adapters: frozenset[str]) -> dict[str, int]:
+    """Elements of the merged expert weights (W + B A per expert) a layer's experts read, which
+    their matmuls keep for the input gradients: a copy of the layer's adapted routed experts."""
+    up = (2 if cfg.gated else 1) * cfg.ff_expert * cfg.d_model * cfg.n_experts
+    down = cfg.ff_expert * cfg.d_model * cfg.n_experts
+    return {name: size for name, size, target in (("lora/experts_gate_up_merged", up, "experts_gate_up"),
+                                                  ("lora/experts_down_merged", down, "experts_down"))
+            if target in adapters}
+
+
 def saved(cfg: TransformerConfig, plan: Graph, *, rank: int, act_bytes: int, residual_bytes: int,
-          recompute: act.Recompute, seq_len: int, batch_size: int) -> dict[str, int]:
-    """Bytes kept for backward over the whole model, by saved tensor (summed over layers)."""
+          recompute: act.Recompute, seq_len: int, batch_size: int, weight_bytes: int) -> dict[str, int]:
+    """Bytes kept for backward over the whole model, by saved tensor (summed over layers).
+    weight_bytes sizes the merged expert weights (the base's parameter dtype)."""
     out: dict[str, int] = {}
 
     def add(items) -> None:
@@ -88,6 +108,9 @@ def saved(cfg: TransformerConfig, plan: Graph, *, rank: int, act_bytes: int, res
         add(item for item in recipe if _kept(item.name, f, bool(cfg.ff_shared)))
         if recompute != "full" and layer.adapters:
             add(_adapter_items(cfg, layer, moe, rank, act_bytes))
+        if moe and recompute != "full":
+            for name, elements in _merged_experts(cfg, layer.adapters).items():
+                out[name] = out.get(name, 0) + elements * weight_bytes
     if plan.embedding_trains:
         add(act.embedding_recipe(cfg))
     head = {"head/final_norm_input": plan.head_input_grad, "head/lm_head_input": plan.head_trains,

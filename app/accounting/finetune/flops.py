@@ -11,6 +11,11 @@ dV of P V where V and P do.
 An adapter on a matrix of (in, out) (A: r x in, B: out x r) costs 2 t r (in + out) forward, and
 in backward dB and the gradient through B (2 t r out each), dA (2 t r in), and the input
 gradient through A (2 t r in) where its input requires one.
+
+Routed experts are 3-D parameters (E, in, out): peft cannot factor the token out of B A x there,
+so it folds the adapters into the weight, W + B A per expert (2 E r in out), and backward
+computes the merged weight's gradient like a trained expert's (2 t k in out) and from it dB and
+dA (2 E r in out each).
 """
 
 from dataclasses import dataclass
@@ -21,6 +26,11 @@ from app.accounting.finetune import spec as ft
 from app.accounting.finetune.lora import lora_params
 from app.accounting.flops import Causal, score_pairs_doubled, transformer_forward
 from app.accounting.records import RECORD
+
+PEFT_EXPERT_MERGES = 2
+"""Times peft 0.21's ParamWrapper computes each merged expert weight in one forward (baddbmm):
+one for its parametrization's cache and one more, discarded (FlopCounterMode counts both;
+tests/test_lora_flops.py)."""
 
 
 @dataclass(slots=True)
@@ -73,7 +83,10 @@ def step_flops(cfg: TransformerConfig, spec: ft.FineTune, *, batch_size: int, se
     for i, (grad, whole, adapters) in enumerate(plan.layers):
         lin = partial(linear, whole=whole, adapters=adapters)
         qw, kvw = cfg.n_heads * cfg.hd, cfg.kv_heads * cfg.hd
-        q, k, v = lin(d, qw, "q", grad), lin(d, kvw, "k", grad), lin(d, kvw, "v", grad)
+        if cfg.fused_qkv:
+            q = k = v = lin(d, qw + 2 * kvw, "qkv", grad)
+        else:
+            q, k, v = lin(d, qw, "q", grad), lin(d, kvw, "k", grad), lin(d, kvw, "v", grad)
         window = cfg.sliding_window if kinds.windowed[i] else None
         pairs = batch_size * cfg.n_heads * cfg.hd * score_pairs_doubled(seq_len, window, causal)
         back += pairs * (q + k)  # dQ, dK of Q @ K^T
@@ -83,14 +96,22 @@ def step_flops(cfg: TransformerConfig, spec: ft.FineTune, *, batch_size: int, se
         mid = grad or out
         if kinds.moe[i]:
             lin(d, cfg.n_experts, None, mid)  # the router
-            matrices = 3 if cfg.gated else 2
-            back += 2 * t * cfg.top_k * d * cfg.ff_expert * matrices * (mid + whole)
+            up = (2 if cfg.gated else 1) * cfg.ff_expert
+            routed = t * cfg.top_k  # token copies over all experts
+            gate_up, down = "experts_gate_up" in adapters, "experts_down" in adapters
+            back += 2 * routed * d * up * (mid + (whole or gate_up))
+            back += 2 * routed * cfg.ff_expert * d * ((mid or whole or gate_up) + (whole or down))
+            for fan_in, fan_out, on in ((d, up, gate_up), (cfg.ff_expert, d, down)):
+                if on:  # the merged weight W + B A per expert, forward; dB and dA from dW, backward
+                    merge = 2 * cfg.n_experts * r * fan_in * fan_out
+                    adapt_fwd += PEFT_EXPERT_MERGES * merge
+                    adapt_back += 2 * merge
             if cfg.ff_shared:
-                _mlp(lin, cfg.ff_shared, mid, cfg.gated, d)
+                _mlp(lin, cfg.ff_shared, mid, cfg, d)
                 if cfg.shared_expert_gate:
                     lin(d, 1, None, mid)
         else:
-            _mlp(lin, cfg.ff, mid, cfg.gated, d)
+            _mlp(lin, cfg.ff, mid, cfg, d)
     back += base.lm_head * (plan.head_input_grad + plan.head_trains)
     forward = base.total + adapt_fwd
     backward = back + adapt_back
@@ -99,9 +120,11 @@ def step_flops(cfg: TransformerConfig, spec: ft.FineTune, *, batch_size: int, se
                          full_fine_tune=3 * base.total)
 
 
-def _mlp(lin, width: int, x_grad: bool, gated: bool, d: int) -> bool:
+def _mlp(lin, width: int, x_grad: bool, cfg: TransformerConfig, d: int) -> bool:
     """An MLP of `width`; whether its output requires a gradient."""
-    if gated:
+    if cfg.fused_gate_up:
+        hidden = lin(d, 2 * width, "gate_up", x_grad)
+    elif cfg.gated:
         hidden = lin(d, width, "gate", x_grad) | lin(d, width, "up", x_grad)
     else:
         hidden = lin(d, width, "up", x_grad)

@@ -8,9 +8,17 @@ layer that has it, so:
   head_dim; k, v: d_model -> n_kv_heads x head_dim; o: n_heads x head_dim -> d_model);
 - MLP targets (gate, up, down) wrap the MLPs that are nn.Linear modules of those names: every
   dense layer's MLP and the shared experts of a mixture-of-experts layer. transformers 5.x
-  stores routed experts as fused 3-D parameters, which a target name does not match.
-The defaults are peft's for the llama family (TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING:
-q_proj and v_proj).
+  stores routed experts as fused 3-D parameters, which a target name does not match;
+- expert targets (experts_gate_up, experts_down) are those 3-D parameters, as peft's
+  target_parameters wraps them (ParamWrapper): experts.gate_up_proj (E, 2 d_ff_expert, d_model)
+  and experts.down_proj (E, d_model, d_ff_expert), each with A: in x (r E) and B: (r E) x out,
+  r (in + out) per expert.
+- where a family fuses projections into one nn.Linear (config.fused_qkv, fused_gate_up), that
+  module is the target: qkv (GPT-2's c_attn, GPT-NeoX's and Falcon's query_key_value, Phi-3's
+  qkv_proj, d_model -> (n_heads + 2 n_kv_heads) x head_dim) and gate_up (Phi-3's gate_up_proj).
+The defaults are peft's (TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING): q_proj and v_proj
+for the llama-like families, the fused qkv projection where there is one (GPT-2, GPT-NeoX,
+Falcon; peft has no default for Phi-3, which gets its qkv_proj likewise).
 """
 
 from dataclasses import dataclass
@@ -21,12 +29,18 @@ from app.accounting.errors import InvalidInput
 from app.accounting.params import count_params
 from app.accounting.records import RECORD
 
-Target = Literal["q", "k", "v", "o", "gate", "up", "down"]
-TARGETS: tuple[Target, ...] = ("q", "k", "v", "o", "gate", "up", "down")
+Target = Literal["q", "k", "v", "o", "gate", "up", "down", "qkv", "gate_up", "experts_gate_up",
+                 "experts_down"]
+TARGETS: tuple[Target, ...] = ("q", "k", "v", "o", "gate", "up", "down", "qkv", "gate_up", "experts_gate_up",
+                               "experts_down")
+EXPERT_TARGETS = ("experts_gate_up", "experts_down")
 DEFAULT_TARGETS: tuple[Target, ...] = ("q", "v")
+FUSED_DEFAULT_TARGETS: tuple[Target, ...] = ("qkv",)
 HF_NAMES = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "o_proj", "gate": "gate_proj",
-            "up": "up_proj", "down": "down_proj"}
-"""The module names peft's target_modules match in transformers' llama-family models."""
+            "up": "up_proj", "down": "down_proj", "experts_gate_up": "experts.gate_up_proj",
+            "experts_down": "experts.down_proj"}
+"""The module names peft's target_modules match in transformers' llama-family models (the expert
+targets: the parameter names its target_parameters match)."""
 
 
 @dataclass(slots=True)
@@ -36,7 +50,7 @@ class LoraCount:
     rank: int
     targets: list[str]
     matrices: int
-    """Wrapped nn.Linear modules, over all layers."""
+    """Wrapped nn.Linear modules and 3-D expert parameters, over all layers."""
     adapter_params: int
     """r x (in + out) per wrapped matrix, summed."""
     by_target: dict[str, int]
@@ -56,38 +70,65 @@ class LoraCount:
 
 
 def _shapes(cfg: TransformerConfig) -> dict[str, list[tuple[int, int, int]]]:
-    """target -> [(in_features, out_features, how many layers hold it)]."""
+    """target -> [(in_features, out_features, how many layers hold it, adapters per matrix)]: one
+    adapter per nn.Linear, one per expert in a 3-D expert parameter."""
     d, L = cfg.d_model, cfg.n_layers
-    shapes: dict[str, list[tuple[int, int, int]]] = {t: [] for t in TARGETS}
-    if not cfg.mla:
+    shapes: dict[str, list[tuple[int, int, int, int]]] = {t: [] for t in TARGETS}
+    if cfg.fused_qkv:
+        shapes["qkv"].append((d, (cfg.n_heads + 2 * cfg.kv_heads) * cfg.hd, L, 1))
+    elif not cfg.mla:
         q, kv = cfg.n_heads * cfg.hd, cfg.kv_heads * cfg.hd
-        shapes["q"].append((d, q, L))
-        shapes["k"].append((d, kv, L))
-        shapes["v"].append((d, kv, L))
-    shapes["o"].append(((cfg.n_heads * (cfg.v_head_dim if cfg.mla else cfg.hd)), d, L))
+        shapes["q"].append((d, q, L, 1))
+        shapes["k"].append((d, kv, L, 1))
+        shapes["v"].append((d, kv, L, 1))
+    shapes["o"].append(((cfg.n_heads * (cfg.v_head_dim if cfg.mla else cfg.hd)), d, L, 1))
     dense = L - cfg.layers.n_moe
     mlps = [(cfg.ff, dense)] if dense else []
     if cfg.layers.n_moe and cfg.ff_shared:
         mlps.append((cfg.ff_shared, cfg.layers.n_moe))
     for width, count in mlps:
-        if cfg.gated:
-            shapes["gate"].append((d, width, count))
-        shapes["up"].append((d, width, count))
-        shapes["down"].append((width, d, count))
+        if cfg.gated and cfg.fused_gate_up:
+            shapes["gate_up"].append((d, 2 * width, count, 1))
+        else:
+            if cfg.gated:
+                shapes["gate"].append((d, width, count, 1))
+            shapes["up"].append((d, width, count, 1))
+        shapes["down"].append((width, d, count, 1))
+    if cfg.layers.n_moe:
+        up = (2 if cfg.gated else 1) * cfg.ff_expert
+        shapes["experts_gate_up"].append((d, up, cfg.layers.n_moe, cfg.n_experts))
+        shapes["experts_down"].append((cfg.ff_expert, d, cfg.layers.n_moe, cfg.n_experts))
     return shapes
 
 
+def default_targets(cfg: TransformerConfig) -> tuple[Target, ...]:
+    """peft's default target_modules for the model's family."""
+    return FUSED_DEFAULT_TARGETS if cfg.fused_qkv else DEFAULT_TARGETS
+
+
 def _missing(cfg: TransformerConfig, target: str) -> str:
+    if target in ("q", "k", "v") and cfg.fused_qkv:
+        return f"{target}: this model fuses q, k and v into one projection; target qkv"
+    if target in ("gate", "up") and cfg.fused_gate_up:
+        return f"{target}: this model fuses gate and up into one projection; target gate_up"
+    if target == "qkv":
+        return "qkv: this model projects q, k and v apart; target q, k or v"
+    if target == "gate_up":
+        return "gate_up: this model has no fused gate and up projection; target gate or up"
     if target in ("q", "k", "v"):
         return (f"{target}: latent attention has no {HF_NAMES[target]} (its projections go through "
                 "q_a/q_b and kv_a/kv_b)")
+    if target in EXPERT_TARGETS:
+        return f"{target}: this model has no routed experts"
     if target == "gate" and not cfg.gated:
         return f"gate: a {cfg.mlp} MLP has no gate projection"
     return f"{target}: every MLP of this model is a routed expert, which a target name does not match"
 
 
-def lora_params(cfg: TransformerConfig, *, rank: int, targets: tuple[str, ...] = DEFAULT_TARGETS,
+def lora_params(cfg: TransformerConfig, *, rank: int, targets: tuple[str, ...] | None = None,
                 train_embeddings: bool = False, train_head: bool = False) -> LoraCount:
+    """targets None: default_targets(cfg)."""
+    targets = default_targets(cfg) if targets is None else targets
     if rank < 1:
         raise InvalidInput("lora_rank", f"must be at least 1, got {rank}")
     if not targets:
@@ -100,8 +141,8 @@ def lora_params(cfg: TransformerConfig, *, rank: int, targets: tuple[str, ...] =
             raise InvalidInput(f"lora_targets.{i}", f"{target!r} is not one of {', '.join(TARGETS)}")
         if not shapes[target]:
             raise InvalidInput(f"lora_targets.{i}", _missing(cfg, target))
-        by_target[target] = sum(rank * (fan_in + fan_out) * n for fan_in, fan_out, n in shapes[target])
-        matrices += sum(count for _, _, count in shapes[target])
+        by_target[target] = sum(rank * (fan_in + fan_out) * n * e for fan_in, fan_out, n, e in shapes[target])
+        matrices += sum(count for _, _, count, _ in shapes[target])
     ordered = {t: by_target[t] for t in TARGETS if t in by_target}
     adapters = sum(ordered.values())
     table = cfg.vocab_size * cfg.d_model

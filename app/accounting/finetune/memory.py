@@ -25,6 +25,7 @@ from app.accounting.finetune import spec as ft
 from app.accounting.finetune.freeze import freeze_params
 from app.accounting.finetune.lora import lora_params
 from app.accounting.hardware import Accelerator
+from app.accounting.inference.formats import DEFAULT_KEEP
 from app.accounting.inference.quant import weight_bytes
 from app.accounting.memory import (
     PRECISIONS,
@@ -41,6 +42,9 @@ PAGED = ("adam", "adamw", "adamw_8bit")
 """Optimizers bitsandbytes has paged versions of (PagedAdam, PagedAdamW, PagedAdamW8bit)."""
 BASE_DTYPE = {"fp32": "float32", "bf16_autocast": "float32", "bf16_mixed": "bfloat16",
               "fp16_mixed": "float16", "bf16": "bfloat16"}
+QLORA_KEEP = (*DEFAULT_KEEP, "routed_experts")
+"""What transformers' bitsandbytes integration leaves unquantized: it swaps nn.Linear modules only,
+so besides the embeddings, head, norms and routers, transformers 5.x's fused 3-D expert parameters."""
 COMPUTE_BYTES = {"fp32": 4, "bf16_autocast": 2, "bf16_mixed": 2, "fp16_mixed": 2, "bf16": 2}
 
 
@@ -115,7 +119,7 @@ def finetune_memory(cfg: TransformerConfig, spec: ft.FineTune, *, precision: Pre
                      "so A reads the wrapped matrix's own input")
     dequantized = 0
     if spec.mode == "qlora":
-        base = weight_bytes(cfg, spec.base_format, base_dtype=BASE_DTYPE[precision])
+        base = weight_bytes(cfg, spec.base_format, keep=QLORA_KEEP, base_dtype=BASE_DTYPE[precision])
         frozen_bytes = base.total_bytes
         dequantized = _largest_matrix(cfg) * COMPUTE_BYTES[precision]
         notes.append(f"base in {base.format_name}; {', '.join(base.kept)} kept in {base.base_dtype}; each "
@@ -129,7 +133,7 @@ def finetune_memory(cfg: TransformerConfig, spec: ft.FineTune, *, precision: Pre
         return math.ceil(n / (dp if z >= stage else 1))
 
     items = saved.saved(cfg, plan, rank=spec.rank, act_bytes=p.activation, residual_bytes=p.residual,
-                        recompute=recompute, seq_len=seq_len, batch_size=batch_size)
+                        recompute=recompute, seq_len=seq_len, batch_size=batch_size, weight_bytes=p.param)
     loss = 2 * 4 * seq_len * batch_size * cfg.vocab_size
     parts = {"frozen_weights": shard(frozen_bytes, 3), "parameters": shard(trainable * per.parameters, 3),
              "gradients": shard(trainable * per.gradients, 2),
@@ -177,11 +181,11 @@ def _answer(mode: str, trainable: int, frozen: int, base_format: str | None, par
 
 
 def _largest_matrix(cfg: TransformerConfig) -> int:
-    """Elements of the largest nn.Linear a QLoRA base quantizes (the head and embedding are kept)."""
+    """Elements of the largest nn.Linear a QLoRA base quantizes (QLORA_KEEP's are not)."""
     d = cfg.d_model
     sizes = [d * cfg.n_heads * cfg.hd, d * cfg.kv_heads * cfg.hd]
     if not all(cfg.moe_layers):
         sizes.append(d * cfg.ff)
     if cfg.layers.n_moe:
-        sizes += [d * cfg.ff_expert, d * cfg.ff_shared]
+        sizes.append(d * cfg.ff_shared)
     return max(sizes)

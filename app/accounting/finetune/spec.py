@@ -19,7 +19,7 @@ from typing import Literal, NamedTuple
 from app.accounting.config import TransformerConfig
 from app.accounting.errors import InvalidInput
 from app.accounting.finetune.freeze import freeze_params
-from app.accounting.finetune.lora import DEFAULT_TARGETS
+from app.accounting.finetune.lora import default_targets
 
 Mode = Literal["full", "freeze", "lora", "qlora"]
 MODES: tuple[Mode, ...] = ("full", "freeze", "lora", "qlora")
@@ -31,7 +31,8 @@ QLORA_FORMATS = ("nf4", "nf4_double_quant", "int8_channel")
 class FineTune:
     mode: Mode = "full"
     rank: int = 16
-    targets: tuple[str, ...] = DEFAULT_TARGETS
+    targets: tuple[str, ...] | None = None
+    """lora, qlora: the wrapped matrices; None is peft's default for the family (lora.default_targets)."""
     train_embeddings: bool = False
     """lora/qlora: a trainable copy of the token embedding (peft's modules_to_save)."""
     train_head: bool = False
@@ -89,9 +90,13 @@ def check(cfg: TransformerConfig, spec: FineTune) -> None:
                       freeze_layers=spec.freeze_layers)
 
 
+def targets_of(cfg: TransformerConfig, spec: FineTune) -> tuple[str, ...]:
+    return default_targets(cfg) if spec.targets is None else spec.targets
+
+
 def graph(cfg: TransformerConfig, spec: FineTune) -> Graph:
     full = spec.mode == "full"
-    adapters = frozenset(spec.targets) if spec.adapted else frozenset()
+    adapters = frozenset(targets_of(cfg, spec)) if spec.adapted else frozenset()
     embedding = full or (spec.mode == "freeze" and not spec.freeze_embeddings) or spec.train_embeddings
     head = full or (spec.mode == "freeze" and not spec.freeze_head) or spec.train_head
     if cfg.tied_embeddings and spec.mode == "freeze":
@@ -109,8 +114,13 @@ def graph(cfg: TransformerConfig, spec: FineTune) -> Graph:
 
 
 def _present(cfg: TransformerConfig, layer: int) -> frozenset[str]:
-    """Targets this layer has as nn.Linear modules (routed experts are fused 3-D parameters)."""
-    attention = {"o"} if cfg.mla else {"q", "k", "v", "o"}
-    if cfg.layers.moe[layer] and not cfg.ff_shared:
-        return frozenset(attention)
-    return frozenset(attention | ({"gate", "up", "down"} if cfg.gated else {"up", "down"}))
+    """Targets this layer has: nn.Linear modules, and a mixture-of-experts layer's 3-D expert
+    parameters (its MLP targets are its shared experts')."""
+    present = {"o", "qkv"} if cfg.fused_qkv else {"o"} if cfg.mla else {"q", "k", "v", "o"}
+    moe = cfg.layers.moe[layer]
+    if moe:
+        present |= {"experts_gate_up", "experts_down"}
+    if not moe or cfg.ff_shared:
+        gated = {"gate_up", "down"} if cfg.fused_gate_up else {"gate", "up", "down"}
+        present |= gated if cfg.gated else {"up", "down"}
+    return frozenset(present)

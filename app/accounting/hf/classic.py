@@ -46,7 +46,7 @@ def _gpt2(raw: dict, warnings: list[str]) -> dict:
         d_ff=inner or 4 * d, vocab_size=integer(raw, "vocab_size", 50257), mlp="gelu",
         norm="layernorm", bias=True, tied_embeddings=boolean(raw, "tie_word_embeddings", True),
         position="learned", max_seq_len=alias(raw, "n_positions", "max_position_embeddings", 1024),
-        dropout=dropout_on(raw, "resid_pdrop", "embd_pdrop", "attn_pdrop", default=0.1),
+        dropout=dropout_on(raw, "resid_pdrop", "embd_pdrop", "attn_pdrop", default=0.1), fused_qkv=True,
     )
 
 
@@ -60,7 +60,7 @@ def _gpt_neox(raw: dict, warnings: list[str]) -> dict:
         norm_layout="parallel" if boolean(raw, "use_parallel_residual", True) else "pre",
         tied_embeddings=boolean(raw, "tie_word_embeddings", False), position="rope",
         max_seq_len=integer(raw, "max_position_embeddings", 2048),
-        dropout=dropout_on(raw, "attention_dropout", "hidden_dropout"),
+        dropout=dropout_on(raw, "attention_dropout", "hidden_dropout"), fused_qkv=True,
     )
 
 

@@ -141,7 +141,8 @@ def _phi3(raw: dict, warnings: list[str]) -> dict:
     window = maybe_int(raw, "sliding_window", None)  # every layer, when set
     return f | windows.windows([True] * f["n_layers"], window, "sliding_window") | dict(
         mlp=_gated(raw, "hidden_act", "silu", "swiglu", warnings), norm="rmsnorm", bias=False,
-        dropout=_dropout(raw, "attention_dropout", "resid_pdrop", "embd_pdrop"))
+        dropout=_dropout(raw, "attention_dropout", "resid_pdrop", "embd_pdrop"), fused_qkv=True,
+        fused_gate_up=True)
 
 
 def _olmo(raw: dict, warnings: list[str]) -> dict:
@@ -215,7 +216,7 @@ def _falcon(raw: dict, warnings: list[str]) -> dict:
         mlp="gelu", norm="layernorm", bias=True, attn_bias=bias, mlp_bias=bias,  # nn.LayerNorm keeps its bias
         norm_layout=_falcon_layout(raw, new), tied_embeddings=boolean(raw, "tie_word_embeddings", True),
         position="rope", max_seq_len=integer(raw, "max_position_embeddings", 2048),
-        dropout=_dropout(raw, "hidden_dropout", "attention_dropout"))
+        dropout=_dropout(raw, "hidden_dropout", "attention_dropout"), fused_qkv=True)
 
 
 _GEMMA_KEYS = LLAMA_KEYS | {"attention_bias", "hidden_activation"}

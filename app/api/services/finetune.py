@@ -25,11 +25,13 @@ class FineTuneRequest(Input):
                             "trained whole. lora: the base frozen, adapters on lora_targets (peft's LoRA). "
                             "qlora: lora over a base stored in base_format (bitsandbytes).")
     lora_rank: count(1, 65_536) = Field(16, description="lora, qlora: the adapters' rank r.")
-    lora_targets: Targets = Field(  # type: ignore[valid-type]
-        list(lora.DEFAULT_TARGETS),
+    lora_targets: Targets | None = Field(  # type: ignore[valid-type]
+        None,
         description="lora, qlora: matrices wrapped in every layer that has them (peft's target_modules: "
-                    "q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj). Default q and v, "
-                    "peft's default for the llama family.")
+                    "q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj; qkv and gate_up where "
+                    "the model fuses them, as GPT-2's c_attn and Phi-3's gate_up_proj; experts_gate_up and "
+                    "experts_down, the routed experts' 3-D parameters, as peft's target_parameters). null "
+                    "is peft's default for the family: q and v, or the fused qkv.")
     train_embeddings: bool = Field(False, description="lora, qlora: train a copy of the token embedding "
                                                       "whole (peft's modules_to_save).")
     train_head: bool = Field(False, description="lora, qlora: train a copy of the LM head whole.")
@@ -65,7 +67,8 @@ class FineTuneRequest(Input):
                                                                 "run at (with a gpu).")
 
     def spec(self) -> FineTune:
-        return FineTune(mode=self.mode, rank=self.lora_rank, targets=tuple(self.lora_targets),
+        targets = None if self.lora_targets is None else tuple(self.lora_targets)
+        return FineTune(mode=self.mode, rank=self.lora_rank, targets=targets,
                         train_embeddings=self.train_embeddings, train_head=self.train_head,
                         freeze_embeddings=self.freeze_embeddings, freeze_head=self.freeze_head,
                         freeze_layers=self.freeze_layers, base_format=self.base_format)

@@ -47,7 +47,16 @@ def answer(body: FitRequest) -> fit.FitAnswer:
     if body.seq_len > cfg.max_seq_len:
         raise InvalidInput("seq_len", f"{body.seq_len} tokens exceed the model's {cfg.max_seq_len} positions")
     acc = body.accelerator()
-    options = [_served(body, f) for f in SERVED if f != "fp8_e4m3" or "float8" in acc.peak_flop_per_sec]
+    options, left_out = [], []
+    for fmt in SERVED:
+        if fmt == "fp8_e4m3" and "float8" not in acc.peak_flop_per_sec:
+            continue
+        try:
+            options.append(_served(body, fmt))
+        except InvalidInput as e:
+            if e.field != "group_size":
+                raise
+            left_out.append(f"{fmt} left out: {e.message}")  # AWQ's groups must divide the matrices
     options += [_trained(body, cfg, acc, option) for option in TRAINING]
     name = body.model if isinstance(body.model, str) else "custom"
     return fit.FitAnswer(
@@ -61,7 +70,8 @@ def answer(body: FitRequest) -> fit.FitAnswer:
             "(POST /api/v1/finetune); full fine-tuning shards with ZeRO stage 3 over num_gpus > 1",
             "training time counts the step's matmul FLOPs at mfu of the dense bf16 peak; QLoRA's "
             "dequantization of each weight per matmul is not counted and makes it slower than LoRA",
-            "advice tries, in order: gradient checkpointing, batch 1, a shorter sequence, more GPUs"])
+            "advice tries, in order: gradient checkpointing, batch 1, a shorter sequence, more GPUs",
+            *left_out])
 
 
 def _serving(body: FitRequest, fmt: str, gpus: int, **extra) -> dict:
