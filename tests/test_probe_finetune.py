@@ -36,6 +36,8 @@ MODELS = {
 }
 GPT_TIED = {"vocab_size": 512, "d_model": 64, "n_layers": 2, "n_heads": 4, "max_seq_len": 256}
 MIXTRAL = LLAMA | {"n_experts": 4, "top_k": 2, "d_ff_expert": 96}
+# Phi-3's layout: q, k, v in one nn.Linear (qkv_proj) and gate and up in another (gate_up_proj).
+PHI3_LIKE = LLAMA | {"fused_qkv": True, "fused_gate_up": True}
 ALL = ["q", "k", "v", "o", "gate", "up", "down"]
 TUNES = {
     "freeze-embeddings": {"mode": "freeze", "freeze_embeddings": True},
@@ -87,7 +89,8 @@ def engine_trainable(p: TrainStepParams) -> int:
     if p.mode == "freeze":
         return freeze_params(cfg, freeze_embeddings=p.freeze_embeddings, freeze_head=p.freeze_head,
                              freeze_layers=p.freeze_layers).trainable_params
-    return lora_params(cfg, rank=p.lora_rank, targets=tuple(p.lora_targets)).trainable_params
+    targets = None if p.lora_targets is None else tuple(p.lora_targets)  # None: the family's default
+    return lora_params(cfg, rank=p.lora_rank, targets=targets).trainable_params
 
 
 @pytest.mark.parametrize(("model", "precision", "tune"), list(_cases()))
@@ -116,8 +119,11 @@ def test_fine_tune_predicts_peak_memory_within_10_percent(model, precision, tune
     (GPT_TIED, {"mode": "freeze", "freeze_embeddings": True, "freeze_head": True}),  # tied: both
     (GPT_TIED, {"mode": "freeze", "freeze_layers": 2}),
     (MODELS["qwen2-moe"], {"mode": "freeze", "freeze_layers": 2, "freeze_embeddings": True}),
+    (PHI3_LIKE, {"mode": "lora"}),  # peft's default for a fused projection: qkv
+    (PHI3_LIKE, {"mode": "lora", "lora_targets": ["gate_up", "o"]}),
 ], ids=["llama-lora-k-o-down", "qwen2-moe-lora-all", "mixtral-lora-attention", "gpt-lora-q-up",
-        "gpt-tied-freeze-both", "gpt-freeze-layers", "qwen2-moe-freeze-layers"])
+        "gpt-tied-freeze-both", "gpt-freeze-layers", "qwen2-moe-freeze-layers", "phi3-lora-default",
+        "phi3-lora-gate-up"])
 def test_the_probe_trains_what_the_engine_counts(model, tune):
     """requires_grad parameters of the model built, against lora_params / freeze_params; the
     optimizer holds those and no others."""
@@ -141,8 +147,9 @@ def test_the_probe_trains_what_the_engine_counts(model, tune):
     (LLAMA, {"mode": "freeze", "freeze_head": True}),
     (MODELS["qwen2-moe"], {"mode": "lora", "lora_targets": ["q", "o", "gate", "down"]}),
     (GPT_TIED, {"mode": "lora", "lora_targets": ["k", "up"]}),
+    (PHI3_LIKE, {"mode": "lora", "lora_targets": ["qkv", "gate_up"]}),
 ], ids=["llama-lora-qv", "llama-lora-all", "llama-freeze-embeddings-layer", "llama-freeze-head",
-        "qwen2-moe-lora", "gpt-lora-k-up"])
+        "qwen2-moe-lora", "gpt-lora-k-up", "phi3-lora-fused"])
 def test_fine_tune_flops_match_torch(model, tune):
     """FlopCounterMode counts the step the probe runs (attention through the math kernel): the
     frozen weights' skipped gradients, and no input gradient before the first adapter, where an
@@ -228,9 +235,11 @@ MLA = LLAMA | {"kv_lora_rank": 32, "qk_nope_head_dim": 16, "qk_rope_head_dim": 8
     ({"model": LLAMA, "mode": "lora", "freeze_head": True}, "params.mode"),
     ({"model": MLA, "mode": "lora", "lora_targets": ["o"]}, "params.model"),
     ({"model": LLAMA, "mode": "qlora", "precision": "fp32"}, "params.precision"),
+    ({"model": PHI3_LIKE, "mode": "lora", "lora_targets": ["o", "q"]}, "params.lora_targets.1"),
+    ({"model": MIXTRAL, "mode": "lora", "lora_targets": ["q", "experts_down"]}, "params.lora_targets.1"),
 ], ids=["cruncher-lora", "cruncher-bf16", "target-twice", "rank-0", "unknown-mode", "unknown-format",
         "too-many-layers", "tied-head-alone", "gelu-gate", "routed-up", "lora-freezes", "latent",
-        "qlora-fp32"])
+        "qlora-fp32", "fused-q", "expert-adapters"])
 def test_fine_tune_refusals_name_the_parameter(make_api, params_, field):
     api = make_api()
     assert_names_field(api.post(JOBS, {"probe": "train_step", "params": params_}), field)

@@ -11,9 +11,9 @@ tokens x r; the scalar product and the sum keep nothing).
 
 QLoRA's base (transformers' bitsandbytes integration): every nn.Linear of the blocks stored in
 Linear4bit (nf4, with compress_statistics for double quantization) or Linear8bitLt (int8 with
-one fp32 scale per output row); embeddings, the LM head, norms and routers (and a shared
-expert's gate) stay in the model's dtype, as transformers keeps them. The fused projections are
-one quantized matrix each.
+one fp32 scale per output row); embeddings, the LM head, norms, routers (and a shared expert's
+gate) and the routed experts (transformers 5.x's fused 3-D parameters, not nn.Linear modules)
+stay in the model's dtype. The fused projections are one quantized matrix each.
 """
 
 import math
@@ -71,28 +71,32 @@ class Adapted(nn.Module):
 
 def _projections(model: Transformer) -> Iterator[tuple[nn.Module, str, dict[str, int]]]:
     """(owner, attribute, {target: width} in output order) for every matrix a target names:
-    attention's fused QKV and output, and the MLPs that are nn.Linear modules by name in
-    transformers (dense MLPs, shared experts; never routed experts, which transformers stores as
-    fused 3-D tensors)."""
+    attention's QKV and output, and the MLPs that are nn.Linear modules by name in transformers
+    (dense MLPs, shared experts). A model that fuses q, k, v (or gate and up) into one module in
+    transformers has one target for it: qkv (gate_up)."""
+    cfg = model.cfg
     for block in model.blocks:
         attn = block.attn
         if isinstance(attn, Attention):
-            yield attn, "qkv", {"q": attn.q_width, "k": attn.kv_width, "v": attn.kv_width}
+            q, kv = attn.q_width, attn.kv_width
+            yield attn, "qkv", {"qkv": q + 2 * kv} if cfg.fused_qkv else {"q": q, "k": kv, "v": kv}
             yield attn, "out", {"o": attn.out.out_features}
         mlp = block.mlp.shared if isinstance(block.mlp, Experts) else block.mlp
         if mlp is not None:
-            yield mlp, "up", {"gate": mlp.width, "up": mlp.width} if mlp.gated else {"up": mlp.width}
+            w = mlp.width
+            up = {"gate_up": 2 * w} if cfg.fused_gate_up else {"gate": w, "up": w}
+            yield mlp, "up", up if mlp.gated else {"up": w}
             yield mlp, "down", {"down": mlp.down.out_features}
 
 
 def _quantized_linears(model: Transformer) -> Iterator[tuple[nn.Module, str]]:
-    """Every nn.Linear of the blocks transformers' bitsandbytes integration swaps: attention's
-    and every MLP's (routed experts' included), not routers nor a shared expert's gate."""
+    """Every nn.Linear of the blocks transformers' bitsandbytes integration swaps: attention's,
+    dense MLPs' and shared experts'; not routers, a shared expert's gate, nor routed experts."""
     for block in model.blocks:
         if isinstance(block.attn, Attention):
             yield block.attn, "qkv"
             yield block.attn, "out"
-        mlps = [block.mlp] if isinstance(block.mlp, Mlp) else [*block.mlp.experts, block.mlp.shared]
+        mlps = [block.mlp] if isinstance(block.mlp, Mlp) else [block.mlp.shared]
         for mlp in filter(None, mlps):
             yield mlp, "up"
             yield mlp, "down"
@@ -165,33 +169,36 @@ def adapt(model: Transformer, targets: list[str], rank: int) -> None:
                 setattr(owner, name, Adapted(base, base.in_features, blocks, targets, rank, dtype))
 
 
-def fine_tune(model: Transformer, p: TrainStepParams, compute_dtype: torch.dtype) -> None:
-    """Make `model` the fine-tune `p` asks for (mode full leaves it as it is)."""
+def fine_tune(model: Transformer, p: TrainStepParams, targets: tuple[str, ...],
+              compute_dtype: torch.dtype) -> None:
+    """Make `model` the fine-tune `p` asks for (mode full leaves it as it is); `targets` are the
+    adapted ones, the family's default filled in."""
     if p.mode == "freeze":
         freeze(model, embeddings=p.freeze_embeddings, head=p.freeze_head, layers=p.freeze_layers)
     if p.mode == "qlora":
         quantize(model, p.base_format, compute_dtype)
     if p.mode in ("lora", "qlora"):
-        adapt(model, p.lora_targets, p.lora_rank)
+        adapt(model, list(targets), p.lora_rank)
 
 
 def trainable(model: nn.Module) -> list[nn.Parameter]:
     return [param for param in model.parameters() if param.requires_grad]
 
 
-def assumptions(p: TrainStepParams) -> list[str]:
+def assumptions(p: TrainStepParams, targets: tuple[str, ...]) -> list[str]:
     """How the fine-tune was built, for the result."""
     if p.mode == "freeze":
         return ["freeze: requires_grad off on the frozen parts; the optimizer holds only the rest"]
     if p.mode == "full":
         return []
     notes = [f"{p.mode}: every base weight frozen; adapters of rank {p.lora_rank} on "
-             f"{', '.join(p.lora_targets)} (peft's init, alpha {LORA_ALPHA}, no dropout) in the parameters' "
+             f"{', '.join(targets)} (peft's init, alpha {LORA_ALPHA}, no dropout) in the parameters' "
              "dtype, added to their columns of the fused QKV and gate+up projections"]
     if p.mode == "qlora":
         import bitsandbytes
 
         module = "Linear8bitLt" if p.base_format == "int8_channel" else "Linear4bit"
         notes.append(f"qlora: the blocks' matrices in bitsandbytes {bitsandbytes.__version__} {module} "
-                     f"({p.base_format}); embeddings, head, norms and routers left in the model's dtype")
+                     f"({p.base_format}); embeddings, head, norms, routers and routed experts left in the "
+                     "model's dtype")
     return notes

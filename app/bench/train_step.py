@@ -50,7 +50,7 @@ def workload(p: TrainStepParams, device: torch.device) -> Workload:
             if p.precision == "bf16":
                 model.to(torch.bfloat16)
             # bitsandbytes computes in the matmuls' dtype, as QLoRA's bnb_4bit_compute_dtype sets it.
-            lora.fine_tune(model, p, COMPUTE_DTYPE[p.precision])
+            lora.fine_tune(model, p, prediction.lora_targets, COMPUTE_DTYPE[p.precision])
             batch = (torch.randint(cfg.vocab_size, (p.batch_size, p.seq_len)),
                      torch.randint(cfg.vocab_size, (p.batch_size, p.seq_len)))
     assert sum(t.nbytes for t in batch) == prediction.memory["inputs"]
@@ -131,7 +131,7 @@ def run(raw: dict, progress) -> dict:
             "MFU uses the catalogue's dense peak for " + PEAK_KEY[p.precision],
             "gradients stay allocated between steps (zero_grad(set_to_none=False))",
             "transformers train with dropout off, whatever the config says",
-            *lora.assumptions(p),
+            *lora.assumptions(p, pred.lora_targets),
         ], mode=p.mode, trainable_params=sum(param.numel() for param in lora.trainable(work.model))))
 
 

@@ -100,7 +100,8 @@ def _train_model_kind(value: Any) -> str | None:
 
 
 FineTuneMode = Literal["full", "freeze", "lora", "qlora"]
-LoraTarget = Literal["q", "k", "v", "o", "gate", "up", "down"]
+LoraTarget = Literal["q", "k", "v", "o", "gate", "up", "down", "qkv", "gate_up", "experts_gate_up",
+                     "experts_down"]
 QloraFormat = Literal["nf4", "nf4_double_quant", "int8_channel"]
 _TRAIN_MODEL_HELP = ('{"kind": "cruncher", ...}, a preset name (GET /api/v1/models) or an inline '
                      "TransformerConfig")
@@ -127,11 +128,11 @@ class TrainStepParams(ProbeParams):
         "lora_targets; qlora: lora over a base stored by bitsandbytes in base_format.")
     lora_rank: count(1, 4096) = Field(
         8, description="lora, qlora: r, the adapters' inner width (peft's default 8).")
-    lora_targets: Annotated[list[LoraTarget], Field(min_length=1, max_length=7)] = Field(
-        default_factory=lambda: ["q", "v"], validate_default=True,
-        description="lora, qlora: the matrices adapted in every layer: q, k, v, o (attention), gate, up, "
-        "down (dense MLPs and shared experts; routed experts never). Default q, v (peft's for the llama "
-        "family).")
+    lora_targets: Annotated[list[LoraTarget], Field(min_length=1, max_length=11)] | None = Field(
+        None, description="lora, qlora: the matrices adapted in every layer: q, k, v, o (attention), gate, "
+        "up, down (dense MLPs and shared experts), or qkv and gate_up where the model fuses them. Default: "
+        "peft's for the family (q, v; qkv where fused). The probe does not build adapters on routed "
+        "experts (experts_gate_up, experts_down) yet.")
     freeze_embeddings: bool = Field(False, description="freeze: the token (and position) embedding frozen.")
     freeze_head: bool = Field(
         False, description="freeze: the LM head frozen (a tied head: freeze both or neither).")
@@ -142,8 +143,8 @@ class TrainStepParams(ProbeParams):
 
     @field_validator("lora_targets")
     @classmethod
-    def _targets(cls, value: list[str]) -> list[str]:
-        if len(set(value)) != len(value):
+    def _targets(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None and len(set(value)) != len(value):
             raise rule("name each target once")
         return value
 

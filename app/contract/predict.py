@@ -30,8 +30,12 @@ class TrainStepPrediction:
     """full, freeze, lora or qlora (TrainStepParams.mode)."""
     trainable_params: int | None = None
     """Parameters the optimizer steps: all of them in mode full."""
+    lora_targets: tuple[str, ...] = ()
+    """lora, qlora: the targets adapted, peft's default for the family where none were given."""
 
 
+UNBUILT_TARGETS = ("experts_gate_up", "experts_down")
+"""LoRA targets app/bench/lora.py does not build: the routed experts' 3-D parameters."""
 NO_BITSANDBYTES = ("mode qlora needs bitsandbytes in the probe's Python (pip install bitsandbytes, one of "
                    "the project's test extras); it is not installed here")
 
@@ -91,7 +95,8 @@ def train_step(p: TrainStepParams, cuda: bool) -> TrainStepPrediction:
 
 def fine_tune(p: TrainStepParams) -> ft.FineTune:
     """The engine's description of the fine-tune the probe builds (app/bench/lora.py)."""
-    return ft.FineTune(mode=p.mode, rank=p.lora_rank, targets=tuple(p.lora_targets),
+    return ft.FineTune(mode=p.mode, rank=p.lora_rank, targets=None if p.lora_targets is None else
+                       tuple(p.lora_targets),
                        freeze_embeddings=p.freeze_embeddings, freeze_head=p.freeze_head,
                        freeze_layers=p.freeze_layers, base_format=p.base_format)
 
@@ -104,6 +109,10 @@ def _fine_tune_step(p: TrainStepParams, cfg: models.TransformerConfig, *, engine
     tune = fine_tune(p)
     if p.mode == "qlora" and importlib.util.find_spec("bitsandbytes") is None:
         raise InvalidInput("params.mode", NO_BITSANDBYTES)
+    for i, target in enumerate(p.lora_targets or ()):
+        if target in UNBUILT_TARGETS and tune.adapted:
+            raise InvalidInput(f"params.lora_targets.{i}", f"the train_step probe does not build {target} "
+                                                           "yet (peft's target_parameters on routed experts)")
     try:
         mem = finetune_memory(cfg, tune, precision=engine, optimizer=p.optimizer, batch_size=p.batch_size,
                               seq_len=p.seq_len, recompute="selective")
@@ -123,7 +132,8 @@ def _fine_tune_step(p: TrainStepParams, cfg: models.TransformerConfig, *, engine
                                 fused=fused, later=later)
     name = p.model if isinstance(p.model, str) else "custom"
     return TrainStepPrediction(name, models.count_params(cfg).total, counted.total, peak, cfg, mode=p.mode,
-                               trainable_params=mem.trainable_params)
+                               trainable_params=mem.trainable_params,
+                               lora_targets=ft.targets_of(cfg, tune) if tune.adapted else ())
 
 
 # What app/bench/models.Transformer does not build yet, with the value it does build: a model
@@ -168,8 +178,9 @@ def largest_trainable(cfg: models.TransformerConfig, tune: ft.FineTune) -> int:
     if tune.adapted:
         q, kv = cfg.n_heads * cfg.hd, cfg.kv_heads * cfg.hd
         mlp = cfg.ff if not all(cfg.moe_layers) else cfg.ff_shared
-        widths = {"q": q, "k": kv, "v": kv, "o": q, "gate": mlp, "up": mlp, "down": mlp}
-        return tune.rank * max(max(d, widths[t]) for t in tune.targets)
+        widths = {"q": q, "k": kv, "v": kv, "o": q, "gate": mlp, "up": mlp, "down": mlp, "qkv": q + 2 * kv,
+                  "gate_up": 2 * mlp}
+        return tune.rank * max(max(d, widths[t]) for t in ft.targets_of(cfg, tune))
     plan = ft.graph(cfg, tune)
     tables = [cfg.vocab_size * d] if plan.embedding_trains or plan.head_trains else []
     if plan.embedding_trains and cfg.position == "learned":
