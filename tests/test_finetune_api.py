@@ -52,10 +52,12 @@ def test_lora_trains_only_the_adapters(api):
 def test_frozen_matrices_keep_no_inputs_and_adapters_keep_theirs(api):
     lora = api.ok(URL, BASE | {"mode": "lora", "lora_targets": ["q", "v"]})["memory"]["activation_items"]
     full = api.ok(URL, BASE | {"mode": "full"})["memory"]["activation_items"]
-    frozen_inputs = ("attention/output_proj_input", "mlp/up_input", "mlp/down_input", "head/lm_head_input")
+    frozen_inputs = ("mlp/up_input", "mlp/down_input", "head/lm_head_input")
     for frozen_input in frozen_inputs:
         assert frozen_input in full and frozen_input not in lora, frozen_input
     assert "attention/qkv_input" in lora  # lora_A of q and v reads it
+    # o's input is attention's output, which attention keeps for its own backward (SDPA's O)
+    assert lora["attention/output_proj_input"] == full["attention/output_proj_input"]
     s_b, rank, layers = 512 * 2, 16, 16
     assert lora["lora/q_A_output"] == lora["lora/v_A_output"] == s_b * rank * 2 * layers
     # the stream still needs its norms' and MLP's saved tensors for the input gradients

@@ -26,21 +26,26 @@ _ATTENTION_CORE = ("attention/q_and_k", "attention/v", "attention/softmax_output
                    "attention/q_and_k_before_norm")
 
 
-def _flags(layer: LayerGrad) -> dict[str, bool]:
-    """Which of the layer's streams require gradients, and which matmul inputs a weight
-    gradient (trained or adapter) reads."""
+def _flags(layer: LayerGrad, frozen_keep_inputs: bool) -> dict[str, bool]:
+    """Which of the layer's streams require gradients, and which matmul inputs are kept: for a
+    weight gradient (trained or adapter), or, with frozen_keep_inputs (bitsandbytes' int8
+    Linear8bitLt, which keeps its input whenever that input requires a gradient), for any."""
     x, whole, a = layer
     core = x or whole or bool(a & {"q", "k", "v", "qkv"})
     o_out = core or whole or "o" in a
     mid = x or o_out
+    hidden = mid or whole or bool(a & {"gate", "up", "gate_up"})
     gate_up, down = "experts_gate_up" in a, "experts_down" in a
-    return {"x": x, "whole": whole, "core": core, "o_out": o_out, "mid": mid,
-            "hidden": mid or whole or bool(a & {"gate", "up", "gate_up"}),
+    k = frozen_keep_inputs
+    return {"x": x, "whole": whole, "core": core, "o_out": o_out, "mid": mid, "hidden": hidden,
             # routed experts, adapted through their merged weights
             "experts_in": whole or gate_up, "experts_down_in": whole or down,
             "experts": mid or whole or gate_up or down,
-            "qkv_in": whole or bool(a & {"q", "k", "v", "qkv"}), "o_in": whole or "o" in a,
-            "up_in": whole or bool(a & {"gate", "up", "gate_up"}), "down_in": whole or "down" in a}
+            "qkv_in": whole or bool(a & {"q", "k", "v", "qkv"}) or k and x,
+            # attention keeps its output for its own backward (SDPA, FlashAttention: O and lse)
+            "o_in": whole or "o" in a or core,
+            "up_in": whole or bool(a & {"gate", "up", "gate_up"}) or k and mid,
+            "down_in": whole or "down" in a or k and hidden}
 
 
 def _kept(name: str, f: dict[str, bool], shared_experts: bool) -> bool:
@@ -90,8 +95,20 @@ def _merged_experts(cfg: TransformerConfig, adapters: frozenset[str]) -> dict[st
             if target in adapters}
 
 
+def _copies(item: act.Item, layer: LayerGrad, autocast: bool) -> act.Item:
+    """Under autocast (16-bit matmul inputs over an fp32 residual) each adapter's A casts its
+    input itself, keeping its own 16-bit copy: autocast caches casts of leaf weights only. A
+    trained fused projection casts once."""
+    targets = {"attention/qkv_input": {"q", "k", "v", "qkv"},
+               "mlp/up_input": {"gate", "up", "gate_up"}}.get(item.name)
+    if not autocast or targets is None or layer.whole:
+        return item
+    return item._replace(per_token=item.per_token * max(1, len(layer.adapters & targets)))
+
+
 def saved(cfg: TransformerConfig, plan: Graph, *, rank: int, act_bytes: int, residual_bytes: int,
-          recompute: act.Recompute, seq_len: int, batch_size: int, weight_bytes: int) -> dict[str, int]:
+          recompute: act.Recompute, seq_len: int, batch_size: int, weight_bytes: int,
+          frozen_keep_inputs: bool = False) -> dict[str, int]:
     """Bytes kept for backward over the whole model, by saved tensor (summed over layers).
     weight_bytes sizes the merged expert weights (the base's parameter dtype)."""
     out: dict[str, int] = {}
@@ -104,8 +121,9 @@ def saved(cfg: TransformerConfig, plan: Graph, *, rank: int, act_bytes: int, res
     for i, layer in enumerate(plan.layers):
         moe = cfg.layers.moe[i]
         recipe = act.layer_recipe(cfg, act_bytes, recompute, residual_bytes, moe=moe)
-        f = _flags(layer)
-        add(item for item in recipe if _kept(item.name, f, bool(cfg.ff_shared)))
+        f = _flags(layer, frozen_keep_inputs)
+        autocast = act_bytes != residual_bytes
+        add(_copies(item, layer, autocast) for item in recipe if _kept(item.name, f, bool(cfg.ff_shared)))
         if recompute != "full" and layer.adapters:
             add(_adapter_items(cfg, layer, moe, rank, act_bytes))
         if moe and recompute != "full":

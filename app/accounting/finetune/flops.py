@@ -20,6 +20,7 @@ dA (2 E r in out each).
 
 from dataclasses import dataclass
 from functools import partial
+from typing import NamedTuple
 
 from app.accounting.config import TransformerConfig
 from app.accounting.finetune import spec as ft
@@ -63,16 +64,42 @@ def step_flops(cfg: TransformerConfig, spec: ft.FineTune, *, batch_size: int, se
     if spec.mode == "full":  # every weight's gradient and every input's: 2 x forward
         return FineTuneFlops(forward=base.total, backward=2 * base.total, adapters_forward=0,
                              adapters_backward=0, total=3 * base.total, full_fine_tune=3 * base.total)
+    walk = _walk(cfg, spec, base, batch_size, seq_len, causal)
+    forward = base.total + walk.adapters_forward
+    backward = walk.backward + walk.adapters_backward
+    return FineTuneFlops(forward=forward, backward=backward, adapters_forward=walk.adapters_forward,
+                         adapters_backward=walk.adapters_backward, total=forward + backward,
+                         full_fine_tune=3 * base.total)
+
+
+def frozen_weights_in_backward(cfg: TransformerConfig, spec: ft.FineTune) -> int:
+    """Elements of the frozen matrices backward computes an input gradient through: those F.linear
+    keeps its (autocast's 16-bit) weight for. 0 in mode full."""
+    if spec.mode == "full":
+        return 0
+    return _walk(cfg, spec, transformer_forward(cfg, 1, 1, "full"), 1, 1, "full").frozen_read
+
+
+class _Walk(NamedTuple):
+    backward: int
+    adapters_forward: int
+    adapters_backward: int
+    frozen_read: int
+
+
+def _walk(cfg: TransformerConfig, spec: ft.FineTune, base, batch_size: int, seq_len: int,
+          causal: Causal) -> _Walk:
     plan = ft.graph(cfg, spec)
     t, d, r = batch_size * seq_len, cfg.d_model, spec.rank
     kinds = cfg.layers
-    back = adapt_fwd = adapt_back = 0
+    back = adapt_fwd = adapt_back = frozen_read = 0
 
     def linear(fan_in: int, fan_out: int, target: str | None, x_grad: bool, whole: bool,
                adapters: frozenset[str], count: int = 1) -> bool:
         """A linear layer; whether its output requires a gradient."""
-        nonlocal back, adapt_fwd, adapt_back
+        nonlocal back, adapt_fwd, adapt_back, frozen_read
         back += 2 * t * fan_in * fan_out * count * (x_grad + whole)
+        frozen_read += fan_in * fan_out * count * (x_grad and not whole)
         adapted = target in adapters
         if adapted:
             f, b = _adapter(t, r, fan_in, fan_out, x_grad)
@@ -101,6 +128,9 @@ def step_flops(cfg: TransformerConfig, spec: ft.FineTune, *, batch_size: int, se
             gate_up, down = "experts_gate_up" in adapters, "experts_down" in adapters
             back += 2 * routed * d * up * (mid + (whole or gate_up))
             back += 2 * routed * cfg.ff_expert * d * ((mid or whole or gate_up) + (whole or down))
+            experts = cfg.n_experts * d * cfg.ff_expert
+            frozen_read += experts * (up // cfg.ff_expert) * (mid and not (whole or gate_up))
+            frozen_read += experts * ((mid or gate_up) and not (whole or down))
             for fan_in, fan_out, on in ((d, up, gate_up), (cfg.ff_expert, d, down)):
                 if on:  # the merged weight W + B A per expert, forward; dB and dA from dW, backward
                     merge = 2 * cfg.n_experts * r * fan_in * fan_out
@@ -113,11 +143,8 @@ def step_flops(cfg: TransformerConfig, spec: ft.FineTune, *, batch_size: int, se
         else:
             _mlp(lin, cfg.ff, mid, cfg, d)
     back += base.lm_head * (plan.head_input_grad + plan.head_trains)
-    forward = base.total + adapt_fwd
-    backward = back + adapt_back
-    return FineTuneFlops(forward=forward, backward=backward, adapters_forward=adapt_fwd,
-                         adapters_backward=adapt_back, total=forward + backward,
-                         full_fine_tune=3 * base.total)
+    frozen_read += cfg.vocab_size * d * (plan.head_input_grad and not plan.head_trains)
+    return _Walk(back, adapt_fwd, adapt_back, frozen_read)
 
 
 def _mlp(lin, width: int, x_grad: bool, cfg: TransformerConfig, d: int) -> bool:

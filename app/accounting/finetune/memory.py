@@ -22,6 +22,7 @@ from app.accounting.config import TransformerConfig
 from app.accounting.errors import InvalidInput
 from app.accounting.finetune import activations as saved
 from app.accounting.finetune import spec as ft
+from app.accounting.finetune.flops import frozen_weights_in_backward
 from app.accounting.finetune.freeze import freeze_params
 from app.accounting.finetune.lora import lora_params
 from app.accounting.hardware import Accelerator
@@ -65,8 +66,9 @@ class FineTuneMemory:
     optimizer_state: int
     master_weights: int
     weight_copies: int
-    """bf16_autocast's cached 16-bit copies of trainable matmul weights (frozen ones are cast
-    per matmul and freed)."""
+    """bf16_autocast's 16-bit weight copies kept through the step: autocast's cache of the
+    trainable matmul weights, and each frozen matrix's own cast, which F.linear keeps for the
+    input gradient wherever backward computes one (elsewhere the cast is freed at once)."""
     activations: int
     activation_items: dict[str, int]
     """Bytes kept for backward by saved tensor, summed over layers."""
@@ -126,6 +128,7 @@ def finetune_memory(cfg: TransformerConfig, spec: ft.FineTune, *, precision: Pre
                      "matmul dequantizes its weight to the compute dtype and frees it")
     else:
         frozen_bytes = frozen * p.param
+    copies += frozen_weights_in_backward(cfg, spec) * p.weight_copy
     per = state_bytes_per_param(precision, optimizer)
     dp, z = data_parallel, zero_stage
 
@@ -133,7 +136,9 @@ def finetune_memory(cfg: TransformerConfig, spec: ft.FineTune, *, precision: Pre
         return math.ceil(n / (dp if z >= stage else 1))
 
     items = saved.saved(cfg, plan, rank=spec.rank, act_bytes=p.activation, residual_bytes=p.residual,
-                        recompute=recompute, seq_len=seq_len, batch_size=batch_size, weight_bytes=p.param)
+                        recompute=recompute, seq_len=seq_len, batch_size=batch_size, weight_bytes=p.param,
+                        # bitsandbytes' Linear8bitLt keeps its input whenever it requires a gradient
+                        frozen_keep_inputs=spec.mode == "qlora" and spec.base_format == "int8_channel")
     loss = 2 * 4 * seq_len * batch_size * cfg.vocab_size
     parts = {"frozen_weights": shard(frozen_bytes, 3), "parameters": shard(trainable * per.parameters, 3),
              "gradients": shard(trainable * per.gradients, 2),
