@@ -84,6 +84,25 @@ class Watched:
         assert self.outside == [], self.outside
 
 
+def watched_at(browser, width: int = 1280, height: int = 900) -> Watched:
+    """A page of its own viewport, watched as `watched` is; close its context when done."""
+    context = browser.new_context(viewport={"width": width, "height": height})
+    context.add_init_script(REPORT_CSP)
+    return Watched(context.new_page())
+
+
+def assert_fits_a_phone(browser, url: str, charts: int, shot: str) -> None:
+    """A 390 px phone: the page's charts drawn, no sideways scroll, nothing off the box."""
+    watched = watched_at(browser, 390, 844)
+    page = watched.page
+    page.goto(url, wait_until="networkidle")
+    wait_for_charts(page, "#result canvas", charts)
+    assert page.evaluate("document.documentElement.scrollWidth - window.innerWidth") <= 0
+    page.screenshot(path=shot, full_page=True)
+    watched.clean()
+    page.context.close()
+
+
 @pytest.fixture
 def watched(browser):
     context = browser.new_context(viewport={"width": 1280, "height": 900})

@@ -8,12 +8,12 @@ import httpx
 from playwright.sync_api import expect
 
 from tests.test_browser import (  # noqa: F401  (fixtures)
-    REPORT_CSP,
     SCREENSHOTS,
-    Watched,
+    assert_fits_a_phone,
     base_url,
     browser,
     wait_for_charts,
+    watched_at,
 )
 
 ASKED = {"model": "llama3-8b", "gpu": "rtx-4090", "seq_len": 2048}
@@ -28,9 +28,7 @@ SETS = "{}.data.datasets.map(d => ({{label: d.label, type: d.type || 'bar', stac
 
 
 def _watched(browser, width=1280, height=900):  # noqa: F811
-    context = browser.new_context(viewport={"width": width, "height": height})
-    context.add_init_script(REPORT_CSP)
-    return Watched(context.new_page())
+    return watched_at(browser, width, height)
 
 
 def _answer(base_url):  # noqa: F811
@@ -99,11 +97,5 @@ def test_a_refused_field_shows_the_apis_message_beside_it(browser, base_url):  #
 
 
 def test_the_page_fits_a_phone(browser, base_url):  # noqa: F811
-    watched = _watched(browser, 390, 844)
-    page = watched.page
-    page.goto(f"{base_url}/fit?model=llama3-8b&gpu=rtx-4090&seq_len=2048", wait_until="networkidle")
-    wait_for_charts(page, "#result canvas", 2)
-    assert page.evaluate("document.documentElement.scrollWidth - window.innerWidth") <= 0
-    page.screenshot(path="/tmp/fit-390.png", full_page=True)
-    watched.clean()
-    page.context.close()
+    url = f"{base_url}/fit?model=llama3-8b&gpu=rtx-4090&seq_len=2048"
+    assert_fits_a_phone(browser, url, 2, "/tmp/fit-390.png")

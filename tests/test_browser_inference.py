@@ -7,12 +7,12 @@ import httpx
 from playwright.sync_api import expect
 
 from tests.test_browser import (  # noqa: F401  (fixtures)
-    REPORT_CSP,
     SCREENSHOTS,
-    Watched,
+    assert_fits_a_phone,
     base_url,
     browser,
     wait_for_charts,
+    watched_at,
 )
 
 # Short requests (512 + 128 tokens): a sequence's cache read stays below its FLOPs' time, so
@@ -28,9 +28,7 @@ DRAWN_LAST = CHART.format(0) + ".getSortedVisibleDatasetMetas()[0].label"
 
 
 def _watched(browser, width=1280, height=900):  # noqa: F811
-    context = browser.new_context(viewport={"width": width, "height": height})
-    context.add_init_script(REPORT_CSP)
-    return Watched(context.new_page())
+    return watched_at(browser, width, height)
 
 
 def _api(base_url, route, body):  # noqa: F811
@@ -121,11 +119,4 @@ def test_a_refused_setting_opens_more_settings_and_shows_the_apis_message(browse
 
 
 def test_the_page_fits_a_phone(browser, base_url):  # noqa: F811
-    watched = _watched(browser, 390, 844)
-    page = watched.page
-    page.goto(f"{base_url}/inference?{QUERY}", wait_until="networkidle")
-    wait_for_charts(page, "#result canvas", 2)
-    assert page.evaluate("document.documentElement.scrollWidth - window.innerWidth") <= 0
-    page.screenshot(path="/tmp/inference-390.png", full_page=True)
-    watched.clean()
-    page.context.close()
+    assert_fits_a_phone(browser, f"{base_url}/inference?{QUERY}", 2, "/tmp/inference-390.png")

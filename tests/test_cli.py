@@ -218,13 +218,16 @@ def test_every_calculator_route_has_a_command(capsys):
     assert {c.command for c in calculators() if not c.action} == {"fit", "finetune"}
 
 
-def test_a_new_calculator_gets_a_command_for_free(capsys, monkeypatch):
-    class WidgetRequest(BaseModel):
-        widgets: int = Field(3, ge=1, le=9, description="How many widgets.")
+class WidgetRequest(BaseModel):
+    widgets: int = Field(3, ge=1, le=9, description="How many widgets.")
 
+
+def _widgets(monkeypatch, path: str) -> APIRouter:
+    """A route module the CLI has never seen, POST /widgets{path} doubling its body, added to
+    the route table."""
     router = APIRouter(prefix="/widgets")
 
-    @router.post("/count")
+    @router.post(path)
     async def count(body: WidgetRequest) -> dict:
         """Twice the widgets."""
         return {"twice": 2 * body.widgets}
@@ -232,6 +235,11 @@ def test_a_new_calculator_gets_a_command_for_free(capsys, monkeypatch):
     module = types.ModuleType("app.api.routes.widgets", "Widgets, for the test.")
     module.router = router
     monkeypatch.setattr(api_router, "MODULES", (*api_router.MODULES, module))
+    return router
+
+
+def test_a_new_calculator_gets_a_command_for_free(capsys, monkeypatch):
+    _widgets(monkeypatch, "/count")
     _, out, _ = run_main(capsys, "calc", "--help")
     assert "widgets count" in out and "Twice the widgets." in out
     _, out, _ = run_main(capsys, "calc", "widgets", "count", "--help")
@@ -245,19 +253,7 @@ def test_a_new_calculator_gets_a_command_for_free(capsys, monkeypatch):
 def test_a_group_with_one_unnamed_route_is_one_command(capsys, monkeypatch):
     """POST /widgets is `tally calc widgets`; once the group also has a named action, the
     unnamed one is `widgets post` beside it (argparse's ACTION cannot be optional)."""
-    class WidgetRequest(BaseModel):
-        widgets: int = Field(3, ge=1, le=9, description="How many widgets.")
-
-    router = APIRouter(prefix="/widgets")
-
-    @router.post("")
-    async def count(body: WidgetRequest) -> dict:
-        """Twice the widgets."""
-        return {"twice": 2 * body.widgets}
-
-    module = types.ModuleType("app.api.routes.widgets", "Widgets, for the test.")
-    module.router = router
-    monkeypatch.setattr(api_router, "MODULES", (*api_router.MODULES, module))
+    router = _widgets(monkeypatch, "")
     _, out, _ = run_main(capsys, "calc", "--help")
     assert re.search(r"^  widgets +Twice the widgets\.$", out, re.MULTILINE)
     _, out, _ = run_main(capsys, "calc", "widgets", "--help")
