@@ -180,7 +180,7 @@ def _loss_gradients(cfg: TransformerConfig, stage: Stage, *, s: int, b: int, t: 
     return 0 if stage == "first" else math.ceil(2 * 4 * s * b * cfg.vocab_size / t)
 
 
-def _matmul_share(cfg: TransformerConfig) -> float:
+def matmul_share(cfg: TransformerConfig) -> float:
     """The fraction of parameters outside the routed experts that matmuls read: attention,
     dense MLPs, routers, shared experts and the LM head (the token embedding when tied).
     Routed experts are matmul weights throughout."""
@@ -286,7 +286,7 @@ def training_memory(
     act_bytes = PRECISIONS[precision].activation
     copy_bytes = PRECISIONS[precision].weight_copy
     # Autocast copies the weights matmuls read: not norms, biases' share aside, nor positions.
-    matmul_share = 1.0 if model is None else _matmul_share(model)
+    share = 1.0 if model is None else matmul_share(model)
     # ZeRO stage k divides these model states over the data-parallel ranks; routed experts'
     # over the data-parallel ranks that hold the same experts, dp / ep (Megatron-LM's expert
     # data-parallel group, DeepSpeed-MoE's expert data parallelism).
@@ -301,7 +301,7 @@ def training_memory(
         detail = None if model is None else _stage_activations(
             model, plan, stage, s=seq_len, b=batch_size, act_bytes=act_bytes, tp=tp, pp=pp,
             sp=sequence_parallel)
-        copies = math.ceil(n * copy_bytes * matmul_share + n_exp * copy_bytes)
+        copies = math.ceil(n * copy_bytes * share + n_exp * copy_bytes)
         transient = None if model is None else _loss_gradients(model, stage, s=seq_len, b=batch_size, t=tp)
         total = sum(states) + copies + (detail.total if detail else 0) + (transient or 0)
         if best is None or total > best[0]:

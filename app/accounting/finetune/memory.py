@@ -32,7 +32,7 @@ from app.accounting.memory import (
     PRECISIONS,
     Optimizer,
     Precision,
-    _matmul_share,
+    matmul_share,
     state_bytes_per_param,
     training_memory,
 )
@@ -111,7 +111,7 @@ def finetune_memory(cfg: TransformerConfig, spec: ft.FineTune, *, precision: Pre
         count = freeze_params(cfg, freeze_embeddings=spec.freeze_embeddings, freeze_head=spec.freeze_head,
                               freeze_layers=spec.freeze_layers)
         trainable, frozen = count.trainable_params, count.frozen_params
-        copies = math.ceil(trainable * p.weight_copy * _matmul_share(cfg))
+        copies = math.ceil(trainable * p.weight_copy * matmul_share(cfg))
     else:
         count = lora_params(cfg, rank=spec.rank, targets=spec.targets, train_embeddings=spec.train_embeddings,
                             train_head=spec.train_head)
