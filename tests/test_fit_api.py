@@ -115,3 +115,14 @@ def test_a_format_the_model_cannot_take_is_left_out_and_said(api):
     options = [o["option"] for o in answer["options"]]
     assert "inference-awq_int4" not in options and "inference-bfloat16" in options and "qlora" in options
     assert any(a.startswith("awq_int4 left out") for a in answer["assumptions"])
+
+
+def test_a_smaller_format_is_the_first_advice_where_it_fits(api):
+    """Llama-2-13B's 26 GB of bf16 weights do not fit a 24 GB card: serving fits in FP8, and LoRA
+    (already checkpointing) fits over an NF4 base, which is the QLoRA row's own answer."""
+    answer = api.ok(URL, {"model": "llama2-13b", "gpu": "rtx-4090", "seq_len": 2048, "recompute": "full"})
+    options = {o["option"]: o for o in answer["options"]}
+    assert not options["inference-bfloat16"]["fits"] and options["inference-fp8_e4m3"]["fits"]
+    assert options["inference-bfloat16"]["advice"] == "fits in fp8_e4m3"
+    assert not options["lora"]["fits"] and options["qlora"]["fits"]
+    assert options["lora"]["advice"] == "fits as QLoRA (an NF4 base)"

@@ -57,6 +57,10 @@ def answer(body: FitRequest) -> fit.FitAnswer:
             if e.field != "group_size":
                 raise
             left_out.append(f"{fmt} left out: {e.message}")  # AWQ's groups must divide the matrices
+    for i, row in enumerate(options):  # served, largest format first: a smaller one that fits
+        smaller = next((o for o in options[i + 1:] if o.fits), None)
+        if not row.fits and smaller is not None:
+            row.advice = f"fits in {smaller.settings['weight_format']}"
     options += [_trained(body, cfg, acc, option) for option in TRAINING]
     name = body.model if isinstance(body.model, str) else "custom"
     return fit.FitAnswer(
@@ -70,7 +74,9 @@ def answer(body: FitRequest) -> fit.FitAnswer:
             "(POST /api/v1/finetune); full fine-tuning shards with ZeRO stage 3 over num_gpus > 1",
             "training time counts the step's matmul FLOPs at mfu of the dense bf16 peak; QLoRA's "
             "dequantization of each weight per matmul is not counted and makes it slower than LoRA",
-            "advice tries, in order: gradient checkpointing, batch 1, a shorter sequence, more GPUs",
+            "advice tries, in order: serving, a smaller weight format, a shorter context, more GPUs; "
+            "training, gradient checkpointing, batch 1, a smaller format (LoRA over an NF4 base, 8-bit "
+            "AdamW states for full fine-tuning), a shorter sequence, more GPUs with ZeRO stage 3",
             *left_out])
 
 
@@ -128,10 +134,10 @@ def _trained(body: FitRequest, cfg, acc: Accelerator, option: str) -> fit.FitOpt
     zero = 3 if option == "full" and body.num_gpus > 1 else 0
 
     def run(*, b: int = body.batch_size, s: int = body.seq_len, recompute: str = body.recompute,
-            gpus: int = body.num_gpus, zero_stage: int = zero):
-        return finetune_step(cfg, spec, precision=precision, optimizer=optimizer, batch_size=b, seq_len=s,
-                             recompute=recompute, paged_optimizer=paged, data_parallel=gpus,
-                             zero_stage=zero_stage, gpu=acc, mfu=body.mfu)
+            gpus: int = body.num_gpus, zero_stage: int = zero, tune: FineTune = spec, opt: str = optimizer):
+        return finetune_step(cfg, tune, precision=precision, optimizer=opt, batch_size=b, seq_len=s,
+                             recompute=recompute, paged_optimizer=paged and opt in ("adamw", "adamw_8bit"),
+                             data_parallel=gpus, zero_stage=zero_stage, gpu=acc, mfu=body.mfu)
 
     def fits(**kw) -> bool:
         return bool(run(**kw).memory.fits)
@@ -152,6 +158,13 @@ def _trained(body: FitRequest, cfg, acc: Accelerator, option: str) -> fit.FitOpt
         if body.batch_size > 1:
             changes.append(("fits at batch size 1 with gradient checkpointing",
                             lambda: fits(b=1, recompute="full")))
+        # a smaller format: the base in NF4 (LoRA -> QLoRA), or Adam's states in 8 bits
+        if option == "lora":
+            nf4 = FineTune("qlora", rank=spec.rank, base_format="nf4_double_quant")
+            changes.append(("fits as QLoRA (an NF4 base)", lambda: fits(tune=nf4)))
+        if option == "full":
+            changes.append(("fits with 8-bit AdamW states and gradient checkpointing",
+                            lambda: fits(opt="adamw_8bit", recompute="full")))
         if longest >= 1:
             changes.append((f"fits at a sequence of {longest} tokens", lambda: True))
         for n in MORE_GPUS:
