@@ -76,3 +76,29 @@ def test_readme_calc_examples_run(capsys):
     for line in lines:
         assert main(shlex.split(line)[1:]) == 0, line
         assert isinstance(json.loads(capsys.readouterr().out), (dict, list)), line
+
+
+def test_readme_states_the_fit_figures(api):
+    """The fit question's figures in the README are the API's."""
+    def gb(value: int) -> str:
+        return f"{value / 1e9:.1f} GB"
+
+    def options(gpu: str, **more) -> dict:
+        body = {"model": "llama3-8b", "seq_len": 2048, "gpu": gpu} | more
+        return {o["option"]: o for o in api.ok("/api/v1/fit", body)["options"]}
+
+    card, h100 = options("rtx-4090"), options("h100-sxm", batch_size=4)
+    served = card["inference-bfloat16"]
+    assert f"({gb(served['total_bytes'])} in bf16 with the KV cache of {served['largest_batch']}" in README
+    assert f"QLoRA fits ({gb(card['qlora']['total_bytes'])};" in README
+    assert f"LoRA in bf16 needs {gb(card['lora']['total_bytes'])}" in README
+    assert f"full fine-tuning needs {gb(card['full']['total_bytes'])}, and fits on 8 such GPUs" in README
+    assert "fits on 8 GPUs with ZeRO stage 3" in card["full"]["advice"]
+    assert f"LoRA ({gb(h100['lora']['total_bytes'])}) and QLoRA fit" in README and h100["lora"]["fits"]
+    assert "fits on 2 GPUs" in h100["full"]["advice"]
+    qlora = api.ok("/api/v1/finetune", {"model": "llama3-8b", "mode": "qlora", "lora_rank": 16,
+                                        "seq_len": 2048, "recompute": "full", "gpu": "rtx-4090"})
+    mem = qlora["memory"]
+    assert (f"{gb(mem['total'])} with gradient checkpointing: {gb(mem['frozen_weights'])} of NF4 base, "
+            f"{gb(mem['activations'])} of\nactivations, {gb(mem['transient'])}") in README
+    assert f"and {qlora['trainable_params']:,} trainable parameters" in README
