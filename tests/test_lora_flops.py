@@ -54,11 +54,12 @@ CASES = [(name, targets) for name in FAMILIES for targets in TARGET_SETS
          if not (name == "mixtral" and set(targets) & {"gate", "up", "down"})]
 
 
+@pytest.mark.parametrize("rank", [4, 8])
 @pytest.mark.parametrize(("name", "targets"), CASES, ids=[f"{n}-{'-'.join(t)}" for n, t in CASES])
-def test_lora_step_flops_match_flop_counter_mode(name, targets):
+def test_lora_step_flops_match_flop_counter_mode(name, targets, rank):
     cfg = import_config(FAMILIES[name]).config
-    ours = step_flops(cfg, FineTune("lora", rank=4, targets=targets), batch_size=2, seq_len=24)
-    forward, backward = counted(FAMILIES[name], 4, targets, 2, 24)
+    ours = step_flops(cfg, FineTune("lora", rank=rank, targets=targets), batch_size=2, seq_len=24)
+    forward, backward = counted(FAMILIES[name], rank, targets, 2, 24)
     assert (ours.forward, ours.backward) == (forward, backward)
     assert ours.backward < 2 * ours.forward  # frozen weights skip their weight gradients
 
