@@ -55,6 +55,8 @@ TAGS = [
     {"name": "fine-tuning", "description": "LoRA, QLoRA, frozen parts and full fine-tuning: parameters, "
                                            "memory, FLOPs and time of a step."},
     {"name": "fit", "description": "Will it run on my GPU: serving and fine-tuning options side by side."},
+    {"name": "communication", "description": "Collectives between GPUs: time, algbw and busbw as nccl-tests "
+                                             "reports them."},
     {"name": "hardware", "description": "Accelerator catalogue: dense peaks, memory, bandwidth."},
     {"name": "jobs", "description": "Benchmark probes queued and run on this server's device."},
     {"name": "device", "description": "The worker's device and what it has measured."},

@@ -102,3 +102,12 @@ def test_readme_states_the_fit_figures(api):
     assert (f"{gb(mem['total'])} with gradient checkpointing: {gb(mem['frozen_weights'])} of NF4 base, "
             f"{gb(mem['activations'])} of\nactivations, {gb(mem['transient'])}") in README
     assert f"and {qlora['trainable_params']:,} trainable parameters" in README
+
+
+def test_readme_states_the_all_reduce_figures(api):
+    t = api.ok("/api/v1/comm/collective", {"collective": "all_reduce", "bytes": "16GB", "ranks": 64,
+                                           "gpu": "h100-sxm"})
+    intra, inter = (level["seconds"] * 1e3 for level in t["levels"])
+    assert f"takes\n{t['seconds'] * 1e3:.1f} ms: {intra:.1f} ms of reduce-scatter" in README
+    assert f"and {inter:.1f} ms\nof all-reduce" in README
+    assert f"busbw {t['busbw_bytes_per_sec'] / 1e9:.1f} GB/s" in README

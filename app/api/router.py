@@ -14,6 +14,7 @@ from fastapi import FastAPI
 from fastapi.routing import APIRoute, APIRouter
 
 from app.api.routes import (
+    comm,
     device,
     dtypes,
     finetune,
@@ -30,7 +31,8 @@ from app.api.routes import (
 
 PREFIX = "/api/v1"
 # Tried in this order: the calculators most called first, catalogue reads last.
-MODULES = (memory, inference, flops, time, finetune, fit, tensors, dtypes, models, hardware, jobs, device)
+MODULES = (memory, inference, flops, time, finetune, fit, comm, tensors, dtypes, models, hardware, jobs,
+           device)
 _ROUTE_OPTIONS = tuple(name for name in inspect.signature(APIRouter.add_api_route).parameters
                        if name not in ("self", "path", "endpoint"))
 

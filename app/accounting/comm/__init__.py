@@ -1,0 +1,1 @@
+"""Communication between GPUs: collectives over links, as nccl-tests measures them."""

@@ -1,0 +1,154 @@
+"""Time of one collective of S bytes over n ranks, ring algorithms, in a node or across nodes.
+
+nccl-tests (PERFORMANCE.md) reports algbw = S / t and busbw = algbw x factor(n): the factor
+turns the algorithm's bandwidth into the bytes each rank's link carries, so busbw compares
+with a link's peak whatever n is. S is nccl-tests' size: the buffer each rank holds for
+all_reduce and broadcast, and the whole output (n pieces of S/n) for all_gather, reduce_scatter
+and all_to_all.
+
+    all_reduce       2 (n - 1) / n     reduce-scatter, then all-gather
+    all_gather       (n - 1) / n
+    reduce_scatter   (n - 1) / n
+    all_to_all       (n - 1) / n
+    broadcast        1
+
+A ring of n ranks takes (n - 1) steps per pass (all_reduce two passes), each paying the link's
+latency once, after a fixed launch latency: t = base + steps x latency + factor x S / bandwidth,
+with bandwidth per GPU per direction. Latencies are NCCL's own tuning model's for rings with
+the Simple protocol, what large messages use (src/graph/tuning.cc: baseLat 8.4 us; hwLat per
+step NVLink 3.4 us, PCIe 5.7 us, network 9.6 us).
+
+Across nodes (n = nodes x g GPUs per node) the collective is hierarchical, as NCCL runs it over
+NVLink inside a node and the network between: all_reduce is a reduce-scatter inside each node,
+an all_reduce of each GPU's S/g shard between nodes (every GPU on its own NIC share), and an
+all-gather inside the node; all_gather and reduce_scatter run their node and network levels in
+turn; all_to_all sends each destination's piece over the link that reaches it, both at once;
+broadcast pipelines S through the slower link.
+"""
+
+from dataclasses import dataclass
+from typing import Literal
+
+from app.accounting.errors import InvalidInput
+from app.accounting.records import RECORD
+
+# NCCL src/graph/tuning.cc (ring, Simple protocol): microseconds, here in seconds.
+RING_BASE_LATENCY_S = 8.4e-6
+NVLINK_STEP_LATENCY_S = 3.4e-6
+PCIE_STEP_LATENCY_S = 5.7e-6
+NETWORK_STEP_LATENCY_S = 9.6e-6
+# DGX H100 / HGX H100 boards: 8 ConnectX-7 NICs at 400 Gb/s (InfiniBand NDR), one per GPU:
+# 400e9 / 8 = 50e9 bytes/s each way (NVIDIA DGX H100 user guide, "Hardware Overview").
+NDR_BYTES_PER_SEC_PER_GPU = 50e9
+
+Collective = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast"]
+COLLECTIVES: tuple[Collective, ...] = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all",
+                                       "broadcast")
+
+
+def bus_factor(op: str, n: int) -> float:
+    """nccl-tests' busbw / algbw for `op` over n ranks."""
+    if op == "all_reduce":
+        return 2 * (n - 1) / n
+    if op in ("all_gather", "reduce_scatter", "all_to_all"):
+        return (n - 1) / n
+    if op == "broadcast":
+        return 1.0
+    raise InvalidInput("collective", f"must be one of {', '.join(COLLECTIVES)}, got {op!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class Link:
+    bytes_per_sec: float
+    """Per GPU, one direction."""
+    latency_s: float
+    """Paid once per ring step."""
+
+
+@dataclass(slots=True)
+class Level:
+    """One level of a hierarchical collective."""
+
+    name: str
+    """intra_node or inter_node."""
+    ranks: int
+    bytes: float
+    """Bytes each rank sends at this level."""
+    steps: int
+    seconds: float
+
+    __pydantic_config__ = RECORD
+
+
+@dataclass(slots=True)
+class CollectiveTime:
+    collective: str
+    bytes: int
+    """nccl-tests' size S."""
+    ranks: int
+    nodes: int
+    gpus_per_node: int
+    seconds: float
+    """The levels' times (all_to_all: the slower level's) plus the base latency; 0 for one rank."""
+    algbw_bytes_per_sec: float
+    """S / seconds."""
+    busbw_bytes_per_sec: float
+    """algbw x bus_factor: comparable with one link's bandwidth."""
+    bus_factor: float
+    levels: list[Level]
+    assumptions: list[str]
+
+    __pydantic_config__ = RECORD
+
+
+def _ring(name: str, ranks: int, sent: float, steps: int, link: Link) -> Level:
+    return Level(name, ranks, sent, steps, steps * link.latency_s + sent / link.bytes_per_sec)
+
+
+def collective_time(op: str, size_bytes: int, ranks: int, *, gpus_per_node: int, intra: Link,
+                    inter: Link | None = None, base_latency_s: float = RING_BASE_LATENCY_S) -> CollectiveTime:
+    factor = bus_factor(op, ranks)
+    if ranks < 1:
+        raise InvalidInput("ranks", f"must be at least 1, got {ranks}")
+    g = min(gpus_per_node, ranks)
+    if ranks % g:
+        raise InvalidInput("ranks", f"{ranks} ranks do not fill whole nodes of {gpus_per_node} GPUs")
+    nodes = ranks // g
+    if nodes > 1 and inter is None:
+        raise InvalidInput("inter_node_bytes_per_sec", "ranks span nodes: give the network's bandwidth")
+    s = float(size_bytes)
+    levels: list[Level] = []
+    seconds = 0.0
+    if ranks == 1:  # nothing moves
+        pass
+    elif op == "all_to_all":
+        levels.append(_ring("intra_node", g, s * (g - 1) / ranks, g - 1, intra))
+        if nodes > 1:
+            levels.append(_ring("inter_node", ranks, s * (ranks - g) / ranks, nodes - 1, inter))
+        seconds = max((level.seconds for level in levels), default=0.0)  # both links at once
+    elif op == "broadcast":
+        # Pipelined: every level pays its ring's latencies, and S crosses the slowest link once.
+        links = [("intra_node", g, intra)] + ([("inter_node", nodes, inter)] if nodes > 1 else [])
+        slowest = min(links, key=lambda item: item[2].bytes_per_sec)[0]
+        for name, r, link in links:
+            carry = s / link.bytes_per_sec if name == slowest else 0.0
+            levels.append(Level(name, r, s, r - 1, (r - 1) * link.latency_s + carry))
+        seconds = sum(level.seconds for level in levels)
+    else:
+        inside = (g - 1) / g * s  # reduce-scatter or all-gather of S inside a node
+        passes = 2 if op == "all_reduce" else 1
+        if g > 1:
+            levels.append(_ring("intra_node", g, passes * inside, passes * (g - 1), intra))
+        if nodes > 1:
+            shard = s / g
+            levels.append(_ring("inter_node", nodes, passes * (nodes - 1) / nodes * shard,
+                                passes * (nodes - 1), inter))
+        seconds = sum(level.seconds for level in levels)
+    seconds += base_latency_s if ranks > 1 else 0.0
+    algbw = s / seconds if seconds else 0.0
+    return CollectiveTime(
+        collective=op, bytes=size_bytes, ranks=ranks, nodes=nodes, gpus_per_node=g, seconds=seconds,
+        algbw_bytes_per_sec=algbw, busbw_bytes_per_sec=algbw * factor, bus_factor=factor, levels=levels,
+        assumptions=["ring algorithms; each ring step pays the link's latency once",
+                     "bandwidths are per GPU per direction; every GPU of a node has its own share of "
+                     "the network (one NIC per GPU, as on HGX boards)"])

@@ -1,0 +1,52 @@
+"""Communication: one collective's time over the links between GPUs."""
+
+from pydantic import Field
+
+from app.accounting.comm import collectives as cc
+from app.accounting.errors import InvalidInput
+from app.contract.fields import Input, byte_count, count, number
+from app.contract.schemas import GpuId, GpuOverridesIn, accelerator
+
+Bandwidth = number(ge=1, le=1e15)
+Latency = number(ge=0, le=1, text=False)
+
+
+class CollectiveRequest(Input):
+    collective: cc.Collective = Field(description="all_reduce, all_gather, reduce_scatter, all_to_all or "
+                                                  "broadcast.")
+    bytes: byte_count(1, 10**15) = Field(
+        description="nccl-tests' size S: each rank's buffer (all_reduce, broadcast), or the whole output "
+                    "of n pieces (all_gather, reduce_scatter, all_to_all).")
+    ranks: count(1, 1_000_000) = Field(description="GPUs taking part: nodes x gpus_per_node, or fewer "
+                                                   "inside one node.")
+    gpus_per_node: count(1, 1024) = Field(8, description="GPUs a node joins by its fast link (HGX: 8).")
+    gpu: GpuId | None = Field(
+        None, description="Take the node's link from the catalogue (interconnect_bytes_per_sec); or give "
+                          "intra_node_bytes_per_sec.")
+    gpu_overrides: GpuOverridesIn | None = None  # type: ignore[valid-type]
+    intra_node_bytes_per_sec: Bandwidth | None = Field(
+        None, description="Per GPU per direction inside a node (NVLink 4: 450e9); null takes the gpu's.")
+    intra_node_latency_s: Latency = Field(
+        cc.NVLINK_STEP_LATENCY_S, description="Per ring step inside a node (NCCL's NVLink figure, 3.4 us; "
+                                              "its PCIe one is 5.7 us).")
+    inter_node_bytes_per_sec: Bandwidth = Field(
+        cc.NDR_BYTES_PER_SEC_PER_GPU, description="Per GPU per direction between nodes (one 400 Gb/s NDR NIC "
+                                                  "per GPU, as on DGX H100: 50e9).")
+    inter_node_latency_s: Latency = Field(
+        cc.NETWORK_STEP_LATENCY_S, description="Per ring step between nodes (NCCL's network figure, 9.6 us).")
+    base_latency_s: Latency = Field(
+        cc.RING_BASE_LATENCY_S, description="Once per collective (NCCL's ring base latency, 8.4 us).")
+
+
+def collective(body: CollectiveRequest) -> cc.CollectiveTime:
+    acc = accelerator(body.gpu, body.gpu_overrides)
+    intra = body.intra_node_bytes_per_sec or (acc.interconnect_bytes_per_sec if acc else None)
+    if intra is None:
+        field = "gpu" if acc is None else "intra_node_bytes_per_sec"
+        raise InvalidInput(field, "give a gpu with an interconnect figure in the catalogue, or "
+                                  "intra_node_bytes_per_sec")
+    return cc.collective_time(
+        body.collective, body.bytes, body.ranks, gpus_per_node=body.gpus_per_node,
+        intra=cc.Link(intra, body.intra_node_latency_s),
+        inter=cc.Link(body.inter_node_bytes_per_sec, body.inter_node_latency_s),
+        base_latency_s=body.base_latency_s)
