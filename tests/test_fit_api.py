@@ -126,3 +126,13 @@ def test_a_smaller_format_is_the_first_advice_where_it_fits(api):
     assert options["inference-bfloat16"]["advice"] == "fits in fp8_e4m3"
     assert not options["lora"]["fits"] and options["qlora"]["fits"]
     assert options["lora"]["advice"] == "fits as QLoRA (an NF4 base)"
+
+
+def test_the_lora_rows_say_the_targets_they_adapt(api):
+    """peft's default for the family: q and v for Llama, the fused c_attn (qkv) for GPT-2."""
+    for model, targets in (("llama3-8b", "q,v"), ("gpt2", "qkv")):
+        answer = api.ok(URL, {"model": model, "gpu": "h100-sxm", "seq_len": 512, "lora_rank": 8})
+        rows = {o["option"]: o for o in answer["options"]}
+        for option in ("lora", "qlora"):
+            assert rows[option]["settings"]["lora_targets"] == targets
+            assert rows[option]["settings"]["lora_rank"] == 8

@@ -184,10 +184,10 @@ class MemoryComparison:
 
     predicted: dict[str, int]
     """The calculators' breakdown: parameters, gradients, optimizer_state, master_weights,
-    weight_copies, activations, transient (loss or activation gradients at the start of
-    backward), inputs, optimizer_temporaries; the live bytes at each moment that can be the
-    peak: start_of_backward, lm_head_weight_gradient and end_of_backward (transformers),
-    optimizer_step; and total, the largest of them."""
+    frozen_weights (a fine-tune's), weight_copies, activations, transient (loss or activation
+    gradients at the start of backward), inputs, optimizer_temporaries; the live bytes at each
+    moment that can be the peak: start_of_backward, lm_head_weight_gradient and
+    end_of_backward (transformers), optimizer_step; and total, the largest of them."""
     measured_peak_allocated: int
     """CUDA: torch.cuda.max_memory_allocated after reset_peak_memory_stats. CPU: the peak of
     live tensor storage bytes, tracked op by op through a dispatch mode during one step."""

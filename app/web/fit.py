@@ -63,6 +63,6 @@ PAGE = Calculator(
      Input("seq_len", "Sequence length", hint="tokens: the served context, or the training sequence"),
      Input("batch_size", "Batch", hint="sequences served at once, or the micro-batch per GPU"),
      Input("recompute", "Recompute", hint="training: full is gradient checkpointing"),
-     Input("lora_rank", "LoRA rank", hint="LoRA and QLoRA, adapters on q and v", more=True),
+     Input("lora_rank", "LoRA rank", hint="LoRA and QLoRA, on peft's default targets", more=True),
      Input("mfu", "MFU", hint="training: share of the dense bf16 peak, 0 to 1", more=True)),
     _charts, takes_model="model")

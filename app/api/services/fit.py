@@ -5,7 +5,7 @@ from pydantic import Field
 
 from app.accounting import activations, fit
 from app.accounting.errors import InvalidInput
-from app.accounting.finetune.spec import FineTune
+from app.accounting.finetune.spec import FineTune, targets_of
 from app.accounting.finetune.step import finetune_step
 from app.accounting.hardware import Accelerator
 from app.accounting.inference import formats
@@ -35,7 +35,8 @@ class FitRequest(GpuInput):
                           "token), or the training sequence.")
     batch_size: count(1, 65_536) = Field(
         1, description="Sequences served at once, or the training micro-batch per GPU.")
-    lora_rank: count(1, 65_536) = Field(16, description="LoRA and QLoRA's rank (adapters on q and v).")
+    lora_rank: count(1, 65_536) = Field(16, description="LoRA and QLoRA's rank (adapters on peft's default "
+                                                                 "targets: q and v, or the fused qkv).")
     recompute: activations.Recompute = Field(
         "selective", description="Training: none, selective, or full (gradient checkpointing).")
     mfu: number(ge=1e-6, le=1) = Field(DEFAULT_MFU, description="Training: share of the dense bf16 peak "
@@ -69,9 +70,10 @@ def answer(body: FitRequest) -> fit.FitAnswer:
         assumptions=[
             "serving: vLLM-like, gpu_memory_utilization 0.9, 1 GiB overhead, tensor_parallel num_gpus, "
             "time per output token at batch_size sequences decoding at seq_len (POST /api/v1/inference/*)",
-            "training: bf16 mixed precision, AdamW; LoRA and QLoRA rank lora_rank on q and v (peft's "
-            "default), QLoRA over NF4 with double quantization and a paged optimizer "
-            "(POST /api/v1/finetune); full fine-tuning shards with ZeRO stage 3 over num_gpus > 1",
+            "training: bf16 mixed precision, AdamW; LoRA and QLoRA rank lora_rank on peft's default "
+            "targets for the family (q and v, or the fused qkv), QLoRA over NF4 with double "
+            "quantization and a paged optimizer (POST /api/v1/finetune); full fine-tuning shards with "
+            "ZeRO stage 3 over num_gpus > 1",
             "training time counts the step's matmul FLOPs at mfu of the dense bf16 peak; QLoRA's "
             "dequantization of each weight per matmul is not counted and makes it slower than LoRA",
             "advice tries, in order: serving, a smaller weight format, a shorter context, more GPUs; "
@@ -129,8 +131,10 @@ def _serves_on(body: FitRequest, fmt: str, gpus: int) -> bool:
 
 def _trained(body: FitRequest, cfg, acc: Accelerator, option: str) -> fit.FitOption:
     label, spec, precision, optimizer, paged = TRAINING[option]
+    adapters = {}
     if spec.adapted:
         spec = FineTune(spec.mode, rank=body.lora_rank, base_format=spec.base_format)
+        adapters = {"lora_rank": spec.rank, "lora_targets": ",".join(targets_of(cfg, spec))}
     zero = 3 if option == "full" and body.num_gpus > 1 else 0
 
     def run(*, b: int = body.batch_size, s: int = body.seq_len, recompute: str = body.recompute,
@@ -176,7 +180,7 @@ def _trained(body: FitRequest, cfg, acc: Accelerator, option: str) -> fit.FitOpt
         option=option, kind="training", label=label,
         settings={"precision": precision, "optimizer": optimizer, "paged_optimizer": paged,
                   "recompute": body.recompute, "zero_stage": zero, "data_parallel": body.num_gpus,
-                  **({"lora_rank": spec.rank, "lora_targets": "q,v"} if spec.adapted else {}),
+                  **adapters,
                   **({"base_format": spec.base_format} if spec.mode == "qlora" else {})},
         fits=bool(m.fits), total_bytes=m.total, usable_bytes=acc.memory_bytes,
         bytes_by_kind={"frozen_weights": m.frozen_weights,
