@@ -46,7 +46,6 @@ BASE_DTYPE = {"fp32": "float32", "bf16_autocast": "float32", "bf16_mixed": "bflo
 QLORA_KEEP = (*DEFAULT_KEEP, "routed_experts")
 """What transformers' bitsandbytes integration leaves unquantized: it swaps nn.Linear modules only,
 so besides the embeddings, head, norms and routers, transformers 5.x's fused 3-D expert parameters."""
-COMPUTE_BYTES = {"fp32": 4, "bf16_autocast": 2, "bf16_mixed": 2, "fp16_mixed": 2, "bf16": 2}
 
 
 @dataclass(slots=True)
@@ -123,7 +122,7 @@ def finetune_memory(cfg: TransformerConfig, spec: ft.FineTune, *, precision: Pre
     if spec.mode == "qlora":
         base = weight_bytes(cfg, spec.base_format, keep=QLORA_KEEP, base_dtype=BASE_DTYPE[precision])
         frozen_bytes = base.total_bytes
-        dequantized = _largest_matrix(cfg) * COMPUTE_BYTES[precision]
+        dequantized = _largest_matrix(cfg) * p.activation  # the compute dtype
         notes.append(f"base in {base.format_name}; {', '.join(base.kept)} kept in {base.base_dtype}; each "
                      "matmul dequantizes its weight to the compute dtype and frees it")
     else:
