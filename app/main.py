@@ -57,6 +57,8 @@ TAGS = [
     {"name": "fit", "description": "Will it run on my GPU: serving and fine-tuning options side by side."},
     {"name": "communication", "description": "Collectives between GPUs: time, algbw and busbw as nccl-tests "
                                              "reports them."},
+    {"name": "planning", "description": "Training layouts over many GPUs: data, tensor, pipeline and expert "
+                                        "parallelism searched, timed and sized."},
     {"name": "hardware", "description": "Accelerator catalogue: dense peaks, memory, bandwidth."},
     {"name": "jobs", "description": "Benchmark probes queued and run on this server's device."},
     {"name": "device", "description": "The worker's device and what it has measured."},

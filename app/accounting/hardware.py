@@ -7,7 +7,7 @@ import tomllib
 from dataclasses import dataclass, field, replace
 from functools import cache
 from importlib import resources
-from typing import Annotated
+from typing import Annotated, Literal
 
 from annotated_types import Ge, Le
 
@@ -18,6 +18,42 @@ from app.accounting.records import RECORD
 
 # Floors keep every derived time and ratio finite.
 FlopRate = Annotated[float, Ge(1), Le(1e18)]
+
+
+Link = Literal["nvlink", "pcie", "infinity_fabric"]
+
+
+@dataclass(frozen=True, slots=True)
+class Interconnect:
+    """How GPUs of this part are joined on the usual board, and how its nodes are networked.
+    Bandwidths in bytes/s per direction; latencies in seconds per ring step (NCCL's tuning model)."""
+
+    link: Link
+    """What a ring over the node's GPUs runs on: NVLink through NVSwitch, PCIe, AMD's Infinity Fabric."""
+    pcie_generation: int
+    pcie_bytes_per_sec: float
+    """The host link, x16, per direction."""
+    gpus_per_node: int
+    """GPUs on the usual board (HGX: 8)."""
+    node_link_bytes_per_sec: float
+    """Per GPU per direction, for collectives over all of a node's GPUs (a PCIe part's NVLink
+    bridge joins a pair only, so its node runs at PCIe speed)."""
+    node_link_latency_s: float
+    network_latency_s: float
+    source: str
+    nvlink_generation: int | None = None
+    network: str | None = None
+    """The scale-out network of the reference node (DGX); null where no reference board names one."""
+    network_bytes_per_sec_per_node: float | None = None
+    """All of a node's NICs together, per direction (8 x 400 Gb/s = 400e9)."""
+
+    __pydantic_config__ = RECORD
+
+    @property
+    def network_bytes_per_sec_per_gpu(self) -> float | None:
+        """Each GPU's share of the node's NICs (one NIC per GPU on DGX boards)."""
+        n = self.network_bytes_per_sec_per_node
+        return None if n is None else n / self.gpus_per_node
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +76,8 @@ class Accelerator:
     """What one GPU sends to its peers in one direction (NVLink, or PCIe where there is none),
     bytes/s; null where the catalogue has no figure (TPUs)."""
     interconnect_source: str | None = None
+    interconnect: Interconnect | None = None
+    """The node and network this part usually sits in; null for TPUs, whose pods are not nodes of GPUs."""
 
     __pydantic_config__ = RECORD
 
@@ -78,7 +116,9 @@ def catalogue() -> dict[str, Accelerator]:
     for row in tomllib.loads(text)["accelerator"]:
         peaks = {k: float(v) for k, v in row.pop("peak_flop_per_sec").items()}
         assert set(peaks) <= set(PEAK_KEYS), row["id"]
-        table[row["id"]] = Accelerator(peak_flop_per_sec=peaks, **row)
+        link = row.pop("interconnect", None)
+        table[row["id"]] = Accelerator(peak_flop_per_sec=peaks, **row,
+                                       interconnect=None if link is None else Interconnect(**link))
     return table
 
 

@@ -60,6 +60,10 @@ PRECISIONS: dict[str, PrecisionBytes] = {
                                     residual=4, weight_copy=2),
 }
 
+# The dtype each precision's matmuls run in: whose dense peak its step time divides by.
+PEAK_DTYPE = {"fp32": "float32", "bf16_autocast": "bfloat16", "bf16_mixed": "bfloat16",
+              "fp16_mixed": "float16", "bf16": "bfloat16"}
+
 # State tensors per parameter: momentum (SGD), sum of squares (Adagrad), square
 # average (RMSprop), first and second moments (Adam, AdamW).
 OPTIMIZER_STATES = {"sgd": 0, "sgd_momentum": 1, "adagrad": 1, "rmsprop": 1,
@@ -152,18 +156,28 @@ def _plan(cfg: TransformerConfig, tp: int, pp: int, ep: int, precision: str,
                  act.head_recipe(cfg, p.activation, p.residual))
 
 
+def in_flight_layers(layers: int, stage: Stage, *, pp: int, v: int) -> int:
+    """Layer x micro-batch pairs a stage's GPU holds at its peak. 1F1B keeps pp micro-batches in
+    flight on the first stage; Megatron-LM's interleaved schedule, v chunks of layers / v each,
+    keeps 2(pp - 1) + (v - 1) pp + 1 chunks there: layers x pp x (1 + (pp - 1) / (pp v)), the
+    factor of Korthikanti et al. 2022, section 4.2.3."""
+    if stage != "first":
+        return layers
+    return layers * pp if v == 1 else math.ceil(layers * (pp * v + pp - 1) / v)
+
+
 def _stage_activations(cfg: TransformerConfig, plan: _Plan, stage: Stage, *, s: int, b: int,
-                       act_bytes: int, tp: int, pp: int, sp: bool) -> ActivationDetail:
+                       act_bytes: int, tp: int, pp: int, sp: bool, v: int = 1) -> ActivationDetail:
     def size(items: tuple) -> dict[str, int]:
         return act.sized(items, s=s, b=b, t=tp, sequence_parallel=sp)
 
     in_flight = pp if stage == "first" else 1
-    dense, moe = (n * in_flight for n in plan.stage_moe_layers[stage])
+    dense, moe = (in_flight_layers(n, stage, pp=pp, v=v) for n in plan.stage_moe_layers[stage])
     held, dense_held = (moe, dense) if cfg.moe else (dense, 0)
     layer = size(plan.layer)
     outside: dict[str, int] = {}
     if stage in ("only", "first"):
-        outside |= {k: v * in_flight for k, v in size(plan.embedding).items()}
+        outside |= {k: n * in_flight for k, n in size(plan.embedding).items()}
     if stage in ("only", "last"):
         outside |= size(plan.head)
     dense_layer = size(plan.dense_layer) if cfg.moe else None
@@ -261,9 +275,10 @@ def training_memory(
     optimizer: Optimizer, batch_size: int, seq_len: int, recompute: act.Recompute = "none",
     zero_stage: int = 0, data_parallel: int = 1, tensor_parallel: int = 1,
     pipeline_parallel: int = 1, sequence_parallel: bool = True, expert_parallel: int = 1,
-    gpu: Accelerator | None = None,
+    gpu: Accelerator | None = None, virtual_stages: int = 1,
 ) -> TrainingMemory:
-    """Per-GPU training memory. Give `model` (a config) or `params` (a bare count)."""
+    """Per-GPU training memory. Give `model` (a config) or `params` (a bare count).
+    virtual_stages: model chunks per pipeline rank (the interleaved schedule's v)."""
     tp, pp, dp, ep = tensor_parallel, pipeline_parallel, data_parallel, expert_parallel
     assumptions = [f"batch_size {batch_size} is the micro-batch per data-parallel rank"]
     check_parallel(model, tp=tp, pp=pp, dp=dp, ep=ep)
@@ -300,7 +315,7 @@ def training_memory(
             states = [v + math.ceil(n_exp * x / de) for v, x, (_, de) in zip(states, kinds, div, strict=True)]
         detail = None if model is None else _stage_activations(
             model, plan, stage, s=seq_len, b=batch_size, act_bytes=act_bytes, tp=tp, pp=pp,
-            sp=sequence_parallel)
+            sp=sequence_parallel, v=virtual_stages)
         copies = math.ceil(n * copy_bytes * share + n_exp * copy_bytes)
         transient = None if model is None else _loss_gradients(model, stage, s=seq_len, b=batch_size, t=tp)
         total = sum(states) + copies + (detail.total if detail else 0) + (transient or 0)

@@ -25,13 +25,14 @@ from app.api.routes import (
     jobs,
     memory,
     models,
+    plan,
     tensors,
     time,
 )
 
 PREFIX = "/api/v1"
 # Tried in this order: the calculators most called first, catalogue reads last.
-MODULES = (memory, inference, flops, time, finetune, fit, comm, tensors, dtypes, models, hardware, jobs,
+MODULES = (memory, inference, flops, time, finetune, fit, comm, plan, tensors, dtypes, models, hardware, jobs,
            device)
 _ROUTE_OPTIONS = tuple(name for name in inspect.signature(APIRouter.add_api_route).parameters
                        if name not in ("self", "path", "endpoint"))

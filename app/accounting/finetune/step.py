@@ -9,11 +9,8 @@ from app.accounting.finetune.flops import FineTuneFlops, step_flops
 from app.accounting.finetune.lora import lora_params
 from app.accounting.finetune.memory import FineTuneMemory, finetune_memory
 from app.accounting.hardware import Accelerator, peak_flop_per_sec
-from app.accounting.memory import Optimizer, Precision
+from app.accounting.memory import PEAK_DTYPE, Optimizer, Precision
 from app.accounting.records import RECORD
-
-PEAK_DTYPE = {"fp32": "float32", "bf16_autocast": "bfloat16", "bf16_mixed": "bfloat16",
-              "fp16_mixed": "float16", "bf16": "bfloat16"}
 
 
 @dataclass(slots=True)

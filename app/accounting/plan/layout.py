@@ -1,0 +1,127 @@
+"""A training layout (how N GPUs split a model and a batch) and the cluster it runs on: which
+layouts are valid, and where each parallel group's ranks sit on the nodes.
+
+Ranks are ordered as Megatron-LM orders them by default ("tp-cp-ep-dp-pp"): tensor-parallel
+ranks are consecutive, expert-parallel ranks step over them inside data parallelism, and
+pipeline stages are outermost. So a tensor-parallel group of t <= gpus_per_node GPUs sits in
+one node, a data-parallel group has gpus_per_node / t members per node, and consecutive
+pipeline stages are tensor x data ranks apart.
+"""
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+from app.accounting.activations import Recompute
+from app.accounting.comm.collectives import RING_BASE_LATENCY_S, Link
+from app.accounting.config import TransformerConfig
+from app.accounting.records import RECORD
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """One way to run a step. data x tensor x pipeline = the GPU count; expert parallel ranks
+    sit inside data parallelism (Megatron-LM, DeepSpeed-MoE)."""
+
+    data_parallel: int
+    tensor_parallel: int
+    pipeline_parallel: int
+    expert_parallel: int
+    zero_stage: int
+    micro_batch: int
+    """Sequences per micro-batch on one data-parallel rank."""
+    micro_batches: int
+    """Per data-parallel rank per step: gradient-accumulation steps, or the pipeline's micro-batches."""
+    virtual_stages: int
+    """Model chunks per pipeline rank (Megatron-LM's interleaved schedule); 1: plain 1F1B."""
+    recompute: Recompute
+    sequence_parallel: bool
+
+    __pydantic_config__ = RECORD
+
+    @property
+    def gpus(self) -> int:
+        return self.data_parallel * self.tensor_parallel * self.pipeline_parallel
+
+
+@dataclass(frozen=True, slots=True)
+class Cluster:
+    """The GPUs' node and network. Bandwidths per GPU per direction."""
+
+    gpus: int
+    gpus_per_node: int
+    intra: Link
+    inter: Link | None
+    """None: one node, or a part whose reference board names no network."""
+    base_latency_s: float = RING_BASE_LATENCY_S
+
+    @property
+    def nodes(self) -> int:
+        return math.ceil(self.gpus / self.gpus_per_node)
+
+
+@dataclass(frozen=True, slots=True)
+class Group:
+    """A parallel group's ranks and how many of them share a node (what collective_time takes)."""
+
+    ranks: int
+    per_node: int
+
+
+def group(ranks: int, stride: int, gpus_per_node: int) -> Group:
+    """`ranks` ranks `stride` apart: a node of g GPUs holds g / stride of them when the stride is
+    below g (g / stride ranks of a group fill each node), else one."""
+    per_node = max(1, gpus_per_node // stride) if stride < gpus_per_node else 1
+    return Group(ranks, math.gcd(ranks, per_node))
+
+
+def groups(layout: Layout, gpus_per_node: int) -> dict[str, Group]:
+    """Tensor, data, expert (its all-to-all), expert-data (its gradients' reduction) and the
+    pipeline boundary's ranks, placed in Megatron-LM's order."""
+    t, d, e = layout.tensor_parallel, layout.data_parallel, layout.expert_parallel
+    g = gpus_per_node
+    return {
+        "tensor": Group(t, min(t, g)),
+        "data": group(d, t, g),
+        "expert": group(e, t, g),
+        "expert_data": group(d // e, t * e, g),
+        # Two neighbouring stages share a node only when the whole model's ranks fit in one.
+        "pipeline": Group(2, 2 if layout.gpus <= g else 1),
+    }
+
+
+def divisors(n: int) -> list[int]:
+    return [k for k in range(1, n + 1) if n % k == 0]
+
+
+@lru_cache(maxsize=256)
+def refusal(cfg: TransformerConfig, *, tp: int, pp: int, dp: int, ep: int, gpus_per_node: int,
+            tp_across_nodes: bool) -> str | None:
+    """Why no framework runs this split of the model, as a reason key; None when it is valid."""
+    if tp > gpus_per_node and not tp_across_nodes:
+        return "tensor_parallel_across_nodes"
+    if tp > 1 and tp > gpus_per_node and tp % gpus_per_node:
+        return "tensor_parallel_across_nodes"
+    kv = cfg.kv_heads
+    if cfg.n_heads % tp or (not cfg.mla and (tp % kv if tp > kv else kv % tp)):
+        return "tensor_parallel_heads"
+    if cfg.n_layers % pp:
+        return "pipeline_layers"
+    if ep > 1 and (cfg.n_experts % ep or dp % ep):
+        return "expert_parallel"
+    return None
+
+
+REASONS = {
+    "tensor_parallel_across_nodes": "tensor parallelism would leave the node (allow it with "
+                                    "allow_tensor_parallel_across_nodes), or splits a node unevenly",
+    "tensor_parallel_heads": "tensor_parallel must divide n_heads, and divide n_kv_heads or be a "
+                             "multiple of it",
+    "pipeline_layers": "pipeline_parallel must divide n_layers",
+    "expert_parallel": "expert_parallel must divide n_experts and data_parallel",
+    "batch": "data_parallel x micro_batch must divide the global batch",
+    "virtual_stages": "virtual stages need pipeline_parallel > 1, must divide the layers of a stage, and "
+                      "the micro-batches must be a multiple of pipeline_parallel (Megatron-LM)",
+    "zero_with_pipeline": "ZeRO stages 2 and 3 do not run with pipeline parallelism (DeepSpeed refuses "
+                          "them; Megatron-LM's distributed optimizer is stage 1)",
+}

@@ -1,0 +1,126 @@
+"""The layout search: every valid way to run a step on the cluster, timed and sized, and the
+fastest that fit.
+
+The candidates are the product of tensor x pipeline degrees whose product divides the GPU count
+(data parallel takes the rest), expert-parallel degrees dividing data parallel, ZeRO stages,
+micro-batch sizes dividing a data-parallel rank's share of the batch, virtual stages dividing
+a stage's layers, and recompute settings, each narrowed by the request's limits. A candidate no
+framework runs is refused with its reason (layout.REASONS) and counted, not timed.
+"""
+
+from collections import Counter
+from dataclasses import dataclass, field
+from itertools import product
+
+from app.accounting.activations import Recompute
+from app.accounting.plan.layout import Layout, divisors, refusal
+from app.accounting.plan.step import StepTime, Workload, memory_of, step_time
+from app.accounting.records import RECORD
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Values each axis may take; None: any valid one."""
+
+    tensor_parallel: tuple[int, ...] | None = None
+    pipeline_parallel: tuple[int, ...] | None = None
+    expert_parallel: tuple[int, ...] | None = None
+    zero_stage: tuple[int, ...] = (0, 1, 2, 3)
+    micro_batch: tuple[int, ...] | None = None
+    virtual_stages: tuple[int, ...] | None = None
+    recompute: tuple[Recompute, ...] = ("none", "selective", "full")
+    allow_tensor_parallel_across_nodes: bool = False
+    sequence_parallel: bool = True
+    """With tensor parallelism (Korthikanti et al. 2022): same bytes on the wire, 1/t of the
+    norm and dropout activations."""
+
+
+@dataclass(slots=True)
+class Point:
+    """One evaluated layout, for a scatter: its step time and bytes per GPU."""
+
+    step_seconds: float
+    memory_bytes: int
+    fits: bool
+    label: str
+
+    __pydantic_config__ = RECORD
+
+
+@dataclass(slots=True)
+class SearchResult:
+    best: list[StepTime]
+    """The fastest layouts that fit, fastest first."""
+    evaluated: int
+    fitting: int
+    refused: dict[str, int]
+    """Candidates not timed, by reason (layout.REASONS)."""
+    least_memory: StepTime | None = None
+    """When nothing fits: the layout needing the fewest bytes per GPU."""
+    points: list[Point] = field(default_factory=list)
+
+    __pydantic_config__ = RECORD
+
+
+def label(lo: Layout) -> str:
+    parts = [f"dp{lo.data_parallel}", f"tp{lo.tensor_parallel}", f"pp{lo.pipeline_parallel}"]
+    if lo.virtual_stages > 1:
+        parts.append(f"v{lo.virtual_stages}")
+    if lo.expert_parallel > 1:
+        parts.append(f"ep{lo.expert_parallel}")
+    parts += [f"zero{lo.zero_stage}", f"mb{lo.micro_batch}x{lo.micro_batches}", lo.recompute]
+    return " ".join(parts)
+
+
+def _allowed(values: list[int], limit: tuple[int, ...] | None) -> list[int]:
+    return values if limit is None else [v for v in values if v in limit]
+
+
+def search(w: Workload, limits: Limits, *, top_k: int = 5, points: bool = False) -> SearchResult:
+    cfg, n, g = w.model, w.cluster.gpus, w.cluster.gpus_per_node
+    refused: Counter[str] = Counter()
+    timed: list[StepTime] = []
+    dots: list[Point] = []
+    for tp in _allowed(divisors(n), limits.tensor_parallel):
+        for pp in _allowed(divisors(n // tp), limits.pipeline_parallel):
+            dp = n // (tp * pp)
+            eps = _allowed(divisors(dp) if cfg.moe else [1], limits.expert_parallel)
+            share, whole = divmod(w.global_batch, dp)
+            batches = _allowed(divisors(share) if share and not whole else [0], limits.micro_batch)
+            chunks = _allowed(divisors(cfg.n_layers // pp) if cfg.n_layers % pp == 0 else [1],
+                              limits.virtual_stages)
+            inner = list(product(limits.zero_stage, batches, chunks, limits.recompute))
+            for ep in eps:
+                why = refusal(cfg, tp=tp, pp=pp, dp=dp, ep=ep, gpus_per_node=g,
+                              tp_across_nodes=limits.allow_tensor_parallel_across_nodes)
+                if why:
+                    refused[why] += len(inner)
+                    continue
+                for zero, b, v, rec in inner:
+                    why = _inner_refusal(pp=pp, zero=zero, b=b, v=v, m=share // b if b else 0,
+                                         stage_layers=cfg.n_layers // pp)
+                    if why:
+                        refused[why] += 1
+                        continue
+                    lo = Layout(data_parallel=dp, tensor_parallel=tp, pipeline_parallel=pp,
+                                expert_parallel=ep,
+                                zero_stage=zero, micro_batch=b, micro_batches=share // b, virtual_stages=v,
+                                recompute=rec, sequence_parallel=limits.sequence_parallel and tp > 1)
+                    st = step_time(w, lo, memory_of(w, lo))
+                    timed.append(st)
+                    if points:
+                        dots.append(Point(st.step_seconds, st.memory_bytes, st.fits, label(lo)))
+    fitting = sorted((s for s in timed if s.fits), key=lambda s: (s.step_seconds, s.memory_bytes))
+    closest = None if fitting or not timed else min(timed, key=lambda s: (s.memory_bytes, s.step_seconds))
+    return SearchResult(best=fitting[:top_k], evaluated=len(timed), fitting=len(fitting),
+                        refused=dict(sorted(refused.items())), least_memory=closest, points=dots)
+
+
+def _inner_refusal(*, pp: int, zero: int, b: int, v: int, m: int, stage_layers: int) -> str | None:
+    if not b:
+        return "batch"
+    if zero >= 2 and pp > 1:
+        return "zero_with_pipeline"
+    if v > 1 and (pp == 1 or stage_layers % v or m % pp):
+        return "virtual_stages"
+    return None

@@ -1,0 +1,122 @@
+"""The answer of a training plan: the cluster as read, the search's counts, the fastest layouts
+that fit, and what the model assumes."""
+
+from dataclasses import dataclass, field
+
+from app.accounting.comm.collectives import Link
+from app.accounting.errors import InvalidInput
+from app.accounting.hardware import Accelerator
+from app.accounting.plan.layout import REASONS, Cluster
+from app.accounting.plan.search import Limits, Point, search
+from app.accounting.plan.step import StepTime, Workload
+from app.accounting.records import RECORD
+
+ASSUMPTIONS = (
+    "ranks in Megatron-LM's order: tensor parallel innermost, then expert and data parallel, pipeline "
+    "stages outermost",
+    "compute: exact matmul FLOPs of the busiest stage (the last: its layers and the LM head) at "
+    "peak x compute_efficiency; elementwise work is not counted",
+    "tensor-parallel collectives, expert all-to-alls and pipeline sends are not overlapped",
+    "data-parallel gradient reductions overlap their micro-batch's backward, parameter all-gathers its "
+    "forward (overlap_data_parallel); what outlasts that compute is exposed",
+    "pipeline bubble: (p - 1) / (v m) of the pipeline's ideal time (Narayanan et al. 2021)",
+    "routing is even: each expert-parallel rank receives its share of every token's top_k copies",
+)
+
+
+@dataclass(slots=True)
+class LinkUsed:
+    bytes_per_sec: float
+    """Per GPU per direction."""
+    latency_s: float
+    """Per ring step."""
+    source: str
+
+    __pydantic_config__ = RECORD
+
+
+@dataclass(slots=True)
+class TrainingPlan:
+    gpu: str
+    num_gpus: int
+    gpus_per_node: int
+    nodes: int
+    intra_node: LinkUsed
+    inter_node: LinkUsed | None
+    global_batch_sequences: int
+    seq_len: int
+    tokens_per_step: int
+    peak_flop_per_sec: float
+    """Dense, in the precision's compute dtype, per GPU."""
+    compute_efficiency: float
+    best: list[StepTime]
+    """The fastest layouts that fit, fastest first (at most top_k)."""
+    evaluated: int
+    """Valid layouts timed and sized."""
+    fitting: int
+    refused: dict[str, int]
+    """Candidates no framework runs, by reason (see refusal_reasons)."""
+    refusal_reasons: dict[str, str]
+    least_memory: StepTime | None
+    """When nothing fits: the layout that comes closest."""
+    points: list[Point] = field(default_factory=list)
+    """Every evaluated layout (include_points)."""
+    assumptions: list[str] = field(default_factory=list)
+
+    __pydantic_config__ = RECORD
+
+
+def plan(w: Workload, limits: Limits, *, top_k: int, points: bool,
+         links: tuple[str, str | None]) -> TrainingPlan:
+    """`links`: where the intra- and inter-node figures came from."""
+    result = search(w, limits, top_k=top_k, points=points)
+    c = w.cluster
+    inter = None if c.inter is None or c.nodes == 1 else LinkUsed(c.inter.bytes_per_sec, c.inter.latency_s,
+                                                                    links[1] or "")
+    notes = list(ASSUMPTIONS)
+    if c.nodes > 1 and c.inter is not None:
+        notes.append("every GPU has its own share of the node's network (one NIC per GPU, as on DGX boards)")
+    return TrainingPlan(
+        gpu=w.gpu.id, num_gpus=c.gpus, gpus_per_node=c.gpus_per_node, nodes=c.nodes,
+        intra_node=LinkUsed(c.intra.bytes_per_sec, c.intra.latency_s, links[0]), inter_node=inter,
+        global_batch_sequences=w.global_batch, seq_len=w.seq_len, tokens_per_step=w.global_batch * w.seq_len,
+        peak_flop_per_sec=w.peak_flop_per_sec, compute_efficiency=w.compute_efficiency, best=result.best,
+        evaluated=result.evaluated, fitting=result.fitting, refused=result.refused,
+        refusal_reasons={k: REASONS[k] for k in result.refused}, least_memory=result.least_memory,
+        points=result.points,
+        assumptions=notes)
+
+
+def cluster(gpu: Accelerator, *, num_gpus: int, gpus_per_node: int | None,
+            intra: tuple[float | None, float | None],
+            inter: tuple[float | None, float | None]) -> tuple[Cluster, tuple[str, str | None]]:
+    """The cluster from the catalogue's interconnect row, each figure replaced where the request gives one;
+    InvalidInput naming the field to give where the catalogue has none."""
+    ic = gpu.interconnect
+    g = gpus_per_node or (ic.gpus_per_node if ic else None)
+    if g is None:
+        raise InvalidInput("gpus_per_node", f"{gpu.id} has no node in the catalogue; give gpus_per_node")
+    if num_gpus > g and num_gpus % g:
+        raise InvalidInput("num_gpus", f"{num_gpus} GPUs do not fill whole nodes of {g}")
+    g = min(g, num_gpus)
+    bw = intra[0] or (ic.node_link_bytes_per_sec if ic else None)
+    if bw is None:
+        raise InvalidInput("intra_node_bytes_per_sec",
+                           f"{gpu.id} has no node link in the catalogue; give one")
+    lat = intra[1] if intra[1] is not None else ic.node_link_latency_s if ic else None
+    if lat is None:
+        raise InvalidInput("intra_node_latency_s", f"{gpu.id} has no node link in the catalogue; give one")
+    intra_src = "given" if intra[0] else f"catalogue: {ic.link} ({ic.source})"
+    net, inter_src = None, None
+    if num_gpus > g:
+        nbw = inter[0] or (ic.network_bytes_per_sec_per_gpu if ic else None)
+        if nbw is None:
+            raise InvalidInput("inter_node_bytes_per_sec",
+                               f"{num_gpus} GPUs span nodes and {gpu.id}'s reference board names no network; "
+                               "give the network's bytes/s per GPU")
+        nlat = inter[1] if inter[1] is not None else ic.network_latency_s if ic else None
+        if nlat is None:
+            raise InvalidInput("inter_node_latency_s", "give the network's latency per ring step")
+        net = Link(nbw, nlat)
+        inter_src = "given" if inter[0] else f"catalogue: {ic.network}"
+    return Cluster(num_gpus, g, Link(bw, lat), net), (intra_src, inter_src)

@@ -1,0 +1,105 @@
+"""Planning a training run over many GPUs: every valid layout timed and sized, the fastest that fit."""
+
+from typing import Annotated
+
+from pydantic import Field
+
+from app.accounting import activations, memory
+from app.accounting.errors import InvalidInput
+from app.accounting.hardware import peak_flop_per_sec
+from app.accounting.plan import training
+from app.accounting.plan.search import Limits
+from app.accounting.plan.step import Workload
+from app.api.services.comm import Bandwidth, Latency
+from app.api.services.time import DEFAULT_MFU
+from app.contract.fields import Input, count, number, sequence_length
+from app.contract.schemas import GpuId, GpuOverridesIn, ModelSpec, accelerator, engine_model
+
+Degrees = Annotated[list[count(1, 1_000_000)], Field(min_length=1, max_length=64)]  # type: ignore[valid-type]
+
+
+class PlanLimits(Input):
+    """Values an axis may take; null: every valid one."""
+
+    tensor_parallel: Degrees | None = None  # type: ignore[valid-type]
+    pipeline_parallel: Degrees | None = None  # type: ignore[valid-type]
+    expert_parallel: Degrees | None = None  # type: ignore[valid-type]
+    micro_batch: Degrees | None = Field(None, description="Sequences per micro-batch.")  # type: ignore[valid-type]
+    virtual_stages: Degrees | None = Field(  # type: ignore[valid-type]
+        None, description="Model chunks per pipeline rank (Megatron-LM's interleaved schedule).")
+    zero_stage: Annotated[list[count(0, 3)], Field(min_length=1, max_length=4)] = [0, 1, 2, 3]  # type: ignore[valid-type]
+    recompute: Annotated[list[activations.Recompute], Field(min_length=1, max_length=3)] = [
+        "none", "selective", "full"]
+    allow_tensor_parallel_across_nodes: bool = False
+    sequence_parallel: bool = Field(True, description="With tensor parallelism (Korthikanti et al. 2022).")
+
+    def to_engine(self) -> Limits:
+        def tup(v: list | None) -> tuple | None:
+            return None if v is None else tuple(v)
+        return Limits(tensor_parallel=tup(self.tensor_parallel),
+                      pipeline_parallel=tup(self.pipeline_parallel),
+                      expert_parallel=tup(self.expert_parallel), zero_stage=tuple(self.zero_stage),
+                      micro_batch=tup(self.micro_batch), virtual_stages=tup(self.virtual_stages),
+                      recompute=tuple(self.recompute),
+                      allow_tensor_parallel_across_nodes=self.allow_tensor_parallel_across_nodes,
+                      sequence_parallel=self.sequence_parallel)
+
+
+class TrainingPlanRequest(Input):
+    model: ModelSpec
+    gpu: GpuId = Field(description="Accelerator id from GET /api/v1/hardware: its peak, memory, node and "
+                                   "network.")
+    gpu_overrides: GpuOverridesIn | None = None  # type: ignore[valid-type]
+    num_gpus: count(1, 1_000_000) = Field(description="GPUs in the run: whole nodes when more than one node.")
+    gpus_per_node: count(1, 1024) | None = Field(None, description="null: the catalogue's board (HGX: 8).")
+    global_batch_sequences: count(1, 100_000_000) | None = Field(
+        None, description="Sequences per optimizer step; or give global_batch_tokens.")
+    global_batch_tokens: count(1, 10**13) | None = Field(
+        None, description="Tokens per optimizer step, a multiple of seq_len; or give global_batch_sequences.")
+    seq_len: sequence_length(1, 10_000_000) | None = Field(
+        None, description="Tokens per sequence; null means the model's max_seq_len.")
+    precision: memory.Precision = "bf16_mixed"
+    optimizer: memory.Optimizer = "adamw"
+    compute_efficiency: number(ge=1e-3, le=1) = Field(
+        DEFAULT_MFU, description="Share of the dense peak the matmuls run at, communication aside (the time "
+                                 "calculator's default MFU).")
+    overlap_data_parallel: bool = Field(
+        True, description="Gradient reductions overlap backward and parameter gathers overlap forward; "
+                          "false: all data-parallel communication is exposed.")
+    intra_node_bytes_per_sec: Bandwidth | None = Field(  # type: ignore[valid-type]
+        None, description="Per GPU per direction inside a node; null: the catalogue's node link.")
+    intra_node_latency_s: Latency | None = None  # type: ignore[valid-type]
+    inter_node_bytes_per_sec: Bandwidth | None = Field(  # type: ignore[valid-type]
+        None, description="Per GPU per direction between nodes; null: the catalogue's network / "
+                          "gpus_per_node.")
+    inter_node_latency_s: Latency | None = None  # type: ignore[valid-type]
+    limits: PlanLimits = Field(default_factory=PlanLimits)
+    top_k: count(1, 100) = Field(5, description="How many of the fastest fitting layouts to return.")
+    include_points: bool = Field(False, description="Also list every evaluated layout's step time and bytes "
+                                                    "per GPU (for a scatter).")
+
+
+def plan_training(body: TrainingPlanRequest) -> training.TrainingPlan:
+    cfg = engine_model(body.model)
+    acc = accelerator(body.gpu, body.gpu_overrides)
+    seq = body.seq_len or cfg.max_seq_len
+    if (body.global_batch_sequences is None) == (body.global_batch_tokens is None):
+        raise InvalidInput("global_batch_sequences",
+                           "give global_batch_sequences or global_batch_tokens, not both and not neither")
+    if body.global_batch_tokens is not None:
+        batch, rest = divmod(body.global_batch_tokens, seq)
+        if rest or not batch:
+            raise InvalidInput("global_batch_tokens", f"{body.global_batch_tokens} is not a whole number of "
+                                                      f"{seq}-token sequences")
+    else:
+        batch = body.global_batch_sequences
+    cluster, links = training.cluster(
+        acc, num_gpus=body.num_gpus, gpus_per_node=body.gpus_per_node,
+        intra=(body.intra_node_bytes_per_sec, body.intra_node_latency_s),
+        inter=(body.inter_node_bytes_per_sec, body.inter_node_latency_s))
+    peak = peak_flop_per_sec(acc, memory.PEAK_DTYPE[body.precision], field="precision")
+    w = Workload(cfg, acc, cluster, global_batch=batch, seq_len=seq, precision=body.precision,
+                 optimizer=body.optimizer, peak_flop_per_sec=peak, compute_efficiency=body.compute_efficiency,
+                 overlap_data_parallel=body.overlap_data_parallel)
+    return training.plan(w, body.limits.to_engine(), top_k=body.top_k, points=body.include_points,
+                         links=links)
