@@ -36,3 +36,26 @@ def test_catalogue_is_served_from_the_data_file(api):
 
 def test_unknown_gpu_is_404(api):
     assert_names_field(api.get("/api/v1/hardware/h100"), "gpu_id", status=404)
+
+
+def test_every_gpu_has_a_sourced_node_and_link_latencies(api):
+    # Issue 16: NVLink generation, PCIe generation, GPUs per node, the network, a latency per link.
+    for g in api.get("/api/v1/hardware").json()["data"]:
+        ic = g["interconnect"]
+        if g["vendor"] == "google":
+            assert ic is None  # TPU pods are not nodes of GPUs
+            continue
+        assert ic["source"] and ic["gpus_per_node"] == 8 and ic["pcie_generation"] in (4, 5)
+        assert 0 < ic["node_link_latency_s"] < ic["network_latency_s"] < 1e-4
+        # A ring over the node runs no faster than what one GPU sends its peers.
+        assert ic["node_link_bytes_per_sec"] <= g["interconnect_bytes_per_sec"]
+        assert (ic["nvlink_generation"] is not None) == (ic["link"] == "nvlink" or g["id"] == "h100-pcie")
+
+
+def test_dgx_h100_network_is_eight_400_gbit_nics():
+    # DGX H100 user guide: 8 ConnectX-7 at 400 Gb/s, one per GPU: 8 x 400e9 / 8 bits = 400e9 bytes/s.
+    from app.accounting import hardware
+    ic = hardware.gpu("h100-sxm").interconnect
+    assert ic.network_bytes_per_sec_per_node == 8 * 400e9 / 8
+    assert ic.network_bytes_per_sec_per_gpu == 50e9
+    assert ic.node_link_bytes_per_sec == 900e9 / 2  # NVLink 4's 900 GB/s is both directions

@@ -111,3 +111,22 @@ def test_readme_states_the_all_reduce_figures(api):
     assert f"takes\n{t['seconds'] * 1e3:.1f} ms: {intra:.1f} ms of reduce-scatter" in README
     assert f"and {inter:.1f} ms\nof all-reduce" in README
     assert f"busbw {t['busbw_bytes_per_sec'] / 1e9:.1f} GB/s" in README
+
+
+def test_readme_states_the_plan_figures(api):
+    body = {"model": "llama3-70b", "gpu": "h100-sxm", "num_gpus": 1024, "global_batch_sequences": 512,
+            "seq_len": 8192}
+    plan = api.ok("/api/v1/plan/training", body)
+    best = plan["best"][0]
+    lo, bd = best["layout"], best["breakdown"]
+    text = " ".join(README.split())
+    assert f"the search times and sizes {plan['evaluated']} layouts, {plan['fitting']} of which fit, and " \
+           f"refuses {sum(plan['refused'].values())} candidates" in text
+    degrees = (lo["data_parallel"], lo["tensor_parallel"], lo["pipeline_parallel"], lo["zero_stage"])
+    assert degrees == (256, 4, 1, 3)
+    assert (lo["micro_batches"], lo["micro_batch"], lo["recompute"]) == (2, 1, "selective")
+    assert f"{best['step_seconds']:.2f} s a step, {best['tokens_per_sec']:,.0f} tokens/s, MFU " \
+           f"{best['mfu'] * 100:.1f}% (HFU {best['hfu'] * 100:.1f}%)" in text
+    gb = best["memory_bytes"] / 1e9
+    assert f"{gb:.1f} GB per GPU; its {bd['data_parallel_total']:.2f} s of ZeRO-3" in text
+    assert bd["data_parallel"] == 0 and f"{bd['tensor_parallel']:.2f} s of tensor-parallel" in text

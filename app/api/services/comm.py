@@ -21,32 +21,49 @@ class CollectiveRequest(Input):
                                                    "inside one node.")
     gpus_per_node: count(1, 1024) = Field(8, description="GPUs a node joins by its fast link (HGX: 8).")
     gpu: GpuId | None = Field(
-        None, description="Take the node's link from the catalogue (interconnect_bytes_per_sec); or give "
-                          "intra_node_bytes_per_sec.")
+        None, description="Take the links from the catalogue's interconnect row: the node link and its "
+                          "latency, the network's share per GPU and its latency; or give them.")
     gpu_overrides: GpuOverridesIn | None = None  # type: ignore[valid-type]
     intra_node_bytes_per_sec: Bandwidth | None = Field(
-        None, description="Per GPU per direction inside a node (NVLink 4: 450e9); null takes the gpu's.")
-    intra_node_latency_s: Latency = Field(
-        cc.NVLINK_STEP_LATENCY_S, description="Per ring step inside a node (NCCL's NVLink figure, 3.4 us; "
-                                              "its PCIe one is 5.7 us).")
-    inter_node_bytes_per_sec: Bandwidth = Field(
-        cc.NDR_BYTES_PER_SEC_PER_GPU, description="Per GPU per direction between nodes (one 400 Gb/s NDR NIC "
-                                                  "per GPU, as on DGX H100: 50e9).")
-    inter_node_latency_s: Latency = Field(
-        cc.NETWORK_STEP_LATENCY_S, description="Per ring step between nodes (NCCL's network figure, 9.6 us).")
+        None, description="Per GPU per direction inside a node (NVLink 4: 450e9); null takes the gpu's node "
+                          "link.")
+    intra_node_latency_s: Latency | None = Field(
+        None, description="Per ring step inside a node; null takes the gpu's (NCCL's NVLink figure 3.4 us, "
+                          "PCIe 5.7 us), or NVLink's without a gpu.")
+    inter_node_bytes_per_sec: Bandwidth | None = Field(
+        None, description="Per GPU per direction between nodes; null takes the gpu's network / gpus_per_node "
+                          "(DGX H100: 8 x 400 Gb/s NDR, 50e9), or that NDR figure where it names none.")
+    inter_node_latency_s: Latency | None = Field(
+        None, description="Per ring step between nodes; null: NCCL's network figure, 9.6 us.")
     base_latency_s: Latency = Field(
         cc.RING_BASE_LATENCY_S, description="Once per collective (NCCL's ring base latency, 8.4 us).")
 
 
 def collective(body: CollectiveRequest) -> cc.CollectiveTime:
     acc = accelerator(body.gpu, body.gpu_overrides)
-    intra = body.intra_node_bytes_per_sec or (acc.interconnect_bytes_per_sec if acc else None)
+    ic = acc.interconnect if acc else None
+    node = ic.node_link_bytes_per_sec if ic else (acc.interconnect_bytes_per_sec if acc else None)
+    if body.gpu_overrides is not None and body.gpu_overrides.interconnect_bytes_per_sec is not None:
+        node = acc.interconnect_bytes_per_sec
+    intra = body.intra_node_bytes_per_sec or node
     if intra is None:
         field = "gpu" if acc is None else "intra_node_bytes_per_sec"
         raise InvalidInput(field, "give a gpu with an interconnect figure in the catalogue, or "
                                   "intra_node_bytes_per_sec")
-    return cc.collective_time(
+    network = ic.network_bytes_per_sec_per_gpu if ic else None
+    answer = cc.collective_time(
         body.collective, body.bytes, body.ranks, gpus_per_node=body.gpus_per_node,
-        intra=cc.Link(intra, body.intra_node_latency_s),
-        inter=cc.Link(body.inter_node_bytes_per_sec, body.inter_node_latency_s),
+        intra=cc.Link(intra, _given(body.intra_node_latency_s, ic and ic.node_link_latency_s,
+                                    cc.NVLINK_STEP_LATENCY_S)),
+        inter=cc.Link(body.inter_node_bytes_per_sec or network or cc.NDR_BYTES_PER_SEC_PER_GPU,
+                      _given(body.inter_node_latency_s, ic and ic.network_latency_s,
+                             cc.NETWORK_STEP_LATENCY_S)),
         base_latency_s=body.base_latency_s)
+    if answer.nodes > 1 and body.inter_node_bytes_per_sec is None and network is None:
+        answer.assumptions.append("the gpu's reference board names no network: one 400 Gb/s NDR NIC per GPU "
+                                  "(50e9 bytes/s) is assumed; give inter_node_bytes_per_sec")
+    return answer
+
+
+def _given(value: float | None, catalogue: float | None, default: float) -> float:
+    return value if value is not None else catalogue if catalogue is not None else default
