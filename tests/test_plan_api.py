@@ -66,3 +66,14 @@ def test_nothing_fitting_answers_the_closest(api):
 ])
 def test_bad_input_names_the_field(api, body, field):
     assert_names_field(api.post("/api/v1/plan/training", BASE | body), field)
+
+
+def test_a_search_too_large_to_time_is_refused_naming_the_limits(api):
+    # 73,513,440 sequences have 768 divisors: with 6 interleavings, 4 ZeRO stages and 3
+    # recomputes, 55,296 candidates on one GPU, past the search's cap of 50,000.
+    body = {"model": "gpt2", "gpu": "h100-sxm", "num_gpus": 1, "global_batch_sequences": 73_513_440,
+            "seq_len": 128}
+    refused = assert_names_field(api.post("/api/v1/plan/training", body), "limits")
+    assert "55,296 layouts" in refused["message"]
+    narrowed = api.ok("/api/v1/plan/training", body | {"limits": {"micro_batch": [8, 16]}})
+    assert narrowed["evaluated"] == 2 * 4 * 3

@@ -90,8 +90,11 @@ def groups(layout: Layout, gpus_per_node: int) -> dict[str, Group]:
     }
 
 
+@lru_cache(maxsize=1024)
 def divisors(n: int) -> list[int]:
-    return [k for k in range(1, n + 1) if n % k == 0]
+    """Ascending, in sqrt(n) steps: a batch may be 10^8 sequences."""
+    small = [k for k in range(1, math.isqrt(n) + 1) if n % k == 0]
+    return small + [n // k for k in reversed(small) if k * k != n]
 
 
 @lru_cache(maxsize=256)

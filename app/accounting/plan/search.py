@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from itertools import product
 
 from app.accounting.activations import Recompute
+from app.accounting.errors import InvalidInput
 from app.accounting.plan.layout import Layout, divisors, refusal
 from app.accounting.plan.step import StepTime, Workload, memory_of, step_time
 from app.accounting.records import RECORD
@@ -76,8 +77,17 @@ def _allowed(values: list[int], limit: tuple[int, ...] | None) -> list[int]:
     return values if limit is None else [v for v in values if v in limit]
 
 
+# Each timed layout costs about 0.1 ms here (bench/plan_search.py): a search that would time more
+# is refused before it starts, naming the limits that narrow it.
+MAX_TIMED = 50_000
+
+
 def search(w: Workload, limits: Limits, *, top_k: int = 5, points: bool = False) -> SearchResult:
     cfg, n, g = w.model, w.cluster.gpus, w.cluster.gpus_per_node
+    if (size := _upper_bound(w, limits)) > MAX_TIMED:
+        raise InvalidInput("limits", f"the search would time up to {size:,} layouts (at most "
+                                     f"{MAX_TIMED:,}): narrow it with limits (tensor_parallel, "
+                                     "pipeline_parallel, micro_batch, virtual_stages, zero_stage, recompute)")
     refused: Counter[str] = Counter()
     timed: list[StepTime] = []
     dots: list[Point] = []
@@ -114,6 +124,23 @@ def search(w: Workload, limits: Limits, *, top_k: int = 5, points: bool = False)
     closest = None if fitting or not timed else min(timed, key=lambda s: (s.memory_bytes, s.step_seconds))
     return SearchResult(best=fitting[:top_k], evaluated=len(timed), fitting=len(fitting),
                         refused=dict(sorted(refused.items())), least_memory=closest, points=dots)
+
+
+def _upper_bound(w: Workload, limits: Limits) -> int:
+    """Layouts the search could time: its candidates, before the refusals that need a layout."""
+    n, total = w.cluster.gpus, 0
+    for tp in _allowed(divisors(n), limits.tensor_parallel):
+        if tp > w.cluster.gpus_per_node and not limits.allow_tensor_parallel_across_nodes:
+            continue
+        for pp in _allowed(divisors(n // tp), limits.pipeline_parallel):
+            dp = n // (tp * pp)
+            if w.model.n_layers % pp or w.global_batch % dp:
+                continue
+            eps = _allowed(divisors(dp) if w.model.moe else [1], limits.expert_parallel)
+            total += (len(eps) * len(_allowed(divisors(w.global_batch // dp), limits.micro_batch))
+                      * len(_allowed(divisors(w.model.n_layers // pp), limits.virtual_stages))
+                      * len(limits.zero_stage) * len(limits.recompute))
+    return total
 
 
 def _inner_refusal(*, pp: int, zero: int, b: int, v: int, m: int, stage_layers: int) -> str | None:
