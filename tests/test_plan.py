@@ -13,6 +13,7 @@ from app.accounting.plan import volumes
 from app.accounting.plan.layout import Cluster, Layout, divisors, groups
 from app.accounting.plan.search import Limits, search
 from app.accounting.plan.step import Workload, memory_of, step_time
+from tests.conftest import assert_names_field
 
 H100 = hardware.gpu("h100-sxm")
 NVLINK = Link(450e9, 3.4e-6)
@@ -224,3 +225,13 @@ def test_moe_layouts_use_expert_parallelism() -> None:
     assert with_ep.breakdown.expert_parallel > 0 and with_ep.traffic_bytes.expert_parallel > 0
     assert all(8 % st.layout.expert_parallel == 0 for st in res.best)
     assert math.isfinite(with_ep.mfu) and 0 < with_ep.mfu < 0.5
+
+
+def test_the_memory_api_takes_virtual_stages(api):
+    body = {"model": "llama3-70b", "tensor_parallel": 8, "pipeline_parallel": 4, "seq_len": 4096}
+    plain = api.ok("/api/v1/memory/training", body)["activation_detail"]["layers_held"]
+    five = api.ok("/api/v1/memory/training", body | {"virtual_stages": 5})
+    inter = five["activation_detail"]["layers_held"]
+    assert (plain, inter) == (80, (2 * 3 + 4 * 4 + 1) * 80 // 20)
+    for bad in ({"virtual_stages": 3}, {"virtual_stages": 2, "pipeline_parallel": 1}):
+        assert_names_field(api.post("/api/v1/memory/training", body | bad), "virtual_stages")

@@ -282,6 +282,10 @@ def training_memory(
     tp, pp, dp, ep = tensor_parallel, pipeline_parallel, data_parallel, expert_parallel
     assumptions = [f"batch_size {batch_size} is the micro-batch per data-parallel rank"]
     check_parallel(model, tp=tp, pp=pp, dp=dp, ep=ep)
+    if virtual_stages > 1 and (pp == 1 or model is None or model.n_layers % (pp * virtual_stages)):
+        raise InvalidInput("virtual_stages", f"{virtual_stages} chunks per pipeline rank need "
+                           "pipeline_parallel > 1 and a model whose n_layers pipeline_parallel x "
+                           "virtual_stages divides")
     if model is not None:
         if model.position == "learned" and seq_len > model.max_seq_len:
             raise InvalidInput("seq_len", f"{seq_len} exceeds the model's {model.max_seq_len} "

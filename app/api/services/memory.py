@@ -38,6 +38,9 @@ class TrainingMemoryRequest(Input):
     sequence_parallel: bool = Field(
         True, description="With tensor parallelism, also split the activations outside "
                           "attention and MLP (Korthikanti et al.), so all divide by tensor_parallel.")
+    virtual_stages: count(1, 1024) = Field(
+        1, description="Model chunks per pipeline rank (Megatron-LM's interleaved schedule): the first "
+                       "stage holds 1 + (p - 1) / (p v) times the layers' activations of plain 1F1B.")
     gpu: GpuId | None = Field(None, description="Check the total against this GPU's memory.")
     gpu_overrides: GpuOverridesIn | None = None  # type: ignore[valid-type]
 
@@ -65,7 +68,8 @@ def training(body: TrainingMemoryRequest) -> memory.TrainingMemory:
         seq_len=body.seq_len or (cfg.max_seq_len if cfg else 1), recompute=body.recompute,
         zero_stage=body.zero_stage, data_parallel=body.data_parallel,
         tensor_parallel=body.tensor_parallel, pipeline_parallel=body.pipeline_parallel,
-        sequence_parallel=body.sequence_parallel, expert_parallel=body.expert_parallel, gpu=gpu)
+        sequence_parallel=body.sequence_parallel, expert_parallel=body.expert_parallel, gpu=gpu,
+        virtual_stages=body.virtual_stages)
 
 
 def max_model(body: MaxModelRequest) -> memory.MaxModel:
