@@ -18,6 +18,8 @@ CALCULATORS = {  # path: the smallest body it answers
     "/api/v1/tensors/memory": {"shape": [4, 4]},
     "/api/v1/tensors/layout": {"shape": [4, 4]},
     "/api/v1/dtypes/encode": {"value": 0.1, "dtype": "bf16"},
+    "/api/v1/comm/collective": {"collective": "all_reduce", "bytes": 1024, "ranks": 2, "gpu": "h100-sxm"},
+    "/api/v1/plan/training": {"model": "gpt2", "gpu": "h100-sxm", "num_gpus": 2, "global_batch_sequences": 4},
 }
 
 
@@ -47,7 +49,7 @@ def test_defaults_applied_lists_each_left_out_field_with_its_value(api):
         "precision": "bf16_mixed", "optimizer": "adamw", "batch_size": 1, "seq_len": None,
         "recompute": "selective", "data_parallel": 1, "tensor_parallel": 1, "pipeline_parallel": 1,
         "expert_parallel": 1,
-        "sequence_parallel": True, "gpu_overrides": None}
+        "sequence_parallel": True, "virtual_stages": 1, "gpu_overrides": None}
     # A field sent with its default's value was chosen, not defaulted.
     chosen = api.ok(MEMORY, {"model": "gpt2", "recompute": "selective"})["defaults_applied"]
     assert "recompute" not in chosen and "zero_stage" in chosen
