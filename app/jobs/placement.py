@@ -1,8 +1,8 @@
 """Which queued job a dispatcher starts next, and on which devices: pure Python over the queue
 and the host's live leases, both read by Store.claim inside its one write transaction.
 
-A job runs on one of: the host's CPU (params.device "cpu"); one GPU (the one it names, else
-the claiming dispatcher's); several GPUs (num_gpus > 1: the ones it names in `gpus`, else any
+A job runs on one of: the host's CPU (a one-GPU job whose device is "cpu"); one GPU (the one it
+names, else the claiming dispatcher's); several GPUs (num_gpus > 1: the ones it names in `gpus`, else any
 that many free ones); or, for a job naming no GPU claimed by a dispatcher serving no one GPU,
 the whole host ("*"). Each is a lease unit ("cpu", "gpu<N>", "*"); a job starts only when every
 unit it needs is free, and takes them all at once.
@@ -67,20 +67,24 @@ def choose(queue: Sequence[Waiting], *, claimer: int | None, served: Sequence[in
 
     reserved: set[int] = set()  # GPUs held for an older job on several GPUs
     for job in queue:
-        if job.device == CPU:
-            if not ({CPU, WHOLE_HOST} & busy):
-                return Placement(job, [CPU], [] if claimer is None else [claimer])
-            continue
         if job.num_gpus == 1:
             named = job.gpu if job.gpu is not None else job.gpus[0] if job.gpus else None
+            if claimer is not None and named is not None and named != claimer:
+                continue  # another GPU's job
             gpu = named if named is not None else claimer
+            if job.device == CPU:  # it leases the host's CPU; its child is still shown its GPU, if any
+                if not ({CPU, WHOLE_HOST} & busy):
+                    return Placement(job, [CPU], [] if gpu is None else [gpu])
+                continue
             if gpu is None:  # no GPU known: the child's default device, so the whole host
                 if not busy and not reserved:
                     return Placement(job, [WHOLE_HOST], [])
                 continue
-            if (claimer is None or claimer == gpu) and gpu not in reserved and not is_busy(gpu):
+            if gpu not in reserved and not is_busy(gpu):
                 return Placement(job, [gpu_unit(gpu)], [gpu])
             continue
+        # Several GPUs take their GPUs' leases even where their device is "cpu": admission found
+        # NVML lacks the GPUs TALLY_GPUS names, and the box stands in for them (app/device.py).
         universe = sorted(set(served) | set(job.gpus or ()))
         free = [gpu for gpu in universe if not is_busy(gpu) and gpu not in reserved]
         if job.gpus:
