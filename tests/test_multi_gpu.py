@@ -6,6 +6,7 @@ CUDA_VISIBLE_DEVICES its child gets, which the fault child reports.
 """
 
 import itertools
+import json
 import sqlite3
 import threading
 import time
@@ -20,6 +21,7 @@ from app.jobs.store import Store
 from app.main import create_app
 from tests.conftest import Api, assert_names_field
 from tests.results import report, result_for
+from tests.test_cli import run_main
 from tests.test_jobs import FAULT_ARGV
 from tests.waiting import PATIENCE_S, wait_for
 
@@ -254,3 +256,20 @@ def test_the_job_json_and_page_show_the_gpus_asked_for_and_run_on(four_gpu_api):
     after = four_gpu_api.get(f"{JOBS}/{ran.id}").json()
     assert (after["ran_on_gpu"], after["ran_on_gpus"]) == (None, [1, 3])
     assert "on GPUs 1, 3" in four_gpu_api.get(f"/benchmarks/jobs/{ran.id}").text
+
+
+# --- tally probe ------------------------------------------------------------------------------------
+
+def test_tally_probe_runs_a_job_on_the_gpus_asked_for(capsys, monkeypatch, tmp_path):
+    """The fault child stands in for the probe and reports the GPUs its dispatcher gave it."""
+    monkeypatch.setattr("app.jobs.dispatcher.CHILD_ARGV", tuple(FAULT_ARGV))
+    three_gpus = Settings(gpus=[0, 1, 2], database_path=tmp_path / "unused.db")
+    monkeypatch.setattr("app.config.get_settings", lambda: three_gpus)
+    for argv, seen in ((["--num-gpus", "2"], "0,1"), (["--gpus", "2,0"], "0,2")):
+        status, out, err = run_main(capsys, "probe", "bandwidth", *argv, "--output", "json")
+        assert status == 0, err
+        assert json.loads(json.loads(out)["environment"]["platform"])["cuda_visible_devices"] == seen
+    status, _, err = run_main(capsys, "probe", "bandwidth", "--num-gpus", "4")
+    assert status == 2 and json.loads(err)["message"].startswith("num_gpus: 4 GPUs asked for")
+    status, _, err = run_main(capsys, "probe", "bandwidth", "--gpu", "0", "--gpus", "1,2")
+    assert status == 2 and json.loads(err)["message"].startswith("gpus: give gpu")

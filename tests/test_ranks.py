@@ -6,6 +6,10 @@ workers), one that ignores SIGTERM, and one forked, holding the child's protocol
 Each writes its pid to a file; the test reads them and checks that none is left running.
 """
 
+import contextlib
+import json
+import os
+import signal
 import subprocess
 import sys
 import threading
@@ -109,3 +113,35 @@ def test_the_token_finds_a_process_outside_the_group_and_nothing_else():
         for proc in (inside, other):
             proc.kill()
             proc.wait()
+
+
+def test_a_child_whose_dispatcher_died_ends_the_ranks_in_its_group(tmp_path):
+    """The dispatcher is SIGKILLed: its child reads end-of-file on stdin and SIGTERMs its own group
+    on the way out. Ranks outside the group (a session of their own), or deaf to SIGTERM, are past
+    its reach; a dispatcher's sweep ends those, so this test ends them itself."""
+    rankfile = tmp_path / "ranks.pids"
+    env = {**os.environ, "TALLY_FAULT": "ranks", "TALLY_FAULT_THEN": "hang",
+           "TALLY_FAULT_RANKS": str(rankfile)}
+    child = subprocess.Popen(FAULT_ARGV, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, env=env,
+                             start_new_session=True)  # as Child starts it
+    try:
+        child.stdin.write(json.dumps({"job_id": 1, "probe": "matmul", "params": {}}).encode() + b"\n")
+        child.stdin.flush()
+        wait_for(lambda: len(pids(rankfile)) == RANKS, what="the ranks to start")
+        in_group = [pid for pid in pids(rankfile) if os.getpgid(pid) == child.pid and not deaf(pid)]
+        assert len(in_group) == 2  # the plain rank and the forked one
+        child.stdin.close()  # what the dispatcher's death looks like from here
+        assert child.wait(PATIENCE_S) == -signal.SIGTERM
+        wait_for(lambda: not [pid for pid in in_group if alive(pid)], timeout=5,
+                 what="the group's ranks to end")
+    finally:
+        for pid in pids(rankfile):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def deaf(pid: int) -> bool:
+    """Whether the process ignores SIGTERM (/proc/<pid>/status's SigIgn mask, bit 15 - 1)."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    ignored = int(next(line.split()[1] for line in status.splitlines() if line.startswith("SigIgn:")), 16)
+    return bool(ignored >> (signal.SIGTERM - 1) & 1)
