@@ -273,3 +273,9 @@ def test_tally_probe_runs_a_job_on_the_gpus_asked_for(capsys, monkeypatch, tmp_p
     assert status == 2 and json.loads(err)["message"].startswith("num_gpus: 4 GPUs asked for")
     status, _, err = run_main(capsys, "probe", "bandwidth", "--gpu", "0", "--gpus", "1,2")
     assert status == 2 and json.loads(err)["message"].startswith("gpus: give gpu")
+
+
+def test_a_dispatcher_told_of_no_other_gpus_still_counts_its_own():
+    two = placement.Waiting(id=1, device="cuda", gpu=None, num_gpus=2, gpus=None)
+    assert placement.choose([two], claimer=1, served=[], busy=set()) is None  # one GPU known: it waits
+    assert placement.choose([two], claimer=1, served=[0], busy=set()).ran_on_gpus == [0, 1]

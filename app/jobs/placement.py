@@ -85,7 +85,7 @@ def choose(queue: Sequence[Waiting], *, claimer: int | None, served: Sequence[in
             continue
         # Several GPUs take their GPUs' leases even where their device is "cpu": admission found
         # NVML lacks the GPUs TALLY_GPUS names, and the box stands in for them (app/device.py).
-        universe = sorted(set(served) | set(job.gpus or ()))
+        universe = sorted(set(served) | set(job.gpus or ()) | ({claimer} - {None}))
         free = [gpu for gpu in universe if not is_busy(gpu) and gpu not in reserved]
         if job.gpus:
             want = sorted(job.gpus)

@@ -20,7 +20,7 @@ STDERR_TAIL_BYTES = 8192
 MAX_LINE_BYTES = 16 << 20
 CHILD_STATUSES = ("failed", "oom")
 # Seconds between looks at whether the child and its processes have gone, while waiting for them.
-SWEEP_POLL_S = 0.02
+SWEEP_POLL_S = 0.05
 
 
 def error(kind: str, message: str, **detail: Any) -> dict:
