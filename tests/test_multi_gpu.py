@@ -265,7 +265,7 @@ def test_tally_probe_runs_a_job_on_the_gpus_asked_for(capsys, monkeypatch, tmp_p
     monkeypatch.setattr("app.jobs.dispatcher.CHILD_ARGV", tuple(FAULT_ARGV))
     three_gpus = Settings(gpus=[0, 1, 2], database_path=tmp_path / "unused.db")
     monkeypatch.setattr("app.config.get_settings", lambda: three_gpus)
-    for argv, seen in ((["--num-gpus", "2"], "0,1"), (["--gpus", "2,0"], "0,2")):
+    for argv, seen in ((["--num-gpus", "2"], "0,1"), (["--gpus", "2,0"], "0,2"), (["--gpus", "2"], "2")):
         status, out, err = run_main(capsys, "probe", "bandwidth", *argv, "--output", "json")
         assert status == 0, err
         assert json.loads(json.loads(out)["environment"]["platform"])["cuda_visible_devices"] == seen

@@ -105,7 +105,8 @@ def run(args: argparse.Namespace) -> int:
         # As the server's dispatchers do: a job naming a GPU runs there; one naming none on the first
         # GPU served, which admission sized it against (on a box without a GPU, on the CPU).
         served = device.served_gpus(settings.gpus)
-        gpu = job["gpu"] if job["gpu"] is not None else served[0] if served else None
+        named = job["gpu"] if job["gpu"] is not None else job["gpus"][0] if job["gpus"] else None
+        gpu = named if named is not None else served[0] if served else None
         where = job["device"] if gpu is None or job["device"] == "cpu" else f"GPU {gpu}"
         if job["num_gpus"] > 1:  # a dispatcher serving no one GPU places it on any of the served ones
             gpu = None

@@ -59,7 +59,7 @@ class Child:
         # Every process the child starts inherits the token, whatever group it moves to.
         self.token = sweep.new_token()
         env = {**env, sweep.TOKEN_VAR: self.token}
-        self._lost = False  # reaped by someone else: its pid may be another process's now
+        self._lost = False  # reaped by someone else: its pid, and so its group's id, may be reused
         # A new session: a Ctrl-C meant for the server's terminal does not reach the child; its
         # group is the job's ranks too.
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -136,8 +136,7 @@ class Child:
         self._reap()
 
     def _reap(self) -> None:
-        if not self._lost:
-            self.proc.wait()
+        self.proc.wait()  # one reaped elsewhere (SIGCHLD ignored) gets returncode 0 from Popen
 
     def close(self, grace_s: float) -> None:
         """Reap the child (stopping it when it outlives grace_s), ending first any process it
