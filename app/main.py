@@ -72,7 +72,7 @@ def dispatchers(store: Store, settings: Settings) -> list[Dispatcher]:
     """One dispatcher per GPU served (TALLY_GPUS, or every GPU NVML sees), so jobs on different
     GPUs run side by side and never two on one; one CPU dispatcher on a box without a GPU."""
     gpus = device.served_gpus(settings.gpus)
-    return [Dispatcher(store, default_worker_id(settings.worker_id, gpu), gpu=gpu,
+    return [Dispatcher(store, default_worker_id(settings.worker_id, gpu), gpu=gpu, served=gpus,
                        worker_loss_retries=settings.worker_loss_retries) for gpu in gpus or [None]]
 
 

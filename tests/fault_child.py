@@ -7,7 +7,9 @@ ok, hang, crash (SIGSEGV), oom (torch's CUDA OOM error), fail (ValueError), garb
 first time is remembered by creating the file TALLY_FAULT_MARKER), gated (waits until
 the file TALLY_FAULT_GATE exists, then ok: a test opens the gate once the children it
 needs are all running, so they are certain to run at the same time), misreport (a result
-that is not of its probe's type).
+that is not of its probe's type), ranks (starts processes as a probe's ranks, then does
+TALLY_FAULT_THEN: see _ranks), torchrun (ranks started by torch.distributed.run, whose agent
+then dies: see _torchrun).
 When TALLY_FAULT_PIDS names a file, each child appends its pid to it, so a test can
 check that the child is gone.
 """
@@ -16,10 +18,12 @@ import dataclasses
 import os
 import resource
 import signal
+import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from app.bench import child
 from tests.results import reporting
@@ -75,6 +79,53 @@ def _gated(probe: str, params: dict, progress: child.Progress) -> dict:
     return _ok(probe, params, progress)
 
 
+# A rank: writes its pid to the file argv[1] once it is set up, then sleeps for ten minutes;
+# with argv[2] == "stubborn" it ignores SIGTERM first, so only SIGKILL ends it.
+RANK = ("import os, signal, sys, time\n"
+        "if sys.argv[2] == 'stubborn': signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "with open(sys.argv[1], 'a') as out: out.write(f'{os.getpid()}\\n')\n"
+        "time.sleep(600)\n")
+
+
+def _ranks(probe: str, params: dict, progress: child.Progress) -> dict:
+    """Start four ranks, each writing its pid to the file TALLY_FAULT_RANKS: one in this
+    process's group (as torch.multiprocessing starts them), one in a session of its own (as
+    torch.distributed.run starts a script's workers), one that ignores SIGTERM, and one forked,
+    which holds this child's protocol channel open. Once all four have written, do
+    TALLY_FAULT_THEN: hang (for a timeout or a cancel), crash (os._exit(7), the ranks alive), or
+    ok (report a result, leaving them running)."""
+    pidfile = os.environ["TALLY_FAULT_RANKS"]
+    for how in ("plain", "session", "stubborn"):
+        subprocess.Popen([sys.executable, "-c", RANK, pidfile, how], start_new_session=how == "session")
+    if os.fork() == 0:  # the child's channel fd is inherited: its stdout will not end while this lives
+        with open(pidfile, "a") as out:
+            out.write(f"{os.getpid()}\n")
+        time.sleep(600)
+        os._exit(0)
+    while not os.path.exists(pidfile) or len(Path(pidfile).read_text().split()) < 4:
+        time.sleep(0.01)
+    match os.environ.get("TALLY_FAULT_THEN", "hang"):
+        case "crash":
+            os._exit(7)
+        case "ok":
+            return _ok(probe, params, progress)
+    _hang()
+
+
+def _torchrun(probe: str, params: dict, progress: child.Progress) -> dict:
+    """torch.distributed.run starts two ranks (its workers, each in a session of its own); its
+    agent is then SIGKILLed, as the kernel's OOM killer might end it, and the child crashes
+    (os._exit(7)): the ranks are orphans outside every group the dispatcher knows of."""
+    pidfile = os.environ["TALLY_FAULT_RANKS"]
+    agent = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+                              "--standalone", "--no-python", sys.executable, "-c", RANK, pidfile, "plain"])
+    while not os.path.exists(pidfile) or len(Path(pidfile).read_text().split()) < 2:
+        time.sleep(0.01)
+    agent.kill()
+    agent.wait()
+    os._exit(7)
+
+
 def fault(probe: str, params: dict, progress: child.Progress) -> dict:
     if pids := os.environ.get("TALLY_FAULT_PIDS"):
         with open(pids, "a") as out:
@@ -98,6 +149,10 @@ def fault(probe: str, params: dict, progress: child.Progress) -> dict:
             return _gated(probe, params, progress)
         case "misreport":
             return {"probe": probe, "seconds": 1.5}
+        case "ranks":
+            return _ranks(probe, params, progress)
+        case "torchrun":
+            return _torchrun(probe, params, progress)
         case other:
             raise SystemExit(f"unknown TALLY_FAULT {other!r}")
 

@@ -5,7 +5,8 @@ CUDA context or lock is inherited) and speaks JSON lines with it:
 
 - stdin, one line: {"job_id": int, "probe": str, "params": {...}}. The parent keeps
   stdin open while the job runs; end-of-file means the parent died, and the
-  child exits rather than run on as an orphan holding the GPU.
+  child exits rather than run on as an orphan holding the GPU, ending its process
+  group (the ranks it started) when it leads one, as the dispatcher starts it.
 - stdout, one message per line:
     {"type": "progress", "done": int, "total": int, "message": str}
     {"type": "result", "result": {...}}                      then exit 0
@@ -18,6 +19,7 @@ CUDA context or lock is inherited) and speaks JSON lines with it:
 import importlib
 import json
 import os
+import signal
 import sys
 import threading
 import traceback
@@ -60,6 +62,11 @@ _reported = threading.Event()
 def _exit_when_parent_dies() -> None:
     sys.stdin.read()
     if not _reported.is_set():
+        if os.getpgrp() == os.getpid():
+            # The dispatcher starts us leading a group of our own, our ranks in it: with the dispatcher
+            # dead nobody else will end them. SIGTERM (which ends us too): torch.distributed.run's
+            # agent ends its workers, each in a session of its own, when it gets one.
+            os.killpg(os.getpid(), signal.SIGTERM)
         os._exit(3)
 
 

@@ -62,6 +62,11 @@ def parser() -> argparse.ArgumentParser:
         running.add_argument("--gpu", type=options.value, metavar="INDEX", help=(
             "run on this GPU (NVML's index; the child sees it alone, as CUDA_VISIBLE_DEVICES); default "
             "the first GPU served (TALLY_GPUS, else every GPU)"))
+        running.add_argument("--num-gpus", type=options.value, metavar="N", help=(
+            "run on N GPUs at once, the lowest-numbered served ones (the child sees them as cuda:0..N-1); "
+            "not with --gpu"))
+        running.add_argument("--gpus", type=options.list_value, metavar="I,J,...", help=(
+            "run on these GPUs at once (NVML's indices); not with --gpu"))
         running.add_argument("--output", choices=("table", "json"), default="table",
                              help="table (default), or the whole result as JSON")
         sub.set_defaults(fields=fields)
@@ -86,7 +91,8 @@ def run(args: argparse.Namespace) -> int:
     given = options.given(opts, opts.fields)
     params = params | given if isinstance(params, dict) else params
     body = {"probe": opts.probe, "params": params}
-    body |= {key: v for key, v in (("timeout_s", opts.timeout), ("gpu", opts.gpu)) if v is not None}
+    running = {"timeout_s": opts.timeout, "gpu": opts.gpu, "num_gpus": opts.num_gpus, "gpus": opts.gpus}
+    body |= {key: v for key, v in running.items() if v is not None}
     with tempfile.TemporaryDirectory(prefix="tally-probe-") as tmp:
         private = {"database_path": Path(tmp) / "jobs.db", "api_token": None}
         settings = get_settings().model_copy(update=private)
@@ -99,11 +105,15 @@ def run(args: argparse.Namespace) -> int:
         # As the server's dispatchers do: a job naming a GPU runs there; one naming none on the first
         # GPU served, which admission sized it against (on a box without a GPU, on the CPU).
         served = device.served_gpus(settings.gpus)
-        gpu = job["gpu"] if job["gpu"] is not None else served[0] if served else None
+        named = job["gpu"] if job["gpu"] is not None else job["gpus"][0] if job["gpus"] else None
+        gpu = named if named is not None else served[0] if served else None
         where = job["device"] if gpu is None or job["device"] == "cpu" else f"GPU {gpu}"
+        if job["num_gpus"] > 1:  # a dispatcher serving no one GPU places it on any of the served ones
+            gpu = None
+            where = f"GPUs {', '.join(map(str, job['gpus']))}" if job["gpus"] else f"{job['num_gpus']} GPUs"
         print(f"{opts.probe} on {where}, time limit {job['timeout_s']:g} s", file=sys.stderr)
         _quiet_dispatcher()
-        dispatcher = Dispatcher(store, "tally-probe", poll_s=POLL_S, gpu=gpu)
+        dispatcher = Dispatcher(store, "tally-probe", poll_s=POLL_S, gpu=gpu, served=served)
         dispatcher.start()
         try:
             row = _follow(store, job["id"])

@@ -28,6 +28,40 @@ def device_for(gpu: int | None, params: ProbeParams, configured: list[int] | Non
     return dev.describe(gpu)
 
 
+def several_gpus(gpu: int | None, num_gpus: int | None, gpus: list[int] | None, params: ProbeParams,
+                 configured: list[int] | None) -> tuple[int, list[int] | None]:
+    """(num_gpus, the GPUs named or None) of a job, once this box could run it; InvalidInput
+    naming the field (num_gpus, gpus or gpus.N) when it could not. A CPU job runs on the host
+    whatever its ranks (its probe's own parameters set those), so it asks for no GPUs."""
+    if gpu is not None and (gpus is not None or num_gpus is not None):
+        field = "gpus" if gpus is not None else "num_gpus"
+        raise InvalidInput(field, f"give gpu (one GPU) or {field}, not both")
+    if gpus is None:
+        num_gpus = num_gpus or 1
+        served = dev.served_gpus(configured)
+        if num_gpus > 1 and params.device == "cpu":
+            raise InvalidInput("num_gpus", "a job with params.device \"cpu\" runs on the host, not on GPUs; "
+                                           "its probe's own parameters set how many processes it runs")
+        if num_gpus > max(len(served), 1):
+            raise InvalidInput("num_gpus", f"{num_gpus} GPUs asked for but this server serves "
+                                           f"{len(served) or 'no'} GPU{'s' if len(served) != 1 else ''} "
+                                           "(TALLY_GPUS; GET /api/v1/devices)")
+        return num_gpus, None
+    if num_gpus is not None and num_gpus != len(gpus):
+        raise InvalidInput("num_gpus", f"{num_gpus} GPUs asked for but gpus names {len(gpus)}")
+    if params.device == "cpu":
+        raise InvalidInput("gpus", "a job with params.device \"cpu\" cannot name GPUs")
+    served = dev.served_gpus(configured)
+    for i, index in enumerate(gpus):
+        if index in gpus[:i]:
+            raise InvalidInput(f"gpus.{i}", f"GPU {index} is listed twice")
+        if index not in served:
+            have = f"GPUs {', '.join(map(str, served))}" if served else "no GPU"
+            raise InvalidInput(f"gpus.{i}", f"GPU {index} is not served here: this server's dispatchers run "
+                                            f"{have} (GET /api/v1/devices)")
+    return len(gpus), sorted(gpus)
+
+
 def target(params: ProbeParams, device: DeviceInfo) -> str:
     """cuda or cpu: where the job will run."""
     if params.device == "cuda" and device.kind != "cuda":

@@ -6,6 +6,11 @@ no other dispatcher on the database, whatever its id, runs a job there meanwhile
 is a new interpreter, never a fork, so it inherits no CUDA context or lock, and a crash
 in it (a segfault in a kernel, an allocator abort) ends that job, not the server.
 The protocol is in app/bench/child.py.
+
+A job on several GPUs is run by one dispatcher serving one of them (app/jobs/placement.py says
+which, and how a waiting one reserves its GPUs); its child sees them all. However the job
+ends (a result, a timeout, a cancel, the child's crash), every process the child started
+(its ranks) is ended before the child is reaped (app/jobs/process.py, app/jobs/sweep.py).
 """
 
 import enum
@@ -34,6 +39,9 @@ CHILD_ARGV = (sys.executable, "-m", "app.bench.child")
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 PROGRESS_EVERY_S = 0.1
 HEARTBEAT_EVERY_S = 1.0
+# Seconds a child that has exited may take to be read to its end, once the processes it left
+# (which may hold its stdout: a rank it forked) are ended; a crash after that.
+DRAIN_S = 2.0
 
 
 def default_worker_id(configured: str | None, gpu: int | None) -> str:
@@ -86,6 +94,8 @@ class Watch:
     """When the newest progress may be written: at most one write per PROGRESS_EVERY_S."""
     pending: dict | None = None
     """The newest progress message, not yet written."""
+    exited_at: float | None = None
+    """When the child was seen to have exited while its output had not ended."""
 
     @property
     def jlog(self) -> logging.LoggerAdapter:
@@ -98,19 +108,22 @@ class Dispatcher:
     Times in seconds: poll_s between looks at the queue and at a running job's cancel flag;
     kill_grace_s between SIGTERM and SIGKILL; stale_after_s without a heartbeat before a running
     job (and its device lease) counts as its dead worker's. `gpu`: the GPU index this dispatcher serves (one
-    dispatcher per GPU); it takes jobs naming that GPU or none. None serves the CPU, or on a
-    GPU box runs each job on the GPU it names. worker_loss_retries: times a job whose worker
-    died under it is requeued (TALLY_WORKER_LOSS_RETRIES).
+    dispatcher per GPU); it takes jobs naming that GPU or none, and jobs on several GPUs that may
+    include it. None serves the CPU, or on a GPU box runs each job on the GPU it names.
+    `served`: every GPU of this host that jobs may use (TALLY_GPUS, else NVML's), among which a
+    job asking for num_gpus gets its others; default [gpu]. worker_loss_retries: times a job
+    whose worker died under it is requeued (TALLY_WORKER_LOSS_RETRIES).
     """
 
     def __init__(self, store: Store, worker_id: str, child_argv: list[str] | None = None,
                  child_env: dict[str, str] | None = None, poll_s: float = 0.2, kill_grace_s: float = 5,
                  stale_after_s: float = STALE_AFTER_S, gpu: int | None = None,
-                 worker_loss_retries: int = WORKER_LOSS_RETRIES) -> None:
+                 worker_loss_retries: int = WORKER_LOSS_RETRIES, served: list[int] | None = None) -> None:
         self.store = store
         self.worker_id = worker_id
         self.host = socket.gethostname()
         self.gpu = gpu
+        self.served = list(served) if served is not None else [] if gpu is None else [gpu]
         self.child_argv = list(child_argv or CHILD_ARGV)
         self.child_env = dict(child_env or {})
         self.poll_s = poll_s
@@ -122,11 +135,12 @@ class Dispatcher:
 
     def _env(self, job: Job) -> dict[str, str]:
         env = {**os.environ, **self.child_env}
-        if job.ran_on_gpu is not None:
-            # The child sees its GPU alone, as cuda:0: a probe never picks a device itself.
-            # PCI bus order makes CUDA's numbering NVML's (CUDA's default puts the fastest first).
+        if job.ran_on_gpus:
+            # The child sees its GPUs alone, as cuda:0..n-1 in ran_on_gpus' order: a probe never
+            # picks a device itself. PCI bus order makes CUDA's numbering NVML's (CUDA's default
+            # puts the fastest first).
             env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
-            env["CUDA_VISIBLE_DEVICES"] = str(job.ran_on_gpu)
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, job.ran_on_gpus))
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_ROOT), env.get("PYTHONPATH")]))
         return env
 
@@ -185,7 +199,7 @@ class Dispatcher:
     def run_once(self) -> bool:
         """Claim the oldest queued job and run it to its end; False when none was queued."""
         job = self.store.claim(worker_id=self.worker_id, gpu=self.gpu, host=self.host,
-                               stale_after_s=self.stale_after_s)
+                               stale_after_s=self.stale_after_s, served=self.served)
         if job is None:
             return False
         self._run(job)
@@ -237,6 +251,8 @@ class Dispatcher:
             if line and (outcome := self._take_message(w, line)):
                 return outcome
             now = time.monotonic()
+            if not line and (outcome := self._exited(w, now)):
+                return outcome
             self._progress_if_due(w, now)
             if outcome := self._past_deadline(w, now) or self._stopping(w) or self._poll_row(w, now):
                 return outcome
@@ -290,6 +306,18 @@ class Dispatcher:
         if w.pending and now >= w.progress_due:
             self._write_progress(w.job, w.pending)
             w.pending, w.progress_due = None, now + PROGRESS_EVERY_S
+
+    def _exited(self, w: Watch, now: float) -> Outcome | None:
+        """A child that has exited while something it started still holds its output open (a rank
+        it forked): those are ended, so its output ends and is read to the end; CRASHED when even
+        then it has not ended within DRAIN_S; else None."""
+        if w.exited_at is None:
+            if not w.child.exited():
+                return None
+            w.jlog.warning("its process exited before its output ended; ending what it left running")
+            w.child.stop(self.kill_grace_s)
+            w.exited_at = time.monotonic()
+        return Outcome(Ending.CRASHED) if now >= w.exited_at + DRAIN_S else None
 
     def _past_deadline(self, w: Watch, now: float) -> Outcome | None:
         """A timeout, the child stopped, once the job has run for its timeout_s; else None."""

@@ -4,7 +4,7 @@ result parsed once into the probe's result type (app/contract/registry.py).
 A job's states and the only moves between them (TRANSITIONS; every change of state goes
 through Store._move, which refuses any other):
 
-    queued  -> running     claim: a dispatcher takes it, and the lease of its device
+    queued  -> running     claim: a dispatcher takes it, and the leases of its devices
     queued  -> cancelled   cancel: before it ran
     running -> succeeded   finish: the child reported a result
     running -> failed      finish: the probe raised; recover: its workers died too often (WorkerLost)
@@ -62,11 +62,20 @@ class Job:
     revision: int
     device: str | None
     gpu: int | None
-    """The GPU index the job asked for; None: any dispatcher may take it."""
+    """The one GPU index the job asked for; None: any dispatcher may take it (or it asked for
+    several: num_gpus, gpus)."""
     ran_on_gpu: int | None
-    """The GPU index its dispatcher gave the child (CUDA_VISIBLE_DEVICES); None on the CPU."""
+    """The GPU index its dispatcher gave a one-GPU job's child (CUDA_VISIBLE_DEVICES); None on
+    the CPU, before it starts, and for a job on several GPUs (ran_on_gpus lists them)."""
     attempts_log: list[dict[str, Any]]
     """How each ended attempt ended, oldest first (app/jobs/attempts.py)."""
+    num_gpus: int
+    """How many GPUs the job asked for: 1 unless it asked for more."""
+    gpus: list[int] | None
+    """The GPU indices the job named (as many as num_gpus); None: any num_gpus free ones."""
+    ran_on_gpus: list[int]
+    """Every GPU its child was given, ascending (NVML's PCI bus order, so the child's cuda:0..n-1
+    are these in turn); [ran_on_gpu] for a one-GPU job; empty on the CPU or before it starts."""
 
     @property
     def terminal(self) -> bool:
@@ -82,6 +91,12 @@ def from_row(row: sqlite3.Row) -> Job:
         fields["result"] = RESULTS.validate_json(fields["result"])
     fields["cancel_requested"] = bool(fields["cancel_requested"])
     fields["attempts_log"] = json.loads(fields["attempts_log"] or "[]")
+    # A row from before jobs could ask for several GPUs (NULLs): one GPU, the one it names or ran on.
+    fields["num_gpus"] = fields["num_gpus"] or 1
+    fields["gpus"] = None if fields["gpus"] is None else json.loads(fields["gpus"])
+    ran = fields["ran_on_gpus"]
+    fields["ran_on_gpus"] = (json.loads(ran) if ran is not None
+                             else [] if fields["ran_on_gpu"] is None else [fields["ran_on_gpu"]])
     return Job(**fields)
 
 

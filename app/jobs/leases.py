@@ -1,14 +1,16 @@
 """Device leases: the SQL that keeps two jobs off one device, whatever the dispatchers' ids.
 
-A claim takes the lease of the device its job will run on, in the same write transaction
-(Store.claim), so two dispatchers on one database, started however, cannot both run a job
-there: one would disturb the other's measurement. The job's heartbeat renews its lease, any
-move out of `running` releases it (Store._move), and a lease whose heartbeat is older than
-the claimer's stale_after_s counts as free: its holder died without releasing it.
+A claim takes the lease of every device its job will run on (one row per GPU for a job on
+several; all of them or none), in the same write transaction (Store.claim), so two dispatchers
+on one database, started however, cannot both run a job there: one would disturb the other's
+measurement. The job's heartbeat renews its leases, any move out of `running` releases them
+(Store._move), and a lease whose heartbeat is older than the claimer's stale_after_s counts as
+free: its holder died without releasing it.
 
 A device is named "<host>:gpu<N>", "<host>:cpu", or "<host>:*" for a job whose device is not
 known to be one GPU (a CUDA job with no GPU named runs on the child's default device): that
-one excludes, and is excluded by, every other lease of its host.
+one excludes, and is excluded by, every other lease of its host. Which are free, and which a
+claim takes, is app/jobs/placement.py's rule over `busy`.
 """
 
 import sqlite3
@@ -21,26 +23,15 @@ CREATE TABLE IF NOT EXISTS leases (
     heartbeat_at REAL NOT NULL
 );
 """
-WHOLE_HOST = "*"
 
 
-def device_key(*, host: str, device: str | None, ran_on_gpu: int | None) -> str:
-    """The lease a job takes: its GPU, the host's CPU, or the whole host when unsure."""
-    if device == "cpu":
-        return f"{host}:cpu"
-    if ran_on_gpu is not None:
-        return f"{host}:gpu{ran_on_gpu}"
-    return f"{host}:{WHOLE_HOST}"
-
-
-def is_free(db: sqlite3.Connection, key: str, *, now: float, stale_after_s: float) -> bool:
-    """No live lease of the host's overlaps `key` (read inside the claim's write transaction)."""
-    host, _, unit = key.rpartition(":")
+def busy(db: sqlite3.Connection, *, host: str, now: float, stale_after_s: float) -> set[str]:
+    """The units ("gpu<N>", "cpu", "*") of `host` under a live lease (read inside the claim's write
+    transaction); app/jobs/placement.py reads them."""
     prefix = f"{host}:"
     rows = db.execute("SELECT device FROM leases WHERE substr(device, 1, ?) = ? AND heartbeat_at >= ?",
                       (len(prefix), prefix, now - stale_after_s)).fetchall()
-    held = {row[0][len(prefix):] for row in rows}
-    return not held if unit == WHOLE_HOST else not held & {unit, WHOLE_HOST}
+    return {row[0][len(prefix):] for row in rows}
 
 
 def take(db: sqlite3.Connection, key: str, *, job_id: int, worker_id: str, now: float) -> None:

@@ -1,6 +1,6 @@
 """One child interpreter running one job (`python -m app.bench.child`): its pipes, the
-threads draining them, how to stop it, and how its protocol lines are read. The protocol
-itself is written down in app/bench/child.py."""
+threads draining them, how to stop it and every process it started (app/jobs/sweep.py), and
+how its protocol lines are read. The protocol itself is written down in app/bench/child.py."""
 
 import contextlib
 import json
@@ -12,12 +12,15 @@ import threading
 import time
 from typing import Any
 
+from app.jobs import sweep
 from app.jobs.job import Job
 
 STDERR_TAIL_BYTES = 8192
 # A longer line is not one of ours; the cap keeps a runaway child from filling memory.
 MAX_LINE_BYTES = 16 << 20
 CHILD_STATUSES = ("failed", "oom")
+# Seconds between looks at whether the child and its processes have gone, while waiting for them.
+SWEEP_POLL_S = 0.05
 
 
 def error(kind: str, message: str, **detail: Any) -> dict:
@@ -53,7 +56,12 @@ class Child:
     """One child interpreter running one job: its pipes, the threads draining them, how to stop it."""
 
     def __init__(self, argv: list[str], env: dict[str, str], job: Job) -> None:
-        # A new session: a Ctrl-C meant for the server's terminal does not reach the child.
+        # Every process the child starts inherits the token, whatever group it moves to.
+        self.token = sweep.new_token()
+        env = {**env, sweep.TOKEN_VAR: self.token}
+        self._lost = False  # reaped by someone else: its pid, and so its group's id, may be reused
+        # A new session: a Ctrl-C meant for the server's terminal does not reach the child; its
+        # group is the job's ranks too.
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, env=env, start_new_session=True)
         self.started = time.monotonic()
@@ -89,27 +97,57 @@ class Child:
     def stderr_tail(self) -> str:
         return bytes(self._tail).decode("utf-8", "replace")
 
+    def exited(self) -> bool:
+        """Whether the child has exited, without reaping it: unreaped, its pid and so its process
+        group's id stay the job's, and the group can still be signalled safely."""
+        if self.proc.returncode is not None or self._lost:
+            return True
+        try:
+            return os.waitid(os.P_PID, self.proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+        except ChildProcessError:
+            self._lost = True
+            return True
+
+    def _group(self) -> int | None:
+        return None if self.proc.returncode is not None or self._lost else self.proc.pid
+
     def _signal(self, sig: signal.Signals) -> None:
-        # The whole process group, so anything the probe started goes too. Only while the child
-        # is unreaped: after that its pid, and so the group id, may belong to someone else.
-        if self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, sig)
+        # The whole process group and every process holding the job's token (app/jobs/sweep.py), so
+        # every rank the probe started goes too, even one whose parent has died.
+        sweep.signal_all(sig, group=self._group(), token=self.token)
+
+    def _wait_all(self, grace_s: float) -> bool:
+        """Wait until the child has exited and none of its processes runs, at most grace_s seconds;
+        whether they have all gone."""
+        deadline = time.monotonic() + grace_s
+        while not (self.exited() and not sweep.members(group=self._group(), token=self.token)):
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(SWEEP_POLL_S)
+        return True
 
     def stop(self, grace_s: float) -> None:
-        """SIGTERM, then SIGKILL after grace_s; returns once the child is reaped."""
+        """SIGTERM to the child and every process it started, then SIGKILL to any left after
+        grace_s; returns once the child is reaped (a rank stuck in the kernel may outlive that)."""
         self._signal(signal.SIGTERM)
-        try:
-            self.proc.wait(grace_s)
-        except subprocess.TimeoutExpired:
+        if not self._wait_all(grace_s):
             self._signal(signal.SIGKILL)
-            self.proc.wait()
+            self._wait_all(grace_s)
+        self._reap()
+
+    def _reap(self) -> None:
+        self.proc.wait()  # one reaped elsewhere (SIGCHLD ignored) gets returncode 0 from Popen
 
     def close(self, grace_s: float) -> None:
-        """Reap the child (stopping it when it outlives grace_s) and release its pipes."""
-        try:
-            self.proc.wait(grace_s)
-        except subprocess.TimeoutExpired:
+        """Reap the child (stopping it when it outlives grace_s), ending first any process it
+        left running (a rank of a child that crashed, or that reported and left it behind), and
+        release its pipes."""
+        deadline = time.monotonic() + grace_s
+        while not self.exited() and time.monotonic() < deadline:
+            time.sleep(SWEEP_POLL_S)
+        if self.exited() and not sweep.members(group=self._group(), token=self.token):
+            self._reap()
+        else:
             self.stop(grace_s)
         # A grandchild may hold the pipes open; the readers are daemons, so do not wait long. A pipe
         # still being read stays open: closing it could give its fd number to another file under the reader.

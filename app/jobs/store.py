@@ -1,6 +1,6 @@
 """The durable job queue: all of Tally's SQL, here and in the three modules beside it that
 keep its parts (schema.py: the tables and migration; leases.py: one job per device;
-attempt_log.py: how each attempt ended).
+attempt_log.py: how each attempt ended), and placement.py, the SQL-free rule a claim follows.
 
 Every operation opens its own connection (microseconds for a local file), so a
 Store is safe to share between threads and to open from several processes at
@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from app.contract.registry import ProbeResult
-from app.jobs import attempt_log, leases, schema
+from app.jobs import attempt_log, leases, placement, schema
 from app.jobs.job import ACTIVE, STATES, TERMINAL, TRANSITIONS, Job, from_row, result_json
 from app.jobs.storage import StoreUnavailable
 
@@ -32,7 +32,8 @@ log = logging.getLogger("tally.jobs")
 
 # What a move may write besides status (its one writer is Store._move) and revision (every write's).
 MOVE_COLUMNS = ("attempts", "started_at", "finished_at", "heartbeat_at", "worker_id", "ran_on_gpu",
-                "progress_done", "progress_total", "progress_message", "result", "error", "cancel_requested")
+                "ran_on_gpus", "progress_done", "progress_total", "progress_message", "result", "error",
+                "cancel_requested")
 # A claimed or requeued job starts its progress over.
 FRESH_PROGRESS = {"progress_done": 0, "progress_total": 0, "progress_message": ""}
 # Times a job whose worker died under it goes back to the queue (TALLY_WORKER_LOSS_RETRIES);
@@ -186,18 +187,21 @@ class Store:
             return db.execute("PRAGMA journal_mode").fetchone()[0]
 
     def submit(self, *, probe: str, params: dict, timeout_s: float, limit: int, device: str | None = None,
-               gpu: int | None = None) -> Job:
-        """Queue a job (for GPU `gpu` only, when given), or raise QueueFull when `limit` jobs are
-        queued or running already."""
+               gpu: int | None = None, num_gpus: int = 1, gpus: Sequence[int] | None = None) -> Job:
+        """Queue a job (for GPU `gpu` only, when given; on num_gpus GPUs, or on the GPUs `gpus`
+        names, app/jobs/placement.py), or raise QueueFull when `limit` jobs are queued or running."""
+        if gpus is not None:
+            num_gpus = len(gpus)
         with self._write() as db:
             active = db.execute(f"SELECT COUNT(*) FROM jobs WHERE status IN ({_marks(ACTIVE)})",
                                 ACTIVE).fetchone()[0]
             if active >= limit:
                 raise QueueFull(limit)
             cursor = db.execute(
-                "INSERT INTO jobs (probe, params, status, timeout_s, created_at, device, gpu) "
-                "VALUES (?, ?, 'queued', ?, ?, ?, ?)",
-                (probe, _json(params), timeout_s, time.time(), device, gpu))
+                "INSERT INTO jobs (probe, params, status, timeout_s, created_at, device, gpu, num_gpus, "
+                "gpus) VALUES (?, ?, 'queued', ?, ?, ?, ?, ?, ?)",
+                (probe, _json(params), timeout_s, time.time(), device, gpu, num_gpus,
+                 None if gpus is None else _json(sorted(gpus))))
             return self._row(db, cursor.lastrowid)
 
     def get(self, job_id: int) -> Job | None:
@@ -226,31 +230,42 @@ class Store:
         return [from_row(row) for row in rows], total
 
     def claim(self, *, worker_id: str, gpu: int | None = None, host: str | None = None,
-              stale_after_s: float = STALE_AFTER_S) -> Job | None:
-        """Take the oldest queued job for `worker_id` whose device is free, lease the device
+              stale_after_s: float = STALE_AFTER_S, served: Sequence[int] = ()) -> Job | None:
+        """Take the oldest queued job that `worker_id` may start now, lease all its devices
         (app/jobs/leases.py) and mark the job running; None when no such job waits.
 
-        A dispatcher of GPU `gpu` takes the jobs that name that GPU or none; one without a GPU
-        (gpu None) takes any, and runs a job that names a GPU on that GPU. `host` (default this
-        machine's name) names the device in the lease; a lease older than stale_after_s is free.
+        A dispatcher of GPU `gpu` takes the jobs that name that GPU or none, and those on several
+        GPUs that include it; one without a GPU (gpu None) takes any, and runs a job that names a
+        GPU on that GPU. `served`: this host's GPUs, among which a job asking for num_gpus finds
+        its free ones. Which job and where, and the reservation that keeps a job on several GPUs
+        from starving: app/jobs/placement.py. `host` (default this machine's name) names the
+        devices in the leases; a lease older than stale_after_s is free.
         """
         now = time.time()
         host = host or socket.gethostname()
         mine, args = ("AND (gpu IS NULL OR gpu = ?)", (gpu,)) if gpu is not None else ("", ())
         with self._write() as db:
-            rows = db.execute(f"SELECT id, attempts, gpu, device FROM jobs WHERE status = 'queued' {mine} "
-                              "ORDER BY id LIMIT ?", (*args, CLAIM_WINDOW)).fetchall()
-            for row in rows:
-                ran_on_gpu = row["gpu"] if row["gpu"] is not None else gpu
-                key = leases.device_key(host=host, device=row["device"], ran_on_gpu=ran_on_gpu)
-                if not leases.is_free(db, key, now=now, stale_after_s=stale_after_s):
-                    continue  # another dispatcher's job runs there: two at once would disturb both
-                leases.take(db, key, job_id=row["id"], worker_id=worker_id, now=now)
-                self._move(db, row["id"], old="queued", new="running", values={
-                    "attempts": row["attempts"] + 1, "started_at": now, "heartbeat_at": now,
-                    "worker_id": worker_id, "ran_on_gpu": ran_on_gpu, **FRESH_PROGRESS})
-                return self._row(db, row["id"])
-            return None
+            rows = db.execute(f"SELECT id, attempts, gpu, device, num_gpus, gpus FROM jobs "
+                              f"WHERE status = 'queued' {mine} ORDER BY id LIMIT ?",
+                              (*args, CLAIM_WINDOW)).fetchall()
+            queue = [placement.Waiting(id=row["id"], device=row["device"], gpu=row["gpu"],
+                                       num_gpus=row["num_gpus"] or 1,
+                                       gpus=None if row["gpus"] is None else json.loads(row["gpus"]))
+                     for row in rows]
+            busy = leases.busy(db, host=host, now=now, stale_after_s=stale_after_s)
+            chosen = placement.choose(queue, claimer=gpu, served=served, busy=busy)
+            if chosen is None:
+                return None
+            job_id = chosen.job.id
+            for unit in chosen.units:  # every device, in this one transaction: all of them or none
+                leases.take(db, f"{host}:{unit}", job_id=job_id, worker_id=worker_id, now=now)
+            on = chosen.ran_on_gpus
+            attempts = next(row["attempts"] for row in rows if row["id"] == job_id)
+            self._move(db, job_id, old="queued", new="running", values={
+                "attempts": attempts + 1, "started_at": now, "heartbeat_at": now, "worker_id": worker_id,
+                "ran_on_gpu": on[0] if len(on) == 1 else None, "ran_on_gpus": _json(on) if on else None,
+                **FRESH_PROGRESS})
+            return self._row(db, job_id)
 
     def progress(self, job_id: int, *, done: int, total: int, message: str = "",
                  worker_id: str | None = None) -> bool:
@@ -337,7 +352,7 @@ class Store:
     def _requeue(cls, db: sqlite3.Connection, job_id: int, *, attempts: int, reason: str) -> None:
         cls._move(db, job_id, old="running", new="queued", reason=reason, values={
             "attempts": attempts, "started_at": None, "heartbeat_at": None, "worker_id": None,
-            "ran_on_gpu": None, **FRESH_PROGRESS})
+            "ran_on_gpu": None, "ran_on_gpus": None, **FRESH_PROGRESS})
 
     def requeue(self, job_id: int) -> bool:
         """Graceful shutdown: a running job goes back to the queue, this attempt not counted.

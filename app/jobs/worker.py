@@ -24,7 +24,7 @@ log = logging.getLogger("tally.jobs")
 def run(database: str | Path, worker_id: str, child_argv: list[str] | None = None,
         child_env: dict[str, str] | None = None, stop: threading.Event | None = None,
         gpu: int | None = None, stale_after_s: float | None = None,
-        worker_loss_retries: int | None = None) -> None:
+        worker_loss_retries: int | None = None, served: list[int] | None = None) -> None:
     """Dispatch jobs from `database` until SIGTERM or SIGINT (or `stop`, when given, is set)."""
     # Here, not at the top: `tally --help` builds this module's parser and should stay quick.
     from app.jobs.dispatcher import Dispatcher
@@ -40,7 +40,8 @@ def run(database: str | Path, worker_id: str, child_argv: list[str] | None = Non
         signal.signal(signal.SIGINT, on_signal)
     retries = WORKER_LOSS_RETRIES if worker_loss_retries is None else worker_loss_retries
     Dispatcher(Store(database), worker_id, child_argv=child_argv, child_env=child_env, gpu=gpu,
-               stale_after_s=stale_after_s or STALE_AFTER_S, worker_loss_retries=retries).run_forever(stop)
+               stale_after_s=stale_after_s or STALE_AFTER_S, worker_loss_retries=retries,
+               served=served).run_forever(stop)
 
 
 def _gpu_index(text: str) -> int:
@@ -63,8 +64,10 @@ def parser() -> argparse.ArgumentParser:
                           "so no two dispatchers share one; TALLY_WORKER_ID replaces host and process)")
     cli.add_argument("--gpu", type=_gpu_index, metavar="INDEX",
                      help="serve this GPU only (NVML's index): take the jobs that name it or none, and run "
-                          "them there. Start one worker per GPU, each with its own --worker-id. Default: "
-                          "take every job, running one that names a GPU on that GPU")
+                          "them there, and the jobs on several GPUs that include it (TALLY_GPUS, else every "
+                          "GPU, are the ones such a job may use). Start one worker per GPU, each with its "
+                          "own --worker-id. Default: take every job, running one that names a GPU "
+                          "on that GPU")
     cli.add_argument("--log-level", default=settings.log_level,
                      choices=["critical", "error", "warning", "info", "debug"],
                      help="default: TALLY_LOG_LEVEL, %(default)s")
@@ -85,7 +88,10 @@ def start(args: argparse.Namespace) -> int:
         from app.jobs.dispatcher import default_worker_id
         worker_id = default_worker_id(settings.worker_id, args.gpu)
     try:
-        run(args.database, worker_id, gpu=args.gpu, worker_loss_retries=settings.worker_loss_retries)
+        # Here, not at the top: `tally --help` should stay quick.
+        from app.device import served_gpus
+        run(args.database, worker_id, gpu=args.gpu, worker_loss_retries=settings.worker_loss_retries,
+            served=served_gpus(settings.gpus))
     except StoreUnavailable as e:  # one line naming the file, as a bad setting gets
         print(f"tally: {e}", file=sys.stderr)
         return 2

@@ -28,7 +28,15 @@ def _request_model(name: str, params: type) -> type[Input]:
                               "TALLY_JOB_TIMEOUT_MAX_S.")),
         gpu=(count(ge=0, le=1023) | None, Field(
             None, description="Run on this GPU (NVML's index, GET /api/v1/devices) and "
-                              "no other; default the first GPU free.")),
+                              "no other; default the first GPU free. Not with gpus or num_gpus.")),
+        num_gpus=(count(ge=1, le=1024) | None, Field(
+            None, description="Run on this many GPUs at once, any free ones (default 1); the child sees "
+                              "them as cuda:0..n-1. A CPU job runs on the host whatever its ranks: its "
+                              "probe's own parameters set those.")),
+        gpus=(list[count(ge=0, le=1023)] | None, Field(
+            None, min_length=1, max_length=1024,
+            description="Run on these GPUs (NVML's indices), all at once, and no others; the child sees "
+                        "them as cuda:0..n-1 in ascending order.")),
     )
 
 
@@ -74,9 +82,17 @@ class JobSummary(BaseModel):
     device: str | None
     """cuda or cpu: where the job runs."""
     gpu: int | None
-    """The GPU the job asked for; null: any."""
+    """The one GPU the job asked for; null: any (or it asked for several: gpus, num_gpus)."""
+    num_gpus: int
+    """How many GPUs the job asked for."""
+    gpus: list[int] | None
+    """The GPUs the job asked for by index, ascending; null: any num_gpus free ones."""
     ran_on_gpu: int | None
-    """The GPU its dispatcher ran it on (NVML's index); null on the CPU or before it starts."""
+    """The GPU its dispatcher ran a one-GPU job on (NVML's index); null on the CPU, before it
+    starts, and for a job on several GPUs."""
+    ran_on_gpus: list[int]
+    """Every GPU its dispatcher ran it on (NVML's indices, ascending: its child's cuda:0..n-1);
+    empty on the CPU or before it starts."""
     attempts: int
     """Times a dispatcher took it: 2 after one interruption (a killed worker)."""
     attempts_log: list[Attempt]
@@ -112,7 +128,8 @@ def _fields(job: Job) -> dict[str, Any]:
     total = job.progress_total
     return dict(
         id=job.id, probe=job.probe, status=job.status, params=job.params, device=job.device,
-        gpu=job.gpu, ran_on_gpu=job.ran_on_gpu, attempts=job.attempts, timeout_s=job.timeout_s,
+        gpu=job.gpu, num_gpus=job.num_gpus, gpus=job.gpus, ran_on_gpu=job.ran_on_gpu,
+        ran_on_gpus=job.ran_on_gpus, attempts=job.attempts, timeout_s=job.timeout_s,
         attempts_log=[Attempt(**e | {"started_at": _time(e["started_at"]), "ended_at": _time(e["ended_at"])})
                       for e in job.attempts_log],
         created_at=_time(job.created_at), started_at=_time(job.started_at),
@@ -136,12 +153,14 @@ def submit(body: Any, *, jobs: Store, settings: Settings) -> Job:
     if timeout > settings.job_timeout_max_s:
         raise InvalidInput("timeout_s", f"{timeout} exceeds TALLY_JOB_TIMEOUT_MAX_S "
                                         f"({settings.job_timeout_max_s})")
-    where = admission.device_for(body.gpu, body.params, settings.gpus)
+    num_gpus, gpus = admission.several_gpus(body.gpu, body.num_gpus, body.gpus, body.params, settings.gpus)
+    where = admission.device_for(body.gpu if gpus is None else gpus[0], body.params, settings.gpus)
     kind = admission.check_fits(body.probe, body.params, where)
     admission.check_time(body.probe, body.params, kind, timeout)
     try:
         return jobs.submit(probe=body.probe, params=body.params.model_dump(mode="json"), timeout_s=timeout,
-                           limit=settings.queue_limit, device=kind, gpu=body.gpu)
+                           limit=settings.queue_limit, device=kind, gpu=body.gpu, num_gpus=num_gpus,
+                           gpus=gpus)
     except store.QueueFull as e:
         raise QueueFull(e.limit) from None
 
