@@ -5,13 +5,24 @@ import dataclasses
 import importlib.util
 from dataclasses import dataclass
 
-from app.accounting import activations, dtypes, flops, memory, models, stepmemory
+from app.accounting import activations, dtypes, flops, hardware, memory, models, stepmemory
+from app.accounting.comm import collectives as cc
 from app.accounting.errors import InvalidInput
 from app.accounting.finetune import flops as finetune_flops
 from app.accounting.finetune import spec as ft
 from app.accounting.finetune.memory import finetune_memory
 from app.accounting.inference import kv_cache, roofline, workspace
-from app.contract.params import GENERATE_SIZES, CruncherSpec, GenerateParams, TrainStepParams
+from app.contract.params import (
+    COLLECTIVE_SIZES,
+    CPU_MAX_RANKS,
+    GENERATE_SIZES,
+    CollectivesParams,
+    CruncherSpec,
+    GenerateParams,
+    TrainStepParams,
+    collective_names,
+    collective_sizes,
+)
 from app.contract.schemas import engine_model
 
 INT64_BYTES = 8
@@ -358,3 +369,53 @@ def generate_need(p: GenerateParams, cuda: bool) -> tuple[int, str]:
              for b in plan.batch_sizes for c in plan.contexts]
     most, field = max(need, key=lambda x: x[0])
     return most, "params.model" if 2 * plan.weights_bytes >= most else field
+
+
+# --- collectives: app/bench/collectives.py ---------------------------------------------------------
+
+@dataclass(frozen=True)
+class CollectivesPlan:
+    collectives: tuple[str, ...]
+    sizes_bytes: tuple[int, ...]
+    ranks: int | None
+    """None on CUDA when not given: every GPU the job has, known only in the child."""
+    dtype_bytes: int
+
+
+def ranks_for(ranks: int | None, kind: str, default: int | None) -> int | None:
+    """The ranks a multi-process probe runs, or None for every visible GPU; InvalidInput past
+    the CPU's limit."""
+    if kind != "cuda" and ranks is not None and ranks > CPU_MAX_RANKS:
+        raise InvalidInput("params.ranks", f"at most {CPU_MAX_RANKS} gloo processes on the CPU, got {ranks}")
+    return ranks if ranks is not None else default
+
+
+def collectives(p: CollectivesParams, kind: str) -> CollectivesPlan:
+    return CollectivesPlan(tuple(collective_names(p)), tuple(collective_sizes(p, kind)),
+                           ranks_for(p.ranks, kind, COLLECTIVE_SIZES[kind].ranks),
+                           int(dtypes.lookup(p.dtype).storage_bytes))
+
+
+COLLECTIVE_BUFFERS = 3
+"""Buffers of S bytes a rank holds at most: the input, the output (all_to_all's are both S) and
+the expected values of the check."""
+
+
+def collectives_need(p: CollectivesParams, kind: str) -> tuple[int, str]:
+    """Device bytes at the largest size: COLLECTIVE_BUFFERS x S per GPU on CUDA (each rank has
+    its own), times the ranks on the CPU, where every process shares the host's memory."""
+    plan = collectives(p, kind)
+    per_rank = COLLECTIVE_BUFFERS * max(plan.sizes_bytes)
+    return per_rank * (1 if kind == "cuda" else plan.ranks or 1), "params.sizes_bytes"
+
+
+def catalogue_link(device_name: str) -> tuple[cc.Link, str] | None:
+    """The link between GPUs of one node from the catalogue, with NCCL's per-step latency for
+    its kind (NVLink, else PCIe), and the catalogue's source; None for a part it lacks."""
+    acc = hardware.for_device(device_name)
+    if acc is None or acc.interconnect_bytes_per_sec is None:
+        return None
+    source = acc.interconnect_source or ""
+    nvlink = "NVLink" in source and not source.startswith("no NVLink")
+    latency = cc.NVLINK_STEP_LATENCY_S if nvlink else cc.PCIE_STEP_LATENCY_S
+    return cc.Link(acc.interconnect_bytes_per_sec, latency), f"{acc.id}: {source}"
