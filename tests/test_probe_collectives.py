@@ -22,7 +22,8 @@ this two-core box, with both ranks and the parent sharing the cores beside other
 (which weighs most in the fit, but is not fitted alone), 0.54 to 2.02 at 4 MiB, and 0.4 to 5x at
 small sizes, where a scheduler's hiccup is a whole run."""
 FACTORS = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
-           "reduce_scatter": lambda n: (n - 1) / n, "all_to_all": lambda n: (n - 1) / n, "broadcast": lambda n: 1.0}
+           "reduce_scatter": lambda n: (n - 1) / n, "all_to_all": lambda n: (n - 1) / n,
+           "broadcast": lambda n: 1.0}
 
 
 def quiet(*_):
@@ -54,7 +55,8 @@ def test_busbw_is_algbw_times_the_nccl_tests_factor(two_ranks):
 def test_large_messages_follow_the_model_fitted_to_the_run(two_ranks):
     fits = {f["collective"]: f for f in two_ranks["fits"]}
     for op in FACTORS:
-        mine = sorted((p for p in two_ranks["points"] if p["collective"] == op), key=lambda p: p["size_bytes"])
+        mine = sorted((p for p in two_ranks["points"] if p["collective"] == op),
+                      key=lambda p: p["size_bytes"])
         fit = fits[op]
         assert fit["steps"] == (2 if op == "all_reduce" else 1) and fit["bytes_per_sec"] > 0
         for p in mine:  # each point's prediction is the fitted line at its size

@@ -10,7 +10,6 @@ output, for reduce_scatter the input, for all_to_all the send buffer, each n pie
 to whole elements, and to a multiple of n where it is split.
 """
 
-import os
 import time
 from typing import Any
 
@@ -27,11 +26,11 @@ from app.contract import predict
 from app.contract.params import CollectivesParams
 from app.contract.results import (
     CatalogueLink,
-    Environment,
     CollectiveFitOut,
     CollectivePoint,
     CollectivesResult,
     Contention,
+    Environment,
     Skipped,
 )
 
@@ -179,13 +178,11 @@ def run(raw: dict, progress) -> dict:
     pids: list[int] = []
     measured = launcher.launch(rank_sweep, raw | {"device": kind}, ranks=ranks, device_type=kind,
                                progress=progress, pids=pids)
-    contention = load.judge(watch.before, load.cpu_times(), seconds=time.monotonic() - watch.started,
-                            exclude={os.getpid(), *pids}, load_before=watch.load_before,
-                            load_after=load.loadavg(), cpu_count=os.cpu_count() or 1) if watch.before else None
-    return to_json(summarize_run(p, measured, contention))
+    return to_json(summarize_run(p, measured, launcher.neighbours(watch, pids)))
 
 
-def summarize_run(p: CollectivesParams, measured: dict[str, Any], contention: Contention | None) -> CollectivesResult:
+def summarize_run(p: CollectivesParams, measured: dict[str, Any],
+                  contention: Contention | None) -> CollectivesResult:
     """Rank 0's raw times into the result: stats, bandwidths, the fit and the catalogue's link."""
     environment = ENVIRONMENT.validate_python(measured["environment"] | {"contention": contention})
     ranks = measured["ranks"]
@@ -206,7 +203,8 @@ def summarize_run(p: CollectivesParams, measured: dict[str, Any], contention: Co
                                                                    intra=found[0]).seconds
         points.append(CollectivePoint(
             collective=op, size_bytes=size, elements=m["elements"], time=s,
-            algbw_bytes_per_sec=size / s.median, busbw_bytes_per_sec=size / s.median * factor, bus_factor=factor,
+            algbw_bytes_per_sec=size / s.median, busbw_bytes_per_sec=size / s.median * factor,
+            bus_factor=factor,
             errors=m["errors"], fitted_seconds=fitted, fitted_busbw_bytes_per_sec=size / fitted * factor,
             catalogue_seconds=catalogue,
             catalogue_busbw_bytes_per_sec=None if catalogue is None else size / catalogue * factor))

@@ -16,6 +16,7 @@ when its parent dies (PR_SET_PDEATHSIG), so a child killed alone leaves no rank 
 """
 
 import builtins
+import contextlib
 import ctypes
 import datetime
 import os
@@ -31,6 +32,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+
+from app.bench import load
+from app.contract.results import Contention
 
 Progress = Callable[[int, int, str], None]
 Report = Callable[[int, int, str], None]
@@ -65,10 +69,8 @@ def backend(device_type: str) -> str:
 
 def _die_with_parent() -> None:
     if sys.platform.startswith("linux"):
-        try:
+        with contextlib.suppress(OSError, AttributeError):  # no prctl: the dispatcher's killpg still ends it
             ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-        except (OSError, AttributeError):
-            pass  # no prctl: the dispatcher's killpg still ends the rank
 
 
 def _rank_main(rank: int, world: int, port: int, device_type: str, threads: int, worker: Worker, args: Any,
@@ -134,6 +136,15 @@ def _stop(processes: list) -> None:
         if p.is_alive():
             p.kill()
             p.join()
+
+
+def neighbours(watch: load.Watch, pids: list[int]) -> Contention | None:
+    """What else used the host's CPUs since `watch` began, the ranks (`pids`) not counted."""
+    if not watch.before:
+        return None
+    return load.judge(watch.before, load.cpu_times(), seconds=time.monotonic() - watch.started,
+                      exclude={os.getpid(), *pids}, load_before=watch.load_before, load_after=load.loadavg(),
+                      cpu_count=os.cpu_count() or 1)
 
 
 def launch(worker: Worker, args: Any, *, ranks: int, device_type: str, progress: Progress,

@@ -12,12 +12,14 @@ from app.accounting.finetune import flops as finetune_flops
 from app.accounting.finetune import spec as ft
 from app.accounting.finetune.memory import finetune_memory
 from app.accounting.inference import kv_cache, roofline, workspace
+from app.accounting.params import norm_params
 from app.contract.params import (
     COLLECTIVE_SIZES,
     CPU_MAX_RANKS,
     GENERATE_SIZES,
     CollectivesParams,
     CruncherSpec,
+    DataParallelStepParams,
     GenerateParams,
     TrainStepParams,
     collective_names,
@@ -51,11 +53,14 @@ NO_BITSANDBYTES = ("mode qlora needs bitsandbytes in the probe's Python (pip ins
                    "the project's test extras); it is not installed here")
 
 
-def train_step(p: TrainStepParams, cuda: bool) -> TrainStepPrediction:
-    """Peak bytes of a step (app/accounting/stepmemory.py) for the model train_step builds.
+def train_step(p: TrainStepParams, cuda: bool, *, zero_stage: int = 0, data_parallel: int = 1,
+               ) -> TrainStepPrediction:
+    """Peak bytes of a step (app/accounting/stepmemory.py) for the model train_step builds, on
+    one of data_parallel ranks whose model states ZeRO stage zero_stage shards (memory.py).
     On CUDA Adam and AdamW run fused, without temporaries."""
     fused = cuda and p.optimizer in ("adam", "adamw")
     engine = p.precision  # the training calculators' precision of the same name
+    stepped = data_parallel if zero_stage else 1  # the optimizer steps its shard of each tensor
     tokens = p.batch_size * p.seq_len
     spec = p.model
     if isinstance(spec, CruncherSpec):
@@ -67,19 +72,23 @@ def train_step(p: TrainStepParams, cuda: bool) -> TrainStepPrediction:
                                                    "cruncher trains in fp32 or bf16_autocast")
         dims = (spec.dim,) * (spec.num_layers + 1) + (1,)
         counts = flops.mlp(tokens, list(dims))
-        per = memory.state_bytes_per_param(engine, p.optimizer)
         width = memory.PRECISIONS[engine]
         saved = activations.linear_stack(tokens, dims, width.activation, input_copied=engine != "fp32")
         n = counts.params
         largest = spec.dim * spec.dim if spec.num_layers else spec.dim
+        # A bare count: the states as the engine shards them, activations from the stack above.
+        mem = memory.training_memory(model=None, params=n, precision=engine, optimizer=p.optimizer,
+                                     batch_size=p.batch_size, seq_len=p.seq_len, zero_stage=zero_stage,
+                                     data_parallel=data_parallel)
         parts = {
-            "parameters": n * int(per.parameters), "gradients": n * int(per.gradients),
-            "optimizer_state": round(n * per.optimizer_state), "master_weights": 0,
-            "weight_copies": n * width.weight_copy, "activations": sum(saved.values()),
+            "parameters": mem.parameters, "gradients": mem.gradients, "optimizer_state": mem.optimizer_state,
+            "master_weights": mem.master_weights, "weight_copies": mem.weight_copies,
+            "activations": sum(saved.values()),
             "transient": stepmemory.activation_gradients(tokens, spec.dim, width.activation),
             "inputs": 4 * tokens * (spec.dim + 1),  # x (B, T, D) and the target (B, T), fp32
         }
-        peak = stepmemory.step_peak(parts, largest_param=largest, optimizer=p.optimizer, fused=fused)
+        peak = stepmemory.step_peak(parts, largest_param=-(-largest // stepped), optimizer=p.optimizer,
+                                    fused=fused)
         return TrainStepPrediction("cruncher", n, counts.total, peak, None, trainable_params=n)
     # Dropout off, as in LLM pretraining: SDPA's CPU kernel cannot drop out, and its math
     # fallback would store the s x s scores that the prediction, like FlashAttention, omits.
@@ -89,15 +98,16 @@ def train_step(p: TrainStepParams, cuda: bool) -> TrainStepPrediction:
         return _fine_tune_step(p, cfg, engine=engine, fused=fused)
     # SDPA never stores the s x s scores: the calculators' "selective" set of saved tensors.
     mem = memory.training_memory(model=cfg, params=None, precision=engine, optimizer=p.optimizer,
-                                 batch_size=p.batch_size, seq_len=p.seq_len, recompute="selective")
+                                 batch_size=p.batch_size, seq_len=p.seq_len, recompute="selective",
+                                 zero_stage=zero_stage, data_parallel=data_parallel)
     parts = {"parameters": mem.parameters, "gradients": mem.gradients, "optimizer_state": mem.optimizer_state,
              "master_weights": mem.master_weights, "weight_copies": mem.weight_copies,
              "activations": mem.activations or 0, "transient": mem.transient or 0,
              "inputs": 2 * INT64_BYTES * tokens}  # token ids and targets
     later = stepmemory.lm_head_phases(parts, vocab_size=cfg.vocab_size, d_model=cfg.d_model,
                                       tied=cfg.tied_embeddings)
-    peak = stepmemory.step_peak(parts, largest_param=largest_tensor(cfg), optimizer=p.optimizer, fused=fused,
-                                later=later)
+    peak = stepmemory.step_peak(parts, largest_param=-(-largest_tensor(cfg) // stepped),
+                                optimizer=p.optimizer, fused=fused, later=later)
     n = models.count_params(cfg).total
     return TrainStepPrediction(spec if isinstance(spec, str) else "custom", n,
                                flops.transformer(cfg, p.batch_size, p.seq_len).step.total, peak, cfg,
@@ -419,3 +429,81 @@ def catalogue_link(device_name: str) -> tuple[cc.Link, str] | None:
     nvlink = "NVLink" in source and not source.startswith("no NVLink")
     latency = cc.NVLINK_STEP_LATENCY_S if nvlink else cc.PCIE_STEP_LATENCY_S
     return cc.Link(acc.interconnect_bytes_per_sec, latency), f"{acc.id}: {source}"
+
+
+# --- data_parallel_step: app/bench/data_parallel.py ------------------------------------------------
+
+ZERO_STAGE = {"ddp": 0, "fsdp": 3}
+"""DDP keeps every state whole on each rank; FSDP2's fully_shard shards parameters, gradients and
+optimizer state over the ranks, as ZeRO stage 3."""
+
+
+@dataclass(frozen=True)
+class DataParallelPrediction:
+    name: str
+    params: int
+    zero_stage: int
+    memory: dict[str, int]
+    """Bytes on one rank by kind, the step's phases, and their total (the peak)."""
+    notes: tuple[str, ...]
+
+
+FSDP_GATHERED_BLOCKS = 3
+"""Unsharded blocks FSDP2 holds at once in backward, beyond the root's: the block computing its
+gradients, gathered again after forward resharded it; the next block's all-gather, prefetched
+meanwhile; and a block of gradient buffers (its unsharded gradients, then the reduce-scatter's
+input, which FSDP2 frees only at the next reduce-scatter). Read op by op with LiveBytes on gloo:
+a 3-layer cruncher held four at its peak while its last layer's saved input was already freed; a
+2-layer llama held two while the loss's gradients were still live."""
+
+
+def fsdp_units(p: TrainStepParams, cfg: models.TransformerConfig | None) -> tuple[int, int]:
+    """Parameters of (the root's unit, the largest block) as app/bench/data_parallel.wrap shards
+    them: a block per cruncher layer or transformer block; the root keeps the rest (the cruncher's
+    head; embeddings, LM head and final norm)."""
+    if cfg is None:
+        return p.model.dim, p.model.dim * p.model.dim if p.model.num_layers else 0
+    count = models.count_params(cfg)
+    return count.embedding + norm_params(cfg), count.per_layer
+
+
+def fsdp_unsharded(p: TrainStepParams, cfg: models.TransformerConfig | None) -> int:
+    """Bytes FSDP2 keeps gathered at backward's peak beyond ZeRO stage 3's shards: the root's
+    parameters whole (gathered as forward starts, resharded only when backward ends) and
+    FSDP_GATHERED_BLOCKS of the largest block, at the parameters' width."""
+    root, block = fsdp_units(p, cfg)
+    width = memory.PRECISIONS[p.precision].param
+    return (root + FSDP_GATHERED_BLOCKS * block) * width
+
+
+BACKWARD_PHASES = ("start_of_backward", "lm_head_weight_gradient")
+
+
+def data_parallel_step(p: DataParallelStepParams, cuda: bool, ranks: int) -> DataParallelPrediction:
+    """One rank's peak: train_step's prediction at the strategy's ZeRO stage over `ranks`, and
+    for fsdp the unsharded buffers FSDP2 holds in backward (fsdp_unsharded) added to the phases
+    of backward."""
+    if p.mode != "full":
+        raise InvalidInput("params.mode", "the data_parallel_step probe trains the whole model (mode full)")
+    stage = ZERO_STAGE[p.strategy]
+    base = train_step(p, cuda, zero_stage=stage, data_parallel=ranks)
+    mem, notes = dict(base.memory), ()
+    if p.strategy == "fsdp":
+        extra = fsdp_unsharded(p, base.config)
+        phases = {k: mem[k] + extra for k in BACKWARD_PHASES if k in mem}
+        mem |= {"fsdp_unsharded": extra} | phases
+        mem["total"] = max(mem["total"], *phases.values())
+        notes = (f"fsdp: the prediction adds fsdp_unsharded ({extra:,} bytes) to backward's phases: the "
+                 f"root's parameters whole and {FSDP_GATHERED_BLOCKS} of the largest block unsharded",)
+    return DataParallelPrediction(base.name, base.params, stage, mem, notes)
+
+
+def data_parallel_need(p: DataParallelStepParams, kind: str) -> tuple[int, str]:
+    """Device bytes: one rank's peak on CUDA (each has its GPU); on the CPU every rank's, plus
+    rank 0's lone step first (freed before the others build theirs)."""
+    ranks = ranks_for(p.ranks, kind, 2)
+    if ranks is None:  # every GPU the job has: the fewest that can run it bounds the need from above
+        ranks = 2
+    peak = data_parallel_step(p, kind == "cuda", ranks).memory["total"]
+    alone = train_step(p, kind == "cuda").memory["total"]
+    return (max(peak, alone) if kind == "cuda" else max(ranks * peak, alone)), "params.batch_size"

@@ -22,6 +22,7 @@ from app.contract.params import (
     TRANSFER_SIZES,
     BandwidthParams,
     CollectivesParams,
+    DataParallelStepParams,
     GenerateParams,
     MatmulParams,
     ProbeParams,
@@ -35,6 +36,7 @@ from app.contract.params import (
 from app.contract.results import (
     BandwidthResult,
     CollectivesResult,
+    DataParallelStepResult,
     GenerateResult,
     MatmulResult,
     TrainStepResult,
@@ -133,6 +135,10 @@ def _collectives_need(params: CollectivesParams, kind: Kind) -> Need:
     return predict.collectives_need(params, kind)
 
 
+def _data_parallel_need(params: DataParallelStepParams, kind: Kind) -> Need:
+    return predict.data_parallel_need(params, kind)
+
+
 def _generate_need(params: GenerateParams, kind: Kind) -> Need:
     return predict.generate_need(params, kind == "cuda")
 
@@ -157,6 +163,11 @@ PROBES: dict[str, Probe] = {probe.name: probe for probe in (
           "checked, beside a fitted latency-bandwidth model and the catalogue's link",
           CollectivesParams, CollectivesResult, "app.bench.collectives:run", COLLECTIVE_SIZES,
           _collectives_need, _collectives_least),
+    Probe("data_parallel_step", "the train_step probe's step over the job's GPUs (gloo processes on a CPU) "
+          "with DDP or FSDP2: step time, exposed communication, scaling against one rank, and peak "
+          "memory per rank vs the ZeRO stage's prediction",
+          DataParallelStepParams, DataParallelStepResult, "app.bench.data_parallel:run", {},
+          _data_parallel_need, _train_step_least),
 )}
 
 ProbeName = Literal[tuple(PROBES)]  # type: ignore[valid-type]

@@ -184,7 +184,8 @@ class FittedLink:
     def seconds(self, size_bytes: int) -> float:
         """The fitted time of S bytes: collective_time with this link and no base latency."""
         carried = bus_factor(self.collective, self.ranks) * size_bytes
-        return self.steps * self.latency_s + (0.0 if self.bytes_per_sec is None else carried / self.bytes_per_sec)
+        moving = 0.0 if self.bytes_per_sec is None else carried / self.bytes_per_sec
+        return self.steps * self.latency_s + moving
 
 
 def fit_link(op: str, ranks: int, sizes_bytes: list[int], seconds: list[float]) -> FittedLink:
@@ -204,8 +205,10 @@ def fit_link(op: str, ranks: int, sizes_bytes: list[int], seconds: list[float]) 
     u = [t ** -0.5 for t in seconds]
     v = [xi * ui for xi, ui in zip(x, u, strict=True)]
     b = [t ** 0.5 for t in seconds]
-    suu, svv, suv = sum(a * a for a in u), sum(c * c for c in v), sum(a * c for a, c in zip(u, v, strict=True))
-    sub, svb = sum(a * c for a, c in zip(u, b, strict=True)), sum(a * c for a, c in zip(v, b, strict=True))
+    def dot(a: list[float], c: list[float]) -> float:
+        return sum(x * y for x, y in zip(a, c, strict=True))
+
+    suu, svv, suv, sub, svb = dot(u, u), dot(v, v), dot(u, v), dot(u, b), dot(v, b)
     det = suu * svv - suv * suv
     singular = det <= 1e-12 * suu * svv  # one size only: latency and bandwidth cannot be told apart
     c0, c1 = (0.0, 0.0) if singular else ((sub * svv - svb * suv) / det, (svb * suu - sub * suv) / det)
