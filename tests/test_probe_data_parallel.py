@@ -18,12 +18,16 @@ def quiet(*_):
     return None
 
 
-@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
-@pytest.mark.parametrize("model", [CRUNCHER, LLAMA], ids=["cruncher", "llama"])
-def test_peak_memory_per_rank_within_10_percent_of_the_zero_stage(model, strategy):
+@pytest.mark.parametrize(("model", "strategy", "precision"), [
+    (CRUNCHER, "ddp", "fp32"), (CRUNCHER, "fsdp", "fp32"), (LLAMA, "ddp", "fp32"), (LLAMA, "fsdp", "fp32"),
+    (LLAMA, "fsdp", "bf16"),
+], ids=["cruncher-ddp", "cruncher-fsdp", "llama-ddp", "llama-fsdp", "llama-fsdp-bf16"])
+def test_peak_memory_per_rank_within_10_percent_of_the_zero_stage(model, strategy, precision):
+    """Observed on gloo (relative error): cruncher -0.1..-4.6% (fsdp), +4.3% (ddp); llama +4..+7%
+    (fsdp; +7.2% in bf16), -0.3% (ddp). FSDP's peak moves by a block between runs and ranks."""
     r = data_parallel.run(QUICK | {"device": "cpu", "model": model, "batch_size": 2, "seq_len": 64,
                                    "strategy": strategy, "steps": 2, "warmup_steps": 1,
-                                   "optimizer": "adamw"}, quiet)
+                                   "optimizer": "adamw", "precision": precision}, quiet)
     assert r["ranks"] == 2 and r["backend"] == "gloo" and r["zero_stage"] == {"ddp": 0, "fsdp": 3}[strategy]
     m = r["memory"]
     assert abs(m["relative_error"]) < 0.10, m
@@ -32,10 +36,10 @@ def test_peak_memory_per_rank_within_10_percent_of_the_zero_stage(model, strateg
     params = r["params"]
     if model is CRUNCHER:
         assert params == 3 * 64 * 64 + 64  # three 64 x 64 layers and the 64 -> 1 head
-    # fp32 AdamW: 4 bytes of weights, 4 of gradients, 8 of moments per parameter, halved by FSDP
-    shards = 2 if strategy == "fsdp" else 1
-    assert m["predicted"]["parameters"] == 4 * params // shards
-    assert m["predicted"]["optimizer_state"] == 8 * params // shards
+    # AdamW: 4 bytes of weights and 8 of moments per parameter in fp32 (2 and 4 in bf16), halved by FSDP
+    shards, width = 2 if strategy == "fsdp" else 1, 4 if precision == "fp32" else 2
+    assert m["predicted"]["parameters"] == width * params // shards
+    assert m["predicted"]["optimizer_state"] == 2 * width * params // shards
     assert ("fsdp_unsharded" in m["predicted"]) == (strategy == "fsdp")
     step, alone = r["step"]["median"], r["one_rank_step"]["median"]
     assert r["exposed_communication_s"] == step - alone
