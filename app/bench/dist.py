@@ -43,8 +43,10 @@ Worker = Callable[[int, int, Any, Report], Any]
 """(rank, world_size, args, report) -> rank 0's result (a picklable value, e.g. a dict). A
 module-level function: spawned interpreters import it by name."""
 
-PG_TIMEOUT_S = 120.0
-"""The process group's timeout: a collective waiting this long on a peer fails, not hangs."""
+PG_TIMEOUT_S = 600.0
+"""The process group's timeout: a collective waiting this long on a peer fails, not hangs. Long
+enough for the others to wait at a barrier while rank 0 times a step alone (data_parallel_step);
+the job's own time limit (600 s by default) ends the job sooner when it is the shorter."""
 STOP_GRACE_S = 5.0
 """After SIGTERM, how long a rank has to exit before SIGKILL."""
 FAIL_ON_RANK_ENV = "TALLY_DIST_FAIL_RANK"
