@@ -224,8 +224,10 @@ def memory_chart(memory: MemoryComparison) -> dict:
     phases = [p for p in PHASES if p in pred]
     phase = f" ({max(phases, key=lambda p: pred[p]).replace('_', ' ')})" if phases else ""
     scale, unit = (1e9, "GB") if pred["total"] >= 1e9 else (1e6, "MB")
-    parts = {k.replace("_", " "): pred[k] / scale for k in STATES if pred.get(k)}
-    parts[f"rest of the peak{phase}"] = (pred["total"] - sum(pred.get(k, 0) for k in STATES)) / scale
+    # FSDP2's gathered blocks (data_parallel_step) are a part of their own, held in backward only.
+    shown = (*STATES, "fsdp_unsharded")
+    parts = {k.replace("_", " "): pred[k] / scale for k in shown if pred.get(k)}
+    parts[f"rest of the peak{phase}"] = (pred["total"] - sum(pred.get(k, 0) for k in shown)) / scale
     return {"type": "memory_compare", "unit": unit, "parts": parts,
             "measured": memory.measured_peak_allocated / scale}
 
