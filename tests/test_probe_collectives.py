@@ -3,6 +3,7 @@ against nccl-tests' definitions and a latency-bandwidth model fitted to the same
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -11,7 +12,7 @@ import pytest
 
 from app.accounting.comm.collectives import fit_link
 from app.bench import collectives
-from app.bench.dist import FAIL_ON_RANK_ENV
+from app.bench.dist import FAIL_ON_RANK_ENV, RankDied, launch
 
 SIZES = [4**i * 1024 for i in range(1, 8)]  # 4 KiB .. 16 MiB
 LARGEST_TOLERANCE = 0.35
@@ -126,3 +127,25 @@ def test_a_failing_rank_ends_the_job_with_its_error_and_leaves_no_process():
     while _session_members(proc.pid) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert _session_members(proc.pid) == []
+
+
+def killed_on_rank_1(rank: int, world: int, args: dict, report) -> dict:
+    """A rank 1 that dies by SIGKILL, reporting nothing, while rank 0 waits for it in a barrier."""
+    import torch.distributed as dist
+
+    if rank == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    dist.barrier()
+    return {}
+
+
+def test_a_rank_killed_without_a_word_ends_the_launch_not_hangs_it():
+    pids: list[int] = []
+    start = time.monotonic()
+    with pytest.raises(RankDied, match=r"rank 1 exited with code -9"):
+        launch(killed_on_rank_1, {}, ranks=2, device_type="cpu", progress=quiet, pids=pids)
+    assert time.monotonic() - start < 60
+    for pid in pids:  # both ranks are gone (or zombies): the dead one and the one left waiting
+        if os.path.exists(f"/proc/{pid}"):
+            with open(f"/proc/{pid}/stat") as f:
+                assert f.read().rsplit(")", 1)[1].split()[0] == "Z", pid

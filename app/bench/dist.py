@@ -52,6 +52,8 @@ STOP_GRACE_S = 5.0
 FAIL_ON_RANK_ENV = "TALLY_DIST_FAIL_RANK"
 """Tests only: the rank named here raises RuntimeError once its process group is up."""
 PR_SET_PDEATHSIG = 1
+SILENT_GRACE_S = 0.5
+"""After a rank's error, how long to look for a peer killed by a signal, the error's likely cause."""
 
 
 class RankDied(RuntimeError):
@@ -193,6 +195,14 @@ def launch(worker: Worker, args: Any, *, ranks: int, device_type: str, progress:
             elif kind == "done":
                 done.add(rank)
             else:
+                # A peer killed by a signal says nothing; the others then fail on its closed
+                # connection. Name the dead one, whose death is the cause.
+                time.sleep(SILENT_GRACE_S)
+                silent = [(r, p.exitcode) for r, p in enumerate(processes) if (p.exitcode or 0) < 0]
+                if silent:
+                    r, code = silent[0]
+                    raise RankDied(f"rank {r} exited with code {code} and no error; then rank {rank}: "
+                                   f"{payload[0]}: {payload[1]}")
                 raise _error(rank, *payload)
     finally:
         _stop(processes)
