@@ -15,13 +15,14 @@ from app.bench import collectives
 from app.bench.dist import FAIL_ON_RANK_ENV, RankDied, launch
 
 SIZES = [4**i * 1024 for i in range(1, 8)]  # 4 KiB .. 16 MiB
-LARGEST_TOLERANCE = 0.35
+LARGEST_TOLERANCE = 0.5
 NEXT_RATIO = (1 / 3, 3.0)
 """Measured over fitted time at the largest size (16 MiB), and the band at the next (4 MiB). On
-this two-core box, with both ranks and the parent sharing the cores beside other work (load
-2.5, the suite's other worker), medians of 10 runs came out 0.96 to 1.05 of the fit at 16 MiB
-(which weighs most in the fit, but is not fitted alone), 0.54 to 2.02 at 4 MiB, and 0.4 to 5x at
-small sizes, where a scheduler's hiccup is a whole run."""
+this two-core box, with both ranks and the parent sharing the cores beside other work, medians
+of 10 runs came out 0.96 to 1.05 of the fit at 16 MiB (which weighs most in the fit, but is not
+fitted alone), 0.54 to 2.02 at 4 MiB, and 0.4 to 5x at small sizes, where a scheduler's hiccup is
+a whole run. Under the suite's two workers at a load average of 9, one run in five broke 35% at
+16 MiB: hence 20 runs per point, and 50%."""
 FACTORS = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
            "reduce_scatter": lambda n: (n - 1) / n, "all_to_all": lambda n: (n - 1) / n,
            "broadcast": lambda n: 1.0}
@@ -33,7 +34,7 @@ def quiet(*_):
 
 @pytest.fixture(scope="module")
 def two_ranks():
-    return collectives.run({"device": "cpu", "sizes_bytes": SIZES, "iterations": 10, "warmup_iterations": 2},
+    return collectives.run({"device": "cpu", "sizes_bytes": SIZES, "iterations": 20, "warmup_iterations": 2},
                            quiet)
 
 
