@@ -5,7 +5,7 @@ import pytest
 
 from app.accounting.errors import InvalidInput
 from app.bench import data_parallel
-from app.contract import predict
+from app.contract import parallel
 from app.contract.params import CollectivesParams, DataParallelStepParams
 
 QUICK = {"warmup_s": 0.01, "measure_s": 0.01, "min_iters": 2, "max_iters": 3}
@@ -51,15 +51,15 @@ def test_peak_memory_per_rank_within_10_percent_of_the_zero_stage(model, strateg
 def test_fsdp_unsharded_buffers_are_the_root_and_three_blocks():
     """Cruncher dim 64: the root keeps the 64 -> 1 head whole; a block is one 64 x 64 layer."""
     p = DataParallelStepParams.model_validate({"model": CRUNCHER, "strategy": "fsdp"})
-    assert predict.fsdp_unsharded(p, None) == 4 * (64 + 3 * 64 * 64)
+    assert parallel.fsdp_unsharded(p, None) == 4 * (64 + 3 * 64 * 64)
 
 
 def test_a_fine_tune_and_too_many_cpu_ranks_are_refused_by_name():
     with pytest.raises(InvalidInput) as refused:
-        predict.data_parallel_step(DataParallelStepParams.model_validate({"model": LLAMA, "mode": "lora"}),
+        parallel.data_parallel_step(DataParallelStepParams.model_validate({"model": LLAMA, "mode": "lora"}),
                                    False, 2)
     assert refused.value.field == "params.mode"
     with pytest.raises(InvalidInput) as refused:
-        predict.collectives_need(CollectivesParams.model_validate({"ranks": 9}), "cpu")
+        parallel.collectives_need(CollectivesParams.model_validate({"ranks": 9}), "cpu")
     assert refused.value.field == "params.ranks"
-    predict.collectives_need(CollectivesParams.model_validate({"ranks": 9}), "cuda")  # 9 GPUs may exist
+    parallel.collectives_need(CollectivesParams.model_validate({"ranks": 9}), "cuda")  # 9 GPUs may exist

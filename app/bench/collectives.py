@@ -22,7 +22,7 @@ from app.bench import dist as launcher
 from app.bench import env, load
 from app.bench.common import to_json
 from app.bench.timer import summarize
-from app.contract import predict
+from app.contract import parallel
 from app.contract.params import CollectivesParams
 from app.contract.results import (
     CatalogueLink,
@@ -128,7 +128,7 @@ def rank_sweep(rank: int, world: int, raw: dict, report) -> dict:
     kind = device.type
     dtype = DTYPES[p.dtype]
     width = torch.empty((), dtype=dtype).element_size()
-    plan = predict.collectives(p, kind)
+    plan = parallel.collectives(p, kind)
     total = len(plan.collectives) * len(plan.sizes_bytes)
     points, skipped = [], []
     report(0, total, "starting")
@@ -171,7 +171,7 @@ def run(raw: dict, progress) -> dict:
     p = CollectivesParams.model_validate(raw)
     device = env.pick_device(p.device)
     kind = device.type
-    ranks = predict.collectives(p, kind).ranks or torch.cuda.device_count()
+    ranks = parallel.collectives(p, kind).ranks or torch.cuda.device_count()
     if ranks < 2:
         raise ValueError(f"ranks: the collectives probe needs 2 GPUs at least; this job sees {ranks}")
     watch = load.Watch()
@@ -188,7 +188,7 @@ def summarize_run(p: CollectivesParams, measured: dict[str, Any],
     ranks = measured["ranks"]
     device_name = environment.device_name
     cuda = environment.device == "cuda"
-    found = predict.catalogue_link(device_name) if cuda else None
+    found = parallel.catalogue_link(device_name) if cuda else None
     stats = [(m, summarize(m["seconds"])) for m in measured["points"]]
     fits = {}
     for op in dict.fromkeys(m["collective"] for m, _ in stats):

@@ -1,7 +1,7 @@
 """data_parallel_step: the train_step probe's model and step (app/bench/train_step.py) over
 `ranks` processes (app/bench/dist.py), with DDP or FSDP2's fully_shard; its step time, the
 communication left exposed, the scaling against one rank, and the peak memory per rank beside
-the memory engine's prediction for the matching ZeRO stage (app/contract/predict.py).
+the memory engine's prediction for the matching ZeRO stage (app/contract/parallel.py).
 
 How: rank 0 first times the same step alone (the plain model, the same per-rank batch) while
 the others wait at a barrier; then every rank builds the model from the same seed (identical
@@ -20,7 +20,7 @@ from app.bench import env, load, train_step
 from app.bench.common import to_json
 from app.bench.models import Cruncher
 from app.bench.timer import Timer
-from app.contract import predict
+from app.contract import parallel
 from app.contract.params import DataParallelStepParams
 from app.contract.results import DataParallelStepResult, Environment, MemoryComparison, Stats
 
@@ -113,10 +113,10 @@ def run(raw: dict, progress) -> dict:
     p = DataParallelStepParams.model_validate(raw)
     device = env.pick_device(p.device)
     kind = device.type
-    ranks = predict.ranks_for(p.ranks, kind, 2) if kind == "cpu" else p.ranks or torch.cuda.device_count()
+    ranks = parallel.ranks_for(p.ranks, kind, 2) if kind == "cpu" else p.ranks or torch.cuda.device_count()
     if ranks < 2:
         raise ValueError(f"ranks: the data_parallel_step probe needs 2 GPUs at least; this job sees {ranks}")
-    pred = predict.data_parallel_step(p, kind == "cuda", ranks)
+    pred = parallel.data_parallel_step(p, kind == "cuda", ranks)
     watch = load.Watch()
     pids: list[int] = []
     m = launcher.launch(rank_step, raw | {"device": kind}, ranks=ranks, device_type=kind, progress=progress,

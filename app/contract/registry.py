@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import Field, TypeAdapter
 
-from app.contract import predict
+from app.contract import parallel, predict
 from app.contract.params import (
     BANDWIDTH_BYTES,
     COLLECTIVE_SIZES,
@@ -132,11 +132,11 @@ def _train_step_need(params: TrainStepParams, kind: Kind) -> Need:
 
 
 def _collectives_need(params: CollectivesParams, kind: Kind) -> Need:
-    return predict.collectives_need(params, kind)
+    return parallel.collectives_need(params, kind)
 
 
 def _data_parallel_need(params: DataParallelStepParams, kind: Kind) -> Need:
-    return predict.data_parallel_need(params, kind)
+    return parallel.data_parallel_need(params, kind)
 
 
 def _generate_need(params: GenerateParams, kind: Kind) -> Need:
