@@ -243,6 +243,22 @@
     return lines(canvas, sets, axes("bytes", "GB/s", true, false));
   }
 
+  // busbw against message size per collective (the collectives job page): measured points,
+  // the fitted model dashed, the catalogue link's engine line dotted, one colour per collective.
+  function drawCollectiveBusbw(canvas, spec) {
+    const sets = [];
+    spec.series.forEach((s, i) => {
+      const c = PALETTE[i % PALETTE.length], op = s.collective;
+      sets.push({ label: op, data: s.measured, borderColor: c, backgroundColor: c, showLine: false, pointRadius: 4 });
+      sets.push({ label: op + " fitted", data: s.fitted, borderColor: c, borderDash: [6, 4], pointRadius: 0 });
+      if (s.catalogue.length) {
+        sets.push({ label: op + " catalogue link", data: s.catalogue, borderColor: c, borderDash: [2, 3],
+                    pointRadius: 0 });
+      }
+    });
+    return lines(canvas, sets, axes("bytes (nccl-tests' size S)", "busbw, GB/s", true, true));
+  }
+
   function drawMemoryCompare(canvas, spec) {
     const kinds = Object.keys(spec.parts);
     const datasets = kinds.map((k, i) => ({ label: k, data: [spec.parts[k], null],
@@ -312,7 +328,7 @@
     days_vs_gpus: drawDaysVsGpus, memory_stack: drawMemoryStack, flops_parts: drawFlopsParts,
     matmul_sizes: drawMatmulSizes, roofline: drawRoofline, transfer_sizes: drawTransferSizes,
     memory_compare: drawMemoryCompare, compare_lines: drawCompareLines, compare_bars: drawCompareBars,
-    param_parts: drawParamParts, decode_curve: drawDecodeCurve,
+    param_parts: drawParamParts, decode_curve: drawDecodeCurve, collective_busbw: drawCollectiveBusbw,
   };
   // For a page's own charts in their own file (static/fit.js), which registers in `draw`.
   Object.assign(window.Tally, { color, kindColors: KIND_COLORS, draw: DRAW });

@@ -146,3 +146,24 @@ def test_benchmark_chart_ticks_are_readable(watched, base_url):  # noqa: F811
     assert len(axes) >= 4
     readable(axes)
     watched.clean()
+
+
+def test_the_collectives_job_draws_busbw_beside_the_fitted_line(watched, base_url):  # noqa: F811
+    """Two gloo ranks through the real dispatcher and child: the page draws each collective's
+    measured busbw as points and the model fitted to them as a dashed line, with readable log axes."""
+    sizes = [1024, 16384, 262144, 1048576]
+    job = run(base_url, "collectives", {"device": "cpu", "sizes_bytes": sizes, "iterations": 3,
+                                        "warmup_iterations": 1})
+    page = watched.page
+    page.goto(base_url + f"/benchmarks/jobs/{job}", wait_until="networkidle")
+    wait_for_charts(page, "canvas", 1)
+    sets = page.evaluate("() => Chart.getChart(document.querySelector('canvas')).data.datasets.map("
+                         "d => [d.label, d.data.length, (d.borderDash || []).length > 0])")
+    ops = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast")
+    # Per collective, in the run's order: its points, then its fitted line; no catalogue line on a CPU.
+    assert sets == [s for op in ops for s in ([op, len(sizes), False], [op + " fitted", len(sizes), True])]
+    expect(page.get_by_test_id("busbw-caption")).to_contain_text("No catalogue link")
+    expect(page.get_by_test_id("collective-points").locator("tbody tr")).to_have_count(5 * len(sizes))
+    readable(page.evaluate(AXES))
+    page.screenshot(path=SHOTS.format("collectives"), full_page=True)
+    watched.clean()

@@ -364,7 +364,9 @@ def test_calc_creates_no_database_and_imports_no_torch(tmp_path):
     (["matmul", "--sweep", "custom"], {"probe": "matmul", "params": {"sweep": "custom"}}, "params.shapes"),
     (["bandwidth", "--timeout", "90000"], {"probe": "bandwidth", "timeout_s": 90000}, "timeout_s"),
     (["bandwidth", "--gpu", "first"], {"probe": "bandwidth", "gpu": "first"}, "gpu"),
-], ids=["bound", "admission", "nested", "rule", "timeout", "gpu"])
+    (["collectives", "--device", "cpu", "--ranks", "9"],
+     {"probe": "collectives", "params": {"device": "cpu", "ranks": 9}}, "params.ranks"),
+], ids=["bound", "admission", "nested", "rule", "timeout", "gpu", "cpu-ranks"])
 def test_probe_refuses_with_the_jobs_apis_message(capsys, tmp_path, argv, body, field):
     fresh = Api(create_app(Settings(database_path=tmp_path / "jobs.db")))
     try:
@@ -423,6 +425,19 @@ def test_matmul_probe_prints_a_table_of_its_shapes():
     assert f"{2 * 48 * 32 * 16:,}" in result.stdout
     # Not a terminal: no progress frames, only the one line saying what runs.
     assert "\r" not in result.stderr and result.stderr.strip() == "matmul on cpu, time limit 600 s"
+
+
+def test_collectives_probe_prints_each_point_and_the_fits():
+    """Two gloo ranks started by the probe's child: a row per collective and size, values checked."""
+    result = tally("probe", "collectives", "--device", "cpu", "--collectives", "all_reduce,broadcast",
+                   "--sizes-bytes", "1024,65536", "--iterations", "2", "--warmup-iterations", "1")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    for op in ("all_reduce", "broadcast"):
+        for size in ("1,024", "65,536"):
+            assert any(op in line and size in line for line in lines), (op, size)
+    assert result.stdout.count("all_reduce") == 3 and result.stdout.count("broadcast") == 3  # 2 points, 1 fit
+    assert "2 ranks over gloo, float32" in result.stdout and "values: all correct" in result.stdout
 
 
 def test_matmul_probe_json_has_2mkn_flops_per_shape():

@@ -20,7 +20,10 @@ class LiveBytes(TorchDispatchMode):
         self.peak = 0
 
     def track(self, tensor: torch.Tensor) -> None:
-        """Count a tensor made outside the mode (parameters, optimizer state, inputs)."""
+        """Count a tensor made outside the mode (parameters, optimizer state, inputs). A DTensor
+        (FSDP2's sharded parameters, their gradients and optimizer state, and the ops' results on
+        them) counts as its local shard: the mode sees the DTensor op, not the local op under it."""
+        tensor = getattr(tensor, "_local_tensor", tensor)
         storage = tensor.untyped_storage()
         nbytes = storage.nbytes()
         if nbytes == 0 or tensor.device.type == "meta":

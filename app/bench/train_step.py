@@ -29,7 +29,7 @@ class Workload:
     prediction: predict.TrainStepPrediction
 
     def loss(self) -> torch.Tensor:
-        if isinstance(self.model, Cruncher):
+        if self.prediction.config is None:  # the cruncher (self.model may wrap it: DDP, FSDP2)
             x, y = self.batch
             return F.mse_loss(self.model(x), y)
         ids, targets = self.batch
@@ -69,27 +69,35 @@ def optimizer(name: str, params, device: torch.device) -> torch.optim.Optimizer:
     return cls(params, lr=LR, fused=True) if fused else cls(params, lr=LR, foreach=False)
 
 
-def _resident(work: Workload, opt: torch.optim.Optimizer) -> list[torch.Tensor]:
+def local(tensor: torch.Tensor) -> torch.Tensor:
+    """The rank's own part of a tensor FSDP2 shards (a DTensor), or the tensor itself."""
+    return tensor.to_local() if hasattr(tensor, "to_local") else tensor
+
+
+def resident(work: Workload, opt: torch.optim.Optimizer,
+             model: nn.Module | None = None) -> list[torch.Tensor]:
+    """The tensors held across a step: the batch, the parameters (of `model` when it wraps
+    work.model), their gradients and the optimizer's state."""
     tensors = list(work.batch) + lora.quant_state_tensors(work.model)
-    for param in work.model.parameters():
-        tensors += [param] + ([param.grad] if param.grad is not None else [])
+    for param in (model or work.model).parameters():
+        tensors += [local(param)] + ([local(param.grad)] if param.grad is not None else [])
     for state in opt.state.values():
-        tensors += [v for v in state.values() if isinstance(v, torch.Tensor)]
+        tensors += [local(v) for v in state.values() if isinstance(v, torch.Tensor)]
     return tensors
 
 
-def run(raw: dict, progress) -> dict:
-    p, env = setup(TrainStepParams, raw)
-    work = workload(p, env.device)
-    pred = work.prediction
-    opt = optimizer(p.optimizer, lora.trainable(work.model), env.device)
-    autocast = p.precision == "bf16_autocast"
+def phases(work: Workload, opt: torch.optim.Optimizer, device: torch.device, precision: str,
+           model: nn.Module | None = None) -> tuple[list, list[torch.Tensor]]:
+    """[forward, backward, optimizer step] of one training step of `model` (work.model, or a
+    wrapper of it: DDP, FSDP2), and the list the losses are appended to."""
+    autocast = precision == "bf16_autocast"
     losses: list[torch.Tensor] = []
     pending: list[torch.Tensor] = []
+    call = work.loss if model is None else Workload(model, work.batch, work.prediction).loss
 
     def forward() -> None:
-        with torch.autocast(env.device.type, dtype=torch.bfloat16, enabled=autocast):
-            pending.append(work.loss())
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
+            pending.append(call())
 
     def backward() -> None:
         loss = pending.pop()
@@ -100,6 +108,16 @@ def run(raw: dict, progress) -> dict:
         opt.step()
         # Gradients stay allocated between steps, as DDP and FSDP buffers do.
         opt.zero_grad(set_to_none=False)
+
+    return [forward, backward, step], losses
+
+
+def run(raw: dict, progress) -> dict:
+    p, env = setup(TrainStepParams, raw)
+    work = workload(p, env.device)
+    pred = work.prediction
+    opt = optimizer(p.optimizer, lora.trainable(work.model), env.device)
+    (forward, backward, step), losses = phases(work, opt, env.device, p.precision)
 
     total = p.warmup_steps + p.steps
     progress(0, total, "warm-up")
@@ -135,20 +153,24 @@ def run(raw: dict, progress) -> dict:
         ], mode=p.mode, trainable_params=sum(param.numel() for param in lora.trainable(work.model))))
 
 
-def _memory(env: Setup, work: Workload, opt, phases) -> MemoryComparison:
-    if env.cuda:
-        measured = torch.cuda.max_memory_allocated(env.device)
-        reserved = torch.cuda.max_memory_reserved(env.device)
-        method = "torch.cuda.max_memory_allocated over the timed steps, after reset_peak_memory_stats"
-    else:
-        tracker = LiveBytes()
-        for tensor in _resident(work, opt):
-            tracker.track(tensor)
-        with tracker:
-            for phase in phases:
-                phase()
-        measured, reserved = tracker.peak, None
-        method = "peak live tensor storage over one more step, tracked op by op (LiveBytes)"
+def peak_bytes(device: torch.device, held: list[torch.Tensor], step: list) -> tuple[int, int | None, str]:
+    """(peak bytes, reserved bytes or None, how): CUDA's allocator peak since the last reset, or on
+    the CPU the peak of live tensor storage over one more run of `step`'s phases, `held` counted
+    from the start."""
+    if device.type == "cuda":
+        return (torch.cuda.max_memory_allocated(device), torch.cuda.max_memory_reserved(device),
+                "torch.cuda.max_memory_allocated over the timed steps, after reset_peak_memory_stats")
+    tracker = LiveBytes()
+    for tensor in held:
+        tracker.track(tensor)
+    with tracker:
+        for phase in step:
+            phase()
+    return tracker.peak, None, "peak live tensor storage over one more step, tracked op by op (LiveBytes)"
+
+
+def _memory(env: Setup, work: Workload, opt, step) -> MemoryComparison:
+    measured, reserved, method = peak_bytes(env.device, resident(work, opt), step)
     predicted = work.prediction.memory
     return MemoryComparison(predicted=predicted, measured_peak_allocated=measured, measured_reserved=reserved,
                             relative_error=predicted["total"] / measured - 1, method=method)

@@ -24,7 +24,8 @@ EXAMPLES = """examples:
   tally probe train_step --model gpt2 --batch-size 2 --seq-len 128 --optimizer adamw
   tally probe train_step --model llama3.2-1b --mode lora --lora-targets q,k,v,o --precision bf16
   tally probe generate --model llama3.2-1b --batch-sizes 1,8,32 --contexts 1024,4096
-  tally probe bandwidth --output json"""
+  tally probe bandwidth --output json
+  tally probe collectives --collectives all_reduce,all_gather --sizes-bytes 1024,1048576 --ranks 2"""
 POLL_S = 0.1  # how often the job's row is read for the progress bar
 
 
@@ -339,6 +340,23 @@ def _generate(result: Any) -> list:
             "roofline's time", *r.notes, *(f"assumes {a}" for a in r.assumptions)]
 
 
+def _collectives(result: Any) -> list:
+    r = result
+    rows = [[p.collective, f"{p.size_bytes:,}", _g(p.time.median * 1e6), _g(p.algbw_bytes_per_sec / 1e9),
+             _g(p.busbw_bytes_per_sec / 1e9), _g(p.fitted_busbw_bytes_per_sec / 1e9),
+             _per(p.catalogue_busbw_bytes_per_sec, 1e9), "-" if p.errors is None else str(p.errors)]
+            for p in r.points]
+    headers = ["collective", "S bytes", "median us", "algbw GB/s", "busbw GB/s", "fitted busbw",
+               "catalogue busbw", "wrong values"]
+    fits = [[f.collective, str(f.steps), _g(f.latency_s * 1e6), _per(f.bytes_per_sec, 1e9),
+             _g(f.rms_relative_error * 100, 3)] for f in r.fits]
+    return [f"{_where(r)}: {r.ranks} ranks over {r.backend}, {r.dtype}", _table(headers, rows, 1),
+            "fitted: t = latency x ring steps + bus_factor x S / bandwidth",
+            _table(["collective", "ring steps", "latency us per step", "GB/s", "rms error %"], fits),
+            "values: " + ("not checked" if r.check_passed is None else "all correct" if r.check_passed
+                          else "WRONG VALUES"), *_skipped(r)]
+
+
 def _as_json(result: Any) -> list:
     """A probe without a table of its own: its result, as JSON."""
     from app.contract.registry import RESULTS
@@ -347,4 +365,4 @@ def _as_json(result: Any) -> list:
 
 
 TABLES = {"matmul": _matmul, "bandwidth": _bandwidth, "transfer": _transfer, "train_step": _train_step,
-          "generate": _generate}
+          "generate": _generate, "collectives": _collectives}

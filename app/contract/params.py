@@ -274,3 +274,75 @@ def bandwidth_bytes(params: BandwidthParams, kind: str) -> int:
 
 def transfer_sizes(params: TransferParams, kind: str) -> list[int]:
     return list(params.sizes_bytes or TRANSFER_SIZES[kind])
+
+
+# --- Many ranks: app/bench/collectives.py, app/bench/data_parallel.py ------------------------------
+
+CollectiveName = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast"]
+COLLECTIVE_NAMES: tuple[str, ...] = CollectiveName.__args__  # type: ignore[attr-defined]
+CollectiveDtype = Literal["float32", "bfloat16", "float16"]
+CPU_MAX_RANKS = 8
+"""Gloo processes on one host at most: each is a whole interpreter with torch loaded."""
+
+
+@dataclass(frozen=True)
+class CollectiveSizes:
+    """A device kind's default collectives sweep."""
+
+    sizes_bytes: tuple[int, ...]
+    ranks: int | None
+    """None: every GPU the job was given (CUDA_VISIBLE_DEVICES)."""
+
+
+# By device kind: as nccl-tests' -b 8 -e 1G -f 2 on CUDA; on CPU 1 KiB to 4 MiB in steps of 4x over
+# 2 gloo processes, seconds on a two-core box.
+COLLECTIVE_SIZES = {
+    "cuda": CollectiveSizes(tuple(2**i for i in range(3, 31)), None),
+    "cpu": CollectiveSizes(tuple(4**i * 1024 for i in range(0, 7)), 2),
+}
+
+
+class CollectivesParams(ProbeParams):
+    collectives: Annotated[list[CollectiveName], Field(min_length=1, max_length=5)] | None = Field(
+        None, description="Default: all_reduce, all_gather, reduce_scatter, all_to_all and broadcast.")
+    sizes_bytes: Annotated[list[byte_count(1, 16 * 2**30)],  # type: ignore[valid-type]
+                           Field(min_length=1, max_length=64)] | None = Field(
+        None, description="nccl-tests' size S per point: each rank's buffer (all_reduce, broadcast), the "
+        "all_gather's output, the reduce_scatter's input, the all_to_all's send buffer; rounded down to "
+        "whole elements, and to a multiple of ranks where S is split in pieces. Default: 8 B to 1 GiB in "
+        "steps of 2x on CUDA (nccl-tests -b 8 -e 1G -f 2); 1 KiB to 4 MiB in steps of 4x on CPU.")
+    ranks: count(2, 64) | None = Field(
+        None, description=f"Processes, one per GPU on CUDA (default: every GPU the job has, at least 2); "
+        f"gloo processes on the CPU (default 2, at most {CPU_MAX_RANKS}).")
+    dtype: CollectiveDtype = "float32"
+    iterations: count(1, 10_000) = Field(20, description="Timed runs per point (nccl-tests -n).")
+    warmup_iterations: count(0, 1000) = Field(5, description="Untimed runs before them (nccl-tests -w).")
+    check: bool = Field(True, description="Check each collective's values once per point (nccl-tests -c).")
+
+    @field_validator("collectives")
+    @classmethod
+    def _collectives(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None and len(set(value)) != len(value):
+            raise rule("name each collective once")
+        return value
+
+
+def collective_names(params: CollectivesParams) -> list[str]:
+    return list(params.collectives or COLLECTIVE_NAMES)
+
+
+def collective_sizes(params: CollectivesParams, kind: str) -> list[int]:
+    return list(params.sizes_bytes or COLLECTIVE_SIZES[kind].sizes_bytes)
+
+
+DataParallelStrategy = Literal["ddp", "fsdp"]
+
+
+class DataParallelStepParams(TrainStepParams):
+    strategy: DataParallelStrategy = Field(
+        "ddp", description="ddp: DistributedDataParallel, every rank a whole replica (ZeRO stage 0); fsdp: "
+        "FSDP2's fully_shard on each block and the root, parameters, gradients and optimizer state "
+        "sharded over the ranks (ZeRO stage 3).")
+    ranks: count(2, 64) | None = Field(
+        None, description=f"Processes, one per GPU on CUDA (default: every GPU the job has, at least 2); "
+        f"gloo processes on the CPU (default 2, at most {CPU_MAX_RANKS}). batch_size is per rank.")

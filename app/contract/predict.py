@@ -11,7 +11,12 @@ from app.accounting.finetune import flops as finetune_flops
 from app.accounting.finetune import spec as ft
 from app.accounting.finetune.memory import finetune_memory
 from app.accounting.inference import kv_cache, roofline, workspace
-from app.contract.params import GENERATE_SIZES, CruncherSpec, GenerateParams, TrainStepParams
+from app.contract.params import (
+    GENERATE_SIZES,
+    CruncherSpec,
+    GenerateParams,
+    TrainStepParams,
+)
 from app.contract.schemas import engine_model
 
 INT64_BYTES = 8
@@ -40,11 +45,14 @@ NO_BITSANDBYTES = ("mode qlora needs bitsandbytes in the probe's Python (pip ins
                    "the project's test extras); it is not installed here")
 
 
-def train_step(p: TrainStepParams, cuda: bool) -> TrainStepPrediction:
-    """Peak bytes of a step (app/accounting/stepmemory.py) for the model train_step builds.
+def train_step(p: TrainStepParams, cuda: bool, *, zero_stage: int = 0, data_parallel: int = 1,
+               ) -> TrainStepPrediction:
+    """Peak bytes of a step (app/accounting/stepmemory.py) for the model train_step builds, on
+    one of data_parallel ranks whose model states ZeRO stage zero_stage shards (memory.py).
     On CUDA Adam and AdamW run fused, without temporaries."""
     fused = cuda and p.optimizer in ("adam", "adamw")
     engine = p.precision  # the training calculators' precision of the same name
+    stepped = data_parallel if zero_stage else 1  # the optimizer steps its shard of each tensor
     tokens = p.batch_size * p.seq_len
     spec = p.model
     if isinstance(spec, CruncherSpec):
@@ -56,19 +64,23 @@ def train_step(p: TrainStepParams, cuda: bool) -> TrainStepPrediction:
                                                    "cruncher trains in fp32 or bf16_autocast")
         dims = (spec.dim,) * (spec.num_layers + 1) + (1,)
         counts = flops.mlp(tokens, list(dims))
-        per = memory.state_bytes_per_param(engine, p.optimizer)
         width = memory.PRECISIONS[engine]
         saved = activations.linear_stack(tokens, dims, width.activation, input_copied=engine != "fp32")
         n = counts.params
         largest = spec.dim * spec.dim if spec.num_layers else spec.dim
+        # A bare count: the states as the engine shards them, activations from the stack above.
+        mem = memory.training_memory(model=None, params=n, precision=engine, optimizer=p.optimizer,
+                                     batch_size=p.batch_size, seq_len=p.seq_len, zero_stage=zero_stage,
+                                     data_parallel=data_parallel)
         parts = {
-            "parameters": n * int(per.parameters), "gradients": n * int(per.gradients),
-            "optimizer_state": round(n * per.optimizer_state), "master_weights": 0,
-            "weight_copies": n * width.weight_copy, "activations": sum(saved.values()),
+            "parameters": mem.parameters, "gradients": mem.gradients, "optimizer_state": mem.optimizer_state,
+            "master_weights": mem.master_weights, "weight_copies": mem.weight_copies,
+            "activations": sum(saved.values()),
             "transient": stepmemory.activation_gradients(tokens, spec.dim, width.activation),
             "inputs": 4 * tokens * (spec.dim + 1),  # x (B, T, D) and the target (B, T), fp32
         }
-        peak = stepmemory.step_peak(parts, largest_param=largest, optimizer=p.optimizer, fused=fused)
+        peak = stepmemory.step_peak(parts, largest_param=-(-largest // stepped), optimizer=p.optimizer,
+                                    fused=fused)
         return TrainStepPrediction("cruncher", n, counts.total, peak, None, trainable_params=n)
     # Dropout off, as in LLM pretraining: SDPA's CPU kernel cannot drop out, and its math
     # fallback would store the s x s scores that the prediction, like FlashAttention, omits.
@@ -78,15 +90,16 @@ def train_step(p: TrainStepParams, cuda: bool) -> TrainStepPrediction:
         return _fine_tune_step(p, cfg, engine=engine, fused=fused)
     # SDPA never stores the s x s scores: the calculators' "selective" set of saved tensors.
     mem = memory.training_memory(model=cfg, params=None, precision=engine, optimizer=p.optimizer,
-                                 batch_size=p.batch_size, seq_len=p.seq_len, recompute="selective")
+                                 batch_size=p.batch_size, seq_len=p.seq_len, recompute="selective",
+                                 zero_stage=zero_stage, data_parallel=data_parallel)
     parts = {"parameters": mem.parameters, "gradients": mem.gradients, "optimizer_state": mem.optimizer_state,
              "master_weights": mem.master_weights, "weight_copies": mem.weight_copies,
              "activations": mem.activations or 0, "transient": mem.transient or 0,
              "inputs": 2 * INT64_BYTES * tokens}  # token ids and targets
     later = stepmemory.lm_head_phases(parts, vocab_size=cfg.vocab_size, d_model=cfg.d_model,
                                       tied=cfg.tied_embeddings)
-    peak = stepmemory.step_peak(parts, largest_param=largest_tensor(cfg), optimizer=p.optimizer, fused=fused,
-                                later=later)
+    peak = stepmemory.step_peak(parts, largest_param=-(-largest_tensor(cfg) // stepped),
+                                optimizer=p.optimizer, fused=fused, later=later)
     n = models.count_params(cfg).total
     return TrainStepPrediction(spec if isinstance(spec, str) else "custom", n,
                                flops.transformer(cfg, p.batch_size, p.seq_len).step.total, peak, cfg,

@@ -13,13 +13,16 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import Field, TypeAdapter
 
-from app.contract import predict
+from app.contract import parallel, predict
 from app.contract.params import (
     BANDWIDTH_BYTES,
+    COLLECTIVE_SIZES,
     GENERATE_SIZES,
     MATMUL_SIZES,
     TRANSFER_SIZES,
     BandwidthParams,
+    CollectivesParams,
+    DataParallelStepParams,
     GenerateParams,
     MatmulParams,
     ProbeParams,
@@ -32,6 +35,8 @@ from app.contract.params import (
 )
 from app.contract.results import (
     BandwidthResult,
+    CollectivesResult,
+    DataParallelStepResult,
     GenerateResult,
     MatmulResult,
     TrainStepResult,
@@ -103,6 +108,11 @@ def _generate_least(params: GenerateParams, kind: Kind) -> Least:
     return _least_seconds(params, 3 + len(plan.prompt_lens) + len(plan.batch_sizes) * len(plan.contexts))
 
 
+def _collectives_least(params: CollectivesParams, kind: Kind) -> Least:
+    # Runs count iterations, not seconds: no floor from the parameters beyond starting the ranks.
+    return 0.0, "params.iterations"
+
+
 def _matmul_need(params: MatmulParams, kind: Kind) -> Need:
     i, need = predict.largest_matmul(matmul_shapes(params, kind), list(matmul_dtypes(params, kind)))
     return need, f"params.shapes.{i}" if params.sweep == "custom" else "params.sweep"
@@ -119,6 +129,14 @@ def _transfer_need(params: TransferParams, kind: Kind) -> Need:
 
 def _train_step_need(params: TrainStepParams, kind: Kind) -> Need:
     return predict.train_step(params, kind == "cuda").memory["total"], "params.batch_size"
+
+
+def _collectives_need(params: CollectivesParams, kind: Kind) -> Need:
+    return parallel.collectives_need(params, kind)
+
+
+def _data_parallel_need(params: DataParallelStepParams, kind: Kind) -> Need:
+    return parallel.data_parallel_need(params, kind)
 
 
 def _generate_need(params: GenerateParams, kind: Kind) -> Need:
@@ -140,6 +158,16 @@ PROBES: dict[str, Probe] = {probe.name: probe for probe in (
           "and cache bytes, each beside the roofline's and the serving calculators' prediction",
           GenerateParams, GenerateResult, "app.bench.generate:run", GENERATE_SIZES, _generate_need,
           _generate_least),
+    Probe("collectives", "all_reduce, all_gather, reduce_scatter, all_to_all and broadcast over the job's "
+          "GPUs (gloo processes on a CPU): algbw and busbw by size as nccl-tests reports them, values "
+          "checked, beside a fitted latency-bandwidth model and the catalogue's link",
+          CollectivesParams, CollectivesResult, "app.bench.collectives:run", COLLECTIVE_SIZES,
+          _collectives_need, _collectives_least),
+    Probe("data_parallel_step", "the train_step probe's step over the job's GPUs (gloo processes on a CPU) "
+          "with DDP or FSDP2: step time, exposed communication, scaling against one rank, and peak "
+          "memory per rank vs the ZeRO stage's prediction",
+          DataParallelStepParams, DataParallelStepResult, "app.bench.data_parallel:run", {},
+          _data_parallel_need, _train_step_least),
 )}
 
 ProbeName = Literal[tuple(PROBES)]  # type: ignore[valid-type]

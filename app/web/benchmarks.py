@@ -18,7 +18,14 @@ from app.api.services import jobs as service
 from app.config import Settings
 from app.contract.params import MATMUL_DTYPES
 from app.contract.registry import PROBES
-from app.contract.results import MatmulResult, MemoryComparison, TrainStepResult, TransferResult
+from app.contract.results import (
+    CollectivesResult,
+    DataParallelStepResult,
+    MatmulResult,
+    MemoryComparison,
+    TrainStepResult,
+    TransferResult,
+)
 from app.contract.schemas import PresetName
 from app.deps import SettingsDep, StoreDep
 from app.jobs.job import Job
@@ -160,9 +167,36 @@ def charts(result: Any, jobs: Store) -> dict:
         return {"transfer": {"type": "transfer_sizes", "series": series, "caption":
                              f"GB/s (median) against bytes per copy, per direction and host memory{dashed}. "
                              f"{result.note}"}}
-    if isinstance(result, TrainStepResult):
+    if isinstance(result, TrainStepResult | DataParallelStepResult):
         return {"memory": memory_chart(result.memory)}
+    if isinstance(result, CollectivesResult):
+        return {"busbw": busbw_chart(result)}
     return {}
+
+
+def busbw_chart(result: CollectivesResult) -> dict:
+    """busbw (GB/s, 10^9 bytes/s) against nccl-tests' size S per collective: the measured medians
+    as points, the latency-bandwidth model fitted to them as a dashed line, and on a GPU the
+    catalogue's link through the communication engine as a dotted one."""
+    # A list, not a mapping keyed by collective: the template's tojson sorts keys, and the
+    # collectives keep the run's order.
+    series: list[dict] = []
+    for p in result.points:
+        if not series or series[-1]["collective"] != p.collective:
+            series.append({"collective": p.collective, "measured": [], "fitted": [], "catalogue": []})
+        for kind, busbw in (("measured", p.busbw_bytes_per_sec), ("fitted", p.fitted_busbw_bytes_per_sec),
+                            ("catalogue", p.catalogue_busbw_bytes_per_sec)):
+            if busbw is not None:
+                series[-1][kind].append({"x": p.size_bytes, "y": busbw / 1e9})
+    link = result.catalogue_link
+    said = (f"busbw (GB/s, median run, slowest rank) against S in bytes, per collective, over {result.ranks} "
+            f"{result.backend} ranks. Dashed: the latency-bandwidth model fitted to this run.")
+    if link is not None:
+        said += (" Dotted: the communication engine at the catalogue's link, "
+                 f"{numbers.sig(link.bytes_per_sec / 1e9)} GB/s per GPU per direction ({link.source}).")
+    else:
+        said += f" No catalogue link for {result.environment.device_name}, so no engine line."
+    return {"type": "collective_busbw", "series": series, "caption": said}
 
 
 def _sizes_caption(peaks: dict[str, float | None], device_name: str) -> str:
@@ -190,8 +224,10 @@ def memory_chart(memory: MemoryComparison) -> dict:
     phases = [p for p in PHASES if p in pred]
     phase = f" ({max(phases, key=lambda p: pred[p]).replace('_', ' ')})" if phases else ""
     scale, unit = (1e9, "GB") if pred["total"] >= 1e9 else (1e6, "MB")
-    parts = {k.replace("_", " "): pred[k] / scale for k in STATES if pred.get(k)}
-    parts[f"rest of the peak{phase}"] = (pred["total"] - sum(pred.get(k, 0) for k in STATES)) / scale
+    # FSDP2's gathered blocks (data_parallel_step) are a part of their own, held in backward only.
+    shown = (*STATES, "fsdp_unsharded")
+    parts = {k.replace("_", " "): pred[k] / scale for k in shown if pred.get(k)}
+    parts[f"rest of the peak{phase}"] = (pred["total"] - sum(pred.get(k, 0) for k in shown)) / scale
     return {"type": "memory_compare", "unit": unit, "parts": parts,
             "measured": memory.measured_peak_allocated / scale}
 

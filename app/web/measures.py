@@ -13,6 +13,8 @@ from typing import Any, Literal
 from app.accounting.units import human_bytes
 from app.contract.results import (
     BandwidthResult,
+    CollectivesResult,
+    DataParallelStepResult,
     GenerateResult,
     MatmulResult,
     TrainStepResult,
@@ -111,6 +113,25 @@ def headline(result: Any) -> list[Metric]:
                        "signed_fraction")]
     if isinstance(result, GenerateResult):
         return _generate_headline(result)
+    if isinstance(result, CollectivesResult):
+        out = []
+        for op in dict.fromkeys(p.collective for p in result.points):
+            p = max((p for p in result.points if p.collective == op), key=lambda p: p.size_bytes)
+            size = human_bytes(p.size_bytes, binary=True)
+            out.append(Metric(f"{op}/busbw", f"{op}: busbw, largest size (median)",
+                              p.busbw_bytes_per_sec / 1e9, "gb_per_sec", size))
+        return out
+    if isinstance(result, DataParallelStepResult):
+        r = result
+        where = f"{r.strategy}, {r.ranks} ranks"
+        return [Metric("step", "step time, median", r.step.median, "seconds", where),
+                Metric("exposed", "exposed communication (vs one rank)", r.exposed_communication_s,
+                       "seconds"),
+                Metric("scaling", "scaling efficiency (vs one rank)", r.scaling_efficiency, "fraction"),
+                Metric("tokens", "tokens/s per rank (median step)", r.tokens_per_sec_per_rank,
+                       "tokens_per_sec"),
+                Metric("memory", "peak memory per rank, predicted vs measured", r.memory.relative_error,
+                       "signed_fraction")]
     return []
 
 

@@ -152,3 +152,71 @@ def collective_time(op: str, size_bytes: int, ranks: int, *, gpus_per_node: int,
         assumptions=["ring algorithms; each ring step pays the link's latency once",
                      "bandwidths are per GPU per direction; every GPU of a node has its own share of "
                      "the network (one NIC per GPU, as on HGX boards)"])
+
+
+def ring_steps(op: str, n: int) -> int:
+    """Ring steps of `op` over n ranks in one node, each paying the link's latency once (as
+    collective_time counts them): all_reduce 2 (n - 1), the others n - 1."""
+    bus_factor(op, n)  # refuses an unknown op
+    return 2 * (n - 1) if op == "all_reduce" else n - 1
+
+
+@dataclass(slots=True)
+class FittedLink:
+    """A link's latency and bandwidth fitted to measured times of one collective (in one node)."""
+
+    collective: str
+    ranks: int
+    steps: int
+    latency_s: float
+    """Per ring step: the fit's intercept over `steps`."""
+    bytes_per_sec: float | None
+    """Per rank per direction; null when the times did not grow with size (no bandwidth term)."""
+    points: int
+    rms_relative_error: float
+    """sqrt(mean((predicted / measured - 1)^2)) over the points fitted."""
+
+    __pydantic_config__ = RECORD
+
+    def link(self) -> Link | None:
+        return None if self.bytes_per_sec is None else Link(self.bytes_per_sec, self.latency_s)
+
+    def seconds(self, size_bytes: int) -> float:
+        """The fitted time of S bytes: collective_time with this link and no base latency."""
+        carried = bus_factor(self.collective, self.ranks) * size_bytes
+        moving = 0.0 if self.bytes_per_sec is None else carried / self.bytes_per_sec
+        return self.steps * self.latency_s + moving
+
+
+def fit_link(op: str, ranks: int, sizes_bytes: list[int], seconds: list[float]) -> FittedLink:
+    """Least squares of t = latency x steps + bus_factor x S / bytes_per_sec over measured
+    (S, t), minimising sum((fitted - t)^2 / t): between absolute errors, where the largest size
+    alone would set the line, and relative ones, where one slow small message (a scheduler's
+    hiccup is a whole run there) pulls the bandwidth as much as a large one. The intercept and
+    slope are held non-negative: a negative intercept refits through the origin, a non-positive
+    slope refits a constant."""
+    if len(sizes_bytes) != len(seconds) or not seconds or min(seconds) <= 0:
+        raise InvalidInput("seconds", "give one positive time per size")
+    steps = ring_steps(op, ranks)
+    factor = bus_factor(op, ranks)
+    # Weighted rows [w, x w] . [c0, c1] ~ t w, w = 1 / sqrt(t), x = factor x S: the 2 x 2 normal
+    # equations [[suu, suv], [suv, svv]] c = [sub, svb].
+    x = [factor * s for s in sizes_bytes]
+    u = [t ** -0.5 for t in seconds]
+    v = [xi * ui for xi, ui in zip(x, u, strict=True)]
+    b = [t ** 0.5 for t in seconds]
+    def dot(a: list[float], c: list[float]) -> float:
+        return sum(x * y for x, y in zip(a, c, strict=True))
+
+    suu, svv, suv, sub, svb = dot(u, u), dot(v, v), dot(u, v), dot(u, b), dot(v, b)
+    det = suu * svv - suv * suv
+    singular = det <= 1e-12 * suu * svv  # one size only: latency and bandwidth cannot be told apart
+    c0, c1 = (0.0, 0.0) if singular else ((sub * svv - svb * suv) / det, (svb * suu - sub * suv) / det)
+    if c1 <= 0 and not singular:
+        c0, c1 = sub / suu, 0.0  # no growth with size: a constant
+    elif c0 < 0 or singular:
+        c0, c1 = 0.0, svb / svv  # through the origin
+    fitted = [c0 + c1 * xi for xi in x]
+    rms = (sum((f / t - 1) ** 2 for f, t in zip(fitted, seconds, strict=True)) / len(seconds)) ** 0.5
+    return FittedLink(collective=op, ranks=ranks, steps=steps, latency_s=c0 / steps if steps else 0.0,
+                      bytes_per_sec=1.0 / c1 if c1 > 0 else None, points=len(seconds), rms_relative_error=rms)
