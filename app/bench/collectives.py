@@ -23,16 +23,9 @@ from app.bench import env, load
 from app.bench.common import to_json
 from app.bench.timer import summarize
 from app.contract import parallel
+from app.contract.parallel_results import CatalogueLink, CollectiveFitOut, CollectivePoint, CollectivesResult
 from app.contract.params import CollectivesParams
-from app.contract.results import (
-    CatalogueLink,
-    CollectiveFitOut,
-    CollectivePoint,
-    CollectivesResult,
-    Contention,
-    Environment,
-    Skipped,
-)
+from app.contract.results import Contention, Environment, Skipped
 
 ENVIRONMENT = TypeAdapter(Environment)
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}

@@ -21,8 +21,9 @@ from app.bench.common import to_json
 from app.bench.models import Cruncher
 from app.bench.timer import Timer
 from app.contract import parallel
+from app.contract.parallel_results import DataParallelStepResult
 from app.contract.params import DataParallelStepParams
-from app.contract.results import DataParallelStepResult, Environment, MemoryComparison, Stats
+from app.contract.results import Environment, MemoryComparison, Stats
 
 ENVIRONMENT = TypeAdapter(Environment)
 STATS = TypeAdapter(Stats)

@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import Field, TypeAdapter
 
 from app.contract import parallel, predict
+from app.contract.parallel_results import CollectivesResult, DataParallelStepResult
 from app.contract.params import (
     BANDWIDTH_BYTES,
     COLLECTIVE_SIZES,
@@ -35,8 +36,6 @@ from app.contract.params import (
 )
 from app.contract.results import (
     BandwidthResult,
-    CollectivesResult,
-    DataParallelStepResult,
     GenerateResult,
     MatmulResult,
     TrainStepResult,

@@ -16,16 +16,10 @@ from app.api.services import device as device_service
 from app.api.services import flops
 from app.api.services import jobs as service
 from app.config import Settings
+from app.contract.parallel_results import CollectivesResult, DataParallelStepResult
 from app.contract.params import MATMUL_DTYPES
 from app.contract.registry import PROBES
-from app.contract.results import (
-    CollectivesResult,
-    DataParallelStepResult,
-    MatmulResult,
-    MemoryComparison,
-    TrainStepResult,
-    TransferResult,
-)
+from app.contract.results import MatmulResult, MemoryComparison, TrainStepResult, TransferResult
 from app.contract.schemas import PresetName
 from app.deps import SettingsDep, StoreDep
 from app.jobs.job import Job

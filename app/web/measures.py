@@ -11,10 +11,9 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from app.accounting.units import human_bytes
+from app.contract.parallel_results import CollectivesResult, DataParallelStepResult
 from app.contract.results import (
     BandwidthResult,
-    CollectivesResult,
-    DataParallelStepResult,
     GenerateResult,
     MatmulResult,
     TrainStepResult,
