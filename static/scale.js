@@ -18,6 +18,8 @@
     // A little room each side, so a point at either end is not cut in half.
     const lo = Math.min(...xs) / 1.15, hi = Math.max(...xs) * 1.15;
     const good = color("--good") || "#1a7f37", bad = color("--bad") || "#cf222e";
+    // Dots a little transparent, so where layouts crowd together reads darker.
+    const faded = (c) => (/^#[0-9a-f]{6}$/i.test(c) ? c + "99" : c);
     const datasets = [];
     if (spec.chosen) {
       datasets.push({ label: "chosen: " + spec.chosen.label, data: [spec.chosen], pointStyle: "circle",
@@ -25,13 +27,13 @@
                       backgroundColor: "transparent", order: 0 });
     }
     datasets.push(
-      { label: "fits", data: spec.fits, pointStyle: "circle", pointRadius: 3, backgroundColor: good,
-        borderColor: good, order: 2 },
+      { label: "fits", data: spec.fits, pointStyle: "circle", pointRadius: 3, backgroundColor: faded(good),
+        borderColor: good, borderWidth: 1, order: 2 },
       { label: "does not fit", data: spec.over, pointStyle: "crossRot", pointRadius: 4, borderWidth: 1.5,
         borderColor: bad, backgroundColor: bad, order: 3 },
       { type: "line", label: spec.memory_label + " (" + sig(spec.memory_gb) + " GB)",
         data: [{ x: lo, y: spec.memory_gb }, { x: hi, y: spec.memory_gb }], borderColor: color("--fg"),
-        borderDash: [6, 4], borderWidth: 2, pointRadius: 0, pointHoverRadius: 0, order: 1 },
+        borderDash: [6, 4], borderWidth: 2, pointRadius: 0, pointHoverRadius: 0, pointStyle: "line", order: 1 },
     );
     const scales = axes("seconds per step", "GB per GPU", true, true);
     Object.assign(scales.x, { min: lo, max: hi });
