@@ -330,8 +330,8 @@
     memory_compare: drawMemoryCompare, compare_lines: drawCompareLines, compare_bars: drawCompareBars,
     param_parts: drawParamParts, decode_curve: drawDecodeCurve, collective_busbw: drawCollectiveBusbw,
   };
-  // For a page's own charts in their own file (static/fit.js), which registers in `draw`.
-  Object.assign(window.Tally, { color, kindColors: KIND_COLORS, draw: DRAW });
+  // For a page's own charts in their own file (static/fit.js, static/scale.js), which registers in `draw`.
+  Object.assign(window.Tally, { color, axes, kindColors: KIND_COLORS, draw: DRAW });
 
   // The launch form shows the fields of the chosen probe, and the one-shape field only for
   // the "one shape" sweep; a hidden field is disabled too, so the form does not send it.

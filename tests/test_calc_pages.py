@@ -16,7 +16,10 @@ TIME = "/api/v1/time/training"
 
 
 def _text(value) -> str:
-    """A default as a form field holds it (independent of the page's own converter)."""
+    """A default as a form field holds it (independent of the page's own converter): a list as
+    the comma-separated values a person types (the Scale page's ZeRO stages: "0, 1, 2, 3")."""
+    if isinstance(value, list):
+        return ", ".join(_text(v) for v in value)
     return {True: "true", False: "false"}.get(value, str(value)) if isinstance(value, bool) else str(value)
 
 

@@ -2,7 +2,8 @@
 (app/api/services), a result fragment and, where a chart needs more than one answer,
 further calls to the same functions. The spec of a page (its inputs, taken from the request
 model) is app/web/spec.py; the serving page, which answers three routes at once, is
-app/web/inference.py; "Will it run on my GPU?" is app/web/fit.py."""
+app/web/inference.py; "Will it run on my GPU?" is app/web/fit.py; Scale and its collective
+calculator are app/web/scale.py."""
 
 from collections.abc import Callable
 from typing import Any
@@ -14,7 +15,7 @@ from app.api.responses import jsonable
 from app.api.services import dtypes, flops, memory, tensors, time
 from app.contract.schemas import engine_model
 from app.jobs.store import Store
-from app.web import fit, forms, inference, numbers
+from app.web import fit, forms, inference, numbers, scale
 from app.web.spec import Calculator, Compute, Input, choices
 
 __all__ = ["CALCULATORS", "Calculator", "Input", "choices", "flops_label"]
@@ -215,4 +216,6 @@ CALCULATORS = {c.slug: c for c in (
         _flops_charts, takes_model="model"),
     inference.PAGE,
     fit.PAGE,
+    scale.PAGE,
+    scale.COLLECTIVE,
 )}
