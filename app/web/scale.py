@@ -148,7 +148,9 @@ COLLECTIVE = Calculator(
      Input("gpu", "GPU", "h100-sxm", "its node link from the catalogue"),
      Input("intra_node_bytes_per_sec", "Node link (bytes/s)", hint="per GPU per direction; empty: the GPU's",
            more=True),
-     Input("intra_node_latency_s", "Node link latency (s)", hint="per ring step", more=True),
-     Input("inter_node_bytes_per_sec", "Network (bytes/s)", hint="per GPU per direction", more=True),
-     Input("inter_node_latency_s", "Network latency (s)", hint="per ring step", more=True),
+     Input("intra_node_latency_s", "Node link latency (s)", hint="per ring step; empty: the GPU's",
+           more=True),
+     Input("inter_node_bytes_per_sec", "Network (bytes/s)",
+           hint="per GPU per direction; empty: the GPU's reference network / GPUs per node", more=True),
+     Input("inter_node_latency_s", "Network latency (s)", hint="per ring step; empty: the GPU's", more=True),
      Input("base_latency_s", "Base latency (s)", hint="once per collective", more=True)))
