@@ -26,7 +26,11 @@ JOBS = examples(
         "sweep": "custom", "shapes": [{"m": 256, "k": 256, "n": 256}], "dtypes": ["float32", "bfloat16"]}},
     gpt2_training_steps={"probe": "train_step", "params": {
         "model": "gpt2", "batch_size": 8, "seq_len": 1024, "optimizer": "adamw",
-        "precision": "bf16_autocast"}, "timeout_s": 900})
+        "precision": "bf16_autocast"}, "timeout_s": 900},
+    collectives_over_two_ranks={"probe": "collectives", "params": {
+        "ranks": 2, "sizes_bytes": [4096, 1048576]}},
+    an_fsdp_step_over_two_ranks={"probe": "data_parallel_step", "params": {
+        "model": {"kind": "cruncher"}, "strategy": "fsdp", "ranks": 2}})
 JobBody = Annotated[JobRequest, Body(openapi_examples=JOBS)]  # type: ignore[valid-type]
 
 
