@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: run worker test fuzz bench load gpu-targets clean
+.PHONY: run worker test fuzz bench load gpu-targets clean postgres
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -31,7 +31,12 @@ CHROMIUM ?= /usr/bin/chromium
 $(CHROMIUM):
 	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium
 
-test: $(VENV)/.installed-test $(CHROMIUM)
+# The fleet's tests start throw-away clusters from Debian's PostgreSQL server binaries.
+postgres:
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null || \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql)
+
+test: $(VENV)/.installed-test $(CHROMIUM) postgres
 	TALLY_CHROMIUM=$(CHROMIUM) $(BIN)/python -m pytest -n 2 $(PYTEST_ARGS)
 
 fuzz: $(VENV)/.installed-test  # fresh random schemathesis cases, 1000 per operation
