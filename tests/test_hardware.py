@@ -59,3 +59,13 @@ def test_dgx_h100_network_is_eight_400_gbit_nics():
     assert ic.network_bytes_per_sec_per_node == 8 * 400e9 / 8
     assert ic.network_bytes_per_sec_per_gpu == 50e9
     assert ic.node_link_bytes_per_sec == 900e9 / 2  # NVLink 4's 900 GB/s is both directions
+
+
+def test_the_collectives_probe_predicts_over_the_node_link():
+    # What the collectives job page draws on a GPU: the node's ring link and NCCL's latency for it.
+    from app.contract.parallel import catalogue_link
+    sxm, source = catalogue_link("NVIDIA H100 80GB HBM3")
+    assert (sxm.bytes_per_sec, sxm.latency_s) == (450e9, 3.4e-6) and source.startswith("h100-sxm: nvlink")
+    pcie, _ = catalogue_link("NVIDIA H100 PCIe")  # its bridge joins pairs; 8 cards ring over PCIe Gen5
+    assert (pcie.bytes_per_sec, pcie.latency_s) == (64e9, 5.7e-6)
+    assert catalogue_link("AMD EPYC 9654") is None

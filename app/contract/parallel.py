@@ -57,15 +57,14 @@ def collectives_need(p: CollectivesParams, kind: str) -> tuple[int, str]:
 
 
 def catalogue_link(device_name: str) -> tuple[cc.Link, str] | None:
-    """The link between GPUs of one node from the catalogue, with NCCL's per-step latency for
-    its kind (NVLink, else PCIe), and the catalogue's source; None for a part it lacks."""
+    """The link a collective over one node's GPUs runs on, from the catalogue's interconnect row:
+    its bytes/s per GPU per direction and NCCL's per-step latency for its kind, with the row's
+    source; None for a part the catalogue lacks or gives no node (TPUs)."""
     acc = hardware.for_device(device_name)
-    if acc is None or acc.interconnect_bytes_per_sec is None:
+    if acc is None or acc.interconnect is None:
         return None
-    source = acc.interconnect_source or ""
-    nvlink = "NVLink" in source and not source.startswith("no NVLink")
-    latency = cc.NVLINK_STEP_LATENCY_S if nvlink else cc.PCIE_STEP_LATENCY_S
-    return cc.Link(acc.interconnect_bytes_per_sec, latency), f"{acc.id}: {source}"
+    ic = acc.interconnect
+    return cc.Link(ic.node_link_bytes_per_sec, ic.node_link_latency_s), f"{acc.id}: {ic.link} ({ic.source})"
 
 
 # --- data_parallel_step: app/bench/data_parallel.py ------------------------------------------------
