@@ -23,7 +23,7 @@ from app.bench import env, load
 from app.bench.common import to_json
 from app.bench.timer import summarize
 from app.contract import parallel
-from app.contract.parallel_results import CatalogueLink, CollectiveFitOut, CollectivePoint, CollectivesResult
+from app.contract.parallel_results import CatalogueLink, CollectivePoint, CollectivesResult
 from app.contract.params import CollectivesParams
 from app.contract.results import Contention, Environment, Skipped
 
@@ -208,8 +208,7 @@ def summarize_run(p: CollectivesParams, measured: dict[str, Any],
         probe="collectives", environment=environment, backend=measured["backend"], ranks=ranks, dtype=p.dtype,
         iterations=p.iterations, warmup_iterations=p.warmup_iterations, checked=p.check,
         check_passed=(sum(checked) == 0) if checked else None, points=points,
-        fits=[CollectiveFitOut(f.collective, f.steps, f.latency_s, f.bytes_per_sec, f.points,
-                               f.rms_relative_error) for f in fits.values()],
+        fits=list(fits.values()),
         catalogue_link=link, skipped=[Skipped(**s) for s in measured["skipped"]],
         assumptions=[
             "time per point: each timed run's slowest rank, then the median over runs; algbw = S / median, "

@@ -5,6 +5,7 @@ otherwise."""
 from dataclasses import dataclass
 from typing import Literal
 
+from app.accounting.comm.collectives import FittedLink
 from app.accounting.records import RECORD
 from app.contract.results import Environment, MemoryComparison, Skipped, Stats
 
@@ -42,23 +43,6 @@ class CollectivePoint:
 
 
 @dataclass(slots=True)
-class CollectiveFitOut:
-    """Latency and bandwidth fitted to this run's times of one collective:
-    t = latency_s x steps + bus_factor x S / bytes_per_sec (app/accounting/comm/collectives.py)."""
-
-    collective: str
-    steps: int
-    """Ring steps: 2 (n - 1) for all_reduce, n - 1 for the others."""
-    latency_s: float
-    bytes_per_sec: float | None
-    """Per rank per direction, comparable with busbw; null when the times did not grow with size."""
-    points: int
-    rms_relative_error: float
-
-    __pydantic_config__ = RECORD
-
-
-@dataclass(slots=True)
 class CatalogueLink:
     bytes_per_sec: float
     """The catalogue's interconnect_bytes_per_sec: per GPU per direction."""
@@ -83,7 +67,7 @@ class CollectivesResult:
     check_passed: bool | None
     """Every checked point had 0 errors; null when nothing was checked."""
     points: list[CollectivePoint]
-    fits: list[CollectiveFitOut]
+    fits: list[FittedLink]
     catalogue_link: CatalogueLink | None
     skipped: list[Skipped]
     assumptions: list[str]
