@@ -241,10 +241,12 @@ class Store:
         from starving: app/jobs/placement.py. `host` (default this machine's name) names the
         devices in the leases; a lease older than stale_after_s is free.
         """
-        now = time.time()
         host = host or socket.gethostname()
         mine, args = ("AND (gpu IS NULL OR gpu = ?)", (gpu,)) if gpu is not None else ("", ())
         with self._write() as db:
+            # Read once the write lock is held: a claim that waited on a finishing job's transaction
+            # must not start before that job's finished_at.
+            now = time.time()
             rows = db.execute(f"SELECT id, attempts, gpu, device, num_gpus, gpus FROM jobs "
                               f"WHERE status = 'queued' {mine} ORDER BY id LIMIT ?",
                               (*args, CLAIM_WINDOW)).fetchall()
