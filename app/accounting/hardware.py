@@ -160,8 +160,12 @@ def gpu(gpu_id: str, overrides: GpuOverrides | None = None, *, field: str = "gpu
         value = getattr(overrides.peak_flop_per_sec, key)
         if value is not None:
             peaks[key] = value
+    link, node = overrides.interconnect_bytes_per_sec, acc.interconnect
+    if link is not None and node is not None:  # the part's one link figure: its node's ring runs at it too
+        node = replace(node, node_link_bytes_per_sec=link)
     return replace(
         acc,
+        interconnect=node,
         memory_bytes=overrides.memory_bytes or acc.memory_bytes,
         memory_bandwidth_bytes_per_sec=(
             overrides.memory_bandwidth_bytes_per_sec or acc.memory_bandwidth_bytes_per_sec),

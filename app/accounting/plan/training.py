@@ -3,6 +3,7 @@ that fit, and what the model assumes."""
 
 from dataclasses import dataclass, field
 
+from app.accounting.comm import links
 from app.accounting.comm.collectives import Link
 from app.accounting.errors import InvalidInput
 from app.accounting.hardware import Accelerator
@@ -99,22 +100,20 @@ def cluster(gpu: Accelerator, *, num_gpus: int, gpus_per_node: int | None,
     if num_gpus > g and num_gpus % g:
         raise InvalidInput("num_gpus", f"{num_gpus} GPUs do not fill whole nodes of {g}")
     g = min(g, num_gpus)
-    bw = intra[0] or (ic.node_link_bytes_per_sec if ic else None)
+    bw, lat = links.node(gpu, *intra)
     if bw is None:
         raise InvalidInput("intra_node_bytes_per_sec",
                            f"{gpu.id} has no node link in the catalogue; give one")
-    lat = intra[1] if intra[1] is not None else ic.node_link_latency_s if ic else None
     if lat is None:
         raise InvalidInput("intra_node_latency_s", f"{gpu.id} has no node link in the catalogue; give one")
-    intra_src = "given" if intra[0] else f"catalogue: {ic.link} ({ic.source})"
+    intra_src = "given" if intra[0] else f"catalogue: {ic.link} ({ic.source})" if ic else "catalogue"
     net, inter_src = None, None
     if num_gpus > g:
-        nbw = inter[0] or (ic.network_bytes_per_sec_per_gpu if ic else None)
+        nbw, nlat = links.network(gpu, *inter)
         if nbw is None:
             raise InvalidInput("inter_node_bytes_per_sec",
                                f"{num_gpus} GPUs span nodes and {gpu.id}'s reference board names no network; "
                                "give the network's bytes/s per GPU")
-        nlat = inter[1] if inter[1] is not None else ic.network_latency_s if ic else None
         if nlat is None:
             raise InvalidInput("inter_node_latency_s", "give the network's latency per ring step")
         net = Link(nbw, nlat)

@@ -3,6 +3,7 @@
 from pydantic import Field
 
 from app.accounting.comm import collectives as cc
+from app.accounting.comm import links
 from app.accounting.errors import InvalidInput
 from app.contract.fields import Input, byte_count, count, number
 from app.contract.schemas import GpuId, GpuOverridesIn, accelerator
@@ -41,29 +42,19 @@ class CollectiveRequest(Input):
 
 def collective(body: CollectiveRequest) -> cc.CollectiveTime:
     acc = accelerator(body.gpu, body.gpu_overrides)
-    ic = acc.interconnect if acc else None
-    node = ic.node_link_bytes_per_sec if ic else (acc.interconnect_bytes_per_sec if acc else None)
-    if body.gpu_overrides is not None and body.gpu_overrides.interconnect_bytes_per_sec is not None:
-        node = acc.interconnect_bytes_per_sec
-    intra = body.intra_node_bytes_per_sec or node
+    intra, intra_lat = links.node(acc, body.intra_node_bytes_per_sec, body.intra_node_latency_s)
     if intra is None:
         field = "gpu" if acc is None else "intra_node_bytes_per_sec"
         raise InvalidInput(field, "give a gpu with an interconnect figure in the catalogue, or "
                                   "intra_node_bytes_per_sec")
-    network = ic.network_bytes_per_sec_per_gpu if ic else None
+    network, net_lat = links.network(acc, body.inter_node_bytes_per_sec, body.inter_node_latency_s)
     answer = cc.collective_time(
         body.collective, body.bytes, body.ranks, gpus_per_node=body.gpus_per_node,
-        intra=cc.Link(intra, _given(body.intra_node_latency_s, ic and ic.node_link_latency_s,
-                                    cc.NVLINK_STEP_LATENCY_S)),
-        inter=cc.Link(body.inter_node_bytes_per_sec or network or cc.NDR_BYTES_PER_SEC_PER_GPU,
-                      _given(body.inter_node_latency_s, ic and ic.network_latency_s,
-                             cc.NETWORK_STEP_LATENCY_S)),
+        intra=cc.Link(intra, cc.NVLINK_STEP_LATENCY_S if intra_lat is None else intra_lat),
+        inter=cc.Link(network or cc.NDR_BYTES_PER_SEC_PER_GPU,
+                      cc.NETWORK_STEP_LATENCY_S if net_lat is None else net_lat),
         base_latency_s=body.base_latency_s)
-    if answer.nodes > 1 and body.inter_node_bytes_per_sec is None and network is None:
+    if answer.nodes > 1 and network is None:
         answer.assumptions.append("the gpu's reference board names no network: one 400 Gb/s NDR NIC per GPU "
                                   "(50e9 bytes/s) is assumed; give inter_node_bytes_per_sec")
     return answer
-
-
-def _given(value: float | None, catalogue: float | None, default: float) -> float:
-    return value if value is not None else catalogue if catalogue is not None else default
