@@ -9,8 +9,10 @@ framework runs is refused with its reason (layout.REASONS) and counted, not time
 """
 
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from itertools import product
+from typing import NamedTuple
 
 from app.accounting.activations import Recompute
 from app.accounting.errors import InvalidInput
@@ -83,7 +85,7 @@ MAX_TIMED = 50_000
 
 
 def search(w: Workload, limits: Limits, *, top_k: int = 5, points: bool = False) -> SearchResult:
-    cfg, n, g = w.model, w.cluster.gpus, w.cluster.gpus_per_node
+    cfg, g = w.model, w.cluster.gpus_per_node
     if (size := _upper_bound(w, limits)) > MAX_TIMED:
         raise InvalidInput("limits", f"the search would time up to {size:,} layouts (at most "
                                      f"{MAX_TIMED:,}): narrow it with limits (tensor_parallel, "
@@ -91,56 +93,69 @@ def search(w: Workload, limits: Limits, *, top_k: int = 5, points: bool = False)
     refused: Counter[str] = Counter()
     timed: list[StepTime] = []
     dots: list[Point] = []
-    for tp in _allowed(divisors(n), limits.tensor_parallel):
-        for pp in _allowed(divisors(n // tp), limits.pipeline_parallel):
-            dp = n // (tp * pp)
-            eps = _allowed(divisors(dp) if cfg.moe else [1], limits.expert_parallel)
-            share, whole = divmod(w.global_batch, dp)
-            batches = _allowed(divisors(share) if share and not whole else [0], limits.micro_batch)
-            chunks = _allowed(divisors(cfg.n_layers // pp) if cfg.n_layers % pp == 0 else [1],
-                              limits.virtual_stages)
-            inner = list(product(limits.zero_stage, batches, chunks, limits.recompute))
-            for ep in eps:
-                why = refusal(cfg, tp=tp, pp=pp, dp=dp, ep=ep, gpus_per_node=g,
-                              tp_across_nodes=limits.allow_tensor_parallel_across_nodes)
+    for s in _splits(w, limits):
+        inner = list(product(limits.zero_stage, s.batches, s.chunks, limits.recompute))
+        for ep in s.eps:
+            why = refusal(cfg, tp=s.tp, pp=s.pp, dp=s.dp, ep=ep, gpus_per_node=g,
+                          tp_across_nodes=limits.allow_tensor_parallel_across_nodes)
+            if why:
+                refused[why] += len(inner)
+                continue
+            for zero, b, v, rec in inner:
+                why = _inner_refusal(pp=s.pp, zero=zero, b=b, v=v, m=s.share // b if b else 0,
+                                     stage_layers=cfg.n_layers // s.pp)
                 if why:
-                    refused[why] += len(inner)
+                    refused[why] += 1
                     continue
-                for zero, b, v, rec in inner:
-                    why = _inner_refusal(pp=pp, zero=zero, b=b, v=v, m=share // b if b else 0,
-                                         stage_layers=cfg.n_layers // pp)
-                    if why:
-                        refused[why] += 1
-                        continue
-                    lo = Layout(data_parallel=dp, tensor_parallel=tp, pipeline_parallel=pp,
-                                expert_parallel=ep,
-                                zero_stage=zero, micro_batch=b, micro_batches=share // b, virtual_stages=v,
-                                recompute=rec, sequence_parallel=limits.sequence_parallel and tp > 1)
-                    st = step_time(w, lo, memory_of(w, lo))
-                    timed.append(st)
-                    if points:
-                        dots.append(Point(st.step_seconds, st.memory_bytes, st.fits, label(lo)))
+                lo = Layout(data_parallel=s.dp, tensor_parallel=s.tp, pipeline_parallel=s.pp,
+                            expert_parallel=ep,
+                            zero_stage=zero, micro_batch=b, micro_batches=s.share // b, virtual_stages=v,
+                            recompute=rec, sequence_parallel=limits.sequence_parallel and s.tp > 1)
+                st = step_time(w, lo, memory_of(w, lo))
+                timed.append(st)
+                if points:
+                    dots.append(Point(st.step_seconds, st.memory_bytes, st.fits, label(lo)))
     fitting = sorted((s for s in timed if s.fits), key=lambda s: (s.step_seconds, s.memory_bytes))
     closest = None if fitting or not timed else min(timed, key=lambda s: (s.memory_bytes, s.step_seconds))
     return SearchResult(best=fitting[:top_k], evaluated=len(timed), fitting=len(fitting),
                         refused=dict(sorted(refused.items())), least_memory=closest, points=dots)
 
 
-def _upper_bound(w: Workload, limits: Limits) -> int:
-    """Layouts the search could time: its candidates, before the refusals that need a layout."""
-    n, total = w.cluster.gpus, 0
+class _Split(NamedTuple):
+    """Tensor x pipeline degrees, data parallelism the rest, and the values the inner axes may take."""
+
+    tp: int
+    pp: int
+    dp: int
+    share: int
+    """Sequences per data-parallel rank (0 when dp does not divide the batch)."""
+    eps: list[int]
+    batches: list[int]
+    """Micro-batch sizes dividing share; [0] (refused as "batch") when dp does not divide the batch."""
+    chunks: list[int]
+
+
+def _splits(w: Workload, limits: Limits) -> Iterator[_Split]:
+    cfg, n = w.model, w.cluster.gpus
     for tp in _allowed(divisors(n), limits.tensor_parallel):
-        if tp > w.cluster.gpus_per_node and not limits.allow_tensor_parallel_across_nodes:
-            continue
         for pp in _allowed(divisors(n // tp), limits.pipeline_parallel):
             dp = n // (tp * pp)
-            if w.model.n_layers % pp or w.global_batch % dp:
-                continue
-            eps = _allowed(divisors(dp) if w.model.moe else [1], limits.expert_parallel)
-            total += (len(eps) * len(_allowed(divisors(w.global_batch // dp), limits.micro_batch))
-                      * len(_allowed(divisors(w.model.n_layers // pp), limits.virtual_stages))
-                      * len(limits.zero_stage) * len(limits.recompute))
-    return total
+            share, whole = divmod(w.global_batch, dp)
+            share = 0 if whole else share
+            yield _Split(tp, pp, dp, share,
+                         _allowed(divisors(dp) if cfg.moe else [1], limits.expert_parallel),
+                         _allowed(divisors(share) if share else [0], limits.micro_batch),
+                         _allowed(divisors(cfg.n_layers // pp) if cfg.n_layers % pp == 0 else [1],
+                                  limits.virtual_stages))
+
+
+def _upper_bound(w: Workload, limits: Limits) -> int:
+    """Layouts the search could time: its candidates, before the refusals that need a layout."""
+    per = len(limits.zero_stage) * len(limits.recompute)
+    inside = w.cluster.gpus_per_node
+    return sum(len(s.eps) * len(s.batches) * len(s.chunks) * per for s in _splits(w, limits)
+               if (s.tp <= inside or limits.allow_tensor_parallel_across_nodes)
+               and s.share and w.model.n_layers % s.pp == 0)
 
 
 def _inner_refusal(*, pp: int, zero: int, b: int, v: int, m: int, stage_layers: int) -> str | None:
