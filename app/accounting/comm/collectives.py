@@ -122,9 +122,9 @@ def collective_time(op: str, size_bytes: int, ranks: int, *, gpus_per_node: int,
     if ranks == 1:  # nothing moves
         pass
     elif op == "all_to_all":
-        levels.append(_ring("intra_node", g, s * (g - 1) / ranks, g - 1, intra))
+        levels.append(_ring("intra_node", g, s * (g - 1) / ranks, ring_steps(op, g), intra))
         if nodes > 1:
-            levels.append(_ring("inter_node", ranks, s * (ranks - g) / ranks, nodes - 1, inter))
+            levels.append(_ring("inter_node", ranks, s * (ranks - g) / ranks, ring_steps(op, nodes), inter))
         seconds = max((level.seconds for level in levels), default=0.0)  # both links at once
     elif op == "broadcast":
         # Pipelined: every level pays its ring's latencies, and S crosses the slowest link once.
@@ -132,17 +132,17 @@ def collective_time(op: str, size_bytes: int, ranks: int, *, gpus_per_node: int,
         slowest = min(links, key=lambda item: item[2].bytes_per_sec)[0]
         for name, r, link in links:
             carry = s / link.bytes_per_sec if name == slowest else 0.0
-            levels.append(Level(name, r, s, r - 1, (r - 1) * link.latency_s + carry))
+            levels.append(Level(name, r, s, ring_steps(op, r), ring_steps(op, r) * link.latency_s + carry))
         seconds = sum(level.seconds for level in levels)
     else:
         inside = (g - 1) / g * s  # reduce-scatter or all-gather of S inside a node
         passes = 2 if op == "all_reduce" else 1
         if g > 1:
-            levels.append(_ring("intra_node", g, passes * inside, passes * (g - 1), intra))
+            levels.append(_ring("intra_node", g, passes * inside, ring_steps(op, g), intra))
         if nodes > 1:
             shard = s / g
             levels.append(_ring("inter_node", nodes, passes * (nodes - 1) / nodes * shard,
-                                passes * (nodes - 1), inter))
+                                ring_steps(op, nodes), inter))
         seconds = sum(level.seconds for level in levels)
     seconds += base_latency_s if ranks > 1 else 0.0
     algbw = s / seconds if seconds else 0.0
@@ -182,10 +182,13 @@ class FittedLink:
         return None if self.bytes_per_sec is None else Link(self.bytes_per_sec, self.latency_s)
 
     def seconds(self, size_bytes: int) -> float:
-        """The fitted time of S bytes: collective_time with this link and no base latency."""
-        carried = bus_factor(self.collective, self.ranks) * size_bytes
-        moving = 0.0 if self.bytes_per_sec is None else carried / self.bytes_per_sec
-        return self.steps * self.latency_s + moving
+        """The fitted time of S bytes: collective_time over this link in one node, no base latency
+        (the intercept holds it); the latency alone where no bandwidth was fitted."""
+        link = self.link()
+        if link is None:
+            return self.steps * self.latency_s
+        return collective_time(self.collective, size_bytes, self.ranks, gpus_per_node=self.ranks, intra=link,
+                               base_latency_s=0.0).seconds
 
 
 def fit_link(op: str, ranks: int, sizes_bytes: list[int], seconds: list[float]) -> FittedLink:
