@@ -77,3 +77,14 @@ def test_a_search_too_large_to_time_is_refused_naming_the_limits(api):
     assert "55,296 layouts" in refused["message"]
     narrowed = api.ok("/api/v1/plan/training", body | {"limits": {"micro_batch": [8, 16]}})
     assert narrowed["evaluated"] == 2 * 4 * 3
+
+
+def test_an_overridden_interconnect_is_the_node_link(api):
+    # gpu_overrides.interconnect_bytes_per_sec is the part's one link figure: the plan's node ring
+    # and the collective calculator both run at it.
+    body = BASE | {"gpu_overrides": {"interconnect_bytes_per_sec": 100e9}}
+    assert api.ok("/api/v1/plan/training", body)["intra_node"]["bytes_per_sec"] == 100e9
+    ring = api.ok("/api/v1/comm/collective", {
+        "collective": "all_gather", "bytes": "1GB", "ranks": 8, "gpu": "h100-sxm", "base_latency_s": 0,
+        "intra_node_latency_s": 0, "gpu_overrides": {"interconnect_bytes_per_sec": 100e9}})
+    assert ring["busbw_bytes_per_sec"] == pytest.approx(100e9)
