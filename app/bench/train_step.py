@@ -153,13 +153,17 @@ def run(raw: dict, progress) -> dict:
         ], mode=p.mode, trainable_params=sum(param.numel() for param in lora.trainable(work.model))))
 
 
-def peak_bytes(device: torch.device, held: list[torch.Tensor], step: list) -> tuple[int, int | None, str]:
-    """(peak bytes, reserved bytes or None, how): CUDA's allocator peak since the last reset, or on
-    the CPU the peak of live tensor storage over one more run of `step`'s phases, `held` counted
-    from the start."""
+def peak_bytes(device: torch.device, held: list[torch.Tensor], step: list, *,
+               flush_bytes: int) -> tuple[int, int | None, str]:
+    """(peak bytes, reserved bytes or None, how): CUDA's allocator peak since the last reset, less
+    the timer's L2-flush buffer (`flush_bytes`, live throughout but the probe's, not the model's),
+    or on the CPU the peak of live tensor storage over one more run of `step`'s phases,
+    `held` counted from the start. cuBLAS's workspaces (32 MiB each for cuBLAS and cuBLASLt on
+    Hopper, torch's default) stay in the CUDA figure: a real run holds them too."""
     if device.type == "cuda":
-        return (torch.cuda.max_memory_allocated(device), torch.cuda.max_memory_reserved(device),
-                "torch.cuda.max_memory_allocated over the timed steps, after reset_peak_memory_stats")
+        return (torch.cuda.max_memory_allocated(device) - flush_bytes, torch.cuda.max_memory_reserved(device),
+                "torch.cuda.max_memory_allocated over the timed steps, after reset_peak_memory_stats, less "
+                "the timer's flush buffer")
     tracker = LiveBytes()
     for tensor in held:
         tracker.track(tensor)
@@ -170,7 +174,8 @@ def peak_bytes(device: torch.device, held: list[torch.Tensor], step: list) -> tu
 
 
 def _memory(env: Setup, work: Workload, opt, step) -> MemoryComparison:
-    measured, reserved, method = peak_bytes(env.device, resident(work, opt), step)
+    measured, reserved, method = peak_bytes(env.device, resident(work, opt), step,
+                                            flush_bytes=env.timer.flush_bytes)
     predicted = work.prediction.memory
     return MemoryComparison(predicted=predicted, measured_peak_allocated=measured, measured_reserved=reserved,
                             relative_error=predicted["total"] / measured - 1, method=method)

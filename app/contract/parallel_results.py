@@ -114,7 +114,8 @@ class DataParallelStepResult:
     scaling_efficiency: float
     """tokens_per_sec_per_rank / one_rank_tokens_per_sec = one_rank_step.median / step.median."""
     memory: MemoryComparison
-    """Rank 0's peak beside the memory engine's for the strategy's ZeRO stage over `ranks`."""
+    """The busiest rank's peak (peak_bytes_most_rank) beside the memory engine's for the strategy's ZeRO
+    stage over `ranks`: the rank a plan must fit."""
     peak_bytes_most_rank: int
     peak_bytes_least_rank: int
     loss_first: float
