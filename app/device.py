@@ -67,7 +67,7 @@ def _text(value: str | bytes) -> str:
 
 
 @contextmanager
-def _nvml() -> Iterator[Any]:
+def nvml() -> Iterator[Any]:
     """pynvml, initialised, or None where there is no library or no driver."""
     try:
         import pynvml
@@ -81,26 +81,87 @@ def _nvml() -> Iterator[Any]:
         pynvml.nvmlShutdown()
 
 
-def gpu_indices() -> list[int]:
-    """The GPUs NVML numbers on this box (PCI bus order, as the children's CUDA_DEVICE_ORDER)."""
-    with _nvml() as nvml:
-        if nvml is None:
+@dataclass(slots=True)
+class GpuInfo:
+    """One GPU as a fleet worker registers it (app/jobs/fleet.py): NVML's identity and limits."""
+
+    index: int
+    """NVML's index on its host (PCI bus order)."""
+    uuid: str
+    """NVML's "GPU-…" identifier: the GPU's name across hosts and over time."""
+    name: str
+    catalogue_id: str | None
+    memory_bytes: int
+    driver_version: str
+    cuda_driver_version: str
+    """The newest CUDA the driver supports, e.g. "13.0"."""
+    compute_capability: str
+    max_sm_clock_mhz: int | None
+    max_memory_clock_mhz: int | None
+    power_limit_watts: float | None
+    """The enforced board power limit."""
+    pci_bus_id: str | None
+
+    __pydantic_config__ = RECORD
+
+
+def optional(read, *args):
+    """A reading some boards do not support (NVML_ERROR_NOT_SUPPORTED), else None."""
+    try:
+        return read(*args)
+    except Exception:  # pynvml.NVMLError, whose class exists only where the library does
+        return None
+
+
+def inventory() -> list[GpuInfo]:
+    """Every GPU NVML sees on this host, in NVML's order; empty without a driver."""
+    with nvml() as lib:
+        if lib is None:
             return []
         try:
-            return list(range(nvml.nvmlDeviceGetCount()))
-        except nvml.NVMLError:
+            driver, cuda = _text(lib.nvmlSystemGetDriverVersion()), lib.nvmlSystemGetCudaDriverVersion()
+            gpus = []
+            for index in range(lib.nvmlDeviceGetCount()):
+                h = lib.nvmlDeviceGetHandleByIndex(index)
+                name = _text(lib.nvmlDeviceGetName(h))
+                major, minor = lib.nvmlDeviceGetCudaComputeCapability(h)
+                limit_mw = optional(lib.nvmlDeviceGetEnforcedPowerLimit, h)
+                pci = optional(lib.nvmlDeviceGetPciInfo, h)
+                gpus.append(GpuInfo(
+                    index=index, uuid=_text(lib.nvmlDeviceGetUUID(h)), name=name,
+                    catalogue_id=hardware.catalogue_id(name),
+                    memory_bytes=int(lib.nvmlDeviceGetMemoryInfo(h).total),
+                    driver_version=driver, cuda_driver_version=f"{cuda // 1000}.{cuda % 1000 // 10}",
+                    compute_capability=f"{major}.{minor}",
+                    max_sm_clock_mhz=optional(lib.nvmlDeviceGetMaxClockInfo, h, lib.NVML_CLOCK_SM),
+                    max_memory_clock_mhz=optional(lib.nvmlDeviceGetMaxClockInfo, h, lib.NVML_CLOCK_MEM),
+                    power_limit_watts=None if limit_mw is None else limit_mw / 1e3,
+                    pci_bus_id=None if pci is None else _text(pci.busId)))
+            return gpus
+        except lib.NVMLError:
+            return []
+
+
+def gpu_indices() -> list[int]:
+    """The GPUs NVML numbers on this box (PCI bus order, as the children's CUDA_DEVICE_ORDER)."""
+    with nvml() as lib:
+        if lib is None:
+            return []
+        try:
+            return list(range(lib.nvmlDeviceGetCount()))
+        except lib.NVMLError:
             return []
 
 
 def gpu_process_count(index: int) -> int | None:
     """Processes holding a compute context on GPU `index` (NVML's), or None where NVML cannot
     say. A count, not pids: inside a container NVML reports the host's pids."""
-    with _nvml() as nvml:
-        if nvml is None:
+    with nvml() as lib:
+        if lib is None:
             return None
         try:
-            return len(nvml.nvmlDeviceGetComputeRunningProcesses(nvml.nvmlDeviceGetHandleByIndex(index)))
-        except nvml.NVMLError:
+            return len(lib.nvmlDeviceGetComputeRunningProcesses(lib.nvmlDeviceGetHandleByIndex(index)))
+        except lib.NVMLError:
             return None
 
 
@@ -110,24 +171,24 @@ def served_gpus(configured: list[int] | None) -> list[int]:
     return list(configured) if configured is not None else gpu_indices()
 
 
-def _describe_gpu(nvml: Any, index: int) -> DeviceInfo | None:
+def _describe_gpu(lib: Any, index: int) -> DeviceInfo | None:
     try:
-        count = nvml.nvmlDeviceGetCount()
+        count = lib.nvmlDeviceGetCount()
         if count <= index:
             return None
-        handle = nvml.nvmlDeviceGetHandleByIndex(index)
-        name = _text(nvml.nvmlDeviceGetName(handle))
-        mem = nvml.nvmlDeviceGetMemoryInfo(handle)
-        major, minor = nvml.nvmlDeviceGetCudaComputeCapability(handle)
-        cuda = nvml.nvmlSystemGetCudaDriverVersion()
+        handle = lib.nvmlDeviceGetHandleByIndex(index)
+        name = _text(lib.nvmlDeviceGetName(handle))
+        mem = lib.nvmlDeviceGetMemoryInfo(handle)
+        major, minor = lib.nvmlDeviceGetCudaComputeCapability(handle)
+        cuda = lib.nvmlSystemGetCudaDriverVersion()
         return DeviceInfo(
             kind="cuda", name=name, catalogue_id=hardware.catalogue_id(name), index=index,
             memory_bytes=int(mem.total),
             memory_used_bytes=int(mem.used), gpu_count=count, compute_capability=f"{major}.{minor}",
-            driver_version=_text(nvml.nvmlSystemGetDriverVersion()),
+            driver_version=_text(lib.nvmlSystemGetDriverVersion()),
             cuda_driver_version=f"{cuda // 1000}.{cuda % 1000 // 10}", cpu_count=os.cpu_count() or 1,
             source="nvml", note=None)
-    except nvml.NVMLError:
+    except lib.NVMLError:
         return None
 
 
@@ -148,8 +209,8 @@ def describe(index: int = 0) -> DeviceInfo:
     now = time.monotonic()
     cached = _cache.get(index)
     if cached is None or now - cached[0] > TTL_S:
-        with _nvml() as nvml:
-            info = (_describe_gpu(nvml, index) if nvml is not None else None) or host()
+        with nvml() as lib:
+            info = (_describe_gpu(lib, index) if lib is not None else None) or host()
         cached = _cache[index] = (now, info)
     return cached[1]
 
@@ -167,20 +228,20 @@ def describe_served(index: int) -> DeviceInfo:
 def gauges() -> dict[int, dict[str, float]]:
     """Live NVML readings of every GPU by index, units in the names; empty without a GPU."""
     readings: dict[int, dict[str, float]] = {}
-    with _nvml() as nvml:
-        if nvml is None:
+    with nvml() as lib:
+        if lib is None:
             return readings
         try:
-            for index in range(nvml.nvmlDeviceGetCount()):
-                h = nvml.nvmlDeviceGetHandleByIndex(index)
-                mem = nvml.nvmlDeviceGetMemoryInfo(h)
+            for index in range(lib.nvmlDeviceGetCount()):
+                h = lib.nvmlDeviceGetHandleByIndex(index)
+                mem = lib.nvmlDeviceGetMemoryInfo(h)
                 readings[index] = {
-                    "utilization_percent": float(nvml.nvmlDeviceGetUtilizationRates(h).gpu),
+                    "utilization_percent": float(lib.nvmlDeviceGetUtilizationRates(h).gpu),
                     "memory_used_bytes": float(mem.used), "memory_total_bytes": float(mem.total),
-                    "temperature_celsius": float(nvml.nvmlDeviceGetTemperature(h, nvml.NVML_TEMPERATURE_GPU)),
-                    "power_watts": nvml.nvmlDeviceGetPowerUsage(h) / 1000,
-                    "sm_clock_mhz": float(nvml.nvmlDeviceGetClockInfo(h, nvml.NVML_CLOCK_SM)),
+                    "temperature_celsius": float(lib.nvmlDeviceGetTemperature(h, lib.NVML_TEMPERATURE_GPU)),
+                    "power_watts": lib.nvmlDeviceGetPowerUsage(h) / 1000,
+                    "sm_clock_mhz": float(lib.nvmlDeviceGetClockInfo(h, lib.NVML_CLOCK_SM)),
                 }
-        except nvml.NVMLError:
+        except lib.NVMLError:
             pass  # a GPU fallen off the bus: report the ones that answered
     return readings

@@ -3,6 +3,7 @@ size_bytes and writes size_bytes, so it moves 2 x size_bytes."""
 
 import torch
 
+from app.bench import sustain
 from app.bench.common import setup, to_json
 from app.contract.params import BandwidthParams, bandwidth_bytes
 from app.contract.results import BandwidthResult
@@ -20,10 +21,12 @@ def run(raw: dict, progress) -> dict:
     acc = env.catalogue()
     peak = acc.memory_bandwidth_bytes_per_sec if acc else None
     rate = moved / stats.median
+    sustained = (sustain.run(env.device, lambda: dst.copy_(src), params.sustain_s, bytes_moved=moved)
+                 if params.sustain_s else None)
     progress(1, 1, "done")
     return to_json(BandwidthResult(
         probe="bandwidth", environment=env.environment(params.seed), size_bytes=size, bytes_moved=moved,
         time=stats, gb_per_sec=rate / 1e9, best_gb_per_sec=moved / stats.best / 1e9,
         catalogue_gb_per_sec=None if peak is None else peak / 1e9,
         percent_of_catalogue=None if peak is None else 100 * rate / peak,
-        predicted_seconds=None if peak is None else moved / peak))
+        predicted_seconds=None if peak is None else moved / peak, sustained=sustained))

@@ -5,6 +5,7 @@ from contextlib import contextmanager
 import torch
 
 from app.accounting import flops, hardware
+from app.bench import sustain
 from app.bench.common import setup, to_json
 from app.contract.params import MatmulParams, matmul_dtypes, matmul_shapes
 from app.contract.results import MatmulPoint, MatmulResult, Skipped
@@ -78,5 +79,11 @@ def run(raw: dict, progress) -> dict:
     for p in points:
         if p.dtype not in best or p.flop_per_sec > best[p.dtype].flop_per_sec:
             best[p.dtype] = p
+    sustained = None
+    if params.sustain_s and best:
+        top = best[next(name for name in names if name in best)]
+        with tf32(top.dtype == "tfloat32"):
+            sustained = sustain.run(env.device, operands(top.m, top.k, top.n, top.dtype, env.device),
+                                    params.sustain_s, flops=top.flops)
     return to_json(MatmulResult(probe="matmul", environment=env.environment(params.seed), points=points,
-                                best=best, skipped=skipped))
+                                best=best, skipped=skipped, sustained=sustained))

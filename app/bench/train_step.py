@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from app.bench import lora
+from app.bench import lora, sustain
 from app.bench.common import Setup, setup, to_json
 from app.bench.livebytes import LiveBytes
 from app.bench.models import Cruncher, Transformer
@@ -130,6 +130,8 @@ def run(raw: dict, progress) -> dict:
         [forward, backward, step], warmup_runs=0 if env.cuda else p.warmup_steps, iterations=p.steps,
         progress=lambda i: progress(p.warmup_steps + i, total, f"step {i}/{p.steps}"))
     comparison = _memory(env, work, opt, [forward, backward, step])
+    sustained = (sustain.run(env.device, lambda: (forward(), backward(), step()), p.sustain_s,
+                             flops=pred.flops_per_step) if p.sustain_s else None)
 
     tokens = p.batch_size * p.seq_len
     achieved = pred.flops_per_step / whole.median
@@ -150,7 +152,8 @@ def run(raw: dict, progress) -> dict:
             "gradients stay allocated between steps (zero_grad(set_to_none=False))",
             "transformers train with dropout off, whatever the config says",
             *lora.assumptions(p, pred.lora_targets),
-        ], mode=p.mode, trainable_params=sum(param.numel() for param in lora.trainable(work.model))))
+        ], mode=p.mode, trainable_params=sum(param.numel() for param in lora.trainable(work.model)),
+        sustained=sustained))
 
 
 def peak_bytes(device: torch.device, held: list[torch.Tensor], step: list, *,

@@ -51,7 +51,16 @@ class MatmulShape(Input):
     n: count(1, 65_536)
 
 
-class MatmulParams(ProbeParams):
+class SustainParams(ProbeParams):
+    sustain_s: number(ge=0, le=3600) = Field(
+        0, description="Seconds to run the probe's main work back to back once it is timed (matmul: the "
+        "best shape of the first dtype; bandwidth: the copy; train_step: the step), sampling clocks, "
+        "temperature, power, energy and clock-event reasons through NVML: the sustained rate, joules "
+        "per iteration and FLOP/s per watt. 0: none. A burn-in runs 10 or more, so that a GPU reaches "
+        "its power and thermal limits. Without NVML (a CPU) only the rate is reported.")
+
+
+class MatmulParams(SustainParams):
     sweep: Literal["squares", "quick", "custom"] = Field(
         "squares", description="squares: m=k=n from 1024 to 16384 (CPU: 128 to 512); quick: m from "
         "256 in steps of 256 to 4096 with n=k=4096 (CPU: m 32..256, n=k=256); custom: `shapes`.")
@@ -68,7 +77,7 @@ class MatmulParams(ProbeParams):
         return value
 
 
-class BandwidthParams(ProbeParams):
+class BandwidthParams(SustainParams):
     size_bytes: byte_count(MIB, 64 * 2**30) | None = Field(
         None, description="Bytes per buffer (two buffers: source and destination). Default 1 GiB on "
         "CUDA, far larger than any L2; 64 MiB on CPU.")
@@ -109,7 +118,7 @@ TrainModel = tagged({"cruncher": CruncherSpec, "preset": Preset, "config": Trans
                     _train_model_kind, f"model must be {_TRAIN_MODEL_HELP}")
 
 
-class TrainStepParams(ProbeParams):
+class TrainStepParams(SustainParams):
     model: TrainModel = Field(  # type: ignore[valid-type]
         default_factory=lambda: CruncherSpec(kind="cruncher"), description=f"The model: {_TRAIN_MODEL_HELP}.")
     batch_size: count(1, 65_536) = 4

@@ -27,6 +27,7 @@ from app.contract.params import (
     GenerateParams,
     MatmulParams,
     ProbeParams,
+    SustainParams,
     TrainStepParams,
     TransferParams,
     bandwidth_bytes,
@@ -79,16 +80,22 @@ def _least_seconds(params: ProbeParams, measurements: int) -> Least:
     return params.warmup_s * measurements, "params.warmup_s"
 
 
+def _sustained(least: Least, params: SustainParams) -> Least:
+    """A sustained run (sustain_s) lasts that long at least, after the timing."""
+    seconds, name = least
+    return (seconds + params.sustain_s, name if seconds >= params.sustain_s else "params.sustain_s")
+
+
 def _matmul_least(params: MatmulParams, kind: Kind) -> Least:
     # Only the dtypes certain to run: float8 needs a compute capability NVML does not tell the
     # server, and tfloat32 on a CPU is skipped (app/bench/matmul.py).
     sure = [d for d in matmul_dtypes(params, kind)
             if d != "float8_e4m3fn" and (kind == "cuda" or d != "tfloat32")]
-    return _least_seconds(params, len(matmul_shapes(params, kind)) * len(sure))
+    return _sustained(_least_seconds(params, len(matmul_shapes(params, kind)) * len(sure)), params)
 
 
 def _bandwidth_least(params: BandwidthParams, kind: Kind) -> Least:
-    return _least_seconds(params, 1)
+    return _sustained(_least_seconds(params, 1), params)
 
 
 def _transfer_least(params: TransferParams, kind: Kind) -> Least:
@@ -98,7 +105,7 @@ def _transfer_least(params: TransferParams, kind: Kind) -> Least:
 
 def _train_step_least(params: TrainStepParams, kind: Kind) -> Least:
     # Warm-up and timing count steps, not seconds (Timer.measure_phases): no floor from the parameters.
-    return 0.0, "params.steps"
+    return _sustained((0.0, "params.steps"), params)
 
 
 def _generate_least(params: GenerateParams, kind: Kind) -> Least:

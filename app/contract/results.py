@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from app.accounting.records import RECORD
+from app.contract.sustained import Sustained
 
 
 @dataclass(slots=True)
@@ -130,6 +131,8 @@ class MatmulResult:
     best: dict[str, MatmulPoint]
     """Per dtype, the shape with the highest median FLOP/s."""
     skipped: list[Skipped]
+    sustained: Sustained | None = None
+    """With sustain_s: the best shape of the first dtype, run back to back."""
 
     __pydantic_config__ = RECORD
 
@@ -150,6 +153,8 @@ class BandwidthResult:
     percent_of_catalogue: float | None
     predicted_seconds: float | None
     """bytes_moved at the catalogue's bandwidth."""
+    sustained: Sustained | None = None
+    """With sustain_s: the copy run back to back."""
 
     __pydantic_config__ = RECORD
 
@@ -235,6 +240,8 @@ class TrainStepResult:
     trainable_params: int | None = None
     """Parameters the optimizer stepped (requires_grad), counted in the model trained; null in
     results from before fine-tuning modes."""
+    sustained: Sustained | None = None
+    """With sustain_s: whole steps (forward, backward, optimizer) run back to back."""
 
     __pydantic_config__ = RECORD
 

@@ -1,0 +1,53 @@
+"""What a probe's sustained run reports (app/bench/sustain.py): its rate over many seconds of
+back-to-back work, and what NVML saw of the GPU meanwhile. A burn-in reads it to find the GPU
+that runs slower than its siblings, and why."""
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from app.accounting.records import RECORD
+
+
+@dataclass(slots=True)
+class Range:
+    mean: float
+    min: float
+    max: float
+
+    __pydantic_config__ = RECORD
+
+
+@dataclass(slots=True)
+class Sustained:
+    """The probe's main work run back to back for `sustain_s` seconds (no L2 flushes between
+    iterations), with NVML sampling the GPU every 50 ms (app/bench/nvml.py). The NVML fields are
+    null without NVIDIA's driver (a CPU), where only the rate is measured."""
+
+    seconds: float
+    iterations: int
+    seconds_per_iteration: float
+    flop_per_sec: float | None
+    """FLOPs of one iteration (the calculators') x iterations / seconds; null for a copy."""
+    bytes_per_sec: float | None
+    """Bytes read plus written x iterations / seconds; the bandwidth probe's rate."""
+    energy_joules: float | None
+    energy_source: Literal["counter", "power_x_time"] | None
+    """counter: NVML's total-energy counter (millijoules, updated about every 100 ms on an H200)
+    read at both ends; power_x_time: the sampled power integrated where that counter is missing."""
+    average_power_watts: float | None
+    """energy_joules / seconds."""
+    joules_per_iteration: float | None
+    flop_per_sec_per_watt: float | None
+    """FLOPs done / joules: FLOP/s per average watt."""
+    power_watts: Range | None
+    sm_clock_mhz: Range | None
+    memory_clock_mhz: Range | None
+    temperature_c: Range | None
+    reasons: dict[str, float] = field(default_factory=dict)
+    """NVML clock-event reason -> the share of samples it was active in (power_cap, thermal,
+    hw_slowdown, hw_thermal, power_brake, applications_clocks, idle, sync_boost, display_clocks)."""
+    slowdowns: list[str] = field(default_factory=list)
+    """The reasons seen that slow a busy GPU (not idle, sync_boost or display_clocks)."""
+    samples: int = 0
+
+    __pydantic_config__ = RECORD
