@@ -80,11 +80,11 @@ def main() -> None:
               "(target within 0.10)")
     name = probe["environment"]["catalogue_id"] or ("cpu-" + platform.machine())
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"{name}.json").write_text(json.dumps(
+    (args.out / f"gpu-targets-{name}.json").write_text(json.dumps(
         {"matmul_squares": probe, "matmul_quick": quick, "exhaustive_bf16": {"flop_per_sec": sweep_best,
                                                                               "shape": shape},
          "train_step": steps, "generate": decode}, indent=1))
-    print(f"wrote {args.out / f'{name}.json'}")
+    print(f"wrote {args.out / f'gpu-targets-{name}.json'}")
 
 
 if __name__ == "__main__":
