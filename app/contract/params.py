@@ -118,7 +118,9 @@ TrainModel = tagged({"cruncher": CruncherSpec, "preset": Preset, "config": Trans
                     _train_model_kind, f"model must be {_TRAIN_MODEL_HELP}")
 
 
-class TrainStepParams(SustainParams):
+class TrainStepFields(ProbeParams):
+    """What a train step trains and how: the train_step probe's fields, and data_parallel_step's."""
+
     model: TrainModel = Field(  # type: ignore[valid-type]
         default_factory=lambda: CruncherSpec(kind="cruncher"), description=f"The model: {_TRAIN_MODEL_HELP}.")
     batch_size: count(1, 65_536) = 4
@@ -171,6 +173,10 @@ GenerateModel = tagged({"preset": Preset, "config": TransformerConfigIn}, _gener
                        f"model must be {_GENERATE_MODEL_HELP}")
 GenerateDtype = Literal["float32", "bfloat16", "float16"]
 _Lengths = Annotated[list[sequence_length(1, 1_048_576)], Field(min_length=1, max_length=16)]  # type: ignore[valid-type]
+
+
+class TrainStepParams(TrainStepFields, SustainParams):
+    """The train_step probe: a step, and with sustain_s its sustained run."""
 
 
 class GenerateParams(ProbeParams):
@@ -347,7 +353,7 @@ def collective_sizes(params: CollectivesParams, kind: str) -> list[int]:
 DataParallelStrategy = Literal["ddp", "fsdp"]
 
 
-class DataParallelStepParams(TrainStepParams):
+class DataParallelStepParams(TrainStepFields):
     strategy: DataParallelStrategy = Field(
         "ddp", description="ddp: DistributedDataParallel, every rank a whole replica (ZeRO stage 0); fsdp: "
         "FSDP2's fully_shard on each block and the root, parameters, gradients and optimizer state "

@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import Field, TypeAdapter
 
 from app.contract import parallel, predict
+from app.contract.burn_in import BurnInParams, BurnInResult, parts
 from app.contract.parallel_results import CollectivesResult, DataParallelStepResult
 from app.contract.params import (
     BANDWIDTH_BYTES,
@@ -108,6 +109,10 @@ def _train_step_least(params: TrainStepParams, kind: Kind) -> Least:
     return _sustained((0.0, "params.steps"), params)
 
 
+def _data_parallel_least(params: DataParallelStepParams, kind: Kind) -> Least:
+    return 0.0, "params.steps"  # as a train step's, with no sustained run
+
+
 def _generate_least(params: GenerateParams, kind: Kind) -> Least:
     # The ceilings (a matmul, a copy, the launch floor), each prompt, each batch size at each context.
     plan = predict.generate(params, kind == "cuda")
@@ -149,6 +154,19 @@ def _generate_need(params: GenerateParams, kind: Kind) -> Need:
     return predict.generate_need(params, kind == "cuda")
 
 
+def _burn_in_need(params: BurnInParams, kind: Kind) -> Need:
+    # The three run one after another in one child: the largest of their needs.
+    plan = parts(params, kind)
+    return max(_matmul_need(plan.matmul, kind), _bandwidth_need(plan.bandwidth, kind),
+               _train_step_need(plan.train_step, kind))
+
+
+def _burn_in_least(params: BurnInParams, kind: Kind) -> Least:
+    plan = parts(params, kind)
+    return (_matmul_least(plan.matmul, kind)[0] + _bandwidth_least(plan.bandwidth, kind)[0]
+            + _train_step_least(plan.train_step, kind)[0], "params.sustain_s")
+
+
 PROBES: dict[str, Probe] = {probe.name: probe for probe in (
     Probe("matmul", "TFLOP/s and MFU of (m, k) @ (k, n) per shape and dtype", MatmulParams, MatmulResult,
           "app.bench.matmul:run", MATMUL_SIZES, _matmul_need, _matmul_least),
@@ -173,7 +191,10 @@ PROBES: dict[str, Probe] = {probe.name: probe for probe in (
           "with DDP or FSDP2: step time, exposed communication, scaling against one rank, and peak "
           "memory per rank vs the ZeRO stage's prediction",
           DataParallelStepParams, DataParallelStepResult, "app.bench.data_parallel:run", {},
-          _data_parallel_need, _train_step_least),
+          _data_parallel_need, _data_parallel_least),
+    Probe("burn_in", "a GPU's burn-in: the matmul at its best shape (bf16), the device copy and a train "
+          "step, each sustained with NVML sampling clocks, power, energy and clock-event reasons",
+          BurnInParams, BurnInResult, "app.bench.burn_in:run", {}, _burn_in_need, _burn_in_least),
 )}
 
 ProbeName = Literal[tuple(PROBES)]  # type: ignore[valid-type]

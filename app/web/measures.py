@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from app.accounting.units import human_bytes
+from app.contract.burn_in import BurnInResult
 from app.contract.parallel_results import CollectivesResult, DataParallelStepResult
 from app.contract.results import (
     BandwidthResult,
@@ -19,9 +20,11 @@ from app.contract.results import (
     TrainStepResult,
     TransferResult,
 )
+from app.contract.sustained import Sustained
 from app.web import numbers
 
-Kind = Literal["flop_per_sec", "seconds", "gb_per_sec", "tokens_per_sec", "fraction", "signed_fraction"]
+Kind = Literal["flop_per_sec", "seconds", "gb_per_sec", "tokens_per_sec", "fraction", "signed_fraction",
+               "watts"]
 
 
 @dataclass(slots=True)
@@ -50,6 +53,8 @@ def show(value: float | None, kind: Kind) -> str:
         return f"{numbers.sig(value)} GB/s"
     if kind == "tokens_per_sec":
         return f"{numbers.sig(value)} tokens/s"
+    if kind == "watts":
+        return f"{numbers.sig(value)} W"
     return numbers.percent(value, signed=kind == "signed_fraction")
 
 
@@ -76,8 +81,32 @@ def _transfer_key(t: Any) -> str:
     return f"{t.direction.replace('_', ' ')}, {t.host_memory}{', non_blocking' if t.non_blocking else ''}"
 
 
+def sustained(s: Sustained | None, prefix: str = "") -> list[Metric]:
+    """A sustained run's rate and average power (app/contract/sustained.py), when it ran."""
+    if s is None:
+        return []
+    where = f"{numbers.sig(s.seconds)} s"
+    rate = (Metric(f"{prefix}sustained", f"{prefix}sustained", s.flop_per_sec, "flop_per_sec", where)
+            if s.flop_per_sec is not None else
+            Metric(f"{prefix}sustained", f"{prefix}sustained", None if s.bytes_per_sec is None
+                   else s.bytes_per_sec / 1e9, "gb_per_sec", where))
+    watts = [] if s.average_power_watts is None else [
+        Metric(f"{prefix}watts", f"{prefix}average power, sustained", s.average_power_watts, "watts")]
+    return [rate, *watts]
+
+
 def headline(result: Any) -> list[Metric]:
     """The figures a person compares runs by, in reading order."""
+    if isinstance(result, BurnInResult):
+        return [*sustained(result.matmul.sustained, "matmul "),
+                *sustained(result.bandwidth.sustained, "copy "),
+                *sustained(result.train_step.sustained, "train step "),
+                Metric("mfu", "train step MFU (median step)", result.train_step.mfu, "fraction")]
+    held = result.sustained if isinstance(result, MatmulResult | BandwidthResult | TrainStepResult) else None
+    return [*_headline(result), *sustained(held)]
+
+
+def _headline(result: Any) -> list[Metric]:
     if isinstance(result, MatmulResult):
         out = []
         for dtype, p in result.best.items():

@@ -1,0 +1,166 @@
+"""A burn-in campaign's results, compared: every GPU beside its model's fleet median, the ones
+more than a set fraction below it flagged with NVML's reason, and the models side by side
+against the catalogue. Pure functions over the burn_in probe's results (app/contract/burn_in.py).
+
+The figures compared are the sustained ones (seconds of back-to-back work, at the power and
+thermal state a long run sees), not the sub-second bursts: a GPU capped at its power limit runs
+its bursts at full clocks and shows only when held.
+"""
+
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from app.contract.burn_in import BurnInResult
+
+RUNS = {"matmul_flop_per_sec": "matmul", "bandwidth_bytes_per_sec": "bandwidth",
+        "train_step_flop_per_sec": "train_step"}
+"""What a GPU is compared by (higher is better for each), and the sustained run each is read from."""
+METRICS = tuple(RUNS)
+OUTLIER_FRACTION = 0.10
+"""Flag a GPU more than this far below its model's median on any metric: a synchronous job runs
+at its slowest GPU's pace, so 10% there is 10% of the whole run."""
+
+
+@dataclass(frozen=True)
+class Reading:
+    """One GPU's burn-in, as the comparison reads it."""
+
+    job_id: int
+    host: str | None
+    gpu: str
+    """NVML's UUID, or "<host>:cpu" for a CPU measured in its place."""
+    model: str
+    """The device's name as it reports it ("NVIDIA H200"): GPUs compare within a model."""
+    catalogue_id: str | None
+    finished_at: float | None
+    metrics: dict[str, float | None]
+    watts: dict[str, float | None]
+    """Average power over each sustained run (matmul, bandwidth, train_step); null without NVML."""
+    joules_per_iteration: dict[str, float | None]
+    flop_per_sec_per_watt: dict[str, float | None]
+    slowdowns: dict[str, list[str]]
+    """Per run, the NVML clock-event reasons seen that slow a busy GPU."""
+    matmul_burst_flop_per_sec: float | None
+    matmul_peak_flop_per_sec: float | None
+    bandwidth_catalogue_bytes_per_sec: float | None
+    train_step_peak_flop_per_sec: float | None
+
+
+def reading(result: BurnInResult, *, job_id: int, host: str | None, finished_at: float | None) -> Reading:
+    runs = {"matmul": result.matmul.sustained, "bandwidth": result.bandwidth.sustained,
+            "train_step": result.train_step.sustained}
+    best = next(iter(result.matmul.best.values()), None)
+    env = result.environment
+    bandwidth = result.bandwidth.catalogue_gb_per_sec
+    return Reading(
+        job_id=job_id, host=host, gpu=result.gpu_uuid or f"{host}:cpu", model=env.device_name,
+        catalogue_id=env.catalogue_id, finished_at=finished_at,
+        metrics={"matmul_flop_per_sec": runs["matmul"] and runs["matmul"].flop_per_sec,
+                 "bandwidth_bytes_per_sec": runs["bandwidth"] and runs["bandwidth"].bytes_per_sec,
+                 "train_step_flop_per_sec": runs["train_step"] and runs["train_step"].flop_per_sec},
+        watts={k: s and s.average_power_watts for k, s in runs.items()},
+        joules_per_iteration={k: s and s.joules_per_iteration for k, s in runs.items()},
+        flop_per_sec_per_watt={k: s and s.flop_per_sec_per_watt for k, s in runs.items()},
+        slowdowns={k: list(s.slowdowns) if s else [] for k, s in runs.items()},
+        matmul_burst_flop_per_sec=best and best.flop_per_sec,
+        matmul_peak_flop_per_sec=best and best.peak_flop_per_sec,
+        bandwidth_catalogue_bytes_per_sec=None if bandwidth is None else bandwidth * 1e9,
+        train_step_peak_flop_per_sec=result.train_step.peak_flop_per_sec)
+
+
+@dataclass(frozen=True)
+class Compared:
+    reading: Reading
+    median: dict[str, float | None]
+    """The model's fleet median per metric, this GPU included."""
+    ratio: dict[str, float | None]
+    """This GPU's figure over its model's median."""
+    flagged: bool
+    worst: str | None
+    """The metric furthest below the median."""
+    shortfall: float
+    """1 - the worst ratio (0 when nothing is below the median)."""
+    reasons: list[str] = field(default_factory=list)
+    """NVML's slowdown reasons in the worst metric's run (then any run's), when it gives one."""
+    siblings: int = 1
+    """GPUs of the model in the comparison, this one included: one alone is never flagged."""
+
+
+def _median(values: list[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return statistics.median(present) if present else None
+
+
+def _over(a: float | None, b: float | None) -> float | None:
+    return None if a is None or not b else a / b
+
+
+def compare(readings: list[Reading], outlier_fraction: float = OUTLIER_FRACTION) -> list[Compared]:
+    """Every reading beside its model's medians, in the order given."""
+    by_model: dict[str, list[Reading]] = defaultdict(list)
+    for r in readings:
+        by_model[r.model].append(r)
+    medians = {model: {m: _median([r.metrics[m] for r in rs]) for m in METRICS}
+               for model, rs in by_model.items()}
+    out = []
+    for r in readings:
+        median = medians[r.model]
+        ratio = {m: _over(r.metrics[m], median[m]) for m in METRICS}
+        below = {m: v for m, v in ratio.items() if v is not None}
+        worst = min(below, key=below.get) if below else None
+        shortfall = max(0.0, 1 - below[worst]) if worst else 0.0
+        siblings = len(by_model[r.model])
+        flagged = siblings > 1 and shortfall > outlier_fraction
+        anywhere = sorted({x for v in r.slowdowns.values() for x in v})
+        seen = (r.slowdowns[RUNS[worst]] if worst else []) or anywhere
+        out.append(Compared(r, median, ratio, flagged, worst, shortfall, seen if flagged else [], siblings))
+    return out
+
+
+@dataclass(frozen=True)
+class ModelRow:
+    """One GPU model across the fleet, medians of its GPUs, beside the catalogue."""
+
+    model: str
+    catalogue_id: str | None
+    gpus: int
+    matmul_flop_per_sec: float | None
+    matmul_burst_flop_per_sec: float | None
+    matmul_peak_flop_per_sec: float | None
+    """The catalogue's dense peak at the burn-in's dtype."""
+    matmul_fraction_of_peak: float | None
+    bandwidth_bytes_per_sec: float | None
+    bandwidth_catalogue_bytes_per_sec: float | None
+    bandwidth_fraction_of_catalogue: float | None
+    train_step_mfu: float | None
+    """The sustained train step's FLOP/s over the catalogue's peak for its precision."""
+    matmul_flop_per_sec_per_watt: float | None
+    flagged: int
+
+
+def leaderboard(compared: list[Compared]) -> list[ModelRow]:
+    """The fleet's models, fastest sustained matmul first."""
+    by_model: dict[str, list[Compared]] = defaultdict(list)
+    for c in compared:
+        by_model[c.reading.model].append(c)
+    rows = []
+    for model, cs in by_model.items():
+        rs = [c.reading for c in cs]
+        matmul, burst = _median([r.metrics["matmul_flop_per_sec"] for r in rs]), _median(
+            [r.matmul_burst_flop_per_sec for r in rs])
+        peak = _median([r.matmul_peak_flop_per_sec for r in rs])
+        bandwidth = _median([r.metrics["bandwidth_bytes_per_sec"] for r in rs])
+        catalogue = _median([r.bandwidth_catalogue_bytes_per_sec for r in rs])
+        step, step_peak = (_median([r.metrics["train_step_flop_per_sec"] for r in rs]),
+                           _median([r.train_step_peak_flop_per_sec for r in rs]))
+        rows.append(ModelRow(
+            model=model, catalogue_id=rs[0].catalogue_id, gpus=len(rs), matmul_flop_per_sec=matmul,
+            matmul_burst_flop_per_sec=burst, matmul_peak_flop_per_sec=peak,
+            matmul_fraction_of_peak=_over(matmul, peak), bandwidth_bytes_per_sec=bandwidth,
+            bandwidth_catalogue_bytes_per_sec=catalogue,
+            bandwidth_fraction_of_catalogue=_over(bandwidth, catalogue),
+            train_step_mfu=_over(step, step_peak),
+            matmul_flop_per_sec_per_watt=_median([r.flop_per_sec_per_watt["matmul"] for r in rs]),
+            flagged=sum(c.flagged for c in cs)))
+    return sorted(rows, key=lambda row: -(row.matmul_flop_per_sec or 0))
