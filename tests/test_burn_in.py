@@ -105,3 +105,14 @@ def test_every_gpu_runs_the_same_parts():
 def test_bad_burn_in_params_are_refused_by_name(make_api, field, value):
     response = make_api().post("/api/v1/jobs", {"probe": "burn_in", "params": {field: value}})
     assert_names_field(response, f"params.{field}")
+
+
+def test_tally_probe_burn_in_prints_the_three_sustained_runs(tmp_path):
+    from tests.test_cli import tally
+
+    done = tally("probe", "burn_in", "--sustain-s", "0.1", "--warmup-s", "0.01", "--measure-s", "0.02",
+                 cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "burn_in on" in out and "device copy" in out and "train step cruncher" in out
+    assert out.count("no NVML") == 3 and "TFLOP/s" in out and "GB/s" in out

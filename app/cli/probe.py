@@ -13,10 +13,11 @@ import logging
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from app.cli import options
+from app.cli import options, sustained
 
 EXAMPLES = """examples:
   tally probe matmul --sweep quick --dtypes bfloat16,float32
@@ -364,5 +365,16 @@ def _as_json(result: Any) -> list:
     return [RESULTS.dump_json(result, indent=2).decode()]
 
 
-TABLES = {"matmul": _matmul, "bandwidth": _bandwidth, "transfer": _transfer, "train_step": _train_step,
-          "generate": _generate, "collectives": _collectives}
+def _held(table: Callable[[Any], list], what: str) -> Callable[[Any], list]:
+    """A probe's table, then its sustained run's (sustain_s) when it had one."""
+    def with_sustained(result: Any) -> list:
+        parts = table(result)
+        if result.sustained is not None:
+            parts += [sustained.table([sustained.row(what, result.sustained)])]
+        return parts
+    return with_sustained
+
+
+TABLES = {"matmul": _held(_matmul, "best shape"), "bandwidth": _held(_bandwidth, "device copy"),
+          "transfer": _transfer, "train_step": _held(_train_step, "train step"), "generate": _generate,
+          "collectives": _collectives, "burn_in": sustained.burn_in}
