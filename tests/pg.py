@@ -44,7 +44,9 @@ def cluster() -> Iterator[str]:
     try:
         subprocess.run(_as_server_user([str(bins / "initdb"), "-D", str(data), "-U", "tally", "-A", "trust",
                                         "-E", "UTF8", "--no-sync", "--no-instructions"]), **run)
-        options = f"-k {root} -p {PORT} -c listen_addresses='' -c fsync=off -c synchronous_commit=off"
+        # max_connections: each Store keeps a pool, and each waiting dispatcher a listener.
+        options = (f"-k {root} -p {PORT} -c listen_addresses='' -c fsync=off -c synchronous_commit=off "
+                   "-c max_connections=400")
         subprocess.run(_as_server_user([str(bins / "pg_ctl"), "-D", str(data), "-o", options, "-l",
                                         str(root / "server.log"), "-w", "start"]), **run)
         try:
@@ -56,3 +58,9 @@ def cluster() -> Iterator[str]:
         raise RuntimeError(f"{e.cmd[0]} failed: {e.stderr}") from None
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+def database_url(server: str, name: str) -> str:
+    """The URL of the database `name` on the cluster whose URL (from `cluster`) is `server`."""
+    head, _, query = server.partition("?")
+    return f"{head.rsplit('/', 1)[0]}/{name}?{query}"
