@@ -7,6 +7,8 @@ the PostgreSQL ones are their equivalents (no Tally wrote PostgreSQL before the 
 """
 
 import sqlite3
+import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import psycopg
 import pytest
@@ -96,13 +98,15 @@ POSTGRES = {
 }
 
 RESULT = result_json(result_for("matmul"))
+# The columns versions 1 and 2 added: a version-0 table lacks them all.
+ADDED_SINCE_V0 = ("gpu", "ran_on_gpu", "attempts_log", "num_gpus", "gpus", "ran_on_gpus")
 
 
-def rows() -> list[dict]:
+def rows(without: tuple[str, ...] = ()) -> list[dict]:
     """One job in every state, every column (of today's; each version inserts those it has) given
     a value that shows if it moves: fractional unix seconds, JSON text spaced as no encoder here
     would write it."""
-    return [{"probe": "matmul", "params": f'{{"m":  4, "i": {i}}}', "status": status, "attempts": i,
+    made = [{"probe": "matmul", "params": f'{{"m":  4, "i": {i}}}', "status": status, "attempts": i,
              "timeout_s": 60.25, "created_at": 1732612345.123456 + i, "started_at": 1732612346.5 + i,
              "finished_at": None if status in ("queued", "running") else 1732612399.000001 + i,
              "progress_done": i, "progress_total": 9, "progress_message": f"step {i}",
@@ -115,6 +119,7 @@ def rows() -> list[dict]:
                              '"reason":"worker_lost"}]',
              "num_gpus": 2, "gpus": "[0, 1]", "ran_on_gpus": "[0, 1]"}
             for i, status in enumerate(STATES)]
+    return [{k: v for k, v in row.items() if k not in without} for row in made]
 
 
 def _insert(execute, mark: str, table: str, row: dict) -> None:
@@ -239,3 +244,37 @@ def test_a_sqlite_file_a_newer_tally_numbered_only_in_user_version_is_refused(tm
         db.execute(f"PRAGMA user_version = {schema.VERSION + 1}")
     with pytest.raises(StoreUnavailable, match="newer than this Tally"):
         Store(path)
+
+
+@pytest.mark.parametrize("engine", ["sqlite", "postgresql"])
+def test_stores_opening_an_old_database_at_once_migrate_it_once(tmp_path, request, engine):
+    """Six stores open a version-0 database at the same moment (a fleet's workers starting
+    together): each waits for the one migrating (SQLite's write lock, PostgreSQL's advisory lock),
+    then finds it done."""
+    if engine == "sqlite":
+        database = tmp_path / "old.db"
+        with sqlite3.connect(database) as db:
+            db.executescript(SQLITE["v0-first"][0])
+            for row in rows(without=ADDED_SINCE_V0):
+                _insert(db.execute, "?", "jobs", row)
+    else:
+        database = pg_database(request.getfixturevalue("pg_server"))
+        with psycopg.connect(database, autocommit=True) as db:
+            db.execute(POSTGRES["v0"])
+            for row in rows(without=ADDED_SINCE_V0):
+                _insert(db.execute, "%s", "jobs", row)
+    start = threading.Barrier(6)
+
+    def open_store(_: int) -> Store:
+        start.wait()
+        return Store(database)
+
+    with ThreadPoolExecutor(6) as pool:
+        stores = list(pool.map(open_store, range(6)))
+    try:
+        with stores[0]._read() as db:
+            assert schema.version(db) == schema.VERSION
+        assert [job.status for job in stores[0].page(limit=100)[0]] == list(reversed(STATES))
+    finally:
+        for store in stores:
+            store.close()

@@ -8,11 +8,11 @@ from pathlib import Path
 
 # SQLite's own words for SQLITE_FULL: the disk, or a size limit, has no room for the write.
 _FULL = "database or disk is full"
-# libpq's words, as psycopg passes them on, for the three ways a connection is turned away.
+# libpq's and the server's words, as psycopg passes them on, for the ways a connection is turned away.
 _REFUSED = ("connection refused", "no such file or directory", "could not connect", "timeout expired",
-            "could not translate host name", "name or service not known")
-_NO_DATABASE = "does not exist"
-_LOGIN = ("authentication failed", "no password supplied", "password authentication", "role")
+            "could not translate host name", "name or service not known", "network is unreachable")
+_LOGIN = ("authentication failed", "no password supplied", "role \"")
+_MISSING = "does not exist"
 
 
 def _driver_error(error: BaseException) -> BaseException:
@@ -32,11 +32,11 @@ def _one_line(text: str) -> str:
 def _postgres(text: str) -> str:
     line = _one_line(text)
     lower = line.lower()
-    if 'database "' in lower and _NO_DATABASE in lower:
+    if 'database "' in lower and _MISSING in lower:
         return f"the server has no such database ({line}); create it, or name another in TALLY_DATABASE_URL"
-    if any(word in lower for word in _LOGIN) and ("fatal" in lower or "authentication" in lower):
+    if any(words in lower for words in _LOGIN[:2]) or (_LOGIN[2] in lower and _MISSING in lower):
         return f"the server refused the login ({line}); check the user and password in TALLY_DATABASE_URL"
-    if any(word in lower for word in _REFUSED):
+    if any(words in lower for words in _REFUSED):
         return f"the server cannot be reached ({line}); is PostgreSQL running where TALLY_DATABASE_URL says?"
     return line
 
