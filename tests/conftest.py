@@ -5,7 +5,6 @@ The job store's tests run on both engines: `database` is a SQLite file, then a f
 a throw-away PostgreSQL cluster (tests/pg.py; one per test process, started when first needed)."""
 
 import asyncio
-import itertools
 import os
 import tempfile
 
@@ -14,7 +13,6 @@ import tempfile
 os.environ["TALLY_DATABASE_PATH"] = os.path.join(tempfile.mkdtemp(prefix="tally-test-"), "tally.db")
 
 import httpx  # noqa: E402
-import psycopg  # noqa: E402
 import pytest  # noqa: E402
 
 from app.config import Settings  # noqa: E402
@@ -92,15 +90,7 @@ def pg_server() -> str:
         yield url
 
 
-_databases = itertools.count()
-
-
-def pg_database(server: str) -> str:
-    """A new, empty database on the cluster at `server`; its URL."""
-    name = f"t_{next(_databases)}"
-    with psycopg.connect(server, autocommit=True) as db:
-        db.execute(f"CREATE DATABASE {name}")
-    return pg.database_url(server, name)
+pg_database = pg.new_database
 
 
 @pytest.fixture(params=ENGINES)

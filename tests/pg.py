@@ -5,6 +5,7 @@ socket there only, stopped and deleted at the end. As root (CI, containers) the 
 
 import contextlib
 import glob
+import itertools
 import os
 import pwd
 import shutil
@@ -64,3 +65,16 @@ def database_url(server: str, name: str) -> str:
     """The URL of the database `name` on the cluster whose URL (from `cluster`) is `server`."""
     head, _, query = server.partition("?")
     return f"{head.rsplit('/', 1)[0]}/{name}?{query}"
+
+
+_created = itertools.count()
+
+
+def new_database(server: str) -> str:
+    """A new, empty database on the cluster whose URL is `server`; its URL."""
+    import psycopg  # here: initdb and pg_ctl alone need no driver
+
+    name = f"t_{os.getpid()}_{next(_created)}"
+    with psycopg.connect(server, autocommit=True) as db:
+        db.execute(f"CREATE DATABASE {name}")
+    return database_url(server, name)

@@ -130,18 +130,19 @@ class Store(Database):
         unknown = sorted(set(values) - set(MOVE_COLUMNS))
         if unknown:
             raise ValueError(f"a move cannot write {unknown}; only {list(MOVE_COLUMNS)}")
-        # The row as it is before the move, locked until the move commits (PostgreSQL; SQLite's
-        # write lock is already held), so the attempt's entry is the one that is ending.
-        row = db.execute(sa.select(jobs.c.status, jobs.c.worker_id, jobs.c.attempts, jobs.c.started_at,
-                                   jobs.c.attempts_log).where(jobs.c.id == job_id).with_for_update()).first()
-        if row is None or row.status != old or (worker_id is not None and row.worker_id != worker_id):
-            return False
         changes = dict(values)
         if old == "running":
+            # The row as it is before the move, locked until the move commits (PostgreSQL; SQLite's
+            # write lock is already held), so the attempt's entry is the one that is ending.
+            row = db.execute(sa.select(jobs.c.status, jobs.c.worker_id, jobs.c.attempts, jobs.c.started_at,
+                                       jobs.c.attempts_log)
+                             .where(jobs.c.id == job_id).with_for_update()).first()
+            if row is None or row.status != old or (worker_id is not None and row.worker_id != worker_id):
+                return False
             changes["attempts_log"] = attempt_log.append(
                 row.attempts_log, attempt=row.attempts, worker_id=row.worker_id, started_at=row.started_at,
                 ended_at=values.get("finished_at") or time.time(), reason=reason or new)
-        update = jobs.update().where(jobs.c.id == job_id, jobs.c.status == old)
+        update = jobs.update().where(jobs.c.id == job_id, jobs.c.status == old, *_held_by(worker_id))
         moved = db.execute(update.values(status=new, revision=jobs.c.revision + 1, **changes)).rowcount == 1
         if moved and old == "running":  # the job's child is gone: its device is free for the next
             leases.release(db, job_id=job_id)
