@@ -45,6 +45,7 @@ def test_on_postgresql_an_idle_dispatcher_starts_a_submitted_job_within_a_second
     finally:
         assert dispatcher.stop(PATIENCE_S)
     assert done.status == "succeeded"
+    assert listening(pg_store) == 0  # a stopped dispatcher leaves no connection behind
     picked_up_s = done.started_at - done.created_at
     print(f"\npostgresql: submitted to claimed in {picked_up_s * 1000:.1f} ms (poll: {LONG_POLL_S} s)")
     assert picked_up_s < 1.0

@@ -119,3 +119,8 @@ class Database:
             return False
         return self.listeners.wait(timeout_s, stop)
 
+    def stop_waiting(self) -> None:
+        """This thread waits for work no more: its listener (PostgreSQL) is closed."""
+        if self.listeners is not None:
+            self.listeners.close_mine()
+

@@ -186,6 +186,7 @@ class Dispatcher:
                 ran = False
             if not ran:  # on PostgreSQL a submit wakes it at once; poll_s bounds the wait for the rest
                 self.store.wait_for_work(self.poll_s, stop)
+        self.store.stop_waiting()
         log.info("dispatcher %s stopped", self.worker_id)
 
     def _recover(self) -> None:

@@ -176,6 +176,10 @@ class Listeners:
             stop.wait(timeout_s)
             return False
 
+    def close_mine(self) -> None:
+        """Close the calling thread's listener, if it has one."""
+        self._drop(getattr(self._local, "conn", None))
+
     def _drop(self, conn: Any) -> None:
         self._local.conn = None
         if conn is not None:
