@@ -81,6 +81,9 @@ def test_wait_for_work_is_woken_by_a_submit_from_another_connection(pg_store):
         assert pg_store.wait_for_work(0.3) is False  # a claim announces nothing
         pg_store.requeue(claimed.id)  # a job back in the queue is announced
         assert pg_store.wait_for_work(LONG_POLL_S) is True
+        again = pg_store.claim(worker_id="w", host="box")
+        pg_store.finish(again.id, status="failed", error={"type": "E", "message": "m", "detail": {}})
+        assert pg_store.wait_for_work(0.3) is False  # nor does an ending
     finally:
         other.close()
 

@@ -111,7 +111,7 @@ class Database:
 
     def wait_for_work(self, timeout_s: float, stop: threading.Event | None = None) -> bool:
         """An idle dispatcher's wait between looks at the queue. PostgreSQL: until a submit (or a
-        job back in the queue, or a device set free) is announced, True, or timeout_s passes, False.
+        job put back in the queue) is announced, True, or timeout_s passes, False.
         SQLite: timeout_s, then False. Either returns False as soon as `stop` is set."""
         stop = stop or threading.Event()
         if self.listeners is None:

@@ -2,7 +2,7 @@
 connections and transactions are made, and the PostgreSQL-only SQL (advisory locks, NOTIFY and
 LISTEN) that a fleet's shared queue needs. The verbs themselves are in app/jobs/store.py.
 
-SQLite: a connection per operation (NullPool; microseconds for a local file), made by the store's
+SQLite: a connection per operation (NullPool; about a millisecond with its PRAGMAs), made by the store's
 own opener so its PRAGMAs are set on each. sqlite3's own transaction handling is switched off
 (isolation_level=None) and the "begin" event says BEGIN itself: BEGIN IMMEDIATE for a write, so a
 read-then-write such as a claim cannot interleave with another process's; a plain (deferred)
@@ -29,7 +29,7 @@ from sqlalchemy.pool import NullPool
 
 log = logging.getLogger("tally.jobs")
 
-# The channel a submit (or a job put back in the queue, or a device set free) is announced on.
+# The channel a submit, or a job put back in the queue, is announced on.
 CHANNEL = "tally_jobs"
 # Seconds a PostgreSQL connection attempt may take before it fails (libpq waits for ever otherwise).
 CONNECT_TIMEOUT_S = 10

@@ -11,14 +11,14 @@ UPDATE SKIP LOCKED on PostgreSQL and nothing on SQLite (whose BEGIN IMMEDIATE al
 writers); the dialects' `insert().on_conflict_do_update` replaces SQLite's INSERT OR REPLACE; its
 pool keeps PostgreSQL connections; and Alembic's Operations give the migrations portable DDL.
 
-SQLite: every operation opens its own connection (microseconds for a local file), so a Store is
+SQLite: every operation opens its own connection (about a millisecond), so a Store is
 safe to share between threads and to open from several processes at once. WAL mode lets readers
 (the API, a watcher) run beside the one writer; writes take BEGIN IMMEDIATE, so a read-then-write
 such as a claim cannot interleave with another process's. PostgreSQL: a claim reads its
 candidates FOR UPDATE SKIP LOCKED, so two claimers never block on, or take, the same job, and
 holds its host's advisory lock, so one claimer at a time decides that host's leases; submit counts
-the queue under an advisory lock of its own; and a submit (or a job back in the queue, or a device
-set free) NOTIFYs the dispatchers waiting in wait_for_work.
+the queue under an advisory lock of its own; and a submit, or a job put back in the queue
+(requeue, recover), NOTIFYs the dispatchers waiting in wait_for_work.
 
 Every change of a job's state goes through Store._move, which makes only the moves
 app/jobs/job.py's TRANSITIONS table allows.
@@ -146,7 +146,7 @@ class Store(Database):
         moved = db.execute(update.values(status=new, revision=jobs.c.revision + 1, **changes)).rowcount == 1
         if moved and old == "running":  # the job's child is gone: its device is free for the next
             leases.release(db, job_id=job_id)
-        if moved and (new == "queued" or old == "running"):  # a job to claim, or a device to claim it on
+        if moved and new == "queued":  # a job to claim again: wake the idle dispatchers
             engines.notify(db)
         return moved
 
