@@ -162,7 +162,7 @@ def database_url(value: str) -> str | None:
     if scheme.lower() in POSTGRES_SCHEMES:
         return f"postgresql+psycopg://{rest}"
     if scheme.lower() == "sqlite":
-        if not rest.startswith("/") or rest in ("/", "/:memory:"):
+        if not rest.startswith("/") or rest in ("/", "/:memory:"):  # in memory: one process's alone
             raise ValueError("sqlite:///PATH needs a file path (three slashes, then the path)")
         return value
     raise ValueError(f"the scheme {scheme!r} is not one Tally speaks: postgresql://USER:PASSWORD@HOST:PORT/"

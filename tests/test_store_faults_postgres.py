@@ -95,3 +95,35 @@ def test_a_database_gone_at_run_time_is_a_json_503_and_nothing_else_breaks(pg_se
     finally:
         api.close()
         api.app.state.store.close()
+
+
+@pytest.mark.parametrize(("given", "taken"), [
+    ("postgresql://tally:pw@db:5432/tally", "postgresql+psycopg://tally:pw@db:5432/tally"),
+    ("postgres://db/tally", "postgresql+psycopg://db/tally"),
+    ("postgresql+psycopg://db/tally", "postgresql+psycopg://db/tally"),
+    ("sqlite:////var/lib/tally/tally.db", "sqlite:////var/lib/tally/tally.db"),
+    ("", None),
+])
+def test_database_urls_taken(given, taken):
+    settings = Settings(database_url=given)
+    assert settings.database_url == taken
+    assert settings.database() == (taken or settings.database_path)
+
+
+@pytest.mark.parametrize(("given", "said"), [
+    ("mysql://db/tally", "the scheme 'mysql' is not one Tally speaks"),
+    ("sqlite://", "needs a file path"),
+    ("sqlite:///:memory:", "needs a file path"),
+    ("db.example:5432/tally", "a URL is SCHEME://"),
+])
+def test_database_urls_refused_saying_why(given, said):
+    with pytest.raises(ValueError, match=said):
+        Settings(database_url=given)
+    if "://" in given:
+        with pytest.raises(ValueError, match=said):
+            Store(given)
+
+
+def test_the_database_password_is_kept_out_of_the_logs():
+    settings = Settings(database_url="postgresql://tally:s3cret-pw@db/tally")
+    assert "s3cret-pw" in settings.secrets()

@@ -27,6 +27,8 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.pool import NullPool
 
+from app import config
+
 log = logging.getLogger("tally.jobs")
 
 # The channel a submit, or a job put back in the queue, is announced on.
@@ -37,28 +39,17 @@ CONNECT_TIMEOUT_S = 10
 STOP_CHECK_S = 0.25
 # The execution option that marks a write transaction (SQLite: BEGIN IMMEDIATE).
 _WRITE = "tally_write"
-# Schemes Store takes for PostgreSQL; each is rewritten to SQLAlchemy's name for psycopg 3.
-PG_SCHEMES = ("postgresql", "postgres", "postgresql+psycopg")
-PG_DRIVER = "postgresql+psycopg"
 
 
 def url_of(database: str | Path) -> sa.URL:
-    """The SQLAlchemy URL of `database`: a path (a SQLite file, today's TALLY_DATABASE_PATH),
-    sqlite:///path, or a PostgreSQL URL (postgresql://, postgres:// or postgresql+psycopg://, all
-    through psycopg 3). ValueError naming the scheme for anything else."""
+    """The SQLAlchemy URL of `database`: a path (a SQLite file, today's TALLY_DATABASE_PATH), or a
+    URL as TALLY_DATABASE_URL takes it (app/config.py's rule: postgresql://, postgres:// or
+    postgresql+psycopg://, all through psycopg 3, or sqlite:///PATH). ValueError naming what is
+    wrong for anything else."""
     text = str(database)
     if isinstance(database, Path) or "://" not in text:
         return sa.URL.create("sqlite", database=text)
-    scheme = text.split("://", 1)[0].lower()
-    if scheme in PG_SCHEMES:
-        return sa.make_url(f"{PG_DRIVER}://{text.split('://', 1)[1]}")
-    if scheme == "sqlite":
-        url = sa.make_url(text)
-        if not url.database or url.database == ":memory:":
-            raise ValueError("sqlite:///PATH needs a file path: a database in memory is one process's alone")
-        return url
-    raise ValueError(f"the scheme {scheme!r} is not one Tally speaks: postgresql://USER:PASSWORD@HOST:PORT/"
-                     "DATABASE or sqlite:///PATH")
+    return sa.make_url(config.database_url(text))
 
 
 def sqlite_path(url: sa.URL) -> Path | None:
