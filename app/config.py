@@ -5,6 +5,7 @@ import sys
 from functools import cache
 from pathlib import Path
 from typing import Annotated, Literal
+from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -43,6 +44,9 @@ class Settings(BaseSettings):
 
     database_path: Path = Path("tally.db")
     """SQLite file holding the job queue and results (WAL mode: keep it on a local disk)."""
+    database_url: str | None = None
+    """The job database as a URL, which replaces TALLY_DATABASE_PATH: postgresql://USER:PASSWORD@HOST:PORT/
+    DATABASE, a PostgreSQL server that a fleet's workers share (through psycopg 3), or sqlite:///PATH."""
     api_token: SecretStr | None = None
     """When set, submitting and cancelling jobs need `Authorization: Bearer <token>`. When unset
     and the server binds a non-loopback address, it generates one at start-up (see below)."""
@@ -72,6 +76,17 @@ class Settings(BaseSettings):
     def _empty_is_none(cls, value: object) -> object:
         # compose's `TALLY_API_TOKEN: ${TALLY_API_TOKEN:-}` passes "" for "not set".
         return None if isinstance(value, str) and not value.strip() else value
+
+    @field_validator("database_url", mode="before")
+    @classmethod
+    def _database_url(cls, value: object) -> object:
+        if isinstance(value, str):
+            return database_url(value)
+        return value
+
+    def database(self) -> str | Path:
+        """The job database, as Store takes it: TALLY_DATABASE_URL when set, else TALLY_DATABASE_PATH."""
+        return self.database_url or self.database_path
 
     @field_validator("allowed_hosts", mode="before")
     @classmethod
@@ -105,8 +120,10 @@ class Settings(BaseSettings):
         return self.api_token is None and not self.allow_anonymous and not is_loopback(self.host)
 
     def secrets(self) -> tuple[str, ...]:
-        """Values no log line may contain."""
-        return (self.api_token.get_secret_value(),) if self.api_token else ()
+        """Values no log line may contain: the API token, the database's password."""
+        password = urlsplit(self.database_url).password if self.database_url else None
+        return tuple(secret for secret in (self.api_token and self.api_token.get_secret_value(), password)
+                     if secret)
 
     def host_names(self) -> frozenset[str] | None:
         """The Host names this server answers (lower case, IPv6 without brackets); None for any."""
@@ -126,6 +143,30 @@ class Settings(BaseSettings):
             raise ValueError(f"{ENV_PREFIX}JOB_TIMEOUT_S ({self.job_timeout_s}) exceeds "
                              f"{ENV_PREFIX}JOB_TIMEOUT_MAX_S ({self.job_timeout_max_s})")
         return self
+
+
+# TALLY_DATABASE_URL's schemes: PostgreSQL's (each through psycopg 3, SQLAlchemy's postgresql+psycopg),
+# and SQLite's.
+POSTGRES_SCHEMES = ("postgresql", "postgres", "postgresql+psycopg")
+
+
+def database_url(value: str) -> str | None:
+    """TALLY_DATABASE_URL as the store takes it: a PostgreSQL URL rewritten for psycopg 3
+    (postgresql+psycopg://), or sqlite:///PATH; None when empty. ValueError naming what is wrong."""
+    value = value.strip()
+    if not value:
+        return None
+    scheme, sep, rest = value.partition("://")
+    if not sep:
+        raise ValueError("a URL is SCHEME://...: postgresql://USER:PASSWORD@HOST:PORT/DATABASE or sqlite:///PATH")
+    if scheme.lower() in POSTGRES_SCHEMES:
+        return f"postgresql+psycopg://{rest}"
+    if scheme.lower() == "sqlite":
+        if not rest.startswith("/") or rest in ("/", "/:memory:"):  # in memory: one process's alone
+            raise ValueError("sqlite:///PATH needs a file path (three slashes, then the path)")
+        return value
+    raise ValueError(f"the scheme {scheme!r} is not one Tally speaks: postgresql://USER:PASSWORD@HOST:PORT/"
+                     "DATABASE or sqlite:///PATH")
 
 
 def is_loopback(host: str) -> bool:

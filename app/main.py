@@ -87,7 +87,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
             dispatcher.start()
         app.state.dispatchers = running
         log.info("embedded dispatchers %s started on %s", [d.worker_id for d in running],
-                 settings.database_path)
+                 app.state.store.where)
     try:
         yield
     finally:
@@ -109,12 +109,13 @@ def build_api(settings: Settings, store: Store, *, lifespan: Lifespan | None = N
     return app
 
 
-def open_store_or_exit(path: Path) -> Store:
+def open_store_or_exit(database: str | Path) -> Store:
     """Start-up's open: a database that cannot be opened, created or written (a missing or
-    read-only directory, a file that is no database, a full disk) stops the process with one
-    line naming the path and the problem, status 2, as a bad setting does."""
+    read-only directory, a file that is no database, a full disk; a PostgreSQL server that is not
+    there, lacks the database or refuses the login) stops the process with one line naming the
+    database and the problem, status 2, as a bad setting does."""
     try:
-        return Store(path)
+        return Store(database)
     except StoreUnavailable as e:
         print(f"tally: {e}", file=sys.stderr)
         raise SystemExit(2) from None
@@ -142,7 +143,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     them all (app/ops/security.py), the security headers on the pages (app/web/headers.py)."""
     settings = with_token(settings or get_settings())
     logs.protect(settings.secrets())
-    app = build_api(settings, open_store_or_exit(settings.database_path), lifespan=lifespan)
+    app = build_api(settings, open_store_or_exit(settings.database()), lifespan=lifespan)
     app.state.metrics = Metrics(app.state.store, device.gauges)
     # The last added runs first: metrics count the guard's refusals too.
     app.add_middleware(PageHeaders)

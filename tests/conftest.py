@@ -1,5 +1,8 @@
 """Requests go through httpx's ASGI transport: the whole app, no socket (and no
-lifespan, so no embedded dispatcher: job tests start their own)."""
+lifespan, so no embedded dispatcher: job tests start their own).
+
+The job store's tests run on both engines: `database` is a SQLite file, then a fresh database on
+a throw-away PostgreSQL cluster (tests/pg.py; one per test process, started when first needed)."""
 
 import asyncio
 import os
@@ -13,7 +16,11 @@ import httpx  # noqa: E402
 import pytest  # noqa: E402
 
 from app.config import Settings  # noqa: E402
+from app.jobs.store import Store  # noqa: E402
 from app.main import create_app  # noqa: E402
+from tests import pg  # noqa: E402
+
+ENGINES = ["sqlite", "postgresql"]
 
 
 class Api:
@@ -74,3 +81,29 @@ def assert_names_field(response: httpx.Response, field: str, status: int = 422) 
     assert any(item["field"] == field for item in body["detail"]), body
     assert field in body["message"], body
     return body
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> str:
+    """A throw-away PostgreSQL cluster for this test process; its URL (database postgres)."""
+    with pg.cluster() as url:
+        yield url
+
+
+pg_database = pg.new_database
+
+
+@pytest.fixture(params=ENGINES)
+def database(request, tmp_path) -> str | os.PathLike:
+    """An empty job database on each engine in turn: a SQLite file's path, a PostgreSQL URL."""
+    if request.param == "sqlite":
+        return tmp_path / "tally.db"
+    return pg_database(request.getfixturevalue("pg_server"))
+
+
+@pytest.fixture
+def store(database) -> Store:
+    """A Store on `database`, closed at the end (a PostgreSQL server's connections are few)."""
+    opened = Store(database)
+    yield opened
+    opened.close()

@@ -5,6 +5,7 @@ socket there only, stopped and deleted at the end. As root (CI, containers) the 
 
 import contextlib
 import glob
+import itertools
 import os
 import pwd
 import shutil
@@ -44,7 +45,9 @@ def cluster() -> Iterator[str]:
     try:
         subprocess.run(_as_server_user([str(bins / "initdb"), "-D", str(data), "-U", "tally", "-A", "trust",
                                         "-E", "UTF8", "--no-sync", "--no-instructions"]), **run)
-        options = f"-k {root} -p {PORT} -c listen_addresses='' -c fsync=off -c synchronous_commit=off"
+        # max_connections: each Store keeps a pool, and each waiting dispatcher a listener.
+        options = (f"-k {root} -p {PORT} -c listen_addresses='' -c fsync=off -c synchronous_commit=off "
+                   "-c max_connections=400")
         subprocess.run(_as_server_user([str(bins / "pg_ctl"), "-D", str(data), "-o", options, "-l",
                                         str(root / "server.log"), "-w", "start"]), **run)
         try:
@@ -56,3 +59,22 @@ def cluster() -> Iterator[str]:
         raise RuntimeError(f"{e.cmd[0]} failed: {e.stderr}") from None
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+def database_url(server: str, name: str) -> str:
+    """The URL of the database `name` on the cluster whose URL (from `cluster`) is `server`."""
+    head, _, query = server.partition("?")
+    return f"{head.rsplit('/', 1)[0]}/{name}?{query}"
+
+
+_created = itertools.count()
+
+
+def new_database(server: str) -> str:
+    """A new, empty database on the cluster whose URL is `server`; its URL."""
+    import psycopg  # here: initdb and pg_ctl alone need no driver
+
+    name = f"t_{os.getpid()}_{next(_created)}"
+    with psycopg.connect(server, autocommit=True) as db:
+        db.execute(f"CREATE DATABASE {name}")
+    return database_url(server, name)

@@ -1,4 +1,5 @@
-"""The dispatcher and the standalone worker, over a real job queue (the queue itself: test_store.py).
+"""The dispatcher and the standalone worker, over a real job queue (the queue itself: test_store.py),
+on SQLite and on PostgreSQL (`store`, tests/conftest.py).
 
 Children are tests/fault_child.py: the real child protocol with probes that misbehave on
 request. Waits poll against generous deadlines; nothing here asserts a speed.
@@ -38,11 +39,6 @@ def alive(pid: int) -> bool:
 
 def pids(path: Path) -> list[int]:
     return [int(line) for line in path.read_text().split()] if path.exists() else []
-
-
-@pytest.fixture
-def store(tmp_path) -> Store:
-    return Store(tmp_path / "tally.db")
 
 
 @pytest.fixture
@@ -211,8 +207,8 @@ STALE_S = 3
 
 
 @pytest.fixture
-def workers(tmp_path, pidfile):
-    """start(fault, worker_id="w1") -> a worker process on tmp_path's database, its log in
+def workers(store, tmp_path, pidfile):
+    """start(fault, worker_id="w1") -> a worker process on the store's database, its log in
     tmp_path/<worker_id>.log; jobs it leaves running are stale after STALE_S; all killed at the end."""
     started: list[subprocess.Popen] = []
 
@@ -220,7 +216,7 @@ def workers(tmp_path, pidfile):
               **env: str) -> subprocess.Popen:
         env = {"TALLY_FAULT": fault, "TALLY_FAULT_PIDS": str(pidfile),
                "TALLY_FAULT_MARKER": str(tmp_path / "flaky.marker"), **env}
-        args = {"database": str(tmp_path / "tally.db"), "worker_id": worker_id, "child_argv": FAULT_ARGV,
+        args = {"database": store.database, "worker_id": worker_id, "child_argv": FAULT_ARGV,
                 "child_env": env, "stale_after_s": STALE_S, "worker_loss_retries": worker_loss_retries}
         with open(tmp_path / f"{worker_id}.log", "a") as log:
             started.append(subprocess.Popen([sys.executable, "-c", WORKER, json.dumps(args)], cwd=ROOT,

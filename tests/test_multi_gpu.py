@@ -29,11 +29,6 @@ JOBS = "/api/v1/jobs"
 BOX = "box"
 
 
-@pytest.fixture
-def store(tmp_path) -> Store:
-    return Store(tmp_path / "tally.db")
-
-
 def claim(store: Store, gpu: int | None, served=(0, 1, 2, 3)) -> Job | None:
     return store.claim(worker_id=f"w{gpu}", gpu=gpu, host=BOX, served=list(served))
 
@@ -163,8 +158,7 @@ def test_the_reservation_keeps_free_gpus_for_the_waiting_job_and_no_others():
 
 # --- dispatchers on a simulated four-GPU box --------------------------------------------------------
 
-def test_dispatchers_run_a_job_on_two_gpus_amid_a_stream_of_one_gpu_jobs(tmp_path):
-    store = Store(tmp_path / "tally.db")
+def test_dispatchers_run_a_job_on_two_gpus_amid_a_stream_of_one_gpu_jobs(store):
     served = [0, 1, 2]
     running = [Dispatcher(store, f"box:gpu{i}", child_argv=FAULT_ARGV, child_env={"TALLY_FAULT": "ok"},
                           poll_s=0.02, gpu=i, served=served) for i in served]

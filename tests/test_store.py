@@ -1,12 +1,15 @@
 """The job queue (app/jobs/store.py): submitting, claiming, finishing, cancelling, recovering,
-and the table of state moves every change goes through (app/jobs/job.py)."""
+and the table of state moves every change goes through (app/jobs/job.py). Every test that takes
+`store` runs on SQLite and on PostgreSQL (tests/conftest.py)."""
 
+import ast
 import inspect
 import re
 
 import pytest
 
 from app.contract.results import Skipped
+from app.jobs import attempt_log, database, engines, leases, schema
 from app.jobs import job as job_module
 from app.jobs import store as store_module
 from app.jobs.job import STATES, TERMINAL, TRANSITIONS
@@ -14,11 +17,6 @@ from app.jobs.store import QueueFull, Store
 from tests.results import result_for
 
 SKIPPED = Skipped("float8_e4m3fn", "on purpose")
-
-
-@pytest.fixture
-def store(tmp_path) -> Store:
-    return Store(tmp_path / "tally.db")
 
 
 def test_submit_claim_finish(store):
@@ -123,7 +121,20 @@ def test_the_transition_table_is_the_one_the_docstring_draws():
     assert set(never_left.group(1).split(", ")) == TERMINAL
     assert all(not TRANSITIONS[state] for state in TERMINAL)
     # _move's UPDATE is the one statement that writes status (submit's INSERT only creates a row).
-    assert inspect.getsource(store_module).count("SET status") == 1
+    assert writes_of_status(store_module) == ["_move", "submit"]
+    others = (leases, attempt_log, engines, database, schema)
+    assert [writes_of_status(module) for module in others] == [[]] * len(others)
+
+
+def writes_of_status(module) -> list[str]:
+    """The functions of `module` that give `status` a value in a SQLAlchemy .values(...) call."""
+    found = []
+    for function in ast.walk(ast.parse(inspect.getsource(module))):
+        if isinstance(function, ast.FunctionDef):
+            found += [function.name for call in ast.walk(function) if isinstance(call, ast.Call)
+                      and isinstance(call.func, ast.Attribute) and call.func.attr == "values"
+                      and any(keyword.arg == "status" for keyword in call.keywords)]
+    return sorted(found)
 
 
 def test_a_move_the_table_lacks_is_refused(store):
@@ -143,8 +154,8 @@ def test_a_move_the_table_lacks_is_refused(store):
 def stale(store: Store, job_id: int) -> None:
     """Make the job's heartbeat (and so its device lease) one from long ago: its worker died."""
     with store._write() as db:
-        db.execute("UPDATE jobs SET heartbeat_at = 0 WHERE id = ?", (job_id,))
-        db.execute("UPDATE leases SET heartbeat_at = 0 WHERE job_id = ?", (job_id,))
+        db.execute(schema.jobs.update().where(schema.jobs.c.id == job_id).values(heartbeat_at=0))
+        db.execute(schema.leases.update().where(schema.leases.c.job_id == job_id).values(heartbeat_at=0))
 
 
 def test_worker_losses_are_retried_then_fail_as_worker_lost_never_crashed(store):
@@ -235,7 +246,8 @@ def test_counts_and_latest(store):
     assert store.latest(probe="bandwidth") == []
 
 
-def test_wal_mode(store):
+def test_wal_mode(tmp_path):
+    store = Store(tmp_path / "tally.db")
     assert store.journal_mode() == "wal"
     assert Store(store.path).journal_mode() == "wal"
 

@@ -12,6 +12,7 @@ import math
 import sqlite3
 from typing import Any
 
+import sqlalchemy.exc
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -291,11 +292,12 @@ def _unavailable(why: str, kind: str) -> JSONResponse:
                         headers={"Retry-After": str(DATABASE_RETRY_AFTER_S)})
 
 
-async def _database_error(request: Request, exc: sqlite3.Error) -> JSONResponse:
-    """A full disk, a locked or broken file: 503 with Retry-After; nothing was written."""
+async def _database_error(request: Request, exc: Exception) -> JSONResponse:
+    """A full disk, a locked or broken file, a PostgreSQL server gone or refusing: 503 with
+    Retry-After; nothing was written (the transaction rolled back)."""
     log.error("job database error on %s %s: %s", request.method, request.url.path, exc)
-    path = getattr(getattr(request.app.state, "store", None), "path", None)
-    why = str(exc) if path is None else storage.problem(path, exc)
+    path = getattr(getattr(request.app.state, "store", None), "path", None)  # None: PostgreSQL
+    why = storage.problem(exc, path=path)
     return _unavailable(why, "disk_full" if storage.is_full(exc) else "database_unavailable")
 
 
@@ -319,6 +321,10 @@ def install(app: FastAPI, *, max_body_bytes: int, body_timeout_s: float = 30) ->
     app.add_exception_handler(DuplicateKey, _json_refused)
     app.add_exception_handler(TooManyKeys, _json_refused)
     app.add_exception_handler(sqlite3.Error, _database_error)
+    # SQLAlchemy wraps the driver's errors (sqlite3's, psycopg's) in DBAPIError (OperationalError
+    # and the others); TimeoutError: no pooled connection came free in time, an overloaded server.
+    app.add_exception_handler(sqlalchemy.exc.DBAPIError, _database_error)
+    app.add_exception_handler(sqlalchemy.exc.TimeoutError, _database_error)
     app.add_exception_handler(storage.StoreUnavailable, _store_unavailable)
     app.add_exception_handler(Exception, _internal_error)
 

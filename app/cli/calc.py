@@ -160,18 +160,18 @@ def _command(sub: argparse.ArgumentParser, calc: Calculator) -> None:
 
 class _StoreOnDemand:
     """app.state.store for the calculators: only `mfu: "measured"` reads it, to find this
-    device's calibration. That reads TALLY_DATABASE_PATH when it exists; otherwise an empty
-    store in a temporary directory, so a calculation never creates a database file."""
+    device's calibration. That reads TALLY_DATABASE_URL, or TALLY_DATABASE_PATH when it exists;
+    otherwise an empty store in a temporary directory, so a calculation never creates a database file."""
 
-    def __init__(self, path: Path) -> None:
-        self.path, self._store, self._tmp = path, None, None
+    def __init__(self, database: str | Path) -> None:
+        self.database, self._store, self._tmp = database, None, None
 
     def __getattr__(self, name: str) -> Any:
         from app.jobs.store import Store
 
         if self._store is None:
-            if self.path.exists():
-                self._store = Store(self.path)
+            if not isinstance(self.database, Path) or self.database.exists():
+                self._store = Store(self.database)
             else:
                 self._tmp = tempfile.TemporaryDirectory(prefix="tally-calc-")
                 self._store = Store(Path(self._tmp.name) / "empty.db")
@@ -186,7 +186,7 @@ def run(args: argparse.Namespace) -> int:
     opts = cli.parse_args(args.argv)
     calc: Calculator = opts.calc
     settings = get_settings()
-    app = build_api(settings, _StoreOnDemand(settings.database_path))
+    app = build_api(settings, _StoreOnDemand(settings.database()))
     path = calc.path
     for name in calc.path_params:
         path = path.replace(f"{{{name}}}", urllib.parse.quote(getattr(opts, name), safe=""))

@@ -96,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
     running = {"timeout_s": opts.timeout, "gpu": opts.gpu, "num_gpus": opts.num_gpus, "gpus": opts.gpus}
     body |= {key: v for key, v in running.items() if v is not None}
     with tempfile.TemporaryDirectory(prefix="tally-probe-") as tmp:
-        private = {"database_path": Path(tmp) / "jobs.db", "api_token": None}
+        private = {"database_path": Path(tmp) / "jobs.db", "database_url": None, "api_token": None}
         settings = get_settings().model_copy(update=private)
         store = Store(settings.database_path)
         response = options.call(build_api(settings, store), "POST", "/api/v1/jobs", json.dumps(body))

@@ -1,5 +1,5 @@
-"""A job's attempts: the SQL that records how each run of it ended (the `attempts_log` column),
-and the rule that retries a job whose worker died without blaming the job for it.
+"""A job's attempts: how each run of it ended (the `attempts_log` column, a JSON list that
+Store._move appends to), and the rule that retries a job whose worker died without blaming the job for it.
 
 Each entry is {attempt, worker_id, started_at, ended_at, reason}: the attempt's number, the
 dispatcher that ran it, unix seconds, and why it ended: the terminal status it ended in, or
@@ -10,11 +10,17 @@ import json
 
 WORKER_LOST = "worker_lost"
 REQUEUED = "requeued"
-# Appended in the UPDATE that moves a job out of `running`; the column names read the row as it
-# was before the move (SQLite evaluates every SET expression on the old row), so the entry names
-# the attempt that is ending. Parameters: ended_at, reason.
-APPEND = ("json_insert(COALESCE(attempts_log, '[]'), '$[#]', json_object('attempt', attempts, "
-          "'worker_id', worker_id, 'started_at', started_at, 'ended_at', ?, 'reason', ?))")
+
+
+def append(text: str | None, *, attempt: int, worker_id: str | None, started_at: float | None,
+           ended_at: float, reason: str) -> str:
+    """The log `text` with the ending attempt's entry added: what the row's attempts_log becomes in
+    the move out of `running`, from the row as it was before the move (read under the move's lock,
+    so the entry names the attempt that is ending). Compact JSON, as SQLite's json_insert wrote it
+    before, so old and new entries read alike."""
+    entry = {"attempt": attempt, "worker_id": worker_id, "started_at": started_at, "ended_at": ended_at,
+             "reason": reason}
+    return json.dumps([*decode(text), entry], separators=(",", ":"), allow_nan=False)
 
 
 def decode(text: str | None) -> list[dict]:

@@ -184,8 +184,9 @@ class Dispatcher:
             except Exception:  # a locked or broken database must not end the dispatcher
                 log.exception("dispatcher %s: error in the job loop; retrying", self.worker_id)
                 ran = False
-            if not ran:
-                stop.wait(self.poll_s)
+            if not ran:  # on PostgreSQL a submit wakes it at once; poll_s bounds the wait for the rest
+                self.store.wait_for_work(self.poll_s, stop)
+        self.store.stop_waiting()
         log.info("dispatcher %s stopped", self.worker_id)
 
     def _recover(self) -> None:

@@ -20,7 +20,7 @@ comparing every field.
 """
 
 import json
-import sqlite3
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -82,7 +82,7 @@ class Job:
         return self.status in TERMINAL
 
 
-def from_row(row: sqlite3.Row) -> Job:
+def from_row(row: Mapping[str, Any]) -> Job:
     fields = dict(row)
     for name in ("params", "error"):
         if fields[name] is not None:

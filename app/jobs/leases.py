@@ -13,41 +13,43 @@ one excludes, and is excluded by, every other lease of its host. Which are free,
 claim takes, is app/jobs/placement.py's rule over `busy`.
 """
 
-import sqlite3
+import sqlalchemy as sa
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS leases (
-    device TEXT PRIMARY KEY,
-    job_id INTEGER NOT NULL,
-    worker_id TEXT,
-    heartbeat_at REAL NOT NULL
-);
-"""
+from app.jobs import engines
+from app.jobs.schema import leases
 
 
-def busy(db: sqlite3.Connection, *, host: str, now: float, stale_after_s: float) -> set[str]:
-    """The units ("gpu<N>", "cpu", "*") of `host` under a live lease (read inside the claim's write
-    transaction); app/jobs/placement.py reads them."""
+def of_host(db: sa.Connection, *, host: str) -> dict[str, float]:
+    """{unit ("gpu<N>", "cpu", "*"): its lease's heartbeat, unix seconds} for every lease of `host`,
+    live or stale (read inside the claim's write transaction, which then reads the clock)."""
     prefix = f"{host}:"
-    rows = db.execute("SELECT device FROM leases WHERE substr(device, 1, ?) = ? AND heartbeat_at >= ?",
-                      (len(prefix), prefix, now - stale_after_s)).fetchall()
-    return {row[0][len(prefix):] for row in rows}
+    # substr, not LIKE: a host name may hold "_" or "%", and SQLite's LIKE ignores case.
+    rows = db.execute(sa.select(leases.c.device, leases.c.heartbeat_at)
+                      .where(sa.func.substr(leases.c.device, 1, len(prefix)) == prefix)).all()
+    return {device[len(prefix):]: heartbeat_at for device, heartbeat_at in rows}
 
 
-def take(db: sqlite3.Connection, key: str, *, job_id: int, worker_id: str, now: float) -> None:
-    # REPLACE: a stale lease on the key is its dead holder's, and is taken over.
-    db.execute("INSERT OR REPLACE INTO leases (device, job_id, worker_id, heartbeat_at) VALUES (?, ?, ?, ?)",
-               (key, job_id, worker_id, now))
+def busy(held: dict[str, float], *, now: float, stale_after_s: float) -> set[str]:
+    """The units of `held` under a live lease at `now`; app/jobs/placement.py reads them."""
+    return {unit for unit, heartbeat_at in held.items() if heartbeat_at >= now - stale_after_s}
 
 
-def renew(db: sqlite3.Connection, *, job_id: int, now: float) -> None:
-    db.execute("UPDATE leases SET heartbeat_at = ? WHERE job_id = ?", (now, job_id))
+def take(db: sa.Connection, key: str, *, job_id: int, worker_id: str, now: float) -> None:
+    # Overwrite: a stale lease on the key is its dead holder's, and is taken over.
+    engines.upsert(db, leases, {"device": key, "job_id": job_id, "worker_id": worker_id, "heartbeat_at": now},
+                   key="device")
 
 
-def release(db: sqlite3.Connection, *, job_id: int) -> None:
-    db.execute("DELETE FROM leases WHERE job_id = ?", (job_id,))
+def renew(db: sa.Connection, *, job_id: int, now: float) -> None:
+    db.execute(leases.update().where(leases.c.job_id == job_id).values(heartbeat_at=now))
 
 
-def held(db: sqlite3.Connection) -> list[tuple[str, int]]:
+def release(db: sa.Connection, *, job_id: int) -> None:
+    db.execute(leases.delete().where(leases.c.job_id == job_id))
+
+
+def held(db: sa.Connection) -> list[tuple[str, int]]:
     """(device, job id) of every lease, live or stale, by device."""
-    return [(row[0], row[1]) for row in db.execute("SELECT device, job_id FROM leases ORDER BY device")]
+    # Sorted here, not by ORDER BY: PostgreSQL's collation may order text otherwise than SQLite's bytes.
+    rows = db.execute(sa.select(leases.c.device, leases.c.job_id))
+    return sorted((device, job_id) for device, job_id in rows)

@@ -1,73 +1,169 @@
-"""The jobs table's schema, and the columns an older database file gains when opened.
+"""The job database's tables, declared once for both engines, and the migrations that bring an
+older database to the latest version when it is opened.
 
-The file's version is SQLite's `PRAGMA user_version`: 0 for a file from before versions were
-kept (it may hold some of version 1's columns already), then each MIGRATIONS entry's number.
+Types are SQLite's own on SQLite, so a new file is column for column and index for index what
+Tally has always written; on PostgreSQL they are their equals: INTEGER is 64-bit on SQLite, so
+BIGINT (and BIGSERIAL for ids); REAL unix seconds are doubles, so DOUBLE PRECISION (PostgreSQL's
+REAL is 32-bit: a unix time in it keeps about two minutes' precision). JSON columns stay TEXT on
+both, so both keep the very text the store wrote.
+
+Versions: 0, a database from before versions were kept (a jobs table without gpu, ran_on_gpu and
+attempts_log, or with some of them); 1, those three columns; 2, a job may ask for several GPUs
+(num_gpus; gpus, a JSON list of indices) and records those it ran on (ran_on_gpus, a JSON list);
+NULL in a row from before means one GPU, as the row's gpu says. The version lives in the one-row
+table tally_schema; on SQLite also in PRAGMA user_version, which Tally kept before tally_schema
+(and is read where tally_schema is absent or empty) and still writes, so an older Tally finds
+the version it expects.
 """
 
-import sqlite3
+from collections.abc import Callable
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS jobs (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    probe TEXT NOT NULL,
-    params TEXT NOT NULL,
-    status TEXT NOT NULL,
-    attempts INTEGER NOT NULL DEFAULT 0,
-    timeout_s REAL NOT NULL,
-    created_at REAL NOT NULL,
-    started_at REAL,
-    finished_at REAL,
-    progress_done INTEGER NOT NULL DEFAULT 0,
-    progress_total INTEGER NOT NULL DEFAULT 0,
-    progress_message TEXT NOT NULL DEFAULT '',
-    result TEXT,
-    error TEXT,
-    worker_id TEXT,
-    heartbeat_at REAL,
-    cancel_requested INTEGER NOT NULL DEFAULT 0,
-    revision INTEGER NOT NULL DEFAULT 0,
-    device TEXT,
-    gpu INTEGER,
-    ran_on_gpu INTEGER,
-    attempts_log TEXT,
-    num_gpus INTEGER,
-    gpus TEXT,
-    ran_on_gpus TEXT
-);
-CREATE INDEX IF NOT EXISTS jobs_status_gpu_id ON jobs (status, gpu, id);
-CREATE INDEX IF NOT EXISTS jobs_status_id ON jobs (status, id);
-CREATE INDEX IF NOT EXISTS jobs_probe_id ON jobs (probe, id);
-CREATE TABLE IF NOT EXISTS workers (
-    worker_id TEXT PRIMARY KEY,
-    seen_at REAL NOT NULL
-);
-"""
-# The columns each version added, (name, declaration), oldest first; an older file gains them on
-# open, its rows keeping their data. Version 1: a job may name its GPU. Version 2: a job may ask
-# for several GPUs (num_gpus; gpus, a JSON list of indices) and records those it ran on
-# (ran_on_gpus, a JSON list); NULL in a row from before means one GPU, as the row's gpu says.
-MIGRATIONS: tuple[tuple[int, tuple[tuple[str, str], ...]], ...] = (
-    (1, (("gpu", "INTEGER"), ("ran_on_gpu", "INTEGER"), ("attempts_log", "TEXT"))),
-    (2, (("num_gpus", "INTEGER"), ("gpus", "TEXT"), ("ran_on_gpus", "TEXT"))),
+import sqlalchemy as sa
+from alembic.migration import MigrationContext
+from alembic.operations import Operations
+from sqlalchemy.dialects import postgresql
+
+from app.jobs import engines
+
+INTEGER = sa.Integer().with_variant(sa.BigInteger(), "postgresql")
+REAL = sa.REAL().with_variant(postgresql.DOUBLE_PRECISION(), "postgresql")
+TEXT = sa.Text()
+
+metadata = sa.MetaData()
+
+# nullable=True on the ids: SQLite's `INTEGER PRIMARY KEY` as Tally has always declared it (a
+# primary key is NOT NULL on PostgreSQL whatever is said).
+jobs = sa.Table(
+    "jobs", metadata,
+    sa.Column("id", INTEGER, primary_key=True, autoincrement=True, nullable=True),
+    sa.Column("probe", TEXT, nullable=False),
+    sa.Column("params", TEXT, nullable=False),
+    sa.Column("status", TEXT, nullable=False),
+    sa.Column("attempts", INTEGER, nullable=False, server_default=sa.text("0")),
+    sa.Column("timeout_s", REAL, nullable=False),
+    sa.Column("created_at", REAL, nullable=False),
+    sa.Column("started_at", REAL),
+    sa.Column("finished_at", REAL),
+    sa.Column("progress_done", INTEGER, nullable=False, server_default=sa.text("0")),
+    sa.Column("progress_total", INTEGER, nullable=False, server_default=sa.text("0")),
+    sa.Column("progress_message", TEXT, nullable=False, server_default=sa.text("''")),
+    sa.Column("result", TEXT),
+    sa.Column("error", TEXT),
+    sa.Column("worker_id", TEXT),
+    sa.Column("heartbeat_at", REAL),
+    sa.Column("cancel_requested", INTEGER, nullable=False, server_default=sa.text("0")),
+    sa.Column("revision", INTEGER, nullable=False, server_default=sa.text("0")),
+    sa.Column("device", TEXT),
+    sa.Column("gpu", INTEGER),
+    sa.Column("ran_on_gpu", INTEGER),
+    sa.Column("attempts_log", TEXT),
+    sa.Column("num_gpus", INTEGER),
+    sa.Column("gpus", TEXT),
+    sa.Column("ran_on_gpus", TEXT),
+    sqlite_autoincrement=True,
 )
+GPU_INDEX = sa.Index("jobs_status_gpu_id", jobs.c.status, jobs.c.gpu, jobs.c.id)
+sa.Index("jobs_status_id", jobs.c.status, jobs.c.id)
+sa.Index("jobs_probe_id", jobs.c.probe, jobs.c.id)
+
+workers = sa.Table(
+    "workers", metadata,
+    sa.Column("worker_id", TEXT, primary_key=True, nullable=True),
+    sa.Column("seen_at", REAL, nullable=False),
+)
+
+# Device leases (app/jobs/leases.py): one row per device a running job holds.
+leases = sa.Table(
+    "leases", metadata,
+    sa.Column("device", TEXT, primary_key=True, nullable=True),
+    sa.Column("job_id", INTEGER, nullable=False),
+    sa.Column("worker_id", TEXT),
+    sa.Column("heartbeat_at", REAL, nullable=False),
+)
+
+tally_schema = sa.Table("tally_schema", metadata, sa.Column("version", INTEGER, nullable=False))
+
+
+def _add_columns(ops: Operations, db: sa.Connection, names: tuple[str, ...]) -> None:
+    have = {column["name"] for column in sa.inspect(db).get_columns("jobs")}
+    for name in names:
+        if name not in have:  # a version-0 database may have some of version 1's already
+            ops.add_column("jobs", sa.Column(name, jobs.c[name].type))
+
+
+def _v1(ops: Operations, db: sa.Connection) -> None:
+    """A job may name its GPU (and the index its dispatchers' claims read by); attempts are logged."""
+    _add_columns(ops, db, ("gpu", "ran_on_gpu", "attempts_log"))
+    if GPU_INDEX.name not in {index["name"] for index in sa.inspect(db).get_indexes("jobs")}:
+        ops.create_index(GPU_INDEX.name, "jobs", [column.name for column in GPU_INDEX.columns])
+
+
+def _v2(ops: Operations, db: sa.Connection) -> None:
+    """A job may ask for several GPUs, and records those it ran on."""
+    _add_columns(ops, db, ("num_gpus", "gpus", "ran_on_gpus"))
+
+
+# Oldest first, each step run in a transaction of its own that also records its number. A step
+# alters the tables a database already has; tables it lacks (workers, leases, tally_schema in the
+# oldest) are then created whole, as declared above.
+MIGRATIONS: tuple[tuple[int, Callable[[Operations, sa.Connection], None]], ...] = ((1, _v1), (2, _v2))
 VERSION = MIGRATIONS[-1][0]
+# The advisory lock (PostgreSQL) under which one process at a time reads and moves the version.
+LOCK = "tally:schema"
 
 
-def version(db: sqlite3.Connection) -> int:
-    return db.execute("PRAGMA user_version").fetchone()[0]
+class NewerDatabase(Exception):
+    """The database's schema is newer than this code knows: opening it could break a newer Tally."""
+
+    def __init__(self, version: int) -> None:
+        super().__init__(f"its schema is version {version}, newer than this Tally's {VERSION}: run the "
+                         "Tally that wrote it, or point Tally at another database")
+        self.version = version
 
 
-def migrate(db: sqlite3.Connection) -> None:
-    """A jobs table from an older Tally gets the columns added since; its rows keep their data.
-    The file is then at VERSION (a new file too: SCHEMA creates the table whole)."""
-    have = {row[1] for row in db.execute("PRAGMA table_info(jobs)")}
-    at = version(db)
-    if have:
-        for number, columns in MIGRATIONS:
-            if number <= at:
-                continue
-            for name, declaration in columns:
-                if name not in have:  # a version-0 file may have some of version 1's already
-                    db.execute(f"ALTER TABLE jobs ADD COLUMN {name} {declaration}")
-    if at < VERSION:
-        db.execute(f"PRAGMA user_version = {VERSION}")
+def version(db: sa.Connection) -> int:
+    """The database's schema version; 0 for one from before versions were kept (or a new one)."""
+    if sa.inspect(db).has_table(tally_schema.name):
+        kept = db.execute(sa.select(tally_schema.c.version)).scalar()
+        if kept is not None:
+            return kept
+    if db.dialect.name == "sqlite":
+        return db.exec_driver_sql("PRAGMA user_version").scalar()
+    return 0
+
+
+def _set_version(db: sa.Connection, number: int) -> None:
+    tally_schema.create(db, checkfirst=True)
+    db.execute(tally_schema.delete())
+    db.execute(tally_schema.insert().values(version=number))
+    if db.dialect.name == "sqlite":
+        db.exec_driver_sql(f"PRAGMA user_version = {int(number)}")
+
+
+def migrate(engine: sa.Engine) -> int:
+    """Bring the database to VERSION, creating what is missing (every table, in a new one); its
+    rows keep their data. NewerDatabase when it is beyond VERSION. Opening a current database
+    reads its version and changes nothing. Returns the version it is now at."""
+    with engines.write(engine) as db:
+        engines.lock(db, LOCK)
+        at, tables = version(db), set(sa.inspect(db).get_table_names())
+        if at > VERSION:
+            raise NewerDatabase(at)
+        if jobs.name not in tables:  # a new database: every table whole, at the latest version
+            metadata.create_all(db)
+            _set_version(db, VERSION)
+            return VERSION
+        if at == VERSION and tables >= set(metadata.tables):
+            return at
+    for number, step in MIGRATIONS:
+        with engines.write(engine) as db:
+            engines.lock(db, LOCK)  # another process may have moved it meanwhile: read it again
+            if version(db) < number:
+                step(Operations(MigrationContext.configure(db)), db)
+                _set_version(db, number)
+    with engines.write(engine) as db:
+        engines.lock(db, LOCK)
+        at = version(db)
+        metadata.create_all(db)  # only the tables it lacks; those it has are left as they are
+        _set_version(db, at)
+    return at

@@ -1,32 +1,43 @@
-"""The durable job queue: all of Tally's SQL, here and in the three modules beside it that
-keep its parts (schema.py: the tables and migration; leases.py: one job per device;
-attempt_log.py: how each attempt ended), and placement.py, the SQL-free rule a claim follows.
+"""The durable job queue: all of Tally's SQL, here and in the modules beside it that keep its
+parts (schema.py: the tables and their migrations; database.py: opening the database, and the
+transactions each verb runs in; engines.py: each engine's connections, locks and wake-ups;
+leases.py: one job per device; attempt_log.py: how each attempt ended), and placement.py, the
+SQL-free rule a claim follows.
 
-Every operation opens its own connection (microseconds for a local file), so a
-Store is safe to share between threads and to open from several processes at
-once. WAL mode lets readers (the API, a watcher) run beside the one writer;
-writes take `BEGIN IMMEDIATE` so a read-then-write such as a claim cannot
-interleave with another process's.
+One store on two engines: a SQLite file (the default, TALLY_DATABASE_PATH) or a PostgreSQL server
+that a fleet's workers share (TALLY_DATABASE_URL), through SQLAlchemy 2 Core. Core, because one
+query expression compiles for both dialects; `with_for_update(skip_locked=True)` renders FOR
+UPDATE SKIP LOCKED on PostgreSQL and nothing on SQLite (whose BEGIN IMMEDIATE already serialises
+writers); the dialects' `insert().on_conflict_do_update` replaces SQLite's INSERT OR REPLACE; its
+pool keeps PostgreSQL connections; and Alembic's Operations give the migrations portable DDL.
+
+SQLite: every operation opens its own connection (about a millisecond), so a Store is
+safe to share between threads and to open from several processes at once. WAL mode lets readers
+(the API, a watcher) run beside the one writer; writes take BEGIN IMMEDIATE, so a read-then-write
+such as a claim cannot interleave with another process's. PostgreSQL: a claim reads its
+candidates FOR UPDATE SKIP LOCKED, so two claimers never block on, or take, the same job, and
+holds its host's advisory lock, so one claimer at a time decides that host's leases; submit counts
+the queue under an advisory lock of its own; and a submit, or a job put back in the queue
+(requeue, recover), NOTIFYs the dispatchers waiting in wait_for_work.
 
 Every change of a job's state goes through Store._move, which makes only the moves
 app/jobs/job.py's TRANSITIONS table allows.
 """
 
-import contextlib
 import json
 import logging
 import socket
-import sqlite3
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
-from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
+import sqlalchemy as sa
+
 from app.contract.registry import ProbeResult
-from app.jobs import attempt_log, leases, placement, schema
+from app.jobs import attempt_log, engines, leases, placement
+from app.jobs.database import Database
 from app.jobs.job import ACTIVE, STATES, TERMINAL, TRANSITIONS, Job, from_row, result_json
-from app.jobs.storage import StoreUnavailable
+from app.jobs.schema import jobs, workers
 
 log = logging.getLogger("tally.jobs")
 
@@ -44,8 +55,13 @@ WORKER_LOSS_RETRIES = 3
 STALE_AFTER_S = 30
 # Queued jobs a claim looks at for one whose device is free (older ones whose device is busy wait).
 CLAIM_WINDOW = 50
-# Seconds a connection waits on another's write lock; writes are short, so only a stuck peer gets near.
-BUSY_TIMEOUT_S = 30
+# PostgreSQL's advisory locks: submit's count and insert, and a host's claims, one at a time.
+SUBMIT_LOCK = "tally:submit"
+
+
+def _host_lock(host: str) -> str:
+    return f"tally:host:{host}"
+
 
 class QueueFull(Exception):
     """Raised by submit when `limit` jobs are already queued or running."""
@@ -68,89 +84,36 @@ def _statuses(status: str | Sequence[str]) -> list[str]:
     return statuses
 
 
-def _marks(values: Sequence[Any]) -> str:
-    return ",".join("?" * len(values))
+def _held_by(worker_id: str | None) -> list[sa.ColumnElement[bool]]:
+    """The condition that the row is still `worker_id`'s (none when no worker is named)."""
+    return [] if worker_id is None else [jobs.c.worker_id == worker_id]
 
 
-class Store:
-    """The jobs table in the SQLite file at `path` (created, with its schema, if missing)."""
-
-    def __init__(self, path: str | Path) -> None:
-        """StoreUnavailable, saying why, when the file cannot be opened, created or written."""
-        self.path = Path(path)
-        try:
-            self._create()
-        except sqlite3.Error as e:
-            raise StoreUnavailable(self.path, e) from None
-
-    def _create(self) -> None:
-        with contextlib.closing(self._open()) as db:
-            # Persistent in the file: set once, every later connection is in WAL mode.
-            db.execute("PRAGMA journal_mode=WAL")
-            schema.migrate(db)
-            db.executescript(schema.SCHEMA + leases.SCHEMA)
-
-    def _recreate(self) -> None:
-        """The file was deleted under a running server: start a new one rather than answer every
-        request with "no such table". Its WAL and shared-memory files belonged to the old one."""
-        log.warning("the job database %s is gone; creating a new, empty one", self.path)
-        for leftover in ("-wal", "-shm"):
-            Path(f"{self.path}{leftover}").unlink(missing_ok=True)
-        self._create()
-
-    def _open(self) -> sqlite3.Connection:
-        # isolation_level=None: no implicit transactions; _write says BEGIN IMMEDIATE itself.
-        db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
-        db.row_factory = sqlite3.Row
-        db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_S * 1000}")
-        # NORMAL in WAL mode: a power cut may lose the last commits, never corrupt the file.
-        db.execute("PRAGMA synchronous=NORMAL")
-        return db
-
-    @contextmanager
-    def _connect(self) -> Iterator[sqlite3.Connection]:
-        if not self.path.exists():  # one stat: connecting would silently create an empty file
-            self._recreate()
-        db = self._open()
-        try:
-            yield db
-        finally:
-            db.close()
-
-    @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        with self._connect() as db:
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                yield db
-            except BaseException:
-                # SQLite has already rolled back after some errors (SQLITE_FULL): a second
-                # ROLLBACK would raise and hide the error that matters.
-                if db.in_transaction:
-                    db.execute("ROLLBACK")
-                raise
-            db.execute("COMMIT")
+class Store(Database):
+    """The job tables in `database`: a SQLite file's path, or a URL (postgresql://... through
+    psycopg 3, or sqlite:///path); created, with their schema, where missing, and brought to
+    the latest schema where older (app/jobs/schema.py). Opening, connections and waiting for
+    work: app/jobs/database.py."""
 
     def seen(self, *, worker_id: str) -> None:
         """A dispatcher says it is alive (idle or busy), for readiness checks."""
         with self._write() as db:
-            db.execute("INSERT INTO workers (worker_id, seen_at) VALUES (?, ?) ON CONFLICT (worker_id) "
-                       "DO UPDATE SET seen_at = excluded.seen_at", (worker_id, time.time()))
+            engines.upsert(db, workers, {"worker_id": worker_id, "seen_at": time.time()}, key="worker_id")
 
     def live_workers(self, *, within_s: float) -> list[str]:
         """Dispatchers seen in the last within_s seconds."""
-        with self._connect() as db:
-            rows = db.execute("SELECT worker_id FROM workers WHERE seen_at >= ? ORDER BY worker_id",
-                              (time.time() - within_s,)).fetchall()
-        return [r[0] for r in rows]
+        with self._read() as db:
+            since = time.time() - within_s
+            rows = db.execute(sa.select(workers.c.worker_id).where(workers.c.seen_at >= since))
+            return sorted(worker_id for (worker_id,) in rows)
 
     @staticmethod
-    def _row(db: sqlite3.Connection, job_id: int) -> Job | None:
-        row = db.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
+    def _row(db: sa.Connection, job_id: int) -> Job | None:
+        row = db.execute(sa.select(jobs).where(jobs.c.id == job_id)).mappings().first()
         return None if row is None else from_row(row)
 
     @staticmethod
-    def _move(db: sqlite3.Connection, job_id: int, *, old: str, new: str, values: dict[str, Any],
+    def _move(db: sa.Connection, job_id: int, *, old: str, new: str, values: dict[str, Any],
               worker_id: str | None = None, reason: str | None = None) -> bool:
         """Move job `job_id` from state `old` to `new`, writing `values` (column: value) with it.
 
@@ -167,24 +130,25 @@ class Store:
         unknown = sorted(set(values) - set(MOVE_COLUMNS))
         if unknown:
             raise ValueError(f"a move cannot write {unknown}; only {list(MOVE_COLUMNS)}")
-        # Column names come from MOVE_COLUMNS alone; every value is a bound parameter.
-        assignments = "".join(f", {column} = ?" for column in values)
-        logged = []
+        changes = dict(values)
         if old == "running":
-            assignments += f", attempts_log = {attempt_log.APPEND}"
-            logged = [values.get("finished_at") or time.time(), reason or new]
-        cursor = db.execute(
-            f"UPDATE jobs SET status = ?{assignments}, revision = revision + 1 "
-            "WHERE id = ? AND status = ? AND (? IS NULL OR worker_id = ?)",
-            [new, *values.values(), *logged, job_id, old, worker_id, worker_id])
-        moved = cursor.rowcount == 1
+            # The row as it is before the move, locked until the move commits (PostgreSQL; SQLite's
+            # write lock is already held), so the attempt's entry is the one that is ending.
+            row = db.execute(sa.select(jobs.c.status, jobs.c.worker_id, jobs.c.attempts, jobs.c.started_at,
+                                       jobs.c.attempts_log)
+                             .where(jobs.c.id == job_id).with_for_update()).first()
+            if row is None or row.status != old or (worker_id is not None and row.worker_id != worker_id):
+                return False
+            changes["attempts_log"] = attempt_log.append(
+                row.attempts_log, attempt=row.attempts, worker_id=row.worker_id, started_at=row.started_at,
+                ended_at=values.get("finished_at") or time.time(), reason=reason or new)
+        update = jobs.update().where(jobs.c.id == job_id, jobs.c.status == old, *_held_by(worker_id))
+        moved = db.execute(update.values(status=new, revision=jobs.c.revision + 1, **changes)).rowcount == 1
         if moved and old == "running":  # the job's child is gone: its device is free for the next
             leases.release(db, job_id=job_id)
+        if moved and new == "queued":  # a job to claim again: wake the idle dispatchers
+            engines.notify(db)
         return moved
-
-    def journal_mode(self) -> str:
-        with self._connect() as db:
-            return db.execute("PRAGMA journal_mode").fetchone()[0]
 
     def submit(self, *, probe: str, params: dict, timeout_s: float, limit: int, device: str | None = None,
                gpu: int | None = None, num_gpus: int = 1, gpus: Sequence[int] | None = None) -> Job:
@@ -193,40 +157,35 @@ class Store:
         if gpus is not None:
             num_gpus = len(gpus)
         with self._write() as db:
-            active = db.execute(f"SELECT COUNT(*) FROM jobs WHERE status IN ({_marks(ACTIVE)})",
-                                ACTIVE).fetchone()[0]
+            engines.lock(db, SUBMIT_LOCK)  # two submitters must not both see room for one more
+            active = db.execute(sa.select(sa.func.count()).select_from(jobs)
+                                .where(jobs.c.status.in_(ACTIVE))).scalar_one()
             if active >= limit:
                 raise QueueFull(limit)
-            cursor = db.execute(
-                "INSERT INTO jobs (probe, params, status, timeout_s, created_at, device, gpu, num_gpus, "
-                "gpus) VALUES (?, ?, 'queued', ?, ?, ?, ?, ?, ?)",
-                (probe, _json(params), timeout_s, time.time(), device, gpu, num_gpus,
-                 None if gpus is None else _json(sorted(gpus))))
-            return self._row(db, cursor.lastrowid)
+            inserted = db.execute(jobs.insert().values(
+                probe=probe, params=_json(params), status="queued", timeout_s=timeout_s,
+                created_at=time.time(), device=device, gpu=gpu, num_gpus=num_gpus,
+                gpus=None if gpus is None else _json(sorted(gpus))))
+            engines.notify(db)
+            return self._row(db, inserted.inserted_primary_key[0])
 
     def get(self, job_id: int) -> Job | None:
-        with self._connect() as db:
+        with self._read() as db:
             return self._row(db, job_id)
 
     def page(self, *, probe: str | None = None, status: str | Sequence[str] | None = None, limit: int = 50,
              offset: int = 0) -> tuple[list[Job], int]:
         """Newest first, and how many jobs match the filter in all."""
-        where, args = [], []
+        where = []
         if probe is not None:
-            where.append("probe = ?")
-            args.append(probe)
+            where.append(jobs.c.probe == probe)
         if status is not None:
-            statuses = _statuses(status)
-            where.append(f"status IN ({_marks(statuses)})")
-            args.extend(statuses)
-        clause = f"WHERE {' AND '.join(where)}" if where else ""
-        with self._connect() as db:
-            # One read transaction, so the page and the total describe the same moment.
-            db.execute("BEGIN")
-            total = db.execute(f"SELECT COUNT(*) FROM jobs {clause}", args).fetchone()[0]
-            rows = db.execute(f"SELECT * FROM jobs {clause} ORDER BY id DESC LIMIT ? OFFSET ?",
-                              [*args, limit, offset]).fetchall()
-            db.execute("COMMIT")
+            where.append(jobs.c.status.in_(_statuses(status)))
+        # One snapshot, so the page and the total describe the same moment.
+        with self._read(snapshot=True) as db:
+            total = db.execute(sa.select(sa.func.count()).select_from(jobs).where(*where)).scalar_one()
+            rows = db.execute(sa.select(jobs).where(*where).order_by(jobs.c.id.desc()).limit(limit)
+                              .offset(offset)).mappings().all()
         return [from_row(row) for row in rows], total
 
     def claim(self, *, worker_id: str, gpu: int | None = None, host: str | None = None,
@@ -242,19 +201,23 @@ class Store:
         devices in the leases; a lease older than stale_after_s is free.
         """
         host = host or socket.gethostname()
-        mine, args = ("AND (gpu IS NULL OR gpu = ?)", (gpu,)) if gpu is not None else ("", ())
+        mine = [sa.or_(jobs.c.gpu.is_(None), jobs.c.gpu == gpu)] if gpu is not None else []
         with self._write() as db:
-            # Read once the write lock is held: a claim that waited on a finishing job's transaction
-            # must not start before that job's finished_at.
+            engines.lock(db, _host_lock(host))  # one claimer at a time decides this host's leases
+            # SKIP LOCKED: a job another claimer is taking is left to it, never waited on.
+            rows = db.execute(sa.select(jobs.c.id, jobs.c.attempts, jobs.c.gpu, jobs.c.device,
+                                        jobs.c.num_gpus, jobs.c.gpus)
+                              .where(jobs.c.status == "queued", *mine).order_by(jobs.c.id)
+                              .limit(CLAIM_WINDOW).with_for_update(skip_locked=True)).all()
+            held = leases.of_host(db, host=host)
+            # Read once every lock is held and the leases are read: a claim that waited on a finishing
+            # job's transaction (SQLite's write lock; PostgreSQL's lease rows, seen once that job has
+            # committed) must not start before that job's finished_at.
             now = time.time()
-            rows = db.execute(f"SELECT id, attempts, gpu, device, num_gpus, gpus FROM jobs "
-                              f"WHERE status = 'queued' {mine} ORDER BY id LIMIT ?",
-                              (*args, CLAIM_WINDOW)).fetchall()
-            queue = [placement.Waiting(id=row["id"], device=row["device"], gpu=row["gpu"],
-                                       num_gpus=row["num_gpus"] or 1,
-                                       gpus=None if row["gpus"] is None else json.loads(row["gpus"]))
+            queue = [placement.Waiting(id=row.id, device=row.device, gpu=row.gpu, num_gpus=row.num_gpus or 1,
+                                       gpus=None if row.gpus is None else json.loads(row.gpus))
                      for row in rows]
-            busy = leases.busy(db, host=host, now=now, stale_after_s=stale_after_s)
+            busy = leases.busy(held, now=now, stale_after_s=stale_after_s)
             chosen = placement.choose(queue, claimer=gpu, served=served, busy=busy)
             if chosen is None:
                 return None
@@ -262,40 +225,35 @@ class Store:
             for unit in chosen.units:  # every device, in this one transaction: all of them or none
                 leases.take(db, f"{host}:{unit}", job_id=job_id, worker_id=worker_id, now=now)
             on = chosen.ran_on_gpus
-            attempts = next(row["attempts"] for row in rows if row["id"] == job_id)
+            attempts = next(row.attempts for row in rows if row.id == job_id)
             self._move(db, job_id, old="queued", new="running", values={
                 "attempts": attempts + 1, "started_at": now, "heartbeat_at": now, "worker_id": worker_id,
                 "ran_on_gpu": on[0] if len(on) == 1 else None, "ran_on_gpus": _json(on) if on else None,
                 **FRESH_PROGRESS})
             return self._row(db, job_id)
 
+    def _beat(self, job_id: int, worker_id: str | None, **values: Any) -> bool:
+        """Write `values` and a heartbeat on a running job (for that worker), renewing its leases."""
+        now = time.time()
+        with self._write() as db:
+            beat = db.execute(jobs.update().where(jobs.c.id == job_id, jobs.c.status == "running",
+                                                  *_held_by(worker_id))
+                              .values(heartbeat_at=now, revision=jobs.c.revision + 1, **values)).rowcount == 1
+            if beat:
+                leases.renew(db, job_id=job_id, now=now)
+            return beat
+
     def progress(self, job_id: int, *, done: int, total: int, message: str = "",
                  worker_id: str | None = None) -> bool:
         """Record a running job's progress (a heartbeat too); False when it is no longer running
         (for that worker)."""
-        now = time.time()
-        with self._write() as db:
-            cursor = db.execute(
-                "UPDATE jobs SET progress_done = ?, progress_total = ?, progress_message = ?, "
-                "heartbeat_at = ?, revision = revision + 1 "
-                "WHERE id = ? AND status = 'running' AND (? IS NULL OR worker_id = ?)",
-                (done, total, message, now, job_id, worker_id, worker_id))
-            if cursor.rowcount == 1:
-                leases.renew(db, job_id=job_id, now=now)
-            return cursor.rowcount == 1
+        return self._beat(job_id, worker_id, progress_done=done, progress_total=total,
+                          progress_message=message)
 
     def heartbeat(self, job_id: int, *, worker_id: str | None = None) -> bool:
         """Say the job's worker is alive, renewing its device lease; False when the job is no
         longer running (for that worker)."""
-        now = time.time()
-        with self._write() as db:
-            cursor = db.execute(
-                "UPDATE jobs SET heartbeat_at = ?, revision = revision + 1 "
-                "WHERE id = ? AND status = 'running' AND (? IS NULL OR worker_id = ?)",
-                (now, job_id, worker_id, worker_id))
-            if cursor.rowcount == 1:
-                leases.renew(db, job_id=job_id, now=now)
-            return cursor.rowcount == 1
+        return self._beat(job_id, worker_id)
 
     def finish(self, job_id: int, *, status: str, result: ProbeResult | None = None,  # type: ignore[valid-type]
                error: dict | None = None, worker_id: str | None = None) -> bool:
@@ -313,8 +271,9 @@ class Store:
             self._move(db, job_id, old="queued", new="cancelled",
                        values={"finished_at": time.time(), "cancel_requested": 1})
             # Not a move: the job stays running until its dispatcher has stopped the child.
-            db.execute("UPDATE jobs SET cancel_requested = 1, revision = revision + 1 "
-                       "WHERE id = ? AND status = 'running' AND cancel_requested = 0", (job_id,))
+            db.execute(jobs.update().where(jobs.c.id == job_id, jobs.c.status == "running",
+                                           jobs.c.cancel_requested == 0)
+                       .values(cancel_requested=1, revision=jobs.c.revision + 1))
             return self._row(db, job_id)
 
     def recover(self, *, stale_after_s: float, loss_retries: int = WORKER_LOSS_RETRIES) -> list[int]:
@@ -328,31 +287,37 @@ class Store:
         for is cancelled. Returns the ids recovered, oldest first.
         """
         stale_before = time.time() - stale_after_s
+        recovered = []
         with self._write() as db:
-            rows = db.execute(
-                "SELECT id, attempts, cancel_requested, attempts_log FROM jobs WHERE status = 'running' "
-                "AND (heartbeat_at IS NULL OR heartbeat_at < ?) ORDER BY id",
-                (stale_before,)).fetchall()
+            # SKIP LOCKED: a row another recoverer (or a late heartbeat) holds is left to it.
+            stale = sa.or_(jobs.c.heartbeat_at.is_(None), jobs.c.heartbeat_at < stale_before)
+            rows = db.execute(sa.select(jobs.c.id, jobs.c.attempts, jobs.c.cancel_requested,
+                                        jobs.c.attempts_log)
+                              .where(jobs.c.status == "running", stale)
+                              .order_by(jobs.c.id).with_for_update(skip_locked=True)).all()
+            lost = attempt_log.WORKER_LOST
             for row in rows:
-                losses = attempt_log.worker_losses(row["attempts_log"]) + 1  # this one too
-                if row["cancel_requested"]:
-                    self._end(db, row["id"], status="cancelled", error=None, reason=attempt_log.WORKER_LOST)
+                losses = attempt_log.worker_losses(row.attempts_log) + 1  # this one too
+                if row.cancel_requested:
+                    moved = self._end(db, row.id, status="cancelled", error=None, reason=lost)
                 elif losses <= loss_retries:
-                    self._requeue(db, row["id"], attempts=row["attempts"], reason=attempt_log.WORKER_LOST)
+                    moved = self._requeue(db, row.id, attempts=row.attempts, reason=lost)
                 else:
-                    self._end(db, row["id"], status="failed", error=attempt_log.lost_too_often(
-                        losses, loss_retries), reason=attempt_log.WORKER_LOST)
-        return [row["id"] for row in rows]
+                    moved = self._end(db, row.id, status="failed",
+                                      error=attempt_log.lost_too_often(losses, loss_retries), reason=lost)
+                if moved:
+                    recovered.append(row.id)
+        return recovered
 
     @classmethod
-    def _end(cls, db: sqlite3.Connection, job_id: int, *, status: str, error: dict | None,
-             reason: str | None = None) -> None:
-        cls._move(db, job_id, old="running", new=status, reason=reason,
-                  values={"error": _json(error), "finished_at": time.time()})
+    def _end(cls, db: sa.Connection, job_id: int, *, status: str, error: dict | None,
+             reason: str | None = None) -> bool:
+        return cls._move(db, job_id, old="running", new=status, reason=reason,
+                         values={"error": _json(error), "finished_at": time.time()})
 
     @classmethod
-    def _requeue(cls, db: sqlite3.Connection, job_id: int, *, attempts: int, reason: str) -> None:
-        cls._move(db, job_id, old="running", new="queued", reason=reason, values={
+    def _requeue(cls, db: sa.Connection, job_id: int, *, attempts: int, reason: str) -> bool:
+        return cls._move(db, job_id, old="running", new="queued", reason=reason, values={
             "attempts": attempts, "started_at": None, "heartbeat_at": None, "worker_id": None,
             "ran_on_gpu": None, "ran_on_gpus": None, **FRESH_PROGRESS})
 
@@ -366,36 +331,33 @@ class Store:
             if job is None or job.status != "running":
                 return False
             if job.cancel_requested:
-                self._end(db, job_id, status="cancelled", error=None)
-            else:
-                self._requeue(db, job_id, attempts=max(job.attempts - 1, 0), reason=attempt_log.REQUEUED)
-            return True
+                return self._end(db, job_id, status="cancelled", error=None)
+            return self._requeue(db, job_id, attempts=max(job.attempts - 1, 0), reason=attempt_log.REQUEUED)
 
     def held_leases(self) -> list[tuple[str, int]]:
         """(device, job id) of every device lease held, live or stale."""
-        with self._connect() as db:
+        with self._read() as db:
             return leases.held(db)
 
     def counts(self) -> dict[str, int]:
         """Jobs per status, every status present."""
-        with self._connect() as db:
-            rows = db.execute("SELECT status, COUNT(*) FROM jobs GROUP BY status").fetchall()
+        with self._read() as db:
+            rows = db.execute(sa.select(jobs.c.status, sa.func.count()).group_by(jobs.c.status)).all()
         return {status: 0 for status in STATES} | {status: n for status, n in rows}
 
     def queue_depth(self) -> int:
         """Jobs queued or running: the figure `limit` bounds in submit."""
-        with self._connect() as db:
-            return db.execute(f"SELECT COUNT(*) FROM jobs WHERE status IN ({_marks(ACTIVE)})",
-                              ACTIVE).fetchone()[0]
+        with self._read() as db:
+            return db.execute(sa.select(sa.func.count()).select_from(jobs)
+                              .where(jobs.c.status.in_(ACTIVE))).scalar_one()
 
     def latest(self, *, probe: str, device: str | None = None, status: str = "succeeded",
                limit: int = 20) -> list[Job]:
         """The newest jobs of `probe` in `status` (of `device`, when given): calibration's measurements."""
-        where, args = ["probe = ?", "status = ?"], [probe, *_statuses(status)]
+        where = [jobs.c.probe == probe, jobs.c.status.in_(_statuses(status))]
         if device is not None:
-            where.append("device = ?")
-            args.append(device)
-        with self._connect() as db:
-            rows = db.execute(f"SELECT * FROM jobs WHERE {' AND '.join(where)} ORDER BY id DESC LIMIT ?",
-                              [*args, limit]).fetchall()
+            where.append(jobs.c.device == device)
+        with self._read() as db:
+            rows = db.execute(sa.select(jobs).where(*where).order_by(jobs.c.id.desc())
+                              .limit(limit)).mappings().all()
         return [from_row(row) for row in rows]

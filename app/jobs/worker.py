@@ -1,6 +1,7 @@
 """The standalone dispatcher: `python -m app.jobs.worker` (the `tally worker` command).
 
-Runs beside a server started with TALLY_EMBEDDED_WORKER=false, sharing its database.
+Runs beside a server started with TALLY_EMBEDDED_WORKER=false, sharing its database; or, on a
+PostgreSQL database (TALLY_DATABASE_URL), on any machine of a fleet that reaches the server.
 SIGTERM or SIGINT stops it cleanly: the running child is stopped and its job requeued,
 this attempt not counted. A SIGKILL leaves the job running in the table; the child
 sees its stdin close and exits, and once the job's heartbeat is stale_after_s old any
@@ -13,9 +14,10 @@ import signal
 import sys
 import threading
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from app import logs
-from app.config import settings_or_exit
+from app.config import database_url, settings_or_exit
 from app.jobs.storage import StoreUnavailable
 
 log = logging.getLogger("tally.jobs")
@@ -44,6 +46,23 @@ def run(database: str | Path, worker_id: str, child_argv: list[str] | None = Non
                served=served).run_forever(stop)
 
 
+def _database(text: str) -> str | Path:
+    if "://" not in text:
+        return Path(text)
+    try:
+        return database_url(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _shown(database: str | Path) -> str:
+    """The database as help may print it: a URL's password hidden."""
+    parts = urlsplit(str(database))
+    if parts.password is None:
+        return str(database)
+    return str(database).replace(f":{parts.password}@", ":***@", 1)
+
+
 def _gpu_index(text: str) -> int:
     if not text.isdigit():
         raise argparse.ArgumentTypeError(f"a GPU index is 0 or more, got {text!r}")
@@ -56,9 +75,10 @@ def parser() -> argparse.ArgumentParser:
         prog="tally worker",
         description="Run queued benchmark jobs, one at a time, each in a fresh child process. "
                     "Stops cleanly on SIGTERM or Ctrl-C, putting the running job back in the queue.")
-    cli.add_argument("--database", type=Path, default=settings.database_path,
-                     help="SQLite file holding the job queue; the server's TALLY_DATABASE_PATH "
-                          "(default: %(default)s)")
+    cli.add_argument("--database", type=_database, default=settings.database(),
+                     help="the job queue: a SQLite file, or a URL (postgresql://USER:PASSWORD@HOST:PORT/"
+                          "DATABASE, sqlite:///PATH); the server's TALLY_DATABASE_URL, else its "
+                          f"TALLY_DATABASE_PATH (default: {_shown(settings.database())})".replace("%", "%%"))
     cli.add_argument("--worker-id",
                      help="name of this dispatcher in the job rows (default: host, process id and device, "
                           "so no two dispatchers share one; TALLY_WORKER_ID replaces host and process)")

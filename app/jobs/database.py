@@ -1,0 +1,126 @@
+"""Opening the job database, on either engine: the connections and transactions every verb of
+app/jobs/store.py runs in, a SQLite file created anew when deleted under a running server, and
+an idle dispatcher's wait for work. The engines' own ways: app/jobs/engines.py.
+"""
+
+import contextlib
+import logging
+import sqlite3
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import sqlalchemy as sa
+
+from app.jobs import engines, schema
+from app.jobs.storage import StoreUnavailable
+
+log = logging.getLogger("tally.jobs")
+
+# Seconds a SQLite connection waits on another's write lock; writes are short, so only a stuck
+# peer gets near.
+BUSY_TIMEOUT_S = 30
+
+
+class Database:
+    """The job database `database` (a SQLite file's path, or a URL), opened and brought to the
+    latest schema; Store's verbs run in its _read and _write transactions."""
+
+    def __init__(self, database: str | Path) -> None:
+        """StoreUnavailable, saying why, when the database cannot be opened, created or written, or
+        is newer than this code; ValueError for a URL of a scheme Tally does not speak."""
+        self.url = engines.url_of(database)
+        self.path = engines.sqlite_path(self.url)
+        """The SQLite file; None on PostgreSQL."""
+        self.where = str(self.path) if self.path is not None else engines.shown(self.url)
+        """The database as messages name it: the file, or the URL without its password."""
+        self.engine = engines.create(self.url, lambda: self._open())
+        self.listeners = None if self.path is not None else engines.Listeners(self.url)
+        try:
+            self._create()
+        except (sqlite3.Error, sa.exc.DBAPIError) as e:
+            self.close()
+            raise StoreUnavailable(self.where, e, path=self.path) from None
+        except schema.NewerDatabase as e:
+            self.close()
+            raise StoreUnavailable(self.where, str(e)) from None
+
+    @property
+    def database(self) -> str:
+        """What Store() takes to open this same database again (in another process, say)."""
+        return str(self.path) if self.path is not None else self.url.render_as_string(hide_password=False)
+
+    @property
+    def dialect(self) -> str:
+        """sqlite or postgresql."""
+        return self.engine.dialect.name
+
+    def close(self) -> None:
+        """Close the pooled connections and the listeners (the store is not used after)."""
+        if self.listeners is not None:
+            self.listeners.close()
+        self.engine.dispose()
+
+    def _create(self) -> None:
+        if self.path is not None:
+            with contextlib.closing(self._open()) as db:
+                # Persistent in the file: set once, every later connection is in WAL mode.
+                db.execute("PRAGMA journal_mode=WAL")
+        schema.migrate(self.engine)
+
+    def _recreate(self) -> None:
+        """The file was deleted under a running server: start a new one rather than answer every
+        request with "no such table". Its WAL and shared-memory files belonged to the old one."""
+        log.warning("the job database %s is gone; creating a new, empty one", self.path)
+        for leftover in ("-wal", "-shm"):
+            Path(f"{self.path}{leftover}").unlink(missing_ok=True)
+        self._create()
+
+    def _open(self) -> sqlite3.Connection:
+        """A SQLite connection (the engine's creator): sqlite3 emits no BEGIN of its own
+        (isolation_level=None); engines.py's "begin" event says BEGIN [IMMEDIATE] itself."""
+        db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+        db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_S * 1000}")
+        # NORMAL in WAL mode: a power cut may lose the last commits, never corrupt the file.
+        db.execute("PRAGMA synchronous=NORMAL")
+        return db
+
+    def _exists(self) -> None:
+        if self.path is not None and not self.path.exists():  # connecting would create an empty file
+            self._recreate()
+
+    @contextmanager
+    def _read(self, *, snapshot: bool = False) -> Iterator[sa.Connection]:
+        self._exists()
+        with engines.read(self.engine, snapshot=snapshot) as db:
+            yield db
+
+    @contextmanager
+    def _write(self) -> Iterator[sa.Connection]:
+        self._exists()
+        with engines.write(self.engine) as db:
+            yield db
+
+    def journal_mode(self) -> str:
+        """SQLite's journal mode (wal); PostgreSQL has none to speak of."""
+        if self.path is None:
+            raise ValueError(f"{self.where} is a PostgreSQL database: it has no SQLite journal mode")
+        with contextlib.closing(self._open()) as db:
+            return db.execute("PRAGMA journal_mode").fetchone()[0]
+
+    def wait_for_work(self, timeout_s: float, stop: threading.Event | None = None) -> bool:
+        """An idle dispatcher's wait between looks at the queue. PostgreSQL: until a submit (or a
+        job put back in the queue) is announced, True, or timeout_s passes, False.
+        SQLite: timeout_s, then False. Either returns False as soon as `stop` is set."""
+        stop = stop or threading.Event()
+        if self.listeners is None:
+            stop.wait(timeout_s)
+            return False
+        return self.listeners.wait(timeout_s, stop)
+
+    def stop_waiting(self) -> None:
+        """This thread waits for work no more: its listener (PostgreSQL) is closed."""
+        if self.listeners is not None:
+            self.listeners.close_mine()
+
