@@ -1,6 +1,7 @@
 """Settings, in one place: environment variables with the TALLY_ prefix, or .env."""
 
 import ipaddress
+import socket
 import sys
 from functools import cache
 from pathlib import Path
@@ -14,6 +15,9 @@ ENV_PREFIX = "TALLY_"
 # The names a loopback server answers by default, and always accepts (`tally healthcheck` asks
 # 127.0.0.1): a DNS-rebinding page reaches the server under its own name, never under these.
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
+
+
+BOX_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"  # a host name's letters: it names leases and devices
 
 
 class Settings(BaseSettings):
@@ -63,6 +67,9 @@ class Settings(BaseSettings):
     """Run the dispatcher inside the server; false when `tally worker` runs beside it."""
     worker_id: str | None = None
     """Names this dispatcher in the job rows, before `:gpu<i>` or `:cpu`; default host and process id."""
+    box_name: Annotated[str, Field(min_length=1, max_length=253, pattern=BOX_NAME)] | None = None
+    """This box's name in the fleet: its device leases, its registered devices ("<box>:cpu" for a
+    CPU) and the jobs that target a host. Default: the machine's host name."""
     worker_loss_retries: Annotated[int, Field(ge=0, le=100)] = 3
     """Times a job goes back to the queue when its worker dies under it (a killed server or
     worker, not the job's fault), before it fails as WorkerLost."""
@@ -113,6 +120,9 @@ class Settings(BaseSettings):
         if value is not None and len(set(value)) != len(value):
             raise ValueError(f"lists a GPU twice: {value}")
         return value
+
+    def box(self) -> str:
+        return self.box_name or socket.gethostname()
 
     def exposed_without_token(self) -> bool:
         """Whether this server would take anonymous jobs from other machines: no token, a

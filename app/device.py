@@ -9,7 +9,7 @@ import platform
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Literal
 
 from app.accounting import hardware
@@ -140,6 +140,18 @@ def inventory() -> list[GpuInfo]:
             return gpus
         except lib.NVMLError:
             return []
+
+
+def fleet_device(host: str, gpu: int | None) -> dict[str, Any]:
+    """The row a dispatcher registers in the fleet (app/jobs/fleet.py): GPU `gpu` by its NVML UUID,
+    or this host's CPU, "<host>:cpu", where there is no GPU (or NVML lacks the one named)."""
+    found = next((g for g in inventory() if g.index == gpu), None) if gpu is not None else None
+    if found is not None:
+        row = asdict(found)
+        row.pop("pci_bus_id")
+        return row | {"device": row.pop("uuid"), "gpu_index": row.pop("index"), "host": host, "kind": "cuda"}
+    return {"device": f"{host}:cpu", "host": host, "kind": "cpu", "name": cpu_name(),
+            "memory_bytes": host_memory_bytes()}
 
 
 def gpu_indices() -> list[int]:

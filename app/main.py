@@ -71,8 +71,9 @@ Lifespan = Callable[[FastAPI], AbstractAsyncContextManager[None]]
 def dispatchers(store: Store, settings: Settings) -> list[Dispatcher]:
     """One dispatcher per GPU served (TALLY_GPUS, or every GPU NVML sees), so jobs on different
     GPUs run side by side and never two on one; one CPU dispatcher on a box without a GPU."""
-    gpus = device.served_gpus(settings.gpus)
-    return [Dispatcher(store, default_worker_id(settings.worker_id, gpu), gpu=gpu, served=gpus,
+    gpus, host = device.served_gpus(settings.gpus), settings.box()
+    return [Dispatcher(store, default_worker_id(settings.worker_id, gpu), gpu=gpu, served=gpus, host=host,
+                       fleet_device=device.fleet_device(host, gpu),
                        worker_loss_retries=settings.worker_loss_retries) for gpu in gpus or [None]]
 
 

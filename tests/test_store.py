@@ -9,7 +9,7 @@ import re
 import pytest
 
 from app.contract.results import Skipped
-from app.jobs import attempt_log, database, engines, leases, schema
+from app.jobs import attempt_log, database, engines, fleet, leases, schema
 from app.jobs import job as job_module
 from app.jobs import store as store_module
 from app.jobs.job import STATES, TERMINAL, TRANSITIONS
@@ -120,9 +120,10 @@ def test_the_transition_table_is_the_one_the_docstring_draws():
     never_left = re.search(r"TERMINAL states \(([^)]*)\) are never left", job_module.__doc__)
     assert set(never_left.group(1).split(", ")) == TERMINAL
     assert all(not TRANSITIONS[state] for state in TERMINAL)
-    # _move's UPDATE is the one statement that writes status (submit's INSERT only creates a row).
-    assert writes_of_status(store_module) == ["_move", "submit"]
-    others = (leases, attempt_log, engines, database, schema)
+    # _move's UPDATE is the one statement that writes status (_insert only creates a queued row, for
+    # submit and for a campaign's jobs).
+    assert writes_of_status(store_module) == ["_insert", "_move"]
+    others = (leases, attempt_log, engines, database, schema, fleet)
     assert [writes_of_status(module) for module in others] == [[]] * len(others)
 
 

@@ -28,6 +28,7 @@ from typing import Any
 
 from app import logs
 from app.contract.registry import RESULTS
+from app.jobs.fleet import Serves
 from app.jobs.job import Job
 from app.jobs.process import Child, error, parse_message
 from app.jobs.store import STALE_AFTER_S, WORKER_LOSS_RETRIES, Store
@@ -118,10 +119,16 @@ class Dispatcher:
     def __init__(self, store: Store, worker_id: str, child_argv: list[str] | None = None,
                  child_env: dict[str, str] | None = None, poll_s: float = 0.2, kill_grace_s: float = 5,
                  stale_after_s: float = STALE_AFTER_S, gpu: int | None = None,
-                 worker_loss_retries: int = WORKER_LOSS_RETRIES, served: list[int] | None = None) -> None:
+                 worker_loss_retries: int = WORKER_LOSS_RETRIES, served: list[int] | None = None,
+                 host: str | None = None, fleet_device: dict[str, Any] | None = None) -> None:
         self.store = store
         self.worker_id = worker_id
-        self.host = socket.gethostname()
+        self.host = host or socket.gethostname()
+        # The device it registers in the fleet and serves there (app/jobs/fleet.py); None: it
+        # takes only jobs that target no device or model.
+        self.fleet_device = fleet_device
+        self.serves = None if fleet_device is None else Serves(fleet_device["device"], tuple(
+            name for name in (fleet_device.get("name"), fleet_device.get("catalogue_id")) if name))
         self.gpu = gpu
         self.served = list(served) if served is not None else [] if gpu is None else [gpu]
         self.child_argv = list(child_argv or CHILD_ARGV)
@@ -171,11 +178,13 @@ class Dispatcher:
         self._recover()
         next_recovery = time.monotonic() + self.stale_after_s
         log.info("dispatcher %s started", self.worker_id)
+        if self.fleet_device is not None:
+            self.store.register(self.fleet_device | {"worker_id": self.worker_id})
         next_seen = 0.0
         while not stop.is_set():
             try:
-                if time.monotonic() >= next_seen:  # idle or between jobs: /readyz reads it
-                    self.store.seen(worker_id=self.worker_id)
+                if time.monotonic() >= next_seen:  # idle or between jobs: /readyz and the fleet read it
+                    self._seen()
                     next_seen = time.monotonic() + HEARTBEAT_EVERY_S
                 ran = self.run_once()
                 if time.monotonic() >= next_recovery:
@@ -200,7 +209,7 @@ class Dispatcher:
     def run_once(self) -> bool:
         """Claim the oldest queued job and run it to its end; False when none was queued."""
         job = self.store.claim(worker_id=self.worker_id, gpu=self.gpu, host=self.host,
-                               stale_after_s=self.stale_after_s, served=self.served)
+                               stale_after_s=self.stale_after_s, served=self.served, serves=self.serves)
         if job is None:
             return False
         self._run(job)
@@ -361,7 +370,13 @@ class Dispatcher:
         if now >= w.next_heartbeat:
             w.next_heartbeat = now + HEARTBEAT_EVERY_S
             self.store.heartbeat(w.job.id, worker_id=self.worker_id)
-            self.store.seen(worker_id=self.worker_id)
+            self._seen()
+
+    def _seen(self) -> None:
+        """Alive: for /readyz, and for the fleet, whose device is live while it is seen."""
+        self.store.seen(worker_id=self.worker_id)
+        if self.serves is not None:
+            self.store.touch(self.serves.device, worker_id=self.worker_id)
 
     def _write_progress(self, job: Job, message: dict | None) -> None:
         if message is not None:

@@ -76,6 +76,16 @@ class Job:
     ran_on_gpus: list[int]
     """Every GPU its child was given, ascending (NVML's PCI bus order, so the child's cuda:0..n-1
     are these in turn); [ran_on_gpu] for a one-GPU job; empty on the CPU or before it starts."""
+    target_host: str | None = None
+    """Only a dispatcher of this host may take it (the fleet's host name)."""
+    target_device: str | None = None
+    """Only the dispatcher of this device: a GPU's NVML UUID, or "<host>:cpu"."""
+    target_model: str | None = None
+    """Only a GPU of this model: its catalogue id ("h100") or its name as NVML gives it."""
+    campaign_id: int | None = None
+    ran_on_device: str | None = None
+    """The device its dispatcher serves (a UUID, or "<host>:cpu"); None before it starts, and for a
+    dispatcher that serves no one device."""
 
     @property
     def terminal(self) -> bool:

@@ -10,7 +10,9 @@ both, so both keep the very text the store wrote.
 Versions: 0, a database from before versions were kept (a jobs table without gpu, ran_on_gpu and
 attempts_log, or with some of them); 1, those three columns; 2, a job may ask for several GPUs
 (num_gpus; gpus, a JSON list of indices) and records those it ran on (ran_on_gpus, a JSON list);
-NULL in a row from before means one GPU, as the row's gpu says. The version lives in the one-row
+NULL in a row from before means one GPU, as the row's gpu says; 3, the fleet: a job's targets
+(target_host, target_device, target_model), its campaign, and the device it ran on, beside the
+devices and campaigns tables. The version lives in the one-row
 table tally_schema; on SQLite also in PRAGMA user_version, which Tally kept before tally_schema
 (and is read where tally_schema is absent or empty) and still writes, so an older Tally finds
 the version it expects.
@@ -60,11 +62,51 @@ jobs = sa.Table(
     sa.Column("num_gpus", INTEGER),
     sa.Column("gpus", TEXT),
     sa.Column("ran_on_gpus", TEXT),
+    sa.Column("target_host", TEXT),
+    sa.Column("target_device", TEXT),
+    sa.Column("target_model", TEXT),
+    sa.Column("campaign_id", INTEGER),
+    sa.Column("ran_on_device", TEXT),
     sqlite_autoincrement=True,
 )
 GPU_INDEX = sa.Index("jobs_status_gpu_id", jobs.c.status, jobs.c.gpu, jobs.c.id)
 sa.Index("jobs_status_id", jobs.c.status, jobs.c.id)
 sa.Index("jobs_probe_id", jobs.c.probe, jobs.c.id)
+CAMPAIGN_INDEX = sa.Index("jobs_campaign_id", jobs.c.campaign_id, jobs.c.id)
+DEVICE_INDEX = sa.Index("jobs_ran_on_device_id", jobs.c.ran_on_device, jobs.c.id)
+
+# The fleet (app/jobs/fleet.py): every device a worker has registered, a GPU by NVML's UUID or a
+# host's CPU as "<host>:cpu", with what NVML says of it and when its dispatcher was last seen.
+devices = sa.Table(
+    "devices", metadata,
+    sa.Column("device", TEXT, primary_key=True, nullable=True),
+    sa.Column("host", TEXT, nullable=False),
+    sa.Column("kind", TEXT, nullable=False),
+    sa.Column("gpu_index", INTEGER),
+    sa.Column("name", TEXT, nullable=False),
+    sa.Column("catalogue_id", TEXT),
+    sa.Column("memory_bytes", INTEGER),
+    sa.Column("driver_version", TEXT),
+    sa.Column("cuda_driver_version", TEXT),
+    sa.Column("compute_capability", TEXT),
+    sa.Column("max_sm_clock_mhz", INTEGER),
+    sa.Column("max_memory_clock_mhz", INTEGER),
+    sa.Column("power_limit_watts", REAL),
+    sa.Column("worker_id", TEXT),
+    sa.Column("registered_at", REAL, nullable=False),
+    sa.Column("seen_at", REAL, nullable=False),
+)
+
+# A job fanned out to every device of the fleet (a burn-in), grouped for its results.
+campaigns = sa.Table(
+    "campaigns", metadata,
+    sa.Column("id", INTEGER, primary_key=True, autoincrement=True, nullable=True),
+    sa.Column("probe", TEXT, nullable=False),
+    sa.Column("params", TEXT, nullable=False),
+    sa.Column("created_at", REAL, nullable=False),
+    sa.Column("outlier_fraction", REAL, nullable=False),
+    sqlite_autoincrement=True,
+)
 
 workers = sa.Table(
     "workers", metadata,
@@ -103,10 +145,21 @@ def _v2(ops: Operations, db: sa.Connection) -> None:
     _add_columns(ops, db, ("num_gpus", "gpus", "ran_on_gpus"))
 
 
+def _v3(ops: Operations, db: sa.Connection) -> None:
+    """The fleet: a job may target a host, a device or a GPU model, belong to a campaign, and
+    records the device it ran on (the devices and campaigns tables are created whole after)."""
+    _add_columns(ops, db, ("target_host", "target_device", "target_model", "campaign_id", "ran_on_device"))
+    have = {index["name"] for index in sa.inspect(db).get_indexes("jobs")}
+    for index in (CAMPAIGN_INDEX, DEVICE_INDEX):
+        if index.name not in have:
+            ops.create_index(index.name, "jobs", [column.name for column in index.columns])
+
+
 # Oldest first, each step run in a transaction of its own that also records its number. A step
 # alters the tables a database already has; tables it lacks (workers, leases, tally_schema in the
 # oldest) are then created whole, as declared above.
-MIGRATIONS: tuple[tuple[int, Callable[[Operations, sa.Connection], None]], ...] = ((1, _v1), (2, _v2))
+MIGRATIONS: tuple[tuple[int, Callable[[Operations, sa.Connection], None]], ...] = (
+    (1, _v1), (2, _v2), (3, _v3))
 VERSION = MIGRATIONS[-1][0]
 # The advisory lock (PostgreSQL) under which one process at a time reads and moves the version.
 LOCK = "tally:schema"

@@ -34,8 +34,9 @@ from typing import Any
 import sqlalchemy as sa
 
 from app.contract.registry import ProbeResult
-from app.jobs import attempt_log, engines, leases, placement
+from app.jobs import attempt_log, engines, fleet, leases, placement
 from app.jobs.database import Database
+from app.jobs.fleet import FleetStore, Serves, Targets
 from app.jobs.job import ACTIVE, STATES, TERMINAL, TRANSITIONS, Job, from_row, result_json
 from app.jobs.schema import jobs, workers
 
@@ -43,8 +44,8 @@ log = logging.getLogger("tally.jobs")
 
 # What a move may write besides status (its one writer is Store._move) and revision (every write's).
 MOVE_COLUMNS = ("attempts", "started_at", "finished_at", "heartbeat_at", "worker_id", "ran_on_gpu",
-                "ran_on_gpus", "progress_done", "progress_total", "progress_message", "result", "error",
-                "cancel_requested")
+                "ran_on_gpus", "ran_on_device", "progress_done", "progress_total", "progress_message",
+                "result", "error", "cancel_requested")
 # A claimed or requeued job starts its progress over.
 FRESH_PROGRESS = {"progress_done": 0, "progress_total": 0, "progress_message": ""}
 # Times a job whose worker died under it goes back to the queue (TALLY_WORKER_LOSS_RETRIES);
@@ -89,7 +90,7 @@ def _held_by(worker_id: str | None) -> list[sa.ColumnElement[bool]]:
     return [] if worker_id is None else [jobs.c.worker_id == worker_id]
 
 
-class Store(Database):
+class Store(Database, FleetStore):
     """The job tables in `database`: a SQLite file's path, or a URL (postgresql://... through
     psycopg 3, or sqlite:///path); created, with their schema, where missing, and brought to
     the latest schema where older (app/jobs/schema.py). Opening, connections and waiting for
@@ -151,23 +152,36 @@ class Store(Database):
         return moved
 
     def submit(self, *, probe: str, params: dict, timeout_s: float, limit: int, device: str | None = None,
-               gpu: int | None = None, num_gpus: int = 1, gpus: Sequence[int] | None = None) -> Job:
+               gpu: int | None = None, num_gpus: int = 1, gpus: Sequence[int] | None = None,
+               targets: Targets | None = None) -> Job:
         """Queue a job (for GPU `gpu` only, when given; on num_gpus GPUs, or on the GPUs `gpus`
-        names, app/jobs/placement.py), or raise QueueFull when `limit` jobs are queued or running."""
+        names, app/jobs/placement.py; for the fleet's `targets`), or raise QueueFull when `limit`
+        jobs are queued or running."""
+        with self._write() as db:
+            job_id = self._insert(db, probe=probe, params=params, timeout_s=timeout_s, limit=limit,
+                                  device=device, gpu=gpu, num_gpus=num_gpus, gpus=gpus,
+                                  targets=targets or Targets())
+            return self._row(db, job_id)
+
+    @staticmethod
+    def _insert(db: sa.Connection, *, probe: str, params: dict, timeout_s: float, limit: int,
+                device: str | None, gpu: int | None = None, num_gpus: int = 1,
+                gpus: Sequence[int] | None = None, targets: Targets, campaign_id: int | None = None) -> int:
+        """One queued job's row, in the caller's write transaction; QueueFull past `limit`."""
         if gpus is not None:
             num_gpus = len(gpus)
-        with self._write() as db:
-            engines.lock(db, SUBMIT_LOCK)  # two submitters must not both see room for one more
-            active = db.execute(sa.select(sa.func.count()).select_from(jobs)
-                                .where(jobs.c.status.in_(ACTIVE))).scalar_one()
-            if active >= limit:
-                raise QueueFull(limit)
-            inserted = db.execute(jobs.insert().values(
-                probe=probe, params=_json(params), status="queued", timeout_s=timeout_s,
-                created_at=time.time(), device=device, gpu=gpu, num_gpus=num_gpus,
-                gpus=None if gpus is None else _json(sorted(gpus))))
-            engines.notify(db)
-            return self._row(db, inserted.inserted_primary_key[0])
+        engines.lock(db, SUBMIT_LOCK)  # two submitters must not both see room for one more
+        active = db.execute(sa.select(sa.func.count()).select_from(jobs)
+                            .where(jobs.c.status.in_(ACTIVE))).scalar_one()
+        if active >= limit:
+            raise QueueFull(limit)
+        inserted = db.execute(jobs.insert().values(
+            probe=probe, params=_json(params), status="queued", timeout_s=timeout_s,
+            created_at=time.time(), device=device, gpu=gpu, num_gpus=num_gpus,
+            gpus=None if gpus is None else _json(sorted(gpus)), target_host=targets.host,
+            target_device=targets.device, target_model=targets.model, campaign_id=campaign_id))
+        engines.notify(db)
+        return inserted.inserted_primary_key[0]
 
     def get(self, job_id: int) -> Job | None:
         with self._read() as db:
@@ -189,7 +203,8 @@ class Store(Database):
         return [from_row(row) for row in rows], total
 
     def claim(self, *, worker_id: str, gpu: int | None = None, host: str | None = None,
-              stale_after_s: float = STALE_AFTER_S, served: Sequence[int] = ()) -> Job | None:
+              stale_after_s: float = STALE_AFTER_S, served: Sequence[int] = (),
+              serves: Serves | None = None) -> Job | None:
         """Take the oldest queued job that `worker_id` may start now, lease all its devices
         (app/jobs/leases.py) and mark the job running; None when no such job waits.
 
@@ -198,10 +213,13 @@ class Store(Database):
         GPU on that GPU. `served`: this host's GPUs, among which a job asking for num_gpus finds
         its free ones. Which job and where, and the reservation that keeps a job on several GPUs
         from starving: app/jobs/placement.py. `host` (default this machine's name) names the
-        devices in the leases; a lease older than stale_after_s is free.
+        devices in the leases; a lease older than stale_after_s is free. `serves`: the device this
+        dispatcher serves in the fleet, for the jobs that target a host, a device or a model
+        (app/jobs/fleet.py); without it, only jobs that target none.
         """
         host = host or socket.gethostname()
         mine = [sa.or_(jobs.c.gpu.is_(None), jobs.c.gpu == gpu)] if gpu is not None else []
+        mine += fleet.claimable(serves, host)
         with self._write() as db:
             engines.lock(db, _host_lock(host))  # one claimer at a time decides this host's leases
             # SKIP LOCKED: a job another claimer is taking is left to it, never waited on.
@@ -229,7 +247,7 @@ class Store(Database):
             self._move(db, job_id, old="queued", new="running", values={
                 "attempts": attempts + 1, "started_at": now, "heartbeat_at": now, "worker_id": worker_id,
                 "ran_on_gpu": on[0] if len(on) == 1 else None, "ran_on_gpus": _json(on) if on else None,
-                **FRESH_PROGRESS})
+                "ran_on_device": serves.device if serves else None, **FRESH_PROGRESS})
             return self._row(db, job_id)
 
     def _beat(self, job_id: int, worker_id: str | None, **values: Any) -> bool:

@@ -11,9 +11,11 @@ dispatcher on the database requeues it (never sooner: a worker id says nothing o
 import argparse
 import logging
 import signal
+import socket
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 from app import logs
@@ -26,7 +28,8 @@ log = logging.getLogger("tally.jobs")
 def run(database: str | Path, worker_id: str, child_argv: list[str] | None = None,
         child_env: dict[str, str] | None = None, stop: threading.Event | None = None,
         gpu: int | None = None, stale_after_s: float | None = None,
-        worker_loss_retries: int | None = None, served: list[int] | None = None) -> None:
+        worker_loss_retries: int | None = None, served: list[int] | None = None,
+        host: str | None = None) -> None:
     """Dispatch jobs from `database` until SIGTERM or SIGINT (or `stop`, when given, is set)."""
     # Here, not at the top: `tally --help` builds this module's parser and should stay quick.
     from app.jobs.dispatcher import Dispatcher
@@ -41,9 +44,12 @@ def run(database: str | Path, worker_id: str, child_argv: list[str] | None = Non
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
     retries = WORKER_LOSS_RETRIES if worker_loss_retries is None else worker_loss_retries
+    from app.device import fleet_device
+
+    host = host or socket.gethostname()
     Dispatcher(Store(database), worker_id, child_argv=child_argv, child_env=child_env, gpu=gpu,
-               stale_after_s=stale_after_s or STALE_AFTER_S, worker_loss_retries=retries,
-               served=served).run_forever(stop)
+               stale_after_s=stale_after_s or STALE_AFTER_S, worker_loss_retries=retries, served=served,
+               host=host, fleet_device=fleet_device(host, gpu)).run_forever(stop)
 
 
 def _database(text: str) -> str | Path:
@@ -102,19 +108,38 @@ def start(args: argparse.Namespace) -> int:
     """Run with parsed arguments (also `tally worker`'s)."""
     settings = settings_or_exit()
     logs.configure(args.log_level, settings.log_format, settings.secrets())
-    worker_id = args.worker_id
-    if worker_id is None:
-        # Here, not at the top: `tally --help` should stay quick.
-        from app.jobs.dispatcher import default_worker_id
-        worker_id = default_worker_id(settings.worker_id, args.gpu)
+    # Here, not at the top: `tally --help` should stay quick.
+    from app.device import served_gpus
+    from app.jobs.dispatcher import default_worker_id
+
     try:
-        # Here, not at the top: `tally --help` should stay quick.
-        from app.device import served_gpus
-        run(args.database, worker_id, gpu=args.gpu, worker_loss_retries=settings.worker_loss_retries,
-            served=served_gpus(settings.gpus))
+        served = served_gpus(settings.gpus)
+        if args.gpu is None and len(served) > 1:  # one dispatcher per GPU, as the server runs them
+            return _per_gpu(args, settings, served)
+        gpu = args.gpu if args.gpu is not None else next(iter(served), None)
+        run(args.database, args.worker_id or default_worker_id(settings.worker_id, gpu), gpu=gpu,
+            worker_loss_retries=settings.worker_loss_retries, served=served, host=settings.box())
     except StoreUnavailable as e:  # one line naming the file, as a bad setting gets
         print(f"tally: {e}", file=sys.stderr)
         return 2
+    return 0
+
+
+def _per_gpu(args: argparse.Namespace, settings: Any, served: list[int]) -> int:
+    """A dispatcher thread per GPU of the box, all stopped by one SIGTERM or Ctrl-C."""
+    from app.jobs.dispatcher import default_worker_id
+
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    threads = [threading.Thread(target=run, name=f"dispatcher-gpu{gpu}", kwargs={
+        "database": args.database, "worker_id": args.worker_id or default_worker_id(settings.worker_id, gpu),
+        "stop": stop, "gpu": gpu, "worker_loss_retries": settings.worker_loss_retries, "served": served,
+        "host": settings.box()}) for gpu in served]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
     return 0
 
 
