@@ -62,6 +62,7 @@ TAGS = [
     {"name": "hardware", "description": "Accelerator catalogue: dense peaks, memory, bandwidth."},
     {"name": "jobs", "description": "Benchmark probes queued and run on this server's device."},
     {"name": "device", "description": "The worker's device and what it has measured."},
+    {"name": "fleet", "description": "Many boxes on one queue: their devices, campaigns, burn-ins."},
     {"name": "operations", "description": "Liveness, readiness and Prometheus metrics."},
 ]
 log = logging.getLogger("tally")

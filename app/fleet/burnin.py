@@ -13,8 +13,11 @@ from dataclasses import dataclass, field
 
 from app.contract.burn_in import BurnInResult
 
-RUNS = {"matmul_flop_per_sec": "matmul", "bandwidth_bytes_per_sec": "bandwidth",
-        "train_step_flop_per_sec": "train_step"}
+RUNS = {
+    "matmul_flop_per_sec": "matmul",
+    "bandwidth_bytes_per_sec": "bandwidth",
+    "train_step_flop_per_sec": "train_step",
+}
 """What a GPU is compared by (higher is better for each), and the sustained run each is read from."""
 METRICS = tuple(RUNS)
 OUTLIER_FRACTION = 0.10
@@ -47,26 +50,59 @@ class Reading:
     train_step_peak_flop_per_sec: float | None
 
 
-def reading(result: BurnInResult, *, job_id: int, host: str | None, finished_at: float | None) -> Reading:
-    runs = {"matmul": result.matmul.sustained, "bandwidth": result.bandwidth.sustained,
-            "train_step": result.train_step.sustained}
+def reading(
+    result: BurnInResult,
+    *,
+    job_id: int,
+    host: str | None,
+    finished_at: float | None,
+    device: str | None = None,
+) -> Reading:
+    """`device`: the fleet's name for where it ran (the job's ran_on_device); by default the
+    result's GPU UUID, or "<host>:cpu"."""
+    runs = {
+        "matmul": result.matmul.sustained,
+        "bandwidth": result.bandwidth.sustained,
+        "train_step": result.train_step.sustained,
+    }
     best = next(iter(result.matmul.best.values()), None)
     env = result.environment
     bandwidth = result.bandwidth.catalogue_gb_per_sec
     return Reading(
-        job_id=job_id, host=host, gpu=result.gpu_uuid or f"{host}:cpu", model=env.device_name,
-        catalogue_id=env.catalogue_id, finished_at=finished_at,
-        metrics={"matmul_flop_per_sec": runs["matmul"] and runs["matmul"].flop_per_sec,
-                 "bandwidth_bytes_per_sec": runs["bandwidth"] and runs["bandwidth"].bytes_per_sec,
-                 "train_step_flop_per_sec": runs["train_step"] and runs["train_step"].flop_per_sec},
+        job_id=job_id,
+        host=host,
+        gpu=device or result.gpu_uuid or f"{host}:cpu",
+        model=env.device_name,
+        catalogue_id=env.catalogue_id,
+        finished_at=finished_at,
+        metrics={
+            "matmul_flop_per_sec": runs["matmul"] and runs["matmul"].flop_per_sec,
+            "bandwidth_bytes_per_sec": runs["bandwidth"] and runs["bandwidth"].bytes_per_sec,
+            "train_step_flop_per_sec": runs["train_step"] and runs["train_step"].flop_per_sec,
+        },
         watts={k: s and s.average_power_watts for k, s in runs.items()},
         joules_per_iteration={k: s and s.joules_per_iteration for k, s in runs.items()},
         flop_per_sec_per_watt={k: s and s.flop_per_sec_per_watt for k, s in runs.items()},
-        slowdowns={k: list(s.slowdowns) if s else [] for k, s in runs.items()},
+        slowdowns={
+            k: (list(s.slowdowns) if s else []) + _contended(sub)
+            for k, (s, sub) in {
+                "matmul": (runs["matmul"], result.matmul),
+                "bandwidth": (runs["bandwidth"], result.bandwidth),
+                "train_step": (runs["train_step"], result.train_step),
+            }.items()
+        },
         matmul_burst_flop_per_sec=best and best.flop_per_sec,
         matmul_peak_flop_per_sec=best and best.peak_flop_per_sec,
         bandwidth_catalogue_bytes_per_sec=None if bandwidth is None else bandwidth * 1e9,
-        train_step_peak_flop_per_sec=result.train_step.peak_flop_per_sec)
+        train_step_peak_flop_per_sec=result.train_step.peak_flop_per_sec,
+    )
+
+
+def _contended(sub) -> list[str]:
+    """ "contention" where other processes used the host's CPUs while the run went (half a core or
+    more, app/bench/load.py): on a CPU, or a GPU fed by a busy host, the reason NVML cannot give."""
+    c = sub.environment.contention
+    return ["contention"] if c is not None and not c.quiet else []
 
 
 @dataclass(frozen=True)
@@ -101,8 +137,9 @@ def compare(readings: list[Reading], outlier_fraction: float = OUTLIER_FRACTION)
     by_model: dict[str, list[Reading]] = defaultdict(list)
     for r in readings:
         by_model[r.model].append(r)
-    medians = {model: {m: _median([r.metrics[m] for r in rs]) for m in METRICS}
-               for model, rs in by_model.items()}
+    medians = {
+        model: {m: _median([r.metrics[m] for r in rs]) for m in METRICS} for model, rs in by_model.items()
+    }
     out = []
     for r in readings:
         median = medians[r.model]
@@ -147,20 +184,32 @@ def leaderboard(compared: list[Compared]) -> list[ModelRow]:
     rows = []
     for model, cs in by_model.items():
         rs = [c.reading for c in cs]
-        matmul, burst = _median([r.metrics["matmul_flop_per_sec"] for r in rs]), _median(
-            [r.matmul_burst_flop_per_sec for r in rs])
+        matmul, burst = (
+            _median([r.metrics["matmul_flop_per_sec"] for r in rs]),
+            _median([r.matmul_burst_flop_per_sec for r in rs]),
+        )
         peak = _median([r.matmul_peak_flop_per_sec for r in rs])
         bandwidth = _median([r.metrics["bandwidth_bytes_per_sec"] for r in rs])
         catalogue = _median([r.bandwidth_catalogue_bytes_per_sec for r in rs])
-        step, step_peak = (_median([r.metrics["train_step_flop_per_sec"] for r in rs]),
-                           _median([r.train_step_peak_flop_per_sec for r in rs]))
-        rows.append(ModelRow(
-            model=model, catalogue_id=rs[0].catalogue_id, gpus=len(rs), matmul_flop_per_sec=matmul,
-            matmul_burst_flop_per_sec=burst, matmul_peak_flop_per_sec=peak,
-            matmul_fraction_of_peak=_over(matmul, peak), bandwidth_bytes_per_sec=bandwidth,
-            bandwidth_catalogue_bytes_per_sec=catalogue,
-            bandwidth_fraction_of_catalogue=_over(bandwidth, catalogue),
-            train_step_mfu=_over(step, step_peak),
-            matmul_flop_per_sec_per_watt=_median([r.flop_per_sec_per_watt["matmul"] for r in rs]),
-            flagged=sum(c.flagged for c in cs)))
+        step, step_peak = (
+            _median([r.metrics["train_step_flop_per_sec"] for r in rs]),
+            _median([r.train_step_peak_flop_per_sec for r in rs]),
+        )
+        rows.append(
+            ModelRow(
+                model=model,
+                catalogue_id=rs[0].catalogue_id,
+                gpus=len(rs),
+                matmul_flop_per_sec=matmul,
+                matmul_burst_flop_per_sec=burst,
+                matmul_peak_flop_per_sec=peak,
+                matmul_fraction_of_peak=_over(matmul, peak),
+                bandwidth_bytes_per_sec=bandwidth,
+                bandwidth_catalogue_bytes_per_sec=catalogue,
+                bandwidth_fraction_of_catalogue=_over(bandwidth, catalogue),
+                train_step_mfu=_over(step, step_peak),
+                matmul_flop_per_sec_per_watt=_median([r.flop_per_sec_per_watt["matmul"] for r in rs]),
+                flagged=sum(c.flagged for c in cs),
+            )
+        )
     return sorted(rows, key=lambda row: -(row.matmul_flop_per_sec or 0))

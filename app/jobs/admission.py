@@ -73,13 +73,18 @@ def check_fits(probe: str, params: ProbeParams, device: DeviceInfo) -> str:
     """The device kind the job will use; InvalidInput when it would not fit there."""
     kind = target(params, device)
     memory = device.memory_bytes if kind == "cuda" else host_memory_bytes()
+    fits(probe, params, kind, memory, device.name if kind == "cuda" else "this host")
+    return kind
+
+
+def fits(probe: str, params: ProbeParams, kind: str, memory_bytes: int | None, where: str) -> None:
+    """InvalidInput, naming the parameter that sets the need, when the job would not fit in
+    `memory_bytes` of a `kind` device (also a fleet's device: app/api/services/fleet.py)."""
     need, field = PROBES[probe].need(params, kind)
     need += flush_bytes(kind, None)
-    if memory is not None and need > memory:
-        where = device.name if kind == "cuda" else "this host"
+    if memory_bytes is not None and need > memory_bytes:
         raise InvalidInput(field, f"the job needs about {human_bytes(need, binary=True)} but {where} has "
-                                  f"{human_bytes(memory, binary=True)}")
-    return kind
+                                  f"{human_bytes(memory_bytes, binary=True)}")
 
 
 def check_time(probe: str, params: ProbeParams, kind: str, timeout_s: float) -> None:

@@ -1,0 +1,172 @@
+"""The fleet on both engines: devices registered and seen, jobs that target a host, a device or
+a model taken only there, campaigns fanned out to every live device, and a burn-in over CPU
+"GPUs" on boxes of their own, one made slow on purpose (two processes hogging its core), which
+the comparison flags while the others pass."""
+
+import subprocess
+import sys
+import time
+
+import pytest
+
+from app.api.services import fleet as fleet_service
+from app.device import fleet_device
+from app.jobs.dispatcher import CHILD_ARGV, Dispatcher
+from app.jobs.fleet import Serves, Targets
+from tests.conftest import assert_names_field
+
+H100 = {
+    "device": "GPU-1111",
+    "host": "box-a",
+    "kind": "cuda",
+    "gpu_index": 0,
+    "name": "NVIDIA H100 80GB HBM3",
+    "catalogue_id": "h100",
+    "memory_bytes": 85 * 10**9,
+}
+H200 = {
+    "device": "GPU-2222",
+    "host": "box-b",
+    "kind": "cuda",
+    "gpu_index": 0,
+    "name": "NVIDIA H200",
+    "catalogue_id": "h200",
+    "memory_bytes": 150 * 10**9,
+}
+
+
+def serves(row: dict) -> Serves:
+    return Serves(row["device"], (row["name"], row["catalogue_id"]))
+
+
+def test_a_job_is_taken_only_where_its_targets_allow(store):
+    for row in (H100, H200):
+        store.register(row)
+    on_device = store.submit(
+        probe="bandwidth", params={}, timeout_s=60, limit=10, targets=Targets(device="GPU-2222")
+    )
+    on_model = store.submit(
+        probe="bandwidth", params={}, timeout_s=60, limit=10, targets=Targets(model="h100")
+    )
+    on_host = store.submit(
+        probe="bandwidth", params={}, timeout_s=60, limit=10, targets=Targets(host="box-b")
+    )
+    # A dispatcher that serves no fleet device takes none of them.
+    assert store.claim(worker_id="plain", host="box-a") is None
+    first = store.claim(worker_id="a", gpu=0, host="box-a", serves=serves(H100), served=[0])
+    assert first.id == on_model.id and first.ran_on_device == "GPU-1111"
+    assert store.claim(worker_id="a", gpu=0, host="box-a", serves=serves(H100), served=[0]) is None
+    taken = [
+        store.claim(worker_id="b", gpu=0, host="box-b", serves=serves(H200), served=[0]) for _ in range(2)
+    ]
+    store.finish(
+        taken[0].id, status="failed", error={"type": "E", "message": "m", "detail": {}}, worker_id="b"
+    )
+    taken[1] = taken[1] or store.claim(worker_id="b", gpu=0, host="box-b", serves=serves(H200), served=[0])
+    assert {j.id for j in taken} == {on_device.id, on_host.id}
+    assert all(j.ran_on_device == "GPU-2222" for j in taken)
+
+
+def test_a_campaign_fans_out_to_every_live_gpu_of_the_model_asked(store):
+    for row in (H100, H200, H200 | {"device": "GPU-3333", "gpu_index": 1}):
+        store.register(row)
+    store.register(fleet_device("box-c", None))  # a CPU box: GPUs exist, so it is left out
+    campaign, jobs = store.start_campaign(
+        probe="burn_in", params={}, timeout_s=60, limit=100, outlier_fraction=0.1
+    )
+    assert sorted(j.target_device for j in jobs) == ["GPU-1111", "GPU-2222", "GPU-3333"]
+    assert all(j.campaign_id == campaign.id and j.device == "cuda" for j in jobs)
+    _, h200s = store.start_campaign(
+        probe="burn_in", params={}, timeout_s=60, limit=100, outlier_fraction=0.1, model="h200"
+    )
+    assert sorted(j.target_device for j in h200s) == ["GPU-2222", "GPU-3333"]
+    found, members = store.campaign(campaign.id)
+    assert found.probe == "burn_in" and [j.id for j in members] == [j.id for j in jobs]
+
+
+def test_a_device_not_seen_is_lost_and_gets_no_campaign_job(store):
+    store.register(H100)
+    store.register(H200)
+    live = time.time()
+    seen = {d.device: d for d in store.devices()}
+    assert seen["GPU-1111"].live(live) and not seen["GPU-1111"].live(live + 31)
+    _, jobs = store.start_campaign(
+        probe="burn_in", params={}, timeout_s=60, limit=100, outlier_fraction=0.1, within_s=30
+    )
+    assert len(jobs) == 2
+    view = fleet_service.fleet(store, live + 60)
+    assert {d.device: d.state for d in view.devices} == {"GPU-1111": "lost", "GPU-2222": "lost"}
+
+
+def test_the_fleet_api_lists_devices_and_refuses_a_campaign_with_none(make_api):
+    api = make_api(embedded_worker=False)
+    assert api.get("/api/v1/fleet").json() == {"live_within_s": 30.0, "hosts": [], "devices": []}
+    assert_names_field(api.post("/api/v1/campaigns", {"probe": "burn_in"}), "probe")
+    api.app.state.store.register(fleet_device("box-a", None))
+    assert_names_field(api.post("/api/v1/campaigns", {"probe": "burn_in", "model": "h100"}), "model")
+    assert_names_field(
+        api.post("/api/v1/campaigns", {"probe": "burn_in", "outlier_fraction": 1.5}), "outlier_fraction"
+    )
+    assert_names_field(
+        api.post("/api/v1/campaigns", {"probe": "burn_in", "params": {"sustain_s": 0}}), "params.sustain_s"
+    )
+    made = api.post("/api/v1/campaigns", {"probe": "burn_in"})
+    assert made.status_code == 202 and made.headers["location"].endswith(f"/{made.json()['id']}")
+    (device,) = api.get("/api/v1/fleet").json()["devices"]
+    assert device["device"] == "box-a:cpu" and device["kind"] == "cpu" and device["state"] == "idle"
+    assert api.get("/api/v1/campaigns/99").status_code == 404
+    assert api.get("/api/v1/fleet/devices/nowhere/history").status_code == 404
+    assert api.get("/api/v1/fleet/devices/box-a:cpu/history").json() == []
+
+
+QUICK = {"warmup_s": 0.01, "measure_s": 0.05, "min_iters": 2, "max_iters": 5, "sustain_s": 0.6}
+HOG = "while True: pass"
+
+
+@pytest.mark.parametrize("engine", ["sqlite"])
+def test_a_burn_in_over_cpu_gpus_flags_the_one_made_slow(make_api, engine):
+    """Three boxes of one CPU each, every child pinned to core 0; box-slow's shares its core with
+    two processes that never yield, so it runs at about a third of its siblings' pace."""
+    api = make_api(embedded_worker=False)
+    store = api.app.state.store
+    boxes = ["box-1", "box-slow", "box-2"]
+    dispatchers = {
+        box: Dispatcher(
+            store,
+            f"{box}:1:cpu",
+            host=box,
+            fleet_device=fleet_device(box, None),
+            child_argv=["taskset", "-c", "0", *CHILD_ARGV],
+        )
+        for box in boxes
+    }
+    for box in boxes:
+        store.register(dispatchers[box].fleet_device)
+    made = api.post("/api/v1/campaigns", {"probe": "burn_in", "params": QUICK, "outlier_fraction": 0.3})
+    assert made.status_code == 202, made.text
+    campaign_id = made.json()["id"]
+    for box in boxes:  # one box at a time, so that no two measure at once
+        hogs = [
+            subprocess.Popen(["taskset", "-c", "0", sys.executable, "-c", HOG])
+            for _ in range(2)
+            if box == "box-slow"
+        ]
+        try:
+            assert dispatchers[box].run_once()
+        finally:
+            for hog in hogs:
+                hog.kill()
+                hog.wait()
+        assert not dispatchers[box].run_once()  # its one job, and no other box's
+    out = api.get(f"/api/v1/campaigns/{campaign_id}").json()
+    assert out["done"] and [j["status"] for j in out["jobs"]] == ["succeeded"] * 3, out["jobs"]
+    rows = {row["device"]: row for row in out["compared"]}
+    assert set(rows) == {"box-1:cpu", "box-slow:cpu", "box-2:cpu"}
+    slow = rows["box-slow:cpu"]
+    assert slow["flagged"] and slow["shortfall"] > 0.3 and slow["siblings"] == 3, slow
+    assert "contention" in slow["reasons"], slow  # the hogs, seen by the probe's watch of the host
+    assert not rows["box-1:cpu"]["flagged"] and not rows["box-2:cpu"]["flagged"], rows
+    (model,) = out["leaderboard"]
+    assert model["gpus"] == 3 and model["flagged"] == 1
+    history = api.get("/api/v1/fleet/devices/box-slow:cpu/history").json()
+    assert [h["job_id"] for h in history] == [slow["job_id"]] and history[0]["campaign_id"] == campaign_id
