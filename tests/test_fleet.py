@@ -170,3 +170,31 @@ def test_a_burn_in_over_cpu_gpus_flags_the_one_made_slow(make_api, engine):
     assert model["gpus"] == 3 and model["flagged"] == 1
     history = api.get("/api/v1/fleet/devices/box-slow:cpu/history").json()
     assert [h["job_id"] for h in history] == [slow["job_id"]] and history[0]["campaign_id"] == campaign_id
+
+
+def test_a_job_may_target_a_box_a_device_or_a_model_of_the_fleet(make_api):
+    api = make_api(embedded_worker=False)
+    store = api.app.state.store
+    for row in (H100, H200):
+        store.register(row)
+    made = api.post("/api/v1/jobs", {"probe": "bandwidth", "gpu_model": "h200"})
+    assert made.status_code == 202, made.text
+    job = made.json()
+    assert job["gpu_model"] == "h200" and job["device"] == "cuda" and job["host"] is None
+    assert api.post("/api/v1/jobs", {"probe": "bandwidth", "host": "box-a"}).json()["host"] == "box-a"
+    assert (
+        api.post("/api/v1/jobs", {"probe": "bandwidth", "gpu_uuid": "GPU-1111"}).json()["gpu_uuid"]
+        == "GPU-1111"
+    )
+    assert_names_field(api.post("/api/v1/jobs", {"probe": "bandwidth", "gpu_uuid": "GPU-9"}), "gpu_uuid")
+    assert_names_field(api.post("/api/v1/jobs", {"probe": "bandwidth", "gpu_model": "a100"}), "gpu_model")
+    assert_names_field(
+        api.post("/api/v1/jobs", {"probe": "bandwidth", "host": "box-b", "gpu_uuid": "GPU-1111"}), "gpu_uuid"
+    )
+    assert_names_field(
+        api.post("/api/v1/jobs", {"probe": "bandwidth", "host": "box-a", "num_gpus": 2}), "host"
+    )
+    # Sized against the device it targets: 100 GB fits an H200 (150 GB), not an H100 (85 GB).
+    big = {"probe": "bandwidth", "params": {"size_bytes": 50 * 10**9}}
+    assert api.post("/api/v1/jobs", big | {"gpu_uuid": "GPU-2222"}).status_code == 202
+    assert_names_field(api.post("/api/v1/jobs", big | {"gpu_uuid": "GPU-1111"}), "params.size_bytes")

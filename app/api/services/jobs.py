@@ -12,6 +12,7 @@ from app.config import Settings
 from app.contract.fields import Input, count, number
 from app.contract.registry import PROBES, ProbeName, ProbeResult
 from app.jobs import admission, job, store
+from app.jobs.fleet import Targets
 from app.jobs.job import Job
 from app.jobs.store import Store
 
@@ -37,6 +38,13 @@ def _request_model(name: str, params: type) -> type[Input]:
             None, min_length=1, max_length=1024,
             description="Run on these GPUs (NVML's indices), all at once, and no others; the child sees "
                         "them as cuda:0..n-1 in ascending order.")),
+        host=(str | None, Field(None, min_length=1, max_length=253, description=(
+            "The fleet: run on this box only (its TALLY_BOX_NAME, GET /api/v1/fleet)."))),
+        gpu_uuid=(str | None, Field(None, min_length=1, max_length=300, description=(
+            "The fleet: run on this GPU only, by NVML's UUID (or \"<box>:cpu\" for a box's CPU). Not "
+            "with gpu, gpus or num_gpus."))),
+        gpu_model=(str | None, Field(None, min_length=1, max_length=200, description=(
+            "The fleet: run on any GPU of this model, by catalogue id (h100) or NVML's name."))),
     )
 
 
@@ -93,6 +101,15 @@ class JobSummary(BaseModel):
     ran_on_gpus: list[int]
     """Every GPU its dispatcher ran it on (NVML's indices, ascending: its child's cuda:0..n-1);
     empty on the CPU or before it starts."""
+    host: str | None = None
+    """The fleet's box it must run on (asked), or null."""
+    gpu_uuid: str | None = None
+    """The fleet's device it must run on (asked), or null."""
+    gpu_model: str | None = None
+    """The GPU model it must run on (asked), or null."""
+    campaign_id: int | None = None
+    ran_on_device: str | None = None
+    """The fleet's device it ran on: a GPU's UUID, or "<box>:cpu"; null before it starts."""
     attempts: int
     """Times a dispatcher took it: 2 after one interruption (a killed worker)."""
     attempts_log: list[Attempt]
@@ -129,7 +146,9 @@ def _fields(job: Job) -> dict[str, Any]:
     return dict(
         id=job.id, probe=job.probe, status=job.status, params=job.params, device=job.device,
         gpu=job.gpu, num_gpus=job.num_gpus, gpus=job.gpus, ran_on_gpu=job.ran_on_gpu,
-        ran_on_gpus=job.ran_on_gpus, attempts=job.attempts, timeout_s=job.timeout_s,
+        ran_on_gpus=job.ran_on_gpus, attempts=job.attempts, timeout_s=job.timeout_s, host=job.target_host,
+        gpu_uuid=job.target_device, gpu_model=job.target_model, campaign_id=job.campaign_id,
+        ran_on_device=job.ran_on_device,
         attempts_log=[Attempt(**e | {"started_at": _time(e["started_at"]), "ended_at": _time(e["ended_at"])})
                       for e in job.attempts_log],
         created_at=_time(job.created_at), started_at=_time(job.started_at),
@@ -153,16 +172,41 @@ def submit(body: Any, *, jobs: Store, settings: Settings) -> Job:
     if timeout > settings.job_timeout_max_s:
         raise InvalidInput("timeout_s", f"{timeout} exceeds TALLY_JOB_TIMEOUT_MAX_S "
                                         f"({settings.job_timeout_max_s})")
-    num_gpus, gpus = admission.several_gpus(body.gpu, body.num_gpus, body.gpus, body.params, settings.gpus)
-    where = admission.device_for(body.gpu if gpus is None else gpus[0], body.params, settings.gpus)
-    kind = admission.check_fits(body.probe, body.params, where)
+    targets = Targets(host=body.host, device=body.gpu_uuid, model=body.gpu_model)
+    if targets != Targets():
+        kind, num_gpus, gpus = _in_fleet(body, targets, jobs), 1, None
+    else:
+        num_gpus, gpus = admission.several_gpus(body.gpu, body.num_gpus, body.gpus, body.params,
+                                                settings.gpus)
+        where = admission.device_for(body.gpu if gpus is None else gpus[0], body.params, settings.gpus)
+        kind = admission.check_fits(body.probe, body.params, where)
     admission.check_time(body.probe, body.params, kind, timeout)
     try:
         return jobs.submit(probe=body.probe, params=body.params.model_dump(mode="json"), timeout_s=timeout,
                            limit=settings.queue_limit, device=kind, gpu=body.gpu, num_gpus=num_gpus,
-                           gpus=gpus)
+                           gpus=gpus, targets=targets)
     except store.QueueFull as e:
         raise QueueFull(e.limit) from None
+
+
+def _in_fleet(body: Any, targets: Targets, jobs: Store) -> str:
+    """The device kind of a job that targets the fleet; InvalidInput naming the target no registered
+    device meets, or the parameter that sets a need larger than every such device's memory."""
+    named = "gpu_uuid" if body.gpu_uuid else "gpu_model" if body.gpu_model else "host"
+    if body.gpu is not None or body.gpus is not None or body.num_gpus:
+        raise InvalidInput(named, "targets the fleet's devices one at a time: leave out gpu, gpus, num_gpus")
+    meets = [d for d in jobs.devices()
+             if targets.host in (None, d.host) and targets.device in (None, d.device)
+             and targets.model in (None, d.name, d.catalogue_id)]
+    if not meets:
+        raise InvalidInput(named, "no device of the fleet meets host, gpu_uuid and gpu_model together "
+                                  "(GET /api/v1/fleet lists them)")
+    kinds = {d.kind for d in meets}
+    kind = "cuda" if "cuda" in kinds and body.params.device != "cpu" else "cpu"
+    roomiest = max((d for d in meets if d.kind == kind), key=lambda d: d.memory_bytes or 0)
+    where = f"{roomiest.name} ({roomiest.device})"
+    admission.fits(body.probe, body.params, kind, roomiest.memory_bytes, where)
+    return kind
 
 
 def page(*, jobs: Store, probe: str | None = None, status: Sequence[str] | None = None, limit: int = 50,
