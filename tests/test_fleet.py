@@ -3,6 +3,7 @@ a model taken only there, campaigns fanned out to every live device, and a burn-
 "GPUs" on boxes of their own, one made slow on purpose (two processes hogging its core), which
 the comparison flags while the others pass."""
 
+import json
 import subprocess
 import sys
 import time
@@ -198,3 +199,25 @@ def test_a_job_may_target_a_box_a_device_or_a_model_of_the_fleet(make_api):
     big = {"probe": "bandwidth", "params": {"size_bytes": 50 * 10**9}}
     assert api.post("/api/v1/jobs", big | {"gpu_uuid": "GPU-2222"}).status_code == 202
     assert_names_field(api.post("/api/v1/jobs", big | {"gpu_uuid": "GPU-1111"}), "params.size_bytes")
+
+
+def test_tally_burn_in_runs_a_campaign_through_a_live_server_and_prints_its_table(tmp_path):
+    """A real server on SQLite, its embedded CPU dispatcher registered as
+    box-x; `tally burn-in` posts the campaign, follows it and prints the table. One device alone
+    is never flagged, so it exits 0."""
+    from tests.live import serve
+    from tests.test_cli import TALLY, tally
+
+    env = {
+        "TALLY_DATABASE_PATH": str(tmp_path / "t.db"),
+        "TALLY_BOX_NAME": "box-x",
+        "TALLY_API_TOKEN": "s3cret",
+    }
+    with serve([*TALLY, "serve"], env, tmp_path / "server.log") as live:
+        refused = tally("burn-in", "--server", live.url, "--token", "wrong", timeout=60)
+        assert refused.returncode == 2 and "401" in refused.stderr
+        done = tally("burn-in", "--server", live.url, "--token", "s3cret", "--sustain-s", "0.1", timeout=300)
+        assert done.returncode == 0, done.stderr + live.log()
+        assert "box-x:cpu" in done.stdout and "models against the catalogue" in done.stdout
+        again = tally("burn-in", "--server", live.url, "--campaign", "1", "--output", "json", timeout=60)
+        assert again.returncode == 0 and json.loads(again.stdout)["jobs"][0]["device"] == "box-x:cpu"

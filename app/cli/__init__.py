@@ -20,6 +20,8 @@ COMMANDS = {
                              "lists them)"),
     "probe": ("app.cli.probe", "run one benchmark probe on this box's device, with a progress bar "
                                "and a table"),
+    "burn-in": ("app.cli.burn_in", "burn in every GPU of a fleet through its server, and print which are "
+                                   "slow"),
 }
 
 
