@@ -221,3 +221,36 @@ def test_tally_burn_in_runs_a_campaign_through_a_live_server_and_prints_its_tabl
         assert "box-x:cpu" in done.stdout and "models against the catalogue" in done.stdout
         again = tally("burn-in", "--server", live.url, "--campaign", "1", "--output", "json", timeout=60)
         assert again.returncode == 0 and json.loads(again.stdout)["jobs"][0]["device"] == "box-x:cpu"
+
+
+def test_the_fleet_compose_file_runs_postgresql_a_server_and_a_worker():
+    import re
+
+    import yaml
+
+    from app.config import Settings
+    from tests.live import ROOT
+
+    compose = yaml.safe_load((ROOT / "docker-compose.fleet.yml").read_text())
+    services = compose["services"]
+    assert set(services) == {"postgres", "server", "worker"}
+    assert (
+        any(v.startswith("tally-pg:") for v in services["postgres"]["volumes"])
+        and "tally-pg" in compose["volumes"]
+    )
+
+    def settings(service: dict) -> Settings:  # compose's ${VAR:-default}, with nothing set in the shell
+        env = {k: re.sub(r"\$\{\w+:-([^}]*)\}", r"\1", str(v)) for k, v in service["environment"].items()}
+        return Settings(
+            **{k.removeprefix("TALLY_").lower(): v for k, v in env.items() if k.startswith("TALLY_")}
+        )
+
+    server, worker = settings(services["server"]), settings(services["worker"])
+    assert server.embedded_worker is False and server.database() == worker.database()
+    assert str(server.database()).startswith("postgresql+psycopg://tally:tally@postgres:5432/tally")
+    assert services["worker"]["command"] == ["worker"]
+    devices = services["worker"]["deploy"]["resources"]["reservations"]["devices"]
+    assert any(d["driver"] == "nvidia" and "gpu" in d["capabilities"] for d in devices)
+    assert all(
+        services[s]["depends_on"]["postgres"]["condition"] == "service_healthy" for s in ("server", "worker")
+    )
