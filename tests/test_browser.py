@@ -112,7 +112,7 @@ def watched(browser):
 
 
 PAGES = ["/", "/formats", "/tensors", "/time", "/memory", "/flops", "/matmul", "/mlp", "/fit", "/benchmarks",
-         "/docs"]
+         "/docs", "/fleet", "/burn-in"]
 
 
 @pytest.mark.parametrize("path", PAGES)
@@ -278,6 +278,27 @@ def test_job_pages_chart_each_probe(watched, base_url, probe, params, charts):
     expect(page.get_by_test_id("job-status")).to_have_text("succeeded", timeout=60_000)
     wait_for_charts(page, "canvas", charts)
     page.screenshot(path=SCREENSHOTS / f"job-{probe}.png", full_page=True)
+    watched.clean()
+
+
+def test_a_burn_in_campaign_on_the_fleet_page_and_the_burn_in_page(watched, base_url):
+    """This server's embedded CPU dispatcher is the fleet's one device: a campaign runs on it and
+    both pages show it."""
+    made = httpx.post(f"{base_url}/api/v1/campaigns", json={"probe": "burn_in", "params": {
+        "sustain_s": 0.2, "warmup_s": 0.01, "measure_s": 0.02}}, timeout=30)
+    assert made.status_code == 202, made.text
+    campaign = made.json()
+    wait_for(lambda: httpx.get(f"{base_url}/api/v1/campaigns/{campaign['id']}", timeout=10).json()["done"],
+             timeout=120, what="the campaign's end")
+    page = watched.page
+    page.goto(f"{base_url}/burn-in?campaign={campaign['id']}", wait_until="networkidle")
+    expect(page.get_by_test_id("burn-in-table")).to_be_visible()
+    expect(page.get_by_test_id("leaderboard")).to_contain_text("1")
+    expect(page.get_by_test_id("device-history")).to_be_visible()
+    page.screenshot(path=SCREENSHOTS / "burn-in.png", full_page=True)
+    page.goto(f"{base_url}/fleet", wait_until="networkidle")
+    expect(page.get_by_test_id("fleet-devices")).to_contain_text(":cpu")
+    page.screenshot(path=SCREENSHOTS / "fleet.png", full_page=True)
     watched.clean()
 
 

@@ -169,6 +169,12 @@ def test_a_burn_in_over_cpu_gpus_flags_the_one_made_slow(make_api, engine):
     assert not rows["box-1:cpu"]["flagged"] and not rows["box-2:cpu"]["flagged"], rows
     (model,) = out["leaderboard"]
     assert model["gpus"] == 3 and model["flagged"] == 1
+    page = api.get("/burn-in").text  # the newest campaign, and the most flagged device's history
+    assert 'class="flagged" data-device="box-slow:cpu"' in page and "contention" in page
+    assert page.count('class="flagged"') == 1 and "History of box-slow:cpu" in page
+    fleet_page = api.get("/fleet").text
+    assert all(f'data-device="{box}:cpu"' in fleet_page for box in boxes)
+    assert "3 boxes, 3 devices" in fleet_page
     history = api.get("/api/v1/fleet/devices/box-slow:cpu/history").json()
     assert [h["job_id"] for h in history] == [slow["job_id"]] and history[0]["campaign_id"] == campaign_id
 

@@ -1,0 +1,48 @@
+"""The Fleet page (its boxes and devices, live) and the Burn-in page (a campaign's devices beside
+their model's median, the slow ones highlighted, and each device's history), over the same
+services as the JSON API (app/api/services/fleet.py)."""
+
+import time
+from datetime import UTC, datetime
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import HTMLResponse
+
+from app.api.services import fleet as service
+from app.deps import StoreDep
+from app.web.templating import templates
+
+router = APIRouter(include_in_schema=False)
+
+
+@router.get("/fleet", response_class=HTMLResponse)
+def fleet_page(request: Request, jobs: StoreDep) -> HTMLResponse:
+    return templates.TemplateResponse(request, "fleet.html", {"fleet": service.fleet(jobs, time.time())})
+
+
+@router.get("/ui/fleet", response_class=HTMLResponse)
+def fleet_table(request: Request, jobs: StoreDep) -> HTMLResponse:
+    """The devices table alone, polled by the page."""
+    return templates.TemplateResponse(
+        request, "partials/fleet.html", {"fleet": service.fleet(jobs, time.time())}
+    )
+
+
+@router.get("/burn-in", response_class=HTMLResponse)
+def burn_in_page(
+    request: Request,
+    jobs: StoreDep,
+    campaign: int | None = Query(None, ge=1, le=2**62),
+    device: str | None = Query(None, min_length=1, max_length=300),
+) -> HTMLResponse:
+    """The campaign asked for (default the newest), and the history of `device` (default the
+    campaign's most flagged device, else its first)."""
+    campaigns = jobs.campaigns(limit=20)
+    shown = service.campaign_out(jobs, campaign or campaigns[0].id) if campaign or campaigns else None
+    if device is None and shown is not None and shown.compared:
+        device = max(shown.compared, key=lambda row: (row.flagged, row.shortfall)).device
+    history = service.history(jobs, device) if device else []
+    listed = [{"id": c.id, "probe": c.probe, "created_at": datetime.fromtimestamp(c.created_at, UTC)}
+              for c in campaigns]
+    return templates.TemplateResponse(request, "burn_in.html", {
+        "campaigns": listed, "campaign": shown, "device": device, "history": history})
