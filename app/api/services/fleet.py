@@ -137,22 +137,6 @@ class Compared(BaseModel):
     flop_per_sec_per_watt: dict[str, float | None]
 
 
-class ModelRow(BaseModel):
-    model: str
-    catalogue_id: str | None
-    gpus: int
-    matmul_flop_per_sec: float | None
-    matmul_burst_flop_per_sec: float | None
-    matmul_peak_flop_per_sec: float | None
-    matmul_fraction_of_peak: float | None
-    bandwidth_bytes_per_sec: float | None
-    bandwidth_catalogue_bytes_per_sec: float | None
-    bandwidth_fraction_of_catalogue: float | None
-    train_step_mfu: float | None
-    matmul_flop_per_sec_per_watt: float | None
-    flagged: int
-
-
 class CampaignOut(BaseModel):
     id: int
     probe: str
@@ -164,7 +148,7 @@ class CampaignOut(BaseModel):
     jobs: list[CampaignJob]
     compared: list[Compared]
     """A burn-in's succeeded devices beside their model's median (empty for other probes)."""
-    leaderboard: list[ModelRow]
+    leaderboard: list[burnin.ModelRow]
 
 
 def readings(jobs: Store, found: list[Job]) -> list[burnin.Reading]:
@@ -221,7 +205,7 @@ def campaign_out(jobs: Store, campaign_id: int) -> CampaignOut:
             )
             for x in compared
         ],
-        leaderboard=[ModelRow(**row.__dict__) for row in burnin.leaderboard(compared)],
+        leaderboard=burnin.leaderboard(compared),
     )
 
 
