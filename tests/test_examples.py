@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from app.device import fleet_device
 from app.main import create_app
 
 DOC = create_app().openapi()
@@ -53,6 +54,11 @@ def test_every_route_with_a_body_offers_an_example():
                          ids=[f"{p} {n}" for _, p, n, _ in BODY_EXAMPLES])
 def test_every_body_example_is_answered(make_api, method, path, name, body):
     api = make_api()  # its own job database: the jobs examples queue real jobs
+    # The fleet's examples need a fleet: this box's CPU, as its worker registers it, and an H200.
+    api.app.state.store.register(fleet_device("box", None))
+    api.app.state.store.register({"device": "GPU-47136eb1-1fb2-68e1-d23b-963ae407b727", "host": "gpu-box",
+                                  "kind": "cuda", "name": "NVIDIA H200", "catalogue_id": "h200",
+                                  "memory_bytes": 150754820096})
     response = api.request(method.upper(), path, json=body)
     assert 200 <= response.status_code < 300, response.text
 

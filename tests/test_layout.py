@@ -21,7 +21,8 @@ LAYERS = (
     {"accounting"},                      # the engine: pure functions over numbers and dataclasses
     {"__init__", "paths", "config", "logs"},
     {"contract", "device"},              # pydantic-only types; the device, from NVML and /proc
-    {"bench", "jobs"},                   # torch-only probes in children; the queue and its dispatchers
+    {"bench", "jobs", "fleet"},          # torch-only probes in children; the queue and its dispatchers;
+                                         # a burn-in's comparison
     {"deps"},
     {"api"},
     {"ops", "web"},
@@ -37,6 +38,7 @@ FORBIDDEN = {
     "contract": {"torch", "fastapi", "starlette", "transformers", "gguf", "bitsandbytes"},
     "device": {"torch", "fastapi", "starlette"},
     "jobs": {"torch", "fastapi", "transformers"},
+    "fleet": {"torch", "fastapi", "starlette", "sqlalchemy"},
 }
 
 

@@ -18,7 +18,7 @@ CampaignBody = Annotated[
         openapi_examples={  # type: ignore[valid-type]
             "burn_in": {
                 "summary": "a burn-in of every GPU",
-                "value": {"probe": "burn_in", "params": {"sustain_s": 10}},
+                "value": {"probe": "burn_in", "params": {"sustain_s": 10}, "outlier_fraction": 0.1},
             }
         }
     ),

@@ -30,7 +30,8 @@ JOBS = examples(
     collectives_over_two_ranks={"probe": "collectives", "params": {
         "ranks": 2, "sizes_bytes": [4096, 1048576]}},
     an_fsdp_step_over_two_ranks={"probe": "data_parallel_step", "params": {
-        "model": {"kind": "cruncher"}, "strategy": "fsdp", "ranks": 2}})
+        "model": {"kind": "cruncher"}, "strategy": "fsdp", "ranks": 2}},
+    bandwidth_on_any_h200_of_the_fleet={"probe": "bandwidth", "gpu_model": "h200"})
 JobBody = Annotated[JobRequest, Body(openapi_examples=JOBS)]  # type: ignore[valid-type]
 
 
