@@ -72,11 +72,16 @@ def test_wait_for_work_is_woken_by_a_submit_from_another_connection(pg_store):
         timer.start()
         started = time.monotonic()
         assert pg_store.wait_for_work(LONG_POLL_S) is True
-        assert time.monotonic() - started < 2
+        assert time.monotonic() - started < LONG_POLL_S / 3  # the notice, not the timeout (box may be slow)
         timer.join()
-        for _ in range(3):  # three submits before the next wait: one wake-up serves them all
+        for _ in range(3):  # three submits before the next wait
             other.submit(probe="matmul", params={}, timeout_s=60, limit=10)
-        assert pg_store.wait_for_work(1) is True and pg_store.wait_for_work(0.3) is False
+        wakes = 0
+        while pg_store.wait_for_work(0.5):
+            wakes += 1
+        # Never more wake-ups than announcements: those already arrived are taken together (how many
+        # have arrived by the first wake-up is the server's timing, not the store's).
+        assert 1 <= wakes <= 3
         claimed = pg_store.claim(worker_id="w", host="box")
         assert pg_store.wait_for_work(0.3) is False  # a claim announces nothing
         pg_store.requeue(claimed.id)  # a job back in the queue is announced
