@@ -3,7 +3,7 @@ size_bytes and writes size_bytes, so it moves 2 x size_bytes."""
 
 import torch
 
-from app.bench import sustain
+from app.bench import energy, sustain
 from app.bench.common import setup, to_json
 from app.contract.params import BandwidthParams, bandwidth_bytes
 from app.contract.results import BandwidthResult
@@ -18,6 +18,7 @@ def run(raw: dict, progress) -> dict:
     progress(0, 1, f"copying {size} bytes")
     stats = env.timer.measure(lambda: dst.copy_(src))
     moved = 2 * size
+    energy.per_unit(stats.energy, bytes_moved=moved)
     acc = env.catalogue()
     peak = acc.memory_bandwidth_bytes_per_sec if acc else None
     rate = moved / stats.median

@@ -19,15 +19,17 @@ from pydantic import TypeAdapter
 
 from app.accounting.comm import collectives as cc
 from app.bench import dist as launcher
-from app.bench import env, load
+from app.bench import energy, env, load
 from app.bench.common import to_json
 from app.bench.timer import summarize
 from app.contract import parallel
+from app.contract.energy import Energy
 from app.contract.parallel_results import CatalogueLink, CollectivePoint, CollectivesResult
 from app.contract.params import CollectivesParams
 from app.contract.results import Contention, Environment, Skipped
 
 ENVIRONMENT = TypeAdapter(Environment)
+ENERGY = TypeAdapter(Energy | None)
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 SPLIT = ("all_gather", "reduce_scatter", "all_to_all")
 """Collectives whose S is n pieces of S / n."""
@@ -149,8 +151,17 @@ def rank_sweep(rank: int, world: int, raw: dict, report) -> dict:
             dist.barrier()
             seconds = torch.tensor(_time(run, device, p.iterations), dtype=torch.float64, device=device)
             dist.all_reduce(seconds, op=dist.ReduceOp.MAX)  # each run's slowest rank
+            # The same runs back to back, as many on every rank, for each GPU's energy; summed.
+            mine = energy.back_to_back(device, [run], seconds_per_iteration=seconds.median().item(),
+                                       agree=lambda runs: launcher.largest(runs, device))
+            summed = torch.tensor([0.0] * 3 if mine is None else [mine.joules_per_iteration, mine.watts, 1.0],
+                                  dtype=torch.float64, device=device)
+            dist.all_reduce(summed)
             points.append({"collective": op, "size_bytes": elements * width, "elements": elements,
-                           "seconds": seconds.tolist(), "errors": errors})
+                           "seconds": seconds.tolist(), "errors": errors,
+                           "energy": ENERGY.dump_python(energy.per_unit(mine, bytes_moved=elements * width),
+                                                        mode="json"),
+                           "all_ranks": summed.tolist() if int(summed[2].item()) == world else None})
             del inp, out, run
             report(len(points) + len(skipped), total, f"{op} {size} B")
     if rank != 0:
@@ -183,6 +194,8 @@ def summarize_run(p: CollectivesParams, measured: dict[str, Any],
     cuda = environment.device == "cuda"
     found = parallel.catalogue_link(device_name) if cuda else None
     stats = [(m, summarize(m["seconds"])) for m in measured["points"]]
+    for m, s in stats:  # rank 0's GPU; raw points from before energy have none
+        s.energy = ENERGY.validate_python(m.get("energy"))
     fits = {}
     for op in dict.fromkeys(m["collective"] for m, _ in stats):
         mine = [(m["size_bytes"], s.median) for m, s in stats if m["collective"] == op]
@@ -200,7 +213,9 @@ def summarize_run(p: CollectivesParams, measured: dict[str, Any],
             bus_factor=factor,
             errors=m["errors"], fitted_seconds=fitted, fitted_busbw_bytes_per_sec=size / fitted * factor,
             catalogue_seconds=catalogue,
-            catalogue_busbw_bytes_per_sec=None if catalogue is None else size / catalogue * factor))
+            catalogue_busbw_bytes_per_sec=None if catalogue is None else size / catalogue * factor,
+            joules_per_run_all_ranks=None if m.get("all_ranks") is None else m["all_ranks"][0],
+            watts_all_ranks=None if m.get("all_ranks") is None else m["all_ranks"][1]))
     checked = [pt.errors for pt in points if pt.errors is not None]
     link = None if found is None else CatalogueLink(found[0].bytes_per_sec, found[0].latency_s,
                                                     cc.RING_BASE_LATENCY_S, found[1])

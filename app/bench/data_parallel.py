@@ -16,7 +16,7 @@ from pydantic import TypeAdapter
 from torch import nn
 
 from app.bench import dist as launcher
-from app.bench import env, load, train_step
+from app.bench import energy, env, load, train_step
 from app.bench.common import to_json
 from app.bench.models import Cruncher
 from app.bench.timer import Timer
@@ -69,6 +69,7 @@ def rank_step(rank: int, world: int, raw: dict, report) -> dict:
         opt = train_step.optimizer(p.optimizer, work.model.parameters(), device)
         steps, _ = train_step.phases(work, opt, device, p.precision)
         alone = timer.measure_phases(steps, warmup_runs=p.warmup_steps, iterations=p.steps)[-1]
+        energy.per_unit(alone.energy, tokens=p.batch_size * p.seq_len)
         del work, opt, steps
         if device.type == "cuda":
             torch.cuda.empty_cache()
@@ -90,7 +91,14 @@ def rank_step(rank: int, world: int, raw: dict, report) -> dict:
         torch.cuda.reset_peak_memory_stats(device)
     fwd, bwd, opt_step, whole = timer.measure_phases(
         steps, warmup_runs=0 if device.type == "cuda" else p.warmup_steps, iterations=p.steps,
-        progress=lambda i: report(p.warmup_steps * 2 + p.steps + i, total, f"step {i}/{p.steps}"))
+        progress=lambda i: report(p.warmup_steps * 2 + p.steps + i, total, f"step {i}/{p.steps}"),
+        agree=lambda runs: launcher.largest(runs, device))
+    energy.per_unit(whole.energy, tokens=p.batch_size * p.seq_len)
+    # Each rank's joules per step and watts, summed over ranks; `counted` ranks had a figure.
+    mine = whole.energy
+    summed = torch.tensor([0.0, 0.0, 0.0] if mine is None else [mine.joules_per_iteration, mine.watts, 1.0],
+                          dtype=torch.float64, device=device)
+    dist.all_reduce(summed)
     measured, reserved, method = train_step.peak_bytes(device, train_step.resident(work, opt, model), steps,
                                                        flush_bytes=timer.flush_bytes)
     peaks = torch.tensor([measured, -measured], dtype=torch.int64, device=device)
@@ -103,6 +111,7 @@ def rank_step(rank: int, world: int, raw: dict, report) -> dict:
             "alone": to_json(alone), "step": to_json(whole), "forward": to_json(fwd),
             "backward": to_json(bwd), "optimizer_step": to_json(opt_step),
             "slowest_rank_step_s": step_times.item(),
+            "energy_all_ranks": summed.tolist() if int(summed[2].item()) == world else None,
             "reserved": reserved, "most": int(peaks[0]), "least": -int(peaks[1]),
             "method": method, "loss_first": losses[0].item(), "loss_last": losses[-1].item(), "ranks": world,
             "params": sum(param.numel() for param in work.model.parameters())}
@@ -124,6 +133,7 @@ def run(raw: dict, progress) -> dict:
     environment = ENVIRONMENT.validate_python(m["environment"] | {"contention": contention})
     step, alone = STATS.validate_python(m["step"]), STATS.validate_python(m["alone"])
     tokens = p.batch_size * p.seq_len
+    joules, watts = (None, None) if m["energy_all_ranks"] is None else m["energy_all_ranks"][:2]
     # The busiest rank's peak: the one a plan must fit, and the one an out-of-memory error would hit.
     # FSDP's moves by a block between ranks and runs with the timing of its prefetching all-gathers.
     memory = MemoryComparison(predicted=pred.memory, measured_peak_allocated=m["most"],
@@ -143,6 +153,8 @@ def run(raw: dict, progress) -> dict:
         one_rank_tokens_per_sec=tokens / alone.median, scaling_efficiency=alone.median / step.median,
         memory=memory, peak_bytes_most_rank=m["most"], peak_bytes_least_rank=m["least"],
         loss_first=m["loss_first"], loss_last=m["loss_last"],
+        joules_per_step_all_ranks=joules, watts_all_ranks=watts,
+        joules_per_token_all_ranks=None if joules is None else joules / (ranks * tokens),
         assumptions=[
             "one rank: rank 0 times the plain model on the same per-rank batch, alone, before the others "
             "start; exposed communication = the data-parallel step's median - that step's median",

@@ -67,6 +67,14 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def largest(n: int, device: torch.device) -> int:
+    """The largest of every rank's n (an all-reduce): a count of runs every rank then makes, so
+    none waits in a collective for a rank that stopped sooner."""
+    t = torch.tensor([n], dtype=torch.int64, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return int(t.item())
+
+
 def backend(device_type: str) -> str:
     return "nccl" if device_type == "cuda" else "gloo"
 

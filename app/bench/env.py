@@ -8,6 +8,7 @@ import torch
 
 from app import device as device_info
 from app.accounting import hardware
+from app.bench import energy
 from app.contract.results import Contention, Environment
 
 
@@ -64,4 +65,5 @@ def environment(device: torch.device, *, seed: int, l2_flush_bytes: int,
         float32_matmul_precision=torch.get_float32_matmul_precision(),
         cpu_threads=torch.get_num_threads(), python_version=sys.version.split()[0],
         platform=platform.platform(), seed=seed, l2_flush_bytes=l2_flush_bytes, contention=contention,
+        energy_note=energy.note(device),
     )

@@ -4,12 +4,13 @@ for the same configuration beside them: the roofline at this device's ceilings (
 here, first) and the serving memory (weights + KV cache + workspace)."""
 
 import statistics
+from dataclasses import replace
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from app.accounting.inference.roofline import Hardware, Pass
-from app.bench import decode
+from app.bench import decode, energy
 from app.bench.common import Setup, setup, to_json
 from app.bench.livebytes import LiveBytes
 from app.bench.matmul import operands
@@ -51,7 +52,7 @@ def _ops(run) -> int:
 def _ceilings(env: Setup, plan: predict.GeneratePlan) -> Ceilings:
     """The matmul and copy the roofline is drawn at, and the launch floor, each freed after."""
     n = plan.matmul_size
-    matmul = env.timer.measure(operands(n, n, n, plan.dtype, env.device)).median
+    matmul = env.timer.measure(operands(n, n, n, plan.dtype, env.device), energy=False).median
     copy = _copy_seconds(env, plan.copy_bytes)
     tiny = torch.zeros(1, device=env.device)
 
@@ -59,7 +60,7 @@ def _ceilings(env: Setup, plan: predict.GeneratePlan) -> Ceilings:
         for _ in range(LAUNCHES):
             tiny.add_(1)
 
-    launch = env.timer.measure(launches).median / LAUNCHES
+    launch = env.timer.measure(launches, energy=False).median / LAUNCHES
     acc = env.catalogue()
     return Ceilings(matmul_flop_per_sec=2 * n**3 / matmul, matmul_size=n, matmul_dtype=plan.dtype,
                     bandwidth_bytes_per_sec=2 * plan.copy_bytes / copy, copy_bytes=plan.copy_bytes,
@@ -72,7 +73,7 @@ def _copy_seconds(env: Setup, size: int) -> float:
     """Median seconds of a device-to-device copy of `size` bytes (float32), as the bandwidth probe's."""
     src = torch.randn(size // 4, device=env.device)
     dst = torch.empty_like(src)
-    return env.timer.measure(lambda: dst.copy_(src)).median
+    return env.timer.measure(lambda: dst.copy_(src), energy=False).median
 
 
 def _measure(env: Setup, run, resident: list[torch.Tensor], predicted: dict[str, int],
@@ -108,9 +109,16 @@ def _roofline(passes: list[Pass], measured: float, floor: float) -> Roofline:
                     bytes=statistics.fmean(p.bytes for p in passes), launch_floor_seconds=floor)
 
 
-def _per_step(stats: Stats, steps: int) -> Stats:
+def _per_step(stats: Stats, steps: int, batch: int) -> Stats:
+    """A timed run of `steps` decode steps as one step; its energy too, then per token (a step
+    generates one token for each of the batch's sequences)."""
+    e = stats.energy
+    if e is not None:
+        e = energy.per_unit(replace(e, iterations=e.iterations * steps,
+                                    seconds_per_iteration=e.seconds_per_iteration / steps,
+                                    joules_per_iteration=e.joules_per_iteration / steps), tokens=batch)
     return Stats(median=stats.median / steps, p20=stats.p20 / steps, p80=stats.p80 / steps,
-                 mean=stats.mean / steps, best=stats.best / steps, iterations=stats.iterations)
+                 mean=stats.mean / steps, best=stats.best / steps, iterations=stats.iterations, energy=e)
 
 
 def run(raw: dict, progress) -> dict:
@@ -160,6 +168,7 @@ def _prefill_point(env: Setup, model: Transformer, plan: predict.GeneratePlan, h
 
     stats, memory = _measure(env, fill, [*weights, *cache.tensors(), prompt], predict.prefill_memory(plan, n),
                              cache)
+    energy.per_unit(stats.energy, tokens=n)  # one timed run prefills the n prompt tokens
     roof = predict.prefill_pass(plan, hw, n)
     return PrefillPoint(prompt_len=n, time=stats, tokens_per_sec=n / stats.median,
                         achieved_flop_per_sec=roof.flops / stats.median,
@@ -184,7 +193,7 @@ def _decode_point(env: Setup, model: Transformer, plan: predict.GeneratePlan, hw
     stats, memory = _measure(env, generate, [*weights, *cache.tensors(), ids],
                              predict.decode_memory(plan, batch, context), cache)
     ops = _ops(lambda: decode.decode(model, ids, cache, context - 1, 1))
-    per = _per_step(stats, steps)
+    per = _per_step(stats, steps, batch)
     passes = [predict.decode_pass(plan, hw, batch, c) for c in range(start + 1, context + 1)]
     predicted = _roofline(passes, per.median, ops * ceilings.seconds_per_launch)
     return DecodePoint(

@@ -5,7 +5,7 @@ from contextlib import contextmanager
 import torch
 
 from app.accounting import flops, hardware
-from app.bench import sustain
+from app.bench import energy, sustain
 from app.bench.common import setup, to_json
 from app.contract.params import MatmulParams, matmul_dtypes, matmul_shapes
 from app.contract.results import MatmulPoint, MatmulResult, Skipped
@@ -67,6 +67,7 @@ def run(raw: dict, progress) -> dict:
                 with tf32(name == "tfloat32"):
                     stats = env.timer.measure(operands(m, k, n, name, env.device))
                 count = flops.matmul(m, k, n).flops
+                energy.per_unit(stats.energy, flops=count)
                 rate = count / stats.median
                 points.append(MatmulPoint(
                     m=m, k=k, n=n, dtype=name, flops=count, time=stats, flop_per_sec=rate,

@@ -45,6 +45,8 @@ class Sample:
     temperature_c: int | None
     power_watts: float | None
     reasons: int
+    energy_mj: int | None = None
+    """NVML's total-energy counter, millijoules since the driver loaded; None where missing."""
 
 
 def _sample(lib, handle, t: float) -> Sample:
@@ -54,7 +56,8 @@ def _sample(lib, handle, t: float) -> Sample:
     return Sample(t=t, sm_clock_mhz=optional(clock, handle, lib.NVML_CLOCK_SM),
                   memory_clock_mhz=optional(clock, handle, lib.NVML_CLOCK_MEM),
                   temperature_c=optional(temperature, handle, lib.NVML_TEMPERATURE_GPU),
-                  power_watts=None if power_mw is None else power_mw / 1e3, reasons=bits or 0)
+                  power_watts=None if power_mw is None else power_mw / 1e3, reasons=bits or 0,
+                  energy_mj=_energy_mj(lib, handle))
 
 
 @dataclass
@@ -68,6 +71,9 @@ class Window:
     """"counter" (nvmlDeviceGetTotalEnergyConsumption, Volta and later) or "power_x_time" (the
     sampled power integrated by the trapezoid rule where the counter is missing)."""
     samples: list[Sample] = field(default_factory=list)
+    energy_start_mj: int | None = None
+    """The counter read as the window opened (t = 0) and as it closed (t = seconds)."""
+    energy_end_mj: int | None = None
 
     def summary(self) -> dict[str, Any]:
         """The window's figures, named as app/contract/sustained.py's Sustained names them."""
@@ -128,6 +134,7 @@ def window(uuid: str | None, interval_s: float = 0.05) -> Iterator[Window | None
             after, result.seconds = _energy_mj(lib, handle), time.perf_counter() - start
             stop.set()
             thread.join()
+            result.energy_start_mj, result.energy_end_mj = before, after
             if before is not None and after is not None:
                 result.energy_joules, result.energy_source = (after - before) / 1e3, "counter"
             else:

@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 import torch
 
+from app.bench import energy as energy_rule
 from app.bench import nvml
 from app.bench.timer import sync
 from app.contract.sustained import Range, Sustained
@@ -15,6 +16,10 @@ from app.contract.sustained import Range, Sustained
 CHUNK_S = 0.05
 """Seconds of work queued between synchronisations: enough to keep the GPU fed between Python's
 launches, short enough to stop within a chunk of the time asked."""
+
+
+SOURCE = {"energy_counter": "counter", "power_x_time": "power_x_time"}
+"""Energy.method -> Sustained.energy_source, whose older names stored results keep."""
 
 
 def _range(value: dict | None) -> Range | None:
@@ -41,17 +46,23 @@ def run(device: torch.device, work: Callable[[], object], seconds: float, *, flo
             if elapsed >= seconds:
                 break
     seen = window.summary() if window is not None else {}
-    energy = seen.get("energy_joules")
+    # The joules by the probes' one rule (app/bench/energy.py), so a burn-in part and the timed
+    # measurement's Stats.energy read the counter the same way.
+    record = None if window is None else energy_rule.per_unit(
+        energy_rule.of_window(window, iterations), flops=flops, bytes_moved=bytes_moved)
+    energy = None if record is None else record.joules
     done = None if flops is None else flops * iterations
     return Sustained(
         seconds=elapsed, iterations=iterations, seconds_per_iteration=elapsed / iterations,
         flop_per_sec=None if done is None else done / elapsed,
         bytes_per_sec=None if bytes_moved is None else bytes_moved * iterations / elapsed,
-        energy_joules=energy, energy_source=seen.get("energy_source"),
-        average_power_watts=seen.get("average_power_watts"),
+        energy_joules=energy,
+        energy_source=None if record is None else SOURCE[record.method],
+        average_power_watts=None if record is None else record.watts,
         joules_per_iteration=None if energy is None else energy / iterations,
         flop_per_sec_per_watt=None if done is None or not energy or energy <= 0 else done / energy,
         power_watts=_range(seen.get("power_watts")), sm_clock_mhz=_range(seen.get("sm_clock_mhz")),
         memory_clock_mhz=_range(seen.get("memory_clock_mhz")),
         temperature_c=_range(seen.get("temperature_c")),
-        reasons=seen.get("reasons", {}), slowdowns=seen.get("slowdowns", []), samples=seen.get("samples", 0))
+        reasons=seen.get("reasons", {}), slowdowns=seen.get("slowdowns", []), samples=seen.get("samples", 0),
+        energy=record)

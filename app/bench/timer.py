@@ -7,6 +7,9 @@
   iteration finds its inputs in L2: on CUDA max(256 MiB, 2 x L2) (app/contract/params.py).
 - CUDA: an event pair per iteration and one synchronize at the end. CPU: the
   ops are synchronous, so perf_counter around each run.
+- Energy (a GPU with NVML): after the timed iterations, the same work run back to back for at
+  least half a second in an NVML window of its own (app/bench/energy.py says why not the timed
+  window); it lands in Stats.energy, None on a CPU.
 """
 
 import statistics
@@ -15,6 +18,7 @@ from collections.abc import Callable
 
 import torch
 
+from app.bench import energy as energy_window
 from app.contract import params
 from app.contract.results import Stats
 
@@ -70,8 +74,9 @@ class Timer:
         wanted = int(self.measure_s / max(seconds_per_run, 1e-9))
         return max(self.min_iters, min(self.max_iters, wanted))
 
-    def measure(self, run: Callable[[], object]) -> Stats:
-        """Warm up, then time each iteration on its own, after an L2 flush."""
+    def measure(self, run: Callable[[], object], *, energy: bool = True) -> Stats:
+        """Warm up, then time each iteration on its own, after an L2 flush; then, on a GPU and
+        with `energy`, its energy over a back-to-back window (Stats.energy)."""
         n = self.iterations(self.warm_up(run))
         if self.device.type == "cuda":
             pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
@@ -82,7 +87,11 @@ class Timer:
                 run()
                 end.record()
             torch.cuda.synchronize(self.device)
-            return summarize([start.elapsed_time(end) / 1e3 for start, end in pairs])
+            stats = summarize([start.elapsed_time(end) / 1e3 for start, end in pairs])
+            if energy:
+                stats.energy = energy_window.back_to_back(self.device, [run],
+                                                          seconds_per_iteration=stats.median)
+            return stats
         seconds = []
         for _ in range(n):
             self.flush()
@@ -92,9 +101,12 @@ class Timer:
         return summarize(seconds)
 
     def measure_phases(self, phases: list[Callable[[], object]], *, warmup_runs: int, iterations: int,
-                       progress: Callable[[int], None] | None = None) -> list[Stats]:
+                       progress: Callable[[int], None] | None = None,
+                       agree: Callable[[int], int] | None = None) -> list[Stats]:
         """Run the phases in order, warmup_runs times untimed, then `iterations` times with
-        each phase timed and a synchronize per iteration. One Stats per phase, then the whole."""
+        each phase timed and a synchronize per iteration. One Stats per phase, then the whole;
+        the whole's carries the energy of whole iterations run back to back (on a GPU), their
+        count made the same on every rank by `agree` in a distributed job."""
         for _ in range(warmup_runs):
             for phase in phases:
                 phase()
@@ -121,4 +133,7 @@ class Timer:
                 series.append(seconds)
             if progress is not None:
                 progress(i + 1)
-        return [summarize(series) for series in times]
+        stats = [summarize(series) for series in times]
+        stats[-1].energy = energy_window.back_to_back(self.device, phases,
+                                                      seconds_per_iteration=stats[-1].median, agree=agree)
+        return stats

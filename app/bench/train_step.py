@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from app.bench import lora, sustain
+from app.bench import energy, lora, sustain
 from app.bench.common import Setup, setup, to_json
 from app.bench.livebytes import LiveBytes
 from app.bench.models import Cruncher, Transformer
@@ -134,6 +134,7 @@ def run(raw: dict, progress) -> dict:
                              flops=pred.flops_per_step) if p.sustain_s else None)
 
     tokens = p.batch_size * p.seq_len
+    energy.per_unit(whole.energy, tokens=tokens, flops=pred.flops_per_step)
     achieved = pred.flops_per_step / whole.median
     acc = env.catalogue()
     peak = acc.peak_flop_per_sec.get(PEAK_KEY[p.precision]) if acc else None

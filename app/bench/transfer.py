@@ -3,6 +3,7 @@ memory, each with and without non_blocking. GB/s is 10^9 bytes per second."""
 
 import torch
 
+from app.bench import energy
 from app.bench.common import setup, to_json
 from app.contract.params import TransferParams, transfer_sizes
 from app.contract.results import Skipped, TransferPoint, TransferResult
@@ -34,6 +35,7 @@ def run(raw: dict, progress) -> dict:
 
                     stats = env.timer.measure(copy)
                     nbytes = n * 4
+                    energy.per_unit(stats.energy, bytes_moved=nbytes)  # over the bus, once
                     points.append(TransferPoint(
                         size_bytes=nbytes, direction=direction, host_memory=memory,
                         non_blocking=non_blocking, time=stats, gb_per_sec=nbytes / stats.median / 1e9,

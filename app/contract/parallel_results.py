@@ -38,6 +38,13 @@ class CollectivePoint:
     """The communication engine at the catalogue's link for this GPU (one node); null on CPU or
     an unlisted GPU."""
     catalogue_busbw_bytes_per_sec: float | None
+    joules_per_run_all_ranks: float | None = None
+    """Every rank's GPU together: the sum over ranks of each one's joules per run, from the same
+    number of back-to-back runs on every rank (app/bench/energy.py); time.energy is rank 0's GPU
+    alone (its bytes_per_joule: S over rank 0's joules). Null on CPUs, without NVML, and in
+    results stored before it was recorded."""
+    watts_all_ranks: float | None = None
+    """The ranks' average watts over that window, summed."""
 
     __pydantic_config__ = RECORD
 
@@ -121,5 +128,13 @@ class DataParallelStepResult:
     loss_first: float
     loss_last: float
     assumptions: list[str]
+    joules_per_step_all_ranks: float | None = None
+    """Every rank's GPU together: the sum over ranks of each one's Stats.energy per step (each
+    rank ran the same number of back-to-back steps, app/bench/energy.py). step.energy is rank
+    0's GPU alone. Null on CPUs, without NVML, and in results stored before it was recorded."""
+    watts_all_ranks: float | None = None
+    """The ranks' average watts, summed."""
+    joules_per_token_all_ranks: float | None = None
+    """joules_per_step_all_ranks / every rank's tokens of a step (ranks x batch x sequence)."""
 
     __pydantic_config__ = RECORD

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from app.accounting.records import RECORD
+from app.contract.energy import Energy
 from app.contract.sustained import Sustained
 
 
@@ -20,6 +21,10 @@ class Stats:
     best: float
     """The fastest iteration."""
     iterations: int
+    energy: Energy | None = None
+    """On a GPU with NVML: the same work run back to back after the timed iterations
+    (app/bench/energy.py); null on a CPU, without NVML, and in results stored before it was
+    recorded (the environment's energy_note says which)."""
 
     __pydantic_config__ = RECORD
 
@@ -89,6 +94,9 @@ class Environment:
     """Bytes zeroed before each timed iteration, outside the timed interval."""
     contention: Contention | None = None
     """What else ran meanwhile; null in results stored before it was recorded."""
+    energy_note: str | None = None
+    """How the energy figures (Stats.energy) were read, or why they are null: a CPU, or no NVML;
+    null in results stored before energy was recorded."""
 
     __pydantic_config__ = RECORD
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from app.accounting.records import RECORD
+from app.contract.energy import Energy
 
 
 @dataclass(slots=True)
@@ -32,8 +33,9 @@ class Sustained:
     """Bytes read plus written x iterations / seconds; the bandwidth probe's rate."""
     energy_joules: float | None
     energy_source: Literal["counter", "power_x_time"] | None
-    """counter: NVML's total-energy counter (millijoules, updated about every 100 ms on an H200)
-    read at both ends; power_x_time: the sampled power integrated where that counter is missing."""
+    """counter: NVML's total-energy counter (millijoules, updated about every 100 ms on an H200),
+    its rate between the first and last update seen (read at both ends in results before
+    `energy`); power_x_time: the sampled power integrated where that counter is missing."""
     average_power_watts: float | None
     """energy_joules / seconds."""
     joules_per_iteration: float | None
@@ -49,5 +51,9 @@ class Sustained:
     slowdowns: list[str] = field(default_factory=list)
     """The reasons seen that slow a busy GPU (not idle, sync_boost or display_clocks)."""
     samples: int = 0
+    energy: Energy | None = None
+    """The same window by the probes' energy rule (app/bench/energy.py); energy_joules,
+    energy_source and average_power_watts above are read from it. Null without NVML and in
+    results stored before it was recorded."""
 
     __pydantic_config__ = RECORD
