@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from app.cli import options, sustained
+from app.cli import energy, options, sustained
 
 EXAMPLES = """examples:
   tally probe matmul --sweep quick --dtypes bfloat16,float32
@@ -235,17 +235,20 @@ def _skipped(result: Any) -> list[str]:
 
 
 def _matmul(result: Any) -> list:
+    joules = energy.shown(p.time for p in result.points)
     best = {(p.m, p.k, p.n, p.dtype) for p in result.best.values()}
     rows = [[f"{p.m}x{p.k}x{p.n}" + (" *" if (p.m, p.k, p.n, p.dtype) in best else ""),
              p.dtype, f"{p.flops:,}", _ms(p.time.median), _ms(p.time.best),
              _ms(p.predicted_seconds_at_peak), _tflops(p.flop_per_sec),
              _tflops(p.best_flop_per_sec), _tflops(p.peak_flop_per_sec), _pct(p.mfu)]
-            for p in result.points]
+            + (energy.cells(p.time, rate="GFLOP/J") if joules else []) for p in result.points]
     headers = ["m x k x n", "dtype", "FLOPs", "median ms", "best iteration ms", "at peak ms",
                "TFLOP/s (median)", "TFLOP/s (best iteration)", "peak TFLOP/s", "MFU % (median)"]
+    if joules:
+        headers += energy.headers("iter", "GFLOP/J")
     return [_where(result), _table(headers, rows, 2), "* the best shape per dtype (highest median); median: "
             "over the median iteration's time, best iteration: over the fastest; at peak: the time at the "
-            "catalogue's dense peak", *_skipped(result)]
+            "catalogue's dense peak", *_skipped(result), *energy.note(result)]
 
 
 def _bandwidth(result: Any) -> list:
@@ -256,7 +259,9 @@ def _bandwidth(result: Any) -> list:
            _g(r.catalogue_gb_per_sec), "-" if percent is None else f"{percent:.1f}"]
     headers = ["buffer MiB", "moved GB", "median ms", "at catalogue ms", "GB/s (median)",
                "GB/s (best iteration)", "catalogue GB/s", "% of catalogue"]
-    return [_where(r), _table(headers, [row], 0)]
+    if energy.shown([r.time]):
+        headers, row = headers + energy.headers("copy", "GB/J"), row + energy.cells(r.time, rate="GB/J")
+    return [_where(r), _table(headers, [row], 0), *energy.note(r)]
 
 
 def _transfer(result: Any) -> list:
@@ -265,7 +270,10 @@ def _transfer(result: Any) -> list:
              _g(p.best_gb_per_sec)] for p in result.points]
     headers = ["size KiB", "direction", "host memory", "non_blocking", "median ms", "GB/s (median)",
                "GB/s (best iteration)"]
-    return [_where(result), _table(headers, rows, 0), result.note, *_skipped(result)]
+    if energy.shown(p.time for p in result.points):
+        headers += energy.headers("copy", "GB/J")
+        rows = [row + energy.cells(p.time, rate="GB/J") for row, p in zip(rows, result.points, strict=True)]
+    return [_where(result), _table(headers, rows, 0), result.note, *_skipped(result), *energy.note(result)]
 
 
 def _train_step(result: Any) -> list:
@@ -283,6 +291,10 @@ def _train_step(result: Any) -> list:
              ["achieved TFLOP/s (median step)", _tflops(r.achieved_flop_per_sec)],
              ["peak TFLOP/s", _tflops(r.peak_flop_per_sec)], ["MFU % (median step)", _pct(r.mfu)],
              ["loss first -> last", f"{r.loss_first:.4g} -> {r.loss_last:.4g}"]]
+    if r.step.energy is not None:
+        joules, watts = energy.cells(r.step)
+        rates += [["energy J/step (back to back)", joules], ["energy J/token", energy.cells(r.step, True)[0]],
+                  ["average W", watts]]
     mem = r.memory
     largest = max(mem.predicted["total"], mem.measured_peak_allocated)
     unit, scale = next((u, s) for u, s in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 1024), ("bytes", 1))
@@ -297,7 +309,7 @@ def _train_step(result: Any) -> list:
             "throughput", _table(["", "value"], rates),
             "peak memory", _table(["bytes", f"predicted {unit}", f"measured {unit}", "error %"], memory),
             f"measured: {mem.method}; error = predicted / measured - 1",
-            *(f"assumes {a}" for a in r.assumptions)]
+            *(f"assumes {a}" for a in r.assumptions), *energy.note(r)]
 
 
 def _binary_unit(largest: int) -> tuple[str, int]:
@@ -329,6 +341,10 @@ def _generate(result: Any) -> list:
                _g(d.achieved_bytes_per_sec / 1e9), f"{d.memory.kv_cache_bytes:,}",
                f"{d.memory.predicted['kv_cache']:,}", *memory(d.memory)] for d in r.decode]
     peak = [f"peak measured {unit}", f"peak predicted {unit}", "peak error %"]
+    if energy.shown(x.time for x in points):  # J per prompt token, per generated token
+        prefill = [row + energy.cells(p.time, True) for row, p in zip(prefill, r.prefill, strict=True)]
+        decode = [row + energy.cells(d.time, True) for row, d in zip(decode, r.decode, strict=True)]
+        peak += energy.headers("token")
     return [where, ceilings,
             "prefill (one prompt, batch 1)",
             _table(["prompt tokens", "median ms", "roofline ms", "error %", "bound", "tokens/s (median)",
@@ -338,7 +354,7 @@ def _generate(result: Any) -> list:
                     "tokens/s (median)", "GB/s achieved (median)", "KV cache bytes", "KV predicted", *peak],
                    decode, 0),
             "error = predicted / measured - 1; * launch-bound: the ops' launches alone take longer than the "
-            "roofline's time", *r.notes, *(f"assumes {a}" for a in r.assumptions)]
+            "roofline's time", *r.notes, *(f"assumes {a}" for a in r.assumptions), *energy.note(r)]
 
 
 def _collectives(result: Any) -> list:
@@ -349,13 +365,17 @@ def _collectives(result: Any) -> list:
             for p in r.points]
     headers = ["collective", "S bytes", "median us", "algbw GB/s", "busbw GB/s", "fitted busbw",
                "catalogue busbw", "wrong values"]
+    if any(p.joules_per_run_all_ranks is not None for p in r.points):  # every rank's GPU, summed
+        headers += ["J/run, all ranks", "W, all ranks"]
+        rows = [row + [_g(p.joules_per_run_all_ranks), _g(p.watts_all_ranks)]
+                for row, p in zip(rows, r.points, strict=True)]
     fits = [[f.collective, str(f.steps), _g(f.latency_s * 1e6), _per(f.bytes_per_sec, 1e9),
              _g(f.rms_relative_error * 100, 3)] for f in r.fits]
     return [f"{_where(r)}: {r.ranks} ranks over {r.backend}, {r.dtype}", _table(headers, rows, 1),
             "fitted: t = latency x ring steps + bus_factor x S / bandwidth",
             _table(["collective", "ring steps", "latency us per step", "GB/s", "rms error %"], fits),
             "values: " + ("not checked" if r.check_passed is None else "all correct" if r.check_passed
-                          else "WRONG VALUES"), *_skipped(r)]
+                          else "WRONG VALUES"), *_skipped(r), *energy.note(r)]
 
 
 def _as_json(result: Any) -> list:
