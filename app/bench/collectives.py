@@ -233,6 +233,8 @@ def summarize_run(p: CollectivesParams, measured: dict[str, Any],
             "fitted: t = latency x ring steps + bus_factor x S / bandwidth, least squares in relative error "
             "over this run's medians, per collective",
             "catalogue: ring algorithms inside one node at the catalogue's link, NCCL's ring latencies",
+            "energy (a GPU): after each point's timed runs, as many runs back to back on every rank; "
+            "time.energy is rank 0's GPU, joules_per_run_all_ranks the sum over every rank's",
             f"ranks run as {ranks} processes on one host, {measured['backend']} over loopback"
             + (", one per GPU" if cuda else ", sharing the CPU's cores"),
         ])

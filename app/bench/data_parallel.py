@@ -165,6 +165,8 @@ def run(raw: dict, progress) -> dict:
             "which keeps the rest (the head; embeddings and final norm) gathered from forward to the end "
             "of backward; the default prefetch of one block ahead",
             *pred.notes,
+            "energy (a GPU): step.energy is rank 0's GPU over whole steps run back to back after the timed "
+            "ones, as many on every rank; joules_per_step_all_ranks sums every rank's GPU",
             "memory: the busiest rank's peak (the least rank's beside it); reserved bytes are rank 0's"
             + ("; CPU ranks share the host's cores" if kind == "cpu" else ""),
         ]))

@@ -15,7 +15,8 @@ from app.accounting.records import RECORD
 class Energy:
     """The measurement's work run back to back (no L2 flushes, no synchronize between runs) for
     a window long enough for NVML's energy counter to move several times; see app/bench/energy.py
-    for why this window and not the timed iterations'."""
+    for why this window and not the timed iterations'. The GPU board's energy as NVML reports
+    it: not the host's CPUs, memory or fans."""
 
     joules: float
     """Over the window: average watts x seconds."""

@@ -23,7 +23,8 @@ class Stats:
     iterations: int
     energy: Energy | None = None
     """On a GPU with NVML: the same work run back to back after the timed iterations
-    (app/bench/energy.py); null on a CPU, without NVML, and in results stored before it was
+    (app/bench/energy.py); of a train step's Stats, only the whole step's carries it (its
+    phases run together). Null on a CPU, without NVML, and in results stored before it was
     recorded (the environment's energy_note says which)."""
 
     __pydantic_config__ = RECORD
