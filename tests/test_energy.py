@@ -135,3 +135,14 @@ def test_the_samplers_window_feeds_the_rule_with_its_two_end_reads():
     assert (e.method, e.counter_updates, e.samples) == ("energy_counter", 6, 11)
     assert e.joules == pytest.approx(300.0)  # 500 W x 0.6 s
     assert e.joules_per_iteration == pytest.approx(25.0)
+
+
+def test_cpu_collectives_name_no_nvml_and_sum_no_ranks():
+    """Two gloo ranks: no rank has a GPU to read, so no point carries a per-rank or summed figure."""
+    from app.bench import collectives
+
+    r = collectives.run({"device": "cpu", "collectives": ["all_reduce"], "sizes_bytes": [4096],
+                         "iterations": 2, "warmup_iterations": 1}, lambda *_: None)
+    assert "CPU" in r["environment"]["energy_note"]
+    assert [(p["time"]["energy"], p["joules_per_run_all_ranks"], p["watts_all_ranks"]) for p in r["points"]] \
+        == [(None, None, None)]
