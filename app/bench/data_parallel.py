@@ -94,7 +94,8 @@ def rank_step(rank: int, world: int, raw: dict, report) -> dict:
         progress=lambda i: report(p.warmup_steps * 2 + p.steps + i, total, f"step {i}/{p.steps}"),
         agree=lambda runs: launcher.largest(runs, device))
     energy.per_unit(whole.energy, tokens=p.batch_size * p.seq_len)
-    # Each rank's joules per step and watts, summed over ranks; `counted` ranks had a figure.
+    # Each rank's joules per step and watts, summed over ranks; the third sum counts the ranks that
+    # had a figure (a sum is reported only when every rank had one).
     mine = whole.energy
     summed = torch.tensor([0.0, 0.0, 0.0] if mine is None else [mine.joules_per_iteration, mine.watts, 1.0],
                           dtype=torch.float64, device=device)

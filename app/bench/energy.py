@@ -115,8 +115,10 @@ def back_to_back(device, phases: list[Callable[[], object]], *, seconds_per_iter
                  agree: Callable[[int], int] | None = None) -> Energy | None:
     """Run `phases` in order, back to back, ceil(WINDOW_S / seconds_per_iteration) times (at least
     once) inside an NVML window on `device`; None on a CPU or without NVML. `agree` turns the
-    count into one every rank of a distributed job runs (the largest), so none waits on another."""
-    from app.bench.timer import sync  # torch's side; this module's rule stays importable without it
+    count into one every rank of a distributed job runs (the largest, an all-reduce every rank
+    on a GPU makes), so none waits in a collective for a rank that stopped."""
+    # Here, not above: the timer imports this module, and the rule itself needs no torch.
+    from app.bench.timer import sync
 
     if device.type != "cuda":
         return None
@@ -126,7 +128,9 @@ def back_to_back(device, phases: list[Callable[[], object]], *, seconds_per_iter
     chunk = max(1, int(CHUNK_S / max(seconds_per_iteration, 1e-9)))
     sync(device)
     with nvml.window(nvml.torch_uuid(device.index or 0), INTERVAL_S) as window:
-        if window is None:
+        # No NVML: nothing to read. A distributed job's ranks run on regardless, so a rank that
+        # cannot read its GPU still joins every collective the others make.
+        if window is None and agree is None:
             return None
         done = 0
         while done < runs:
@@ -135,7 +139,7 @@ def back_to_back(device, phases: list[Callable[[], object]], *, seconds_per_iter
                     phase()
             done = min(runs, done + chunk)
             sync(device)
-    return of_window(window, runs)
+    return None if window is None else of_window(window, runs)
 
 
 def note(device) -> str:
