@@ -3,6 +3,7 @@ bytes, numpy's dtypes and a real memmapped file, shards and shares worked by han
 torch.save of a model and AdamW's state."""
 
 import io
+import json
 import os
 
 import numpy as np
@@ -197,3 +198,23 @@ def test_measured_disk_rates_need_a_checkpoint_probe_run(make_api):
         body = {"model": "gpt2", "write_bytes_per_s": "1GB", "read_bytes_per_s": "1GB", field: "measured"}
         refused = assert_names_field(api.post(CHECKPOINT, body), field)
         assert "checkpoint probe" in refused["message"]
+
+
+def test_tally_calc_data_and_checkpoint(capsys):
+    """`tally calc data dataset` and `tally calc checkpoint` come from the route table and print
+    the API's answer, indented; a refusal exits 2 with the field named."""
+    from app.cli import main
+
+    assert main(["calc", "data", "dataset", "--tokens", "1.4T", "--vocab-size", "32000", "--shard-bytes",
+                 "1GB"]) == 0
+    out = capsys.readouterr().out
+    answer = json.loads(out)
+    assert answer["bytes"] == 2.8e12 and answer["shards"]["count"] == 2800  # 2.8e12 / 1e9
+    assert '\n  "bytes": 2800000000000,\n' in out  # indented, one figure a line
+    assert main(["calc", "checkpoint", "--model", "1e9", "--precision", "fp32", "--write-bytes-per-s", "1GB",
+                 "--read-bytes-per-s", "1GB", "--every-n-steps", "100", "--step-seconds", "0.88"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["write_seconds"] == 12.0 and plan["schedule"]["share_of_run"] == pytest.approx(0.12)
+    assert main(["calc", "checkpoint", "--model", "gpt2", "--write-bytes-per-s", "0",
+                 "--read-bytes-per-s", "1GB"]) == 2
+    assert "write_bytes_per_s" in json.loads(capsys.readouterr().err)["message"]
