@@ -15,7 +15,7 @@ router = APIRouter(prefix="/data", tags=["data"])
 
 # The course's LLaMA figure: 1.4T tokens at 2 bytes each, 2.8e12 bytes; and a run reading it.
 DATASET = examples(
-    llama_1_4t_tokens_in_uint16={"tokens": 1.4e12, "vocab_size": 32000},
+    llama_1_4t_tokens_in_uint16={"tokens": "1.4T", "vocab_size": 32000},
     llama3_data_in_1gb_shards_fed_at_4m_tokens_per_s={
         "tokens": "15T", "model": "llama3-8b", "shard_bytes": "1GB", "tokens_per_s": 4e6, "seq_len": 8192,
         "storage_read_bytes_per_s": "2GB"})
