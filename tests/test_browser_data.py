@@ -27,6 +27,8 @@ def test_data_page_opens_on_the_courses_llama_figure(watched, base_url):  # noqa
     # 1.4e12 tokens at 1e6 a second take 1.4e6 s = 16.2 days.
     expect(page.get_by_test_id("read-rate")).to_have_text("2.00 MB/s")
     expect(page.get_by_test_id("epoch")).to_have_text("16.2 days")
+    # Cold reads in 4,096-byte pages: 1 + 1024 x 2 / 4096 = 1.5 pages a sequence, 1e6 / 1024 sequences/s.
+    expect(page.get_by_test_id("page-rate")).to_have_text("6.00 MB/s")
     expect(page.get_by_test_id("shards")).to_have_text("2,800")  # 2.8e12 bytes in 1 GB files
     # The API answers the same body with the same bytes.
     api = httpx.post(base_url + "/api/v1/data/dataset", json={"tokens": 1.4e12, "vocab_size": 32000}).json()

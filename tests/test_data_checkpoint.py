@@ -102,7 +102,23 @@ def test_the_loader_reads_seq_len_plus_one_ids_per_sequence(api):
     needed = 1e6 * ids_read / x.size * 2  # training tokens/s x ids read per training token x 2 bytes
     assert loader["read_bytes_per_s"] == pytest.approx(needed) == 2_001_953.125
     assert loader["epoch_seconds"] == 1e6  # 1e12 tokens at 1e6 a second
-    assert loader["headroom"] == pytest.approx(2e9 / 2_001_953.125)
+    # Cold reads come in 4 KiB pages: a 2,050-byte sequence touches 1.5 pages on average (below).
+    assert loader["page_read_bytes_per_s"] == pytest.approx(1e6 / seq_len * 1.5 * 4096) == 6e6
+    assert loader["headroom"] == pytest.approx(2e9 / 6e6)
+
+
+@pytest.mark.parametrize("dtype,seq_len", [("uint16", 1024), ("uint16", 100), ("uint32", 8192), ("int64", 3)])
+def test_pages_per_sequence_is_the_average_over_every_start(api, dtype, seq_len):
+    """Every token-aligned start within a 4,096-byte page, enumerated: the pages that seq_len + 1
+    ids from there touch, averaged (a dataset far longer than a page makes each start as likely)."""
+    page, size = 4096, np.dtype(dtype).itemsize
+    starts = np.arange(0, page, size)
+    last = starts + (seq_len + 1) * size - 1  # the last byte read
+    touched = last // page - starts // page + 1
+    answer = api.ok(DATA, {"tokens": 1e9, "dtype": dtype, "tokens_per_s": 1e5, "seq_len": seq_len})["loader"]
+    assert answer["page_bytes"] == os.sysconf("SC_PAGE_SIZE") == page  # this box's page, the default
+    assert answer["pages_per_sequence"] == pytest.approx(touched.mean())
+    assert answer["page_read_bytes_per_s"] == pytest.approx(1e5 / seq_len * touched.mean() * page)
 
 
 @pytest.mark.parametrize("body,field", [
@@ -117,6 +133,8 @@ def test_the_loader_reads_seq_len_plus_one_ids_per_sequence(api):
     ({"tokens": 10, "vocab_size": 3, "tokens_per_s": 10, "seq_len": 8, "storage_read_bytes_per_s": 0},
      "storage_read_bytes_per_s"),
     ({"tokens": 10, "vocab_size": 3, "storage_read_bytes_per_s": "1GB"}, "tokens_per_s"),
+    ({"tokens": 10, "dtype": "uint32", "tokens_per_s": 10, "seq_len": 8, "page_bytes": 4098}, "page_bytes"),
+    ({"tokens": 10, "vocab_size": 3, "page_bytes": 0}, "page_bytes"),
     ({"tokens": 10}, "vocab_size"),  # "auto" needs a vocabulary
     ({"tokens": 10, "vocab_size": 3, "model": "gpt2"}, "vocab_size"),
     ({"tokens": 10, "model": "gpt-9"}, "model"),

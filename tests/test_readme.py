@@ -148,6 +148,11 @@ def test_readme_states_the_data_and_checkpoint_figures(api):
     rate = 4e6 * 8193 / 8192 * 4  # tokens/s x ids read per training token x 4 bytes (uint32)
     assert fed["loader"]["read_bytes_per_s"] == rate
     assert f"({rate / 1e6:.1f} MB/s for the second example)" in text
+    cold = api.ok("/api/v1/data/dataset", {"tokens": 1e9, "vocab_size": 32000, "tokens_per_s": 1e6,
+                                           "seq_len": 1024})["loader"]
+    asked = 1025 * 2  # bytes a sequence asks for; its pages: (1 + 1024 x 2 / 4096) x 4096 bytes
+    assert round(cold["page_read_bytes_per_s"] / cold["read_bytes_per_s"]) == round(1.5 * 4096 / asked) == 3
+    assert "costs `page_read_bytes_per_s`, 3× the bytes asked for at seq_len 1024 in uint16" in text
     body = {"model": "llama3-8b", "write_bytes_per_s": "2GB", "read_bytes_per_s": "2GB",
             "every_n_steps": 1000,
             "step_seconds": 1.5}

@@ -10,6 +10,15 @@ from each: inputs x = data[i : i + seq_len], targets y = data[i + 1 : i + seq_le
 batch of B x seq_len training tokens therefore reads B x (seq_len + 1) ids, and a run that
 trains on tokens_per_s tokens a second reads tokens_per_s x (seq_len + 1) / seq_len x itemsize
 bytes a second from the file.
+
+Storage serves whole pages. np.memmap reads through the page cache, in pages of PAGE_BYTES (the
+base page of x86-64 and most arm64 Linux: `getconf PAGESIZE` prints 4096; mmap(2) maps whole
+pages). A sequence of L = (seq_len + 1) x itemsize bytes from a random token-aligned start touches
+ceil or ceil + 1 pages; averaged over the starts, 1 + seq_len x itemsize / page_bytes pages (each
+of its seq_len inner token boundaries is a page boundary with chance itemsize / page_bytes). On a
+cold read (a dataset larger than the page cache) the storage then serves page_bytes + seq_len x
+itemsize bytes per sequence, not L: for short sequences of small ids, several times what is asked.
+Readahead (Linux reads up to read_ahead_kb, 128 KiB by default, past a faulted page) may read more.
 """
 
 import math
@@ -26,6 +35,7 @@ TokenDtype = Literal["auto", "uint16", "uint32", "int32", "int64"]
 # np.iinfo(d).max; tests compare them with numpy's own).
 ITEMSIZE_BYTES = {"uint16": 2, "uint32": 4, "int32": 4, "int64": 8}
 MAX_ID = {"uint16": 2**16 - 1, "uint32": 2**32 - 1, "int32": 2**31 - 1, "int64": 2**63 - 1}
+PAGE_BYTES = 4096  # Linux's base page on x86-64 (getconf PAGESIZE); the unit the page cache reads
 
 
 def token_dtype(requested: TokenDtype, vocab_size: int | None) -> tuple[str, str]:
@@ -80,11 +90,18 @@ class Loader:
     """tokens / tokens_per_s: how long one pass over the dataset takes at this rate, reading at
     read_bytes_per_s all the while."""
     epoch_hours: float
+    page_bytes: int
+    """The page the storage is read in."""
+    pages_per_sequence: float
+    """1 + seq_len x itemsize / page_bytes: pages one sequence touches, averaged over random starts."""
+    page_read_bytes_per_s: float
+    """tokens_per_s / seq_len sequences a second x pages_per_sequence x page_bytes: what the storage
+    serves when no page is cached (a dataset larger than memory)."""
     storage_read_bytes_per_s: float | None
     """The storage's sustained read rate, as given; null when not given."""
     headroom: float | None
-    """storage_read_bytes_per_s / read_bytes_per_s: above 1 the storage keeps up with that margin;
-    null without a storage rate."""
+    """storage_read_bytes_per_s / page_read_bytes_per_s: above 1 the storage keeps up with cold
+    reads with that margin; null without a storage rate."""
 
     __pydantic_config__ = RECORD
 
@@ -126,20 +143,25 @@ def shards(total_bytes: int, shard_bytes: int, itemsize: int) -> Shards:
                   tokens_per_full_shard=shard_bytes // itemsize, aligned=shard_bytes % itemsize == 0)
 
 
-def loader(*, tokens: int, itemsize: int, tokens_per_s: float, seq_len: int,
+def loader(*, tokens: int, itemsize: int, tokens_per_s: float, seq_len: int, page_bytes: int = PAGE_BYTES,
            storage_read_bytes_per_s: float | None) -> Loader:
+    if page_bytes % itemsize:  # the page-count average needs every page boundary on a token boundary
+        raise InvalidInput("page_bytes", f"must be a multiple of the token's {itemsize} bytes")
     ratio = (seq_len + 1) / seq_len
     needed = tokens_per_s * ratio * itemsize
+    pages = 1 + seq_len * itemsize / page_bytes
+    cold = tokens_per_s / seq_len * pages * page_bytes
     epoch = tokens / tokens_per_s
     return Loader(tokens_per_s=tokens_per_s, seq_len=seq_len, ids_read_per_training_token=ratio,
                   read_bytes_per_s=needed, epoch_seconds=epoch, epoch_hours=epoch / 3600,
+                  page_bytes=page_bytes, pages_per_sequence=pages, page_read_bytes_per_s=cold,
                   storage_read_bytes_per_s=storage_read_bytes_per_s,
-                  headroom=None if storage_read_bytes_per_s is None else storage_read_bytes_per_s / needed)
+                  headroom=None if storage_read_bytes_per_s is None else storage_read_bytes_per_s / cold)
 
 
 def dataset(*, tokens: int, dtype: TokenDtype = "auto", vocab_size: int | None = None,
             shard_bytes: int | None = None, tokens_per_s: float | None = None, seq_len: int | None = None,
-            storage_read_bytes_per_s: float | None = None) -> Dataset:
+            page_bytes: int = PAGE_BYTES, storage_read_bytes_per_s: float | None = None) -> Dataset:
     """Bytes of `tokens` ids in `dtype`, cut into shards of `shard_bytes`, read at `tokens_per_s`."""
     chosen, why = token_dtype(dtype, vocab_size)
     itemsize = ITEMSIZE_BYTES[chosen]
@@ -155,10 +177,11 @@ def dataset(*, tokens: int, dtype: TokenDtype = "auto", vocab_size: int | None =
             raise InvalidInput("seq_len", "give seq_len with tokens_per_s: get_batch reads seq_len + 1 ids "
                                           "per sequence of seq_len training tokens")
         feed = loader(tokens=tokens, itemsize=itemsize, tokens_per_s=tokens_per_s, seq_len=seq_len,
-                      storage_read_bytes_per_s=storage_read_bytes_per_s)
+                      page_bytes=page_bytes, storage_read_bytes_per_s=storage_read_bytes_per_s)
         assumptions.append("get_batch reads seq_len + 1 consecutive ids per sequence (inputs and the shifted "
-                           "targets), from a random start: read_bytes_per_s counts the bytes asked for, not "
-                           "the pages the operating system reads around them")
+                           "targets), from a random start: read_bytes_per_s counts the bytes asked for")
+        assumptions.append(f"the storage serves whole {page_bytes}-byte pages: page_read_bytes_per_s is what "
+                           "a cold read (nothing cached) costs, before readahead; the headroom is against it")
     elif storage_read_bytes_per_s is not None:
         raise InvalidInput("tokens_per_s", "give tokens_per_s (and seq_len) for the loader's headroom "
                                            "against storage_read_bytes_per_s")

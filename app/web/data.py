@@ -22,6 +22,7 @@ PAGE = Calculator(
      Input("shard_bytes", "Shard size", "1GB", "bytes per file: 1GB, 512MiB; empty for one file"),
      Input("tokens_per_s", "Training tokens/s", "1e6", "all GPUs together; empty to skip the loader"),
      Input("seq_len", "Sequence length", "1024", "tokens per sequence: get_batch reads one more"),
+     Input("page_bytes", "Page size", hint="bytes storage serves per read (Linux: 4096)", more=True),
      Input("storage_read_bytes_per_s", "Storage read rate", "2GB", "bytes/s the storage sustains: 2GB is 2e9 "
            "bytes/s")))
 

@@ -29,6 +29,9 @@ class DatasetRequest(Input):
                           "needs; with seq_len.")
     seq_len: sequence_length(1, 10_000_000) | None = Field(
         None, description="Tokens per training sequence: get_batch reads seq_len + 1 ids for each.")
+    page_bytes: byte_count(1, 2**30) = Field(
+        dataset.PAGE_BYTES, description="The page storage is read in (np.memmap reads through the page "
+                                        "cache): Linux's base page on x86-64, 4096 bytes (getconf PAGESIZE).")
     storage_read_bytes_per_s: Rate | None = Field(
         None, description='The storage\'s sustained read rate in bytes/s ("2GB" is 2e9 bytes/s), for the '
                           "loader's headroom; with tokens_per_s.")
@@ -45,5 +48,5 @@ def vocabulary(body: DatasetRequest) -> int | None:
 def answer(body: DatasetRequest) -> dataset.Dataset:
     return dataset.dataset(
         tokens=body.tokens, dtype=body.dtype, vocab_size=vocabulary(body), shard_bytes=body.shard_bytes,
-        tokens_per_s=body.tokens_per_s, seq_len=body.seq_len,
+        tokens_per_s=body.tokens_per_s, seq_len=body.seq_len, page_bytes=body.page_bytes,
         storage_read_bytes_per_s=body.storage_read_bytes_per_s)
