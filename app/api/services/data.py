@@ -24,7 +24,7 @@ class DatasetRequest(Input):
         None, description="A catalogue model (GET /api/v1/models) whose vocabulary the ids come from.")
     shard_bytes: Bytes | None = Field(
         None, description='Cut the file into shards of this many bytes ("1GB", "512MiB"); null: one file.')
-    tokens_per_s: number(gt=0, le=1e13) | None = Field(
+    tokens_per_s: number(ge=1e-3, le=1e13) | None = Field(  # >= 1e-3 keeps epoch_seconds finite
         None, description="Training tokens the run consumes a second (all GPUs), for the read bandwidth it "
                           "needs; with seq_len.")
     seq_len: sequence_length(1, 10_000_000) | None = Field(
