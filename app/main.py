@@ -60,6 +60,10 @@ TAGS = [
                                              "reports them."},
     {"name": "planning", "description": "Training layouts over many GPUs: data, tensor, pipeline and expert "
                                         "parallelism searched, timed and sized."},
+    {"name": "data", "description": "A tokenized dataset on disk: bytes by token dtype, shards, and the read "
+                                    "bandwidth a run needs."},
+    {"name": "checkpoints", "description": "A checkpoint's bytes, its write and read time, and the share "
+                                           "of a run spent saving it."},
     {"name": "hardware", "description": "Accelerator catalogue: dense peaks, memory, bandwidth."},
     {"name": "jobs", "description": "Benchmark probes queued and run on this server's device."},
     {"name": "device", "description": "The worker's device and what it has measured."},

@@ -20,6 +20,8 @@ CALCULATORS = {  # path: the smallest body it answers
     "/api/v1/dtypes/encode": {"value": 0.1, "dtype": "bf16"},
     "/api/v1/comm/collective": {"collective": "all_reduce", "bytes": 1024, "ranks": 2, "gpu": "h100-sxm"},
     "/api/v1/plan/training": {"model": "gpt2", "gpu": "h100-sxm", "num_gpus": 2, "global_batch_sequences": 4},
+    "/api/v1/data/dataset": {"tokens": 1000, "vocab_size": 50257},
+    "/api/v1/checkpoint": {"model": "gpt2", "write_bytes_per_s": 1e9, "read_bytes_per_s": 1e9},
 }
 
 

@@ -37,6 +37,10 @@ SERVE_EVERY_ROUTE = textwrap.dedent("""
                                                "weight_format": "nf4"},
                 "/api/v1/inference/time": {"model": "deepseek-v2-lite", "gpu": "h100-sxm",
                                            "weight_format": "fp8_e4m3"},
+                "/api/v1/data/dataset": {"tokens": 1000, "vocab_size": 50257, "tokens_per_s": 10,
+                                         "seq_len": 8},
+                "/api/v1/checkpoint": {"model": "gpt2", "write_bytes_per_s": "1GB",
+                                       "read_bytes_per_s": "1GB"},
             }
             for path, body in calls.items():
                 assert (await c.post(path, json=body)).status_code == 200, path

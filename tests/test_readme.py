@@ -134,3 +134,32 @@ def test_readme_states_the_plan_figures(api):
     gb = best["memory_bytes"] / 1e9
     assert f"{gb:.1f} GB per GPU; its {bd['data_parallel_total']:.2f} s of ZeRO-3" in text
     assert bd["data_parallel"] == 0 and f"{bd['tensor_parallel']:.2f} s of tensor-parallel" in text
+
+
+def test_readme_states_the_data_and_checkpoint_figures(api):
+    """The README's dataset and checkpoint figures: by hand, and the API's."""
+    text = " ".join(README.split())
+    llama = api.ok("/api/v1/data/dataset", {"tokens": "1.4T", "vocab_size": 32000})
+    assert llama["bytes"] == 1.4e12 * 2 and "2.8e12 bytes (2,800 GB)" in text
+    fed = api.ok("/api/v1/data/dataset", {
+        "tokens": "15T", "model": "llama3-8b", "shard_bytes": "1GB", "tokens_per_s": 4e6, "seq_len": 8192,
+        "storage_read_bytes_per_s": "2GB"})
+    assert fed["bytes"] == 15e12 * 4 and "15T tokens are 60,000 GB" in text
+    rate = 4e6 * 8193 / 8192 * 4  # tokens/s x ids read per training token x 4 bytes (uint32)
+    assert fed["loader"]["read_bytes_per_s"] == rate
+    assert f"({rate / 1e6:.1f} MB/s for the second example)" in text
+    cold = api.ok("/api/v1/data/dataset", {"tokens": 1e9, "vocab_size": 32000, "tokens_per_s": 1e6,
+                                           "seq_len": 1024})["loader"]
+    asked = 1025 * 2  # bytes a sequence asks for; its pages: (1 + 1024 x 2 / 4096) x 4096 bytes
+    assert round(cold["page_read_bytes_per_s"] / cold["read_bytes_per_s"]) == round(1.5 * 4096 / asked) == 3
+    assert "costs `page_read_bytes_per_s`, 3× the bytes asked for at seq_len 1024 in uint16" in text
+    body = {"model": "llama3-8b", "write_bytes_per_s": "2GB", "read_bytes_per_s": "2GB",
+            "every_n_steps": 1000,
+            "step_seconds": 1.5}
+    saved = api.ok("/api/v1/checkpoint", body)
+    write_s = 8_030_261_248 * 14 / 2e9  # Llama-3-8B's parameters x 14 bytes at 2e9 bytes/s
+    assert saved["write_seconds"] == write_s
+    assert f"{saved['checkpoint_bytes'] / 1e9:.1f} GB for Llama-3-8B" in text
+    share = write_s / (1000 * 1.5 + write_s)
+    assert saved["schedule"]["share_of_run"] == share
+    assert f"{write_s:.1f} s every 1,000 steps of 1.5 s is {100 * share:.2f}% of the run" in text

@@ -100,6 +100,14 @@ def state_bytes_per_param(precision: str, optimizer: str) -> StateBytes:
                       master_weights=p.master, total=p.param + p.grad + opt + p.master)
 
 
+def checkpoint_bytes(params: int, precision: str, optimizer: str) -> int:
+    """What a full checkpoint of `params` parameters holds: parameters, master weights and optimizer
+    state (no gradients, no activations), in bytes. TrainingMemory.checkpoint_bytes and the checkpoint
+    calculator (app/accounting/checkpoint.py) both read it here."""
+    per = state_bytes_per_param(precision, optimizer)
+    return math.ceil(params * (per.parameters + per.master_weights + per.optimizer_state))
+
+
 @dataclass(slots=True)
 class ActivationDetail:
     """Activation bytes on one GPU of the reported pipeline stage."""
@@ -345,7 +353,7 @@ def training_memory(
         activations=None if detail is None else detail.total, transient=transient, total=total,
         total_gib=total / GIB,
         model_state_bytes=math.ceil(n_params * per.total),
-        checkpoint_bytes=math.ceil(n_params * (per.parameters + per.master_weights + per.optimizer_state)),
+        checkpoint_bytes=checkpoint_bytes(n_params, precision, optimizer),
         pipeline_stage=stage, gpu=None if gpu is None else gpu.id,
         gpu_memory_bytes=None if gpu is None else gpu.memory_bytes,
         fits=None if gpu is None else total <= gpu.memory_bytes,

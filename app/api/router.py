@@ -14,7 +14,9 @@ from fastapi import FastAPI
 from fastapi.routing import APIRoute, APIRouter
 
 from app.api.routes import (
+    checkpoint,
     comm,
+    data,
     device,
     dtypes,
     finetune,
@@ -34,7 +36,7 @@ from app.api.routes import (
 PREFIX = "/api/v1"
 # Tried in this order: the calculators most called first, catalogue reads last.
 MODULES = (memory, inference, flops, time, finetune, fit, comm, plan, tensors, dtypes, models, hardware, jobs,
-           device, fleet)
+           device, fleet, data, checkpoint)
 _ROUTE_OPTIONS = tuple(name for name in inspect.signature(APIRouter.add_api_route).parameters
                        if name not in ("self", "path", "endpoint"))
 

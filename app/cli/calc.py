@@ -31,6 +31,9 @@ EXAMPLES = """examples:
   tally calc inference time --model llama3.1-70b --weight-format fp8 --gpu h100-sxm --num-gpus 2 \\
       --tensor-parallel 2
   tally calc inference capacity --model llama3.1-8b --gpu l4 --context 8k --concurrency 4
+  tally calc data dataset --tokens 1.4T --vocab-size 32000 --shard-bytes 1GB
+  tally calc checkpoint --model llama3-8b --write-bytes-per-s 2GB --read-bytes-per-s 2GB \\
+      --every-n-steps 1000 --step-seconds 1.5
   tally calc dtypes encode --value 0.15625 --dtype float32
   tally calc models import --json @config.json
   tally calc hardware get h100-sxm"""

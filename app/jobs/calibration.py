@@ -143,3 +143,31 @@ def calibration(store: Store, device: DeviceInfo) -> Calibration:
         bandwidth.runs_considered = len(copies)
     return Calibration(device=device.name, catalogue_id=device.catalogue_id, matmul=peaks,
                        train_step=best_steps, bandwidth=bandwidth)
+
+
+@dataclass(slots=True)
+class CheckpointDisk:
+    """The best recent checkpoint probe run on this device: the disk rates a checkpoint was
+    written and read back at (the probe's write_bytes_per_s and read_bytes_per_s)."""
+
+    write_bytes_per_s: float
+    read_bytes_per_s: float
+    job_id: int
+    measured_at: datetime
+    runs_considered: int = 1
+
+    __pydantic_config__ = RECORD
+
+
+def checkpoint_disk(store: Store, device: DeviceInfo) -> CheckpointDisk | None:
+    """By the rule above: of the last WINDOW succeeded checkpoint runs on this device, the one
+    that wrote fastest (its read rate beside it); None before any has run."""
+    runs = [CheckpointDisk(write_bytes_per_s=job.result.write_bytes_per_s,
+                           read_bytes_per_s=job.result.read_bytes_per_s, job_id=job.id,
+                           measured_at=_when(job))
+            for job in store.latest(probe="checkpoint", limit=LOOKBACK) if _here(job, device)][:WINDOW]
+    if not runs:
+        return None
+    best = max(runs, key=lambda run: run.write_bytes_per_s)
+    best.runs_considered = len(runs)
+    return best

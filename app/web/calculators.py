@@ -15,7 +15,7 @@ from app.api.responses import jsonable
 from app.api.services import dtypes, flops, memory, tensors, time
 from app.contract.schemas import engine_model
 from app.jobs.store import Store
-from app.web import fit, forms, inference, numbers, scale
+from app.web import data, fit, forms, inference, numbers, scale
 from app.web.spec import Calculator, Compute, Input, choices
 
 __all__ = ["CALCULATORS", "Calculator", "Input", "choices", "flops_label"]
@@ -218,4 +218,6 @@ CALCULATORS = {c.slug: c for c in (
     fit.PAGE,
     scale.PAGE,
     scale.COLLECTIVE,
+    data.PAGE,
+    data.CHECKPOINT,
 )}

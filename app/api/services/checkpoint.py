@@ -1,0 +1,70 @@
+"""A checkpoint's size, its write and read times, and the share of a run spent saving it."""
+
+from typing import Literal
+
+from pydantic import Field
+
+from app import device
+from app.accounting import checkpoint, memory
+from app.accounting.errors import InvalidInput
+from app.accounting.models import count_params
+from app.api.services.memory import TrainingMemoryRequest
+from app.contract.fields import Input, byte_count, count, number
+from app.contract.schemas import ModelOrParams, engine_model
+from app.jobs import calibration
+from app.jobs.store import Store
+
+_MEMORY = TrainingMemoryRequest.model_fields  # the same model, precision and optimizer inputs
+DiskRate = byte_count(1, 10**15) | Literal["measured"]
+MEASURED = ('"measured": the checkpoint probe\'s rate on this server (the best of its recent runs, '
+            "as GET /api/v1/calibration picks)")
+
+
+class CheckpointRequest(Input):
+    model: ModelOrParams
+    precision: memory.Precision = Field(_MEMORY["precision"].default,
+                                        description=_MEMORY["precision"].description)
+    optimizer: memory.Optimizer = Field(_MEMORY["optimizer"].default, description="The optimizer whose state "
+                                        "the checkpoint holds (AdamW: two moments per parameter).")
+    write_bytes_per_s: DiskRate = Field(
+        description='Disk write rate in bytes/s ("2GB" is 2e9 bytes/s; no default: disks differ by 100x), or '
+                    + MEASURED + ".")
+    read_bytes_per_s: DiskRate = Field(
+        description='Disk read rate in bytes/s, for a restart\'s load ("2GB" is 2e9 bytes/s), or '
+                    + MEASURED + ".")
+    keep_last: count(1, 1_000_000) = Field(1, description="Checkpoints kept on disk at once (storage_bytes).")
+    every_n_steps: count(1, 10**12) | None = Field(
+        None, description="Save every this many steps; with step_seconds (the share of the run) and/or "
+                          "total_steps (how many saves).")
+    step_seconds: number(gt=0, le=1e9) | None = Field(None, description="Seconds one training step takes.")
+    total_steps: count(1, 10**12) | None = Field(None, description="Steps of the whole run.")
+
+
+def reads_store(body: CheckpointRequest) -> bool:
+    """Whether `answer` reads the job database (keep it off an event loop then)."""
+    return "measured" in (body.write_bytes_per_s, body.read_bytes_per_s)
+
+
+def _rate(field: str, value: int | str, disk: calibration.CheckpointDisk | None) -> tuple[float, str]:
+    if value != "measured":
+        return float(value), "given"
+    if disk is None:
+        raise InvalidInput(field, "no checkpoint probe has measured this server's disk yet: run one (the "
+                                  'benchmarks page, or POST /api/v1/jobs {"probe": "checkpoint"}), or give a '
+                                  "number of bytes/s")
+    rate = disk.write_bytes_per_s if field == "write_bytes_per_s" else disk.read_bytes_per_s
+    return rate, f"measured: checkpoint job {disk.job_id} at {disk.measured_at.isoformat()}"
+
+
+def answer(body: CheckpointRequest, *, store: Store) -> checkpoint.CheckpointTime:
+    """`store` is read only for a measured rate."""
+    params = body.model if isinstance(body.model, int) else count_params(engine_model(body.model)).total
+    disk = calibration.checkpoint_disk(store, device.describe()) if reads_store(body) else None
+    write, write_source = _rate("write_bytes_per_s", body.write_bytes_per_s, disk)
+    read, read_source = _rate("read_bytes_per_s", body.read_bytes_per_s, disk)
+    return checkpoint.checkpoint_time(
+        params=params, precision=body.precision, optimizer=body.optimizer,
+        checkpoint_bytes=memory.checkpoint_bytes(params, body.precision, body.optimizer),
+        write_bytes_per_s=write, read_bytes_per_s=read, write_source=write_source, read_source=read_source,
+        keep_last=body.keep_last, every_n_steps=body.every_n_steps, step_seconds=body.step_seconds,
+        total_steps=body.total_steps)
