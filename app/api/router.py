@@ -17,6 +17,7 @@ from app.api.routes import (
     comm,
     device,
     dtypes,
+    energy,
     finetune,
     fit,
     fleet,
@@ -34,7 +35,7 @@ from app.api.routes import (
 PREFIX = "/api/v1"
 # Tried in this order: the calculators most called first, catalogue reads last.
 MODULES = (memory, inference, flops, time, finetune, fit, comm, plan, tensors, dtypes, models, hardware, jobs,
-           device, fleet)
+           device, fleet, energy)
 _ROUTE_OPTIONS = tuple(name for name in inspect.signature(APIRouter.add_api_route).parameters
                        if name not in ("self", "path", "endpoint"))
 
