@@ -20,6 +20,7 @@ CALCULATORS = {  # path: the smallest body it answers
     "/api/v1/dtypes/encode": {"value": 0.1, "dtype": "bf16"},
     "/api/v1/comm/collective": {"collective": "all_reduce", "bytes": 1024, "ranks": 2, "gpu": "h100-sxm"},
     "/api/v1/plan/training": {"model": "gpt2", "gpu": "h100-sxm", "num_gpus": 2, "global_batch_sequences": 4},
+    "/api/v1/energy": {"gpu_hours": 1, "power_watts": 400},
 }
 
 
