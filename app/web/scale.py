@@ -97,7 +97,7 @@ def _charts(body: Any, answer: dict, jobs: Store) -> dict:
 
 
 def _plan(form: Any, jobs: Store) -> Any:
-    return service.plan_training(request(form))
+    return service.plan_training(request(form), jobs)
 
 
 LIST = "comma-separated; empty for any valid"
