@@ -184,3 +184,13 @@ def test_readme_states_the_time_examples_energy(api):
     e = api.ok(TIME, course)["energy"]
     assert f"{e['gpu_hours']:,.0f}\nGPU-hours" in readme or f"{e['gpu_hours']:,.0f} GPU-hours" in readme
     assert f"{e['energy_mwh']:,.1f} MWh" in readme and f"{e['co2e_tonnes']:,.1f} tCO2eq" in readme
+
+
+def test_the_time_page_shows_energy_and_co2e_beside_days(api):
+    """1 hour on 4 H100s (as above; 6 x 1.1874e9 x 1e9 = 989.5e12 x 4 x 0.5 x 3600 FLOPs) at the page's
+    inputs: 4 x 700 W x 0.5 x 1.2 = 1.68 kWh; x 57 g = 95.8 g."""
+    page = api.get("/ui/time?params=1.1874e9&tokens=1e9&gpu=h100-sxm&num_gpus=4&mfu=0.5&power_utilization=0.5"
+                   "&pue=1.2&region=france").text
+    assert 'data-testid="energy">1.68 kWh<' in page and 'data-testid="co2e">95.8 g<' in page
+    tpu = api.get("/ui/time?params=1e9&tokens=1e10&gpu=tpu-v5e").text
+    assert 'data-testid="energy"' not in tpu and "no board power for this GPU" in tpu

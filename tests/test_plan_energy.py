@@ -6,6 +6,7 @@ import math
 
 import pytest
 
+from app.web.numbers import kwh, sig
 from tests.conftest import assert_names_field
 
 PLAN = "/api/v1/plan/training"
@@ -57,3 +58,12 @@ def test_a_gpu_without_a_board_power_plans_without_energy(api):
                                          ({"training_tokens": 0}, "training_tokens")])
 def test_bad_energy_inputs_are_422_naming_the_field(api, extra, field):
     assert_names_field(api.post(PLAN, BODY | extra), field)
+
+
+def test_the_scale_page_lists_joules_per_token_and_the_runs_energy(api):
+    answer = api.ok(PLAN, BODY | {"top_k": 5, "training_tokens": 10**9})
+    page = api.get("/ui/scale?model=gpt2&gpu=h100-sxm&num_gpus=8&global_batch_sequences=64&seq_len=1024"
+                   "&training_tokens=1e9").text
+    first = answer["best"][0]["step_seconds"] * 8 * 700 * 1.1 / TOKENS_PER_STEP
+    assert f'data-testid="energy-1">{sig(first)}<' in page
+    assert f'data-testid="run-energy">{kwh(answer["energy"]["run"]["energy_kwh"])}<' in page
