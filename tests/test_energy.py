@@ -110,6 +110,7 @@ def test_time_without_a_board_power_answers_without_energy(api):
     ({"gpu_hours": 1, "gpu": "h100-sxm", "power_utilization": 0}, "power_utilization"),
     ({"gpu_hours": 1, "gpu": "h100-sxm", "power_utilization": 1.5}, "power_utilization"),
     ({"gpu_hours": 1, "power_watts": 100, "power_utilization": 0.5}, "power_utilization"),
+    ({"gpu_hours": 1, "power_watts": 100, "region": "world", "grid_g_per_kwh": 50}, "grid_g_per_kwh"),
     ({"gpu_hours": 1, "power_watts": 100, "grid_g_per_kwh": -1}, "grid_g_per_kwh"),
     ({"gpu_hours": 1, "power_watts": 100, "region": "france", "grid_g_per_kwh": 50}, "grid_g_per_kwh"),
     ({"gpu_hours": 1}, "power_watts"),
@@ -120,6 +121,15 @@ def test_time_without_a_board_power_answers_without_energy(api):
 ])
 def test_bad_input_is_422_naming_the_field(api, body, field):
     assert_names_field(api.post(ENERGY, body), field)
+
+
+def test_a_default_beside_what_replaces_it_is_no_conflict(api):
+    """A page's form sends every default: utilisation 1 beside a power, the default region beside a
+    number. Neither changes the answer: 10 GPU-hours x 250 W x PUE 1.1 = 2.75 kWh; x 200 g = 550 g."""
+    answer = api.ok(ENERGY, {"gpu_hours": 10, "power_watts": 250, "power_utilization": 1,
+                             "region": "us-average", "grid_g_per_kwh": 200})
+    assert answer["energy_kwh"] == pytest.approx(2.75) and answer["co2e_kg"] == pytest.approx(0.55)
+    assert answer["grid_region"] is None and answer["power_source"] == "given"
 
 
 def test_an_unknown_region_lists_the_known_ones(api):

@@ -35,8 +35,8 @@ class EnergyInputs(Input):
                                         f"equipment's, >= 1. Default: {energy.PUE_SOURCE}.")
     region: RegionId = Field(  # type: ignore[valid-type]
         energy.DEFAULT_REGION, description="The grid, by name, for its carbon intensity (the answer "
-                                           "states its figure, year and source); replaced by grid_g_per_kwh "
-                                           "when that is given.")
+                                           "states its figure, year and source); the default is replaced by "
+                                           "grid_g_per_kwh when that is given.")
     grid_g_per_kwh: number(ge=0, le=10_000) | None = Field(
         None, description="The grid's carbon intensity, gCO2eq per kWh, instead of a named region's.")
 
@@ -46,7 +46,9 @@ class EnergyInputs(Input):
 
 def power(body: EnergyInputs, acc: Accelerator | None, store: Store) -> energy.Power:
     """One GPU's average power: given, measured here, or the catalogue's board power x utilisation."""
-    if "power_utilization" in body.model_fields_set and body.power_watts is not None:
+    # A utilisation of 1 (the default, which a page's form sends) scales nothing: only another one
+    # conflicts with a power that is not the board power's.
+    if body.power_utilization != energy.DEFAULT_POWER_UTILIZATION and body.power_watts is not None:
         raise InvalidInput("power_utilization", "scales the catalogue's board power: give power_watts or "
                                                 "power_utilization, not both")
     if body.power_watts == "measured":
@@ -72,10 +74,10 @@ def measured_power(acc: Accelerator | None, store: Store) -> energy.Power:
 
 
 def grid(body: EnergyInputs) -> energy.Grid:
-    """The region only where it was sent or no number was: a given number replaces the default."""
-    sent = "region" in body.model_fields_set
-    return energy.grid(region_id=body.region if sent or body.grid_g_per_kwh is None else None,
-                       g_per_kwh=body.grid_g_per_kwh)
+    """A given number replaces the default region (which a page's form sends); another region
+    beside a number is refused."""
+    named = body.grid_g_per_kwh is None or body.region != energy.DEFAULT_REGION
+    return energy.grid(region_id=body.region if named else None, g_per_kwh=body.grid_g_per_kwh)
 
 
 def pue_source(body: EnergyInputs) -> str:
