@@ -51,6 +51,7 @@ TAGS = [
     {"name": "models", "description": "Presets and Hugging Face config import."},
     {"name": "memory", "description": "Training memory per GPU; the largest model that fits."},
     {"name": "time", "description": "Training time, cost and MFU."},
+    {"name": "energy", "description": "Energy (kWh) and carbon (CO2e) of GPU-hours, every input sourced."},
     {"name": "inference", "description": "Serving: weights by format, KV cache, capacity, prefill and decode "
                                          "time on the roofline."},
     {"name": "fine-tuning", "description": "LoRA, QLoRA, frozen parts and full fine-tuning: parameters, "

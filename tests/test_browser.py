@@ -130,9 +130,14 @@ def test_time_form_computes_the_course_example(watched, base_url):
     page.select_option("#gpu", "h100-sxm")
     expect(page.get_by_test_id("days")).to_have_text("143.9")
     assert "num_gpus=1024" in page.url and "mfu=0.5" in page.url  # the result is a link
+    # Beside the days: 3,537,140 GPU-hours x 700 W (board power) x PUE 1.1 = 2,724 MWh; x 385 g/kWh = 1,049 t.
+    expect(page.get_by_test_id("energy")).to_have_text("2,724 MWh")
+    expect(page.get_by_test_id("co2e")).to_have_text("1,049 t")
     wait_for_charts(page, "#result canvas", 1)
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=SCREENSHOTS / "time.png", full_page=True)
+    page.fill("#pue", "1.2")  # 2,723.6 MWh / 1.1 x 1.2 = 2,971 MWh
+    expect(page.get_by_test_id("energy")).to_have_text("2,971 MWh")
     watched.clean()
 
 

@@ -5,9 +5,10 @@ layouts' step stacked by kind, nothing fitting said so, a refused limit beside i
 collective calculator, a phone's width, no console error and nothing fetched off the box."""
 
 import httpx
+import pytest
 from playwright.sync_api import expect
 
-from app.web.numbers import duration, gb
+from app.web.numbers import duration, gb, sig
 from tests.test_browser import (  # noqa: F401  (fixtures)
     SCREENSHOTS,
     assert_fits_a_phone,
@@ -55,6 +56,10 @@ def test_llama3_8b_on_64_h100s_every_layout_and_the_fastest(browser, base_url): 
     expect(page.get_by_test_id("step")).to_have_text(duration(best["step_seconds"]))
     expect(page.get_by_test_id("fitting")).to_have_text(f"{answer['fitting']:,} of {answer['evaluated']:,}")
     expect(page.get_by_test_id("step-1")).to_have_text(duration(best["step_seconds"]))
+    # Energy per token: the step on 64 GPUs at 700 W x PUE 1.1, over 256 x 4096 tokens.
+    per_token = best["step_seconds"] * 64 * 700 * 1.1 / (256 * 4096)
+    assert best["energy"]["joules_per_token"] == pytest.approx(per_token, rel=1e-12)
+    expect(page.get_by_test_id("energy-1")).to_have_text(sig(per_token))
     # The scatter: one point per evaluated layout at (seconds, GB), those that fit apart, the GPU's
     # 80 GB (NVIDIA's datasheet) a line, the chosen layout ringed; both axes logarithmic.
     sets = {s["label"]: s for s in page.evaluate(SETS.format(SCATTER))}

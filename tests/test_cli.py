@@ -215,7 +215,7 @@ def test_every_calculator_route_has_a_command(capsys):
     for calc in calculators():
         assert f"  {calc.command} " in out and calc.summary[:40] in " ".join(out.split())
     # The groups whose one route is their own path are commands without an ACTION.
-    assert {c.command for c in calculators() if not c.action} == {"fit", "finetune", "checkpoint"}
+    assert {c.command for c in calculators() if not c.action} == {"fit", "finetune", "checkpoint", "energy"}
 
 
 class WidgetRequest(BaseModel):

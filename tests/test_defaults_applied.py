@@ -22,6 +22,7 @@ CALCULATORS = {  # path: the smallest body it answers
     "/api/v1/plan/training": {"model": "gpt2", "gpu": "h100-sxm", "num_gpus": 2, "global_batch_sequences": 4},
     "/api/v1/data/dataset": {"tokens": 1000, "vocab_size": 50257},
     "/api/v1/checkpoint": {"model": "gpt2", "write_bytes_per_s": 1e9, "read_bytes_per_s": 1e9},
+    "/api/v1/energy": {"gpu_hours": 1, "power_watts": 400},
 }
 
 

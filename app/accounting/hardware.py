@@ -78,6 +78,10 @@ class Accelerator:
     interconnect_source: str | None = None
     interconnect: Interconnect | None = None
     """The node and network this part usually sits in; null for TPUs, whose pods are not nodes of GPUs."""
+    board_power_watts: float | None = None
+    """W: the vendor's max board power (TDP) of one GPU; the energy calculator's average power is it
+    x a utilisation factor. Null where no vendor sheet gives one (A10G, TPUs)."""
+    board_power_source: str | None = None
 
     __pydantic_config__ = RECORD
 

@@ -6,6 +6,7 @@ peak for the dtype (PaLM, Chowdhery et al. 2022, appendix B).
 
 from dataclasses import dataclass
 
+from app.accounting.energy import Energy
 from app.accounting.records import RECORD
 from app.accounting.units import SECONDS_PER_DAY, SECONDS_PER_HOUR
 
@@ -34,6 +35,9 @@ class TrainingTime:
     """gpu_hours x price_per_gpu_hour, in `currency`; null when no price is given."""
     currency: str
     """ISO 4217 code of the price and the cost, as given (never converted)."""
+    energy: Energy | None = None
+    """kWh and CO2e of the gpu_hours, every input stated (app/accounting/energy.py); null where the
+    catalogue lists no board power for the gpu and no power_watts was given."""
 
     __pydantic_config__ = RECORD
 

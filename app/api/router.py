@@ -19,6 +19,7 @@ from app.api.routes import (
     data,
     device,
     dtypes,
+    energy,
     finetune,
     fit,
     fleet,
@@ -36,7 +37,7 @@ from app.api.routes import (
 PREFIX = "/api/v1"
 # Tried in this order: the calculators most called first, catalogue reads last.
 MODULES = (memory, inference, flops, time, finetune, fit, comm, plan, tensors, dtypes, models, hardware, jobs,
-           device, fleet, data, checkpoint)
+           device, fleet, data, checkpoint, energy)
 _ROUTE_OPTIONS = tuple(name for name in inspect.signature(APIRouter.add_api_route).parameters
                        if name not in ("self", "path", "endpoint"))
 

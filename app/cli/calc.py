@@ -28,6 +28,7 @@ EXAMPLES = """examples:
   tally calc flops transformer --model llama3-8b --seq-len 8192 --causal halved
   tally calc memory max-model --gpu h100-sxm --num-gpus 8 --precision fp32 --optimizer adamw
   tally calc time training --params 70e9 --tokens 15e12 --gpu h100-sxm --num-gpus 1024 --mfu 0.5
+  tally calc energy --gpu-hours 184320 --gpu a100-80gb --pue 1.1 --region us-average
   tally calc inference time --model llama3.1-70b --weight-format fp8 --gpu h100-sxm --num-gpus 2 \\
       --tensor-parallel 2
   tally calc inference capacity --model llama3.1-8b --gpu l4 --context 8k --concurrency 4

@@ -154,9 +154,10 @@ CALCULATORS = {c.slug: c for c in (
          Input("dtype", "Format", "float32"))),
     Calculator(
         "time", "Training time",
-        "Days, GPU-hours and cost of a run: 6 × parameters × tokens FLOPs at a share (MFU) of the "
-        "GPUs' dense peak. The course's example is filled in: 70B parameters on 15T tokens (on its "
-        "1,024 H100s, 144 days). Or pick a model: its active parameters are N.",
+        "Days, GPU-hours, cost, energy and CO2e of a run: 6 × parameters × tokens FLOPs at a share (MFU) "
+        "of the GPUs' dense peak; GPU-hours × power × PUE × the grid's carbon intensity. The course's "
+        "example is filled in: 70B parameters on 15T tokens (on its 1,024 H100s, 144 days). Or pick a "
+        "model: its active parameters are N.",
         time.TrainingTimeRequest, lambda body, jobs: time.training(body, store=jobs),
         (Input("params", "Parameters", "70e9", "N, e.g. 70e9"),
          Input("tokens", "Training tokens", "15e12", "D, e.g. 15e12"),
@@ -165,7 +166,13 @@ CALCULATORS = {c.slug: c for c in (
          Input("num_gpus", "GPUs"),
          Input("mfu", "MFU", hint='0 to 1, or "measured"', typed=True),
          Input("price_per_gpu_hour", "Price per GPU-hour", hint="optional, for the cost"),
-         Input("currency", "Currency", hint="ISO 4217 code of the price: USD, EUR, ...")),
+         Input("currency", "Currency", hint="ISO 4217 code of the price: USD, EUR, ..."),
+         Input("power_watts", "Power per GPU (W)", hint='average; empty: the board power x utilisation; '
+               'or "measured"', typed=True),
+         Input("power_utilization", "Share of board power", hint="0 to 1; 1: the board power (model cards)"),
+         Input("pue", "PUE", hint="data centre energy / IT energy, >= 1"),
+         Input("region", "Grid"),
+         Input("grid_g_per_kwh", "Grid intensity (g/kWh)", hint="instead of a named grid", more=True)),
         _time_charts, takes_model="params"),
     Calculator(
         "memory", "Training memory",

@@ -106,3 +106,29 @@ def setting(name: str, value: object) -> str:
 
 FILTERS = {"sig": sig, "amount": amount, "gb": gb, "tflops": tflops, "percent": percent, "money": money,
            "duration": duration}
+
+
+def _scaled(x: float | None, units: tuple[tuple[float, str], ...]) -> str:
+    """x in the largest unit it reaches (the last: the smallest), three significant figures."""
+    if x is None:
+        return "n/a"
+    scale, unit = next(((s, u) for s, u in units if abs(x) >= s), units[-1])
+    return f"{sig(x / scale)} {unit}"
+
+
+def kwh(x: float | None) -> str:
+    """Energy given in kWh, in MWh from 1,000 (as model cards write it): 81_100.8 -> '81.1 MWh'."""
+    return _scaled(x, ((1e3, "MWh"), (1, "kWh"), (1e-3, "Wh")))
+
+
+def co2e(kg: float | None) -> str:
+    """CO2-equivalent given in kg: 31_223.8 -> '31.2 t', 2.96 -> '2.96 kg', 0.096 -> '96.0 g'."""
+    return _scaled(kg, ((1e3, "t"), (1, "kg"), (1e-3, "g")))
+
+
+def joules(x: float | None) -> str:
+    """Energy given in J: 3.53e6 -> '3.53 MJ', 0.841 -> '0.841 J'."""
+    return _scaled(x, ((1e9, "GJ"), (1e6, "MJ"), (1e3, "kJ"), (1, "J")))
+
+
+FILTERS.update(kwh=kwh, co2e=co2e, joules=joules)

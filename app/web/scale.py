@@ -97,7 +97,7 @@ def _charts(body: Any, answer: dict, jobs: Store) -> dict:
 
 
 def _plan(form: Any, jobs: Store) -> Any:
-    return service.plan_training(request(form))
+    return service.plan_training(request(form), jobs)
 
 
 LIST = "comma-separated; empty for any valid"
@@ -130,7 +130,14 @@ PAGE = Calculator(
      Input("micro_batch", "Micro-batch sizes", hint="sequences; " + LIST, is_list=True, more=True),
      Input("overlap_data_parallel", "Overlap data parallel", hint="false: every gradient reduction and "
            "parameter gather is exposed", more=True),
-     Input("top_k", "Layouts listed", hint="the fastest fitting ones", more=True)),
+     Input("top_k", "Layouts listed", hint="the fastest fitting ones", more=True),
+     Input("training_tokens", "Training tokens", hint="the whole run's, for its energy and CO2e"),
+     Input("power_watts", "Power per GPU (W)", hint="average; empty: the board power x utilisation",
+           typed=True, more=True),
+     Input("power_utilization", "Share of board power", hint="0 to 1", more=True),
+     Input("pue", "PUE", hint="data centre energy / IT energy, >= 1", more=True),
+     Input("region", "Grid", more=True),
+     Input("grid_g_per_kwh", "Grid intensity (g/kWh)", hint="instead of a named grid", more=True)),
     _charts, takes_model="model")
 
 

@@ -24,6 +24,7 @@ from app.accounting.comm.collectives import Link, collective_time
 from app.accounting.config import TransformerConfig
 from app.accounting.hardware import Accelerator
 from app.accounting.plan import volumes
+from app.accounting.plan.energy import StepEnergy
 from app.accounting.plan.layout import Cluster, Group, Layout, groups
 from app.accounting.records import RECORD
 
@@ -78,6 +79,9 @@ class StepTime:
     """Per GPU of the busiest stage, from the memory engine."""
     memory: memory.TrainingMemory
     fits: bool
+    energy: StepEnergy | None = None
+    """Set on the layouts answered (app/accounting/plan/energy.py); null where the plan's GPU has no
+    board power in the catalogue and no power_watts was given."""
 
     __pydantic_config__ = RECORD
 

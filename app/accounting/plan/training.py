@@ -7,6 +7,7 @@ from app.accounting.comm import links
 from app.accounting.comm.collectives import Link
 from app.accounting.errors import InvalidInput
 from app.accounting.hardware import Accelerator
+from app.accounting.plan.energy import PlanEnergy
 from app.accounting.plan.layout import REASONS, Cluster
 from app.accounting.plan.search import Limits, Point, search
 from app.accounting.plan.step import StepTime, Workload
@@ -63,6 +64,9 @@ class TrainingPlan:
     points: list[Point] = field(default_factory=list)
     """Every evaluated layout (include_points)."""
     assumptions: list[str] = field(default_factory=list)
+    energy: PlanEnergy | None = None
+    """The energy inputs every layout's `energy` uses, and the run's energy given training_tokens;
+    null where the GPU has no board power in the catalogue and no power_watts was given."""
 
     __pydantic_config__ = RECORD
 

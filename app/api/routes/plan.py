@@ -3,6 +3,7 @@
 from typing import Annotated
 
 from fastapi import APIRouter, Body, Response
+from starlette.concurrency import run_in_threadpool
 
 from app.accounting.plan.training import TrainingPlan
 from app.api.errors import REQUEST_ERRORS
@@ -10,19 +11,23 @@ from app.api.openapi import examples
 from app.api.responses import answer, respond
 from app.api.services import plan as service
 from app.api.services.plan import TrainingPlanRequest
+from app.deps import StoreDep
 
 router = APIRouter(prefix="/plan", tags=["planning"])
 
 TRAINING = examples(
     llama3_70b_on_1024_h100s={"model": "llama3-70b", "gpu": "h100-sxm", "num_gpus": 1024,
-                              "global_batch_sequences": 512, "seq_len": 8192},
+                              "global_batch_sequences": 512, "seq_len": 8192, "training_tokens": 15e12},
     llama3_8b_on_one_node={"model": "llama3-8b", "gpu": "h100-sxm", "num_gpus": 8,
                            "global_batch_sequences": 64, "seq_len": 4096, "limits": {"zero_stage": [1, 3]}})
 
 
 @router.post("/training", response_model=answer(TrainingPlan), responses=REQUEST_ERRORS)
-async def training(body: Annotated[TrainingPlanRequest, Body(openapi_examples=TRAINING)]) -> Response:
+async def training(body: Annotated[TrainingPlanRequest, Body(openapi_examples=TRAINING)],
+                   jobs: StoreDep) -> Response:
     """Every valid data x tensor x pipeline x expert layout, ZeRO stage, micro-batch, interleaving and
     recompute for the GPUs: timed (compute, exposed communication, bubble) and sized by the memory engine;
     the fastest that fit, and the counts evaluated, fitting and refused by reason."""
-    return respond(service.plan_training(body), body)
+    if body.reads_store():  # a measured power: a database read, off the event loop
+        return respond(await run_in_threadpool(service.plan_training, body, jobs), body)
+    return respond(service.plan_training(body, jobs), body)

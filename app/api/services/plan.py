@@ -7,13 +7,17 @@ from pydantic import Field
 from app.accounting import activations, memory
 from app.accounting.errors import InvalidInput
 from app.accounting.hardware import peak_flop_per_sec
+from app.accounting.plan import energy as plan_energy
 from app.accounting.plan import training
 from app.accounting.plan.search import Limits
 from app.accounting.plan.step import Workload
+from app.api.services import energy
 from app.api.services.comm import Bandwidth, Latency
+from app.api.services.energy import EnergyInputs
 from app.api.services.time import DEFAULT_MFU
 from app.contract.fields import Input, count, number, sequence_length
 from app.contract.schemas import GpuId, GpuOverridesIn, ModelSpec, accelerator, engine_model
+from app.jobs.store import Store
 
 Degrees = Annotated[list[count(1, 1_000_000)], Field(min_length=1, max_length=64)]  # type: ignore[valid-type]
 
@@ -45,7 +49,7 @@ class PlanLimits(Input):
                       sequence_parallel=self.sequence_parallel)
 
 
-class TrainingPlanRequest(Input):
+class TrainingPlanRequest(EnergyInputs):
     model: ModelSpec
     gpu: GpuId = Field(description="Accelerator id from GET /api/v1/hardware: its peak, memory, node and "
                                    "network.")
@@ -77,9 +81,13 @@ class TrainingPlanRequest(Input):
     top_k: count(1, 100) = Field(5, description="How many of the fastest fitting layouts to return.")
     include_points: bool = Field(False, description="Also list every evaluated layout's step time and bytes "
                                                     "per GPU (for a scatter).")
+    training_tokens: count(1, 10**16) | None = Field(
+        None, description="Tokens the whole run trains on: with it, the run's kWh and CO2e on the fastest "
+                          "fitting layout (whole steps).")
 
 
-def plan_training(body: TrainingPlanRequest) -> training.TrainingPlan:
+def plan_training(body: TrainingPlanRequest, store: Store) -> training.TrainingPlan:
+    """`store` is read only for a measured power."""
     cfg = engine_model(body.model)
     acc = accelerator(body.gpu, body.gpu_overrides)
     seq = body.seq_len or cfg.max_seq_len
@@ -101,5 +109,11 @@ def plan_training(body: TrainingPlanRequest) -> training.TrainingPlan:
     w = Workload(cfg, acc, cluster, global_batch=batch, seq_len=seq, precision=body.precision,
                  optimizer=body.optimizer, peak_flop_per_sec=peak, compute_efficiency=body.compute_efficiency,
                  overlap_data_parallel=body.overlap_data_parallel)
-    return training.plan(w, body.limits.to_engine(), top_k=body.top_k, points=body.include_points,
+    plan = training.plan(w, body.limits.to_engine(), top_k=body.top_k, points=body.include_points,
                          links=links)
+    if body.power_watts is not None or acc.board_power_watts is not None:  # else no energy: as the time's
+        plan.energy = plan_energy.cost(
+            [*plan.best, plan.least_memory], gpus=plan.num_gpus, tokens_per_step=plan.tokens_per_step,
+            power=energy.power(body, acc, store), pue=body.pue, pue_source=energy.pue_source(body),
+            grid=energy.grid(body), training_tokens=body.training_tokens)
+    return plan

@@ -7,6 +7,8 @@ from pydantic import Field, StringConstraints
 from app import device
 from app.accounting import dtypes, hardware, timing
 from app.accounting.errors import InvalidInput
+from app.api.services import energy
+from app.api.services.energy import EnergyInputs
 from app.contract.fields import Input, count, number
 from app.contract.schemas import GpuId, GpuInput, GpuOverridesIn, PeakDtype, accelerator
 from app.jobs import calibration
@@ -18,7 +20,7 @@ Currency = Annotated[str, StringConstraints(pattern=r"^[A-Z]{3}$")]
 DEFAULT_MFU = 0.5
 
 
-class TrainingTimeRequest(GpuInput):
+class TrainingTimeRequest(GpuInput, EnergyInputs):
     flops: Flops | None = Field(None, description="Total training FLOPs; or give params and tokens.")
     params: count(1, 10**15) | None = Field(
         None, description="Parameters N, for 6*N*D FLOPs.")
@@ -52,21 +54,23 @@ class MfuRequest(Input):
 
 def reads_store(body: TrainingTimeRequest) -> bool:
     """Whether `training` reads the job database (keep it off an event loop then)."""
-    return body.mfu == "measured"
+    return body.mfu == "measured" or body.reads_store()
 
 
 def training(body: TrainingTimeRequest, *, store: Store) -> timing.TrainingTime:
-    """`store` is read only for a measured MFU."""
+    """`store` is read only for a measured MFU or power."""
     flops, source = _flops(body)
     acc = body.accelerator()
     if body.mfu == "measured":
         mfu, mfu_source = measured_mfu(body, store)
     else:  # "default": the request left mfu out, so 0.5 is ours, not the caller's
         mfu, mfu_source = body.mfu, "given" if "mfu" in body.model_fields_set else "default"
-    return timing.training_time(
+    result = timing.training_time(
         flops=flops, flops_source=source,
         peak_flop_per_sec=hardware.peak_flop_per_sec(acc, body.dtype), num_gpus=body.num_gpus,
         mfu=mfu, mfu_source=mfu_source, price_per_gpu_hour=body.price_per_gpu_hour, currency=body.currency)
+    result.energy = energy.optional(body, result.gpu_hours, acc, store)
+    return result
 
 
 def _flops(body: TrainingTimeRequest) -> tuple[float, str]:
