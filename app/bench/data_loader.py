@@ -96,8 +96,10 @@ def run(raw: dict, progress) -> dict:
         data = np.memmap(path, dtype=p.token_dtype, mode="r")
         for i, mode in enumerate(modes):
             progress(1 + i, total, f"get_batch, {mode}")
-            times[mode] = time_batches(lambda m=mode, d=data: get_batch(d, p.batch_size, p.seq_len, env.device,
-                                                                         m == "pinned"), env.device, env.timer)
+            def draw(pinned=mode == "pinned", d=data):
+                return get_batch(d, p.batch_size, p.seq_len, env.device, pinned)
+
+            times[mode] = time_batches(draw, env.device, env.timer)
         del data  # the memmap closes before its directory goes
     progress(len(modes) + 1, total, "the train step")
     train_rate, source = _train_tokens_per_s(p)
@@ -118,7 +120,8 @@ def run(raw: dict, progress) -> dict:
         train_source=source, skipped=skipped,
         notes=[
             "get_batch as the course writes it: random offsets, x = data[i:i+seq_len], "
-            "y = data[i+1:i+seq_len+1], stacked as int64; pinned: pin_memory() then .to(device, non_blocking=True)",
+            "y = data[i+1:i+seq_len+1], stacked as int64; pinned: pin_memory() then "
+            ".to(device, non_blocking=True)",
             "times are host wall-clock per batch with a synchronize after it (the copy done); the loop a "
             "trainer runs would overlap a pinned copy with the GPU's work, this one does not",
             "the token file was just written, so its pages are likely in the page cache: this is the "
