@@ -142,3 +142,23 @@ def test_each_probe_states_its_scratch_file():
     assert loader.scratch(loader.params(), "cpu") == (64 * 2**20, "params.file_bytes")
     cruncher = ckpt.params.model_validate({"model": CRUNCHER, "optimizer": "adam"})
     assert ckpt.scratch(cruncher, "cpu")[0] >= PARAMS["cruncher"] * 12
+
+
+def test_tally_probe_prints_both_tables_through_the_child(tmp_path):
+    from tests.test_cli import tally
+
+    quick = ("--device", "cpu", "--warmup-s", "0.01", "--measure-s", "0.02", "--max-iters", "10")
+    done = tally("probe", "data_loader", "--model", '{"kind": "cruncher", "dim": 64, "num_layers": 1}',
+                 "--batch-size", "4", "--seq-len", "64", "--file-bytes", "2MiB",
+                 "--train-tokens-per-s", "5000", *quick, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "2 MiB of uint16 tokens (1,048,576)" in out and "batch 4 x seq 64 (256 tokens" in out
+    assert "pageable" in out and "train step (params)" in out and "5000" in out
+    assert "skipped pinned" in out and "x = data[i:i+seq_len]" in out  # prose printed as written
+    done = tally("probe", "checkpoint", "--model", '{"kind": "cruncher", "dim": 256, "num_layers": 2}',
+                 "--optimizer", "adam", "--repeats", "1", *quick, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    by_hand = (2 * 256 * 256 + 256) * 12  # fp32 weights, exp_avg and exp_avg_sq
+    assert f"{by_hand:,}" in out and "write (torch.save, flush, fsync)" in out and "GB/s (median)" in out
