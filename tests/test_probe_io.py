@@ -162,3 +162,39 @@ def test_tally_probe_prints_both_tables_through_the_child(tmp_path):
     out = done.stdout
     by_hand = (2 * 256 * 256 + 256) * 12  # fp32 weights, exp_avg and exp_avg_sq
     assert f"{by_hand:,}" in out and "write (torch.save, flush, fsync)" in out and "GB/s (median)" in out
+
+
+def test_the_job_pages_show_the_headline_figures_and_charts(make_api):
+    from app.web.numbers import sig
+    from tests.bench_jobs import finished
+    from tests.test_bench_pages import chart, element
+
+    api = make_api()
+    store = api.app.state.store
+    raw = QUICK | {"model": CRUNCHER, "batch_size": 4, "seq_len": 32, "file_bytes": 2**20,
+                   "train_tokens_per_s": 2e3}
+    loader = RESULTS.validate_python(data_loader.run(raw, lambda *_: None))
+    page = api.get(f"/benchmarks/jobs/{finished(store, loader)}").text
+    m = loader.modes[0]
+    headroom = element(page, "metric-pageable/headroom")
+    assert headroom.startswith(f"{sig(m.headroom)}× headroom over the train step")
+    assert element(page, "metric-train") == "2,000 tokens/s train step tokens/s (params) (cruncher)"
+    tokens = chart(page)
+    assert tokens["type"] == "bars" and tokens["labels"] == ["get_batch, pageable", "train step (params)"]
+    assert tokens["sets"][0]["data"] == [m.tokens_per_sec, None] and tokens["sets"][1]["data"] == [None, 2e3]
+    assert "given in the parameters" in element(page, "loader-summary")
+
+    raw = QUICK | {"model": CRUNCHER, "optimizer": "adamw", "repeats": 1}
+    ckpt = RESULTS.validate_python(checkpoint.run(raw, lambda *_: None))
+    page = api.get(f"/benchmarks/jobs/{finished(store, ckpt)}").text
+    assert element(page, "metric-write").endswith("GB/s write, median (save, flush, fsync)")
+    assert "checkpoint bytes, predicted vs file" in element(page, "metric-bytes")
+    parts = chart(page, 0)
+    assert parts["labels"] == ["predicted (checkpoint_bytes)", "measured (the file)"]
+    # MB of 10^6 bytes: the predicted stack is 12 bytes per parameter, the measured one the whole file.
+    assert sum(s["data"][0] for s in parts["sets"]) == pytest.approx(PARAMS["cruncher"] * 12 / 1e6)
+    assert sum(s["data"][1] for s in parts["sets"]) == pytest.approx(ckpt.file_bytes / 1e6)
+    speed = chart(page, 1)
+    assert speed["sets"][0]["data"][0] == pytest.approx(ckpt.write_bytes_per_s / 1e9)
+    csv = api.get(f"/api/v1/jobs/{finished(store, loader)}/result?format=csv").text.splitlines()
+    assert len(csv) == 2 and "mode" in csv[0].split(",") and ",pageable," in csv[1]

@@ -24,7 +24,7 @@ from app.contract.schemas import PresetName
 from app.deps import SettingsDep, StoreDep
 from app.jobs.job import Job
 from app.jobs.store import Store
-from app.web import forms, measures, numbers
+from app.web import forms, io_pages, measures, numbers
 from app.web.templating import templates
 
 router = APIRouter(include_in_schema=False)
@@ -165,7 +165,7 @@ def charts(result: Any, jobs: Store) -> dict:
         return {"memory": memory_chart(result.memory)}
     if isinstance(result, CollectivesResult):
         return {"busbw": busbw_chart(result)}
-    return {}
+    return io_pages.charts(result) or {}  # data_loader, checkpoint
 
 
 def busbw_chart(result: CollectivesResult) -> dict:
