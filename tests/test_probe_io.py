@@ -178,7 +178,7 @@ def test_the_job_pages_show_the_headline_figures_and_charts(make_api):
     m = loader.modes[0]
     headroom = element(page, "metric-pageable/headroom")
     assert headroom.startswith(f"{sig(m.headroom)}× headroom over the train step")
-    assert element(page, "metric-train") == "2,000 tokens/s train step tokens/s (params) (cruncher)"
+    assert element(page, "metric-train") == "2,000 tokens/s train step tokens/s, given (cruncher)"
     tokens = chart(page)
     assert tokens["type"] == "bars" and tokens["labels"] == ["get_batch, pageable", "train step (params)"]
     assert tokens["sets"][0]["data"] == [m.tokens_per_sec, None] and tokens["sets"][1]["data"] == [None, 2e3]

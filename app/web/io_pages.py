@@ -106,7 +106,7 @@ def headline(result: Any, metric: Any) -> list | None:
             *out,
             metric(
                 "train",
-                f"train step tokens/s ({result.train_source})",
+                "train step tokens/s, " + ("given" if result.train_source == "params" else "measured"),
                 result.train_tokens_per_s,
                 "tokens_per_sec",
                 result.train_model,
