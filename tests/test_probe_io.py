@@ -198,3 +198,36 @@ def test_the_job_pages_show_the_headline_figures_and_charts(make_api):
     assert speed["sets"][0]["data"][0] == pytest.approx(ckpt.write_bytes_per_s / 1e9)
     csv = api.get(f"/api/v1/jobs/{finished(store, loader)}/result?format=csv").text.splitlines()
     assert len(csv) == 2 and "mode" in csv[0].split(",") and ",pageable," in csv[1]
+
+
+def test_a_loader_job_takes_the_train_rate_of_this_servers_matching_run(make_api):
+    """Through the real dispatcher and child: a train_step run, then a data_loader job of the same
+    model, precision, optimizer, batch_size and seq_len submitted without a rate takes that run's."""
+    from app.jobs.dispatcher import Dispatcher
+
+    api = make_api()
+    dispatcher = Dispatcher(api.app.state.store, "tests")
+    step = {"device": "cpu", "model": {"kind": "cruncher", "dim": 64, "num_layers": 1}, "batch_size": 4,
+            "seq_len": 32, "optimizer": "sgd", "steps": 2, "warmup_steps": 1}
+    train = api.post("/api/v1/jobs", {"probe": "train_step", "params": step}).json()
+    while dispatcher.run_once():
+        pass
+    rate = api.get(f"/api/v1/jobs/{train['id']}").json()["result"]["tokens_per_sec"]
+    quick = step | QUICK | {"file_bytes": 2**20}
+    loader = api.post("/api/v1/jobs", {"probe": "data_loader", "params": quick})
+    assert loader.status_code == 202, loader.text
+    params = loader.json()["params"]
+    assert params["train_job_id"] == train["id"] and params["train_tokens_per_s"] == rate
+    while dispatcher.run_once():
+        pass
+    result = api.get(f"/api/v1/jobs/{loader.json()['id']}").json()["result"]
+    assert result["train_source"] == "calibration" and result["train_job_id"] == train["id"]
+    assert result["train_tokens_per_s"] == rate
+    assert result["modes"][0]["headroom"] == pytest.approx(result["modes"][0]["tokens_per_sec"] / rate)
+    # Another batch size matches no run: the child will time the step itself.
+    other = api.post("/api/v1/jobs", {"probe": "data_loader", "params": step | {"batch_size": 8}}).json()
+    assert other["params"]["train_job_id"] is None and other["params"]["train_tokens_per_s"] is None
+    # Naming a run that is not this configuration's is refused by name.
+    named = api.post("/api/v1/jobs", {"probe": "data_loader",
+                                      "params": step | {"batch_size": 8, "train_job_id": train["id"]}})
+    assert_names_field(named, "params.train_job_id")

@@ -71,7 +71,7 @@ def time_batches(run: Callable[[], object], device: torch.device, timer) -> list
 
 def _train_tokens_per_s(p: DataLoaderParams) -> tuple[float, str]:
     if p.train_tokens_per_s is not None:
-        return p.train_tokens_per_s, "params"
+        return p.train_tokens_per_s, "params" if p.train_job_id is None else "calibration"
     measured = train_step.run(train_params(p).model_dump(mode="json"), lambda *_: None)
     return measured["tokens_per_sec"], "measured"
 
@@ -117,7 +117,7 @@ def run(raw: dict, progress) -> dict:
         token_dtype=p.token_dtype, batch_size=p.batch_size, seq_len=p.seq_len, tokens_per_batch=per_batch,
         batch_bytes=batch_bytes(p), write_s=write_s, modes=results, train_model=pred.name,
         train_precision=p.precision, train_optimizer=p.optimizer, train_tokens_per_s=train_rate,
-        train_source=source, skipped=skipped,
+        train_source=source, train_job_id=p.train_job_id, skipped=skipped,
         notes=[
             "get_batch as the course writes it: random offsets, x = data[i:i+seq_len], "
             "y = data[i+1:i+seq_len+1], stacked as int64; pinned: pin_memory() then "
@@ -126,7 +126,9 @@ def run(raw: dict, progress) -> dict:
             "trainer runs would overlap a pinned copy with the GPU's work, this one does not",
             "the token file was just written, so its pages are likely in the page cache: this is the "
             "loader's speed from memory, not from a cold disk",
-            "train tokens/s: " + ("given in params.train_tokens_per_s" if source == "params" else
-                                  "the train_step probe's step timed in this job (median step)"),
+            "train tokens/s: " + {
+                "params": "given in params.train_tokens_per_s",
+                "calibration": f"train_step job {p.train_job_id} on this device (median step)",
+                "measured": "the train_step probe's step timed in this job (median step)"}[source],
             "headroom = the loader's tokens/s / the train step's; keeps_up when >= 1",
         ]))

@@ -15,7 +15,7 @@ from pydantic import Field
 
 from app.accounting.errors import InvalidInput
 from app.accounting.records import RECORD
-from app.contract.fields import byte_count, number
+from app.contract.fields import byte_count, count, number
 from app.contract.params import MIB, TrainStepFields, TrainStepParams
 from app.contract.results import Environment, Skipped, Stats
 
@@ -41,8 +41,14 @@ class DataLoaderParams(TrainStepFields):
         "uint16", description="How the file stores a token id: uint16 (a vocabulary up to 65,536, as GPT-2's "
         "50,257), uint32 or int32.")
     train_tokens_per_s: number(gt=0, le=1e12) | None = Field(
-        None, description="The train step's tokens/s to compare with. Default: the child times the "
-        "train_step probe's step for this model, precision, optimizer, batch_size and seq_len.")
+        None, description="The train step's tokens/s to compare with. Default: at submission, the best of "
+        "this server's last 5 succeeded train_step runs on the job's device with this model, precision, "
+        "optimizer, batch_size and seq_len (train_job_id names it); without one, the child times the "
+        "train_step probe's step itself.")
+    train_job_id: count(1, 2**53 - 1) | None = Field(
+        None, description="The train_step job train_tokens_per_s comes from: filled in at submission, or "
+        "given (instead of train_tokens_per_s) to compare with that run; it must be a succeeded train_step "
+        "of the same model, precision, optimizer, batch_size and seq_len on the job's device.")
 
 
 def file_bytes(p: DataLoaderParams, kind: str) -> int:
@@ -61,7 +67,7 @@ def train_params(p: DataLoaderParams) -> TrainStepParams:
     if p.mode != "full":
         raise InvalidInput("params.mode", "the data_loader probe compares with a whole model's train step "
                                           "(mode full)")
-    own = {"file_bytes", "token_dtype", "train_tokens_per_s"}
+    own = {"file_bytes", "token_dtype", "train_tokens_per_s", "train_job_id"}
     return TrainStepParams.model_validate(p.model_dump(mode="json", exclude=own))
 
 
@@ -114,8 +120,10 @@ class DataLoaderResult:
     train_optimizer: str
     train_tokens_per_s: float
     train_source: str
-    """params: given in params.train_tokens_per_s; measured: the train_step probe's step timed in this
+    """params: given in params.train_tokens_per_s; calibration: the train_step run train_job_id on this
+    device (filled in at submission, or named); measured: the train_step probe's step timed in this
     job (its median step)."""
+    train_job_id: int | None = None
     skipped: list[Skipped] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 

@@ -34,6 +34,7 @@ from app.contract.params import (
     TrainStepParams,
     TransferParams,
     bandwidth_bytes,
+    flush_bytes,
     matmul_dtypes,
     matmul_shapes,
     transfer_sizes,
@@ -188,11 +189,13 @@ def _checkpoint_least(params: ckpt.CheckpointParams, kind: Kind) -> Least:
 
 
 def _loader_need(params: loader.DataLoaderParams, kind: Kind) -> Need:
-    # A batch per mode (x, y int64) while the loader runs; then, without train_tokens_per_s, the train step.
+    # A batch per mode (x, y int64) while the loader runs; then, without train_tokens_per_s, the train step,
+    # whose own timer holds a second flush buffer beside the loader's (admission counts one).
     batches = 2 * loader.batch_bytes(params)
     if params.train_tokens_per_s is not None:
         return batches, "params.batch_size"
-    return max(batches, _train_step_need(loader.train_params(params), kind)[0]), "params.batch_size"
+    step = _train_step_need(loader.train_params(params), kind)[0] + flush_bytes(kind, None)
+    return max(batches, step), "params.batch_size"
 
 
 def _loader_scratch(params: loader.DataLoaderParams, kind: Kind) -> Need:
