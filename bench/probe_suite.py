@@ -69,7 +69,8 @@ def headline(name: str, r: dict) -> str:
                 f"({r['train_source']})")
     if name == "checkpoint":
         return (f"{r['file_bytes']:,} bytes vs {r['predicted_bytes']:,} predicted "
-                f"({r['relative_error']:+.4f}), write {r['write_bytes_per_s'] / 1e9:.3g} GB/s, read {r['read_bytes_per_s'] / 1e9:.3g} GB/s "
+                f"({r['relative_error']:+.4f}), write {r['write_bytes_per_s'] / 1e9:.3g} GB/s, "
+                f"read {r['read_bytes_per_s'] / 1e9:.3g} GB/s "
                 f"({r['read_cache']})")
     return json.dumps(r)[:300]
 
