@@ -356,7 +356,7 @@
     const probe = document.getElementById("probe");
     if (!probe) return;
     document.querySelectorAll("fieldset[data-probe]").forEach((set) => {
-      set.hidden = set.dataset.probe !== probe.value;
+      set.hidden = !set.dataset.probe.split(" ").includes(probe.value);
     });
     const sweep = document.getElementById("sweep");
     document.querySelectorAll("[data-sweep]").forEach((part) => {

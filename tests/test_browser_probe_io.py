@@ -52,3 +52,26 @@ def test_the_checkpoint_page_sets_the_file_beside_the_prediction(watched, base_u
     readable(page.evaluate(AXES))
     page.screenshot(path=SHOTS.format("checkpoint"), full_page=True)
     watched.clean()
+
+
+def test_the_launch_form_shows_the_train_steps_fields_for_both_probes(watched, base_url):  # noqa: F811
+    page = watched.page
+    page.goto(base_url + "/benchmarks", wait_until="networkidle")
+    step = page.locator("fieldset[data-probe~=train_step]")
+    loader = page.locator("fieldset[data-probe=data_loader]")
+    for probe, loader_shown in (("data_loader", True), ("checkpoint", False), ("train_step", False)):
+        page.select_option("#probe", probe)
+        expect(step).to_be_visible()
+        expect(loader).to_be_visible() if loader_shown else expect(loader).to_be_hidden()
+        expect(page.locator("fieldset[data-probe=generate]")).to_be_hidden()
+    page.select_option("#probe", "data_loader")
+    page.fill("#file_bytes", "2MiB")
+    page.fill("#dim", "64")
+    page.fill("#seq_len", "32")
+    page.screenshot(path=SHOTS.format("launch-data-loader"), full_page=True)
+    with page.expect_request(lambda r: r.url.endswith("/ui/benchmarks/launch")) as launched:
+        page.click("#launch-form button[type=submit]")
+    body = launched.value.post_data
+    assert "probe=data_loader" in body and "file_bytes=2MiB" in body
+    expect(page.locator("#job")).to_contain_text("data_loader")
+    watched.clean()

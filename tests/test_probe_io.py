@@ -231,3 +231,25 @@ def test_a_loader_job_takes_the_train_rate_of_this_servers_matching_run(make_api
     named = api.post("/api/v1/jobs", {"probe": "data_loader",
                                       "params": step | {"batch_size": 8, "train_job_id": train["id"]}})
     assert_names_field(named, "params.train_job_id")
+
+
+@pytest.mark.parametrize(("probe", "extra", "given"), [
+    ("data_loader", {"file_bytes": "8MiB", "token_dtype": "int32"},
+     {"file_bytes": 8 * 2**20, "token_dtype": "int32"}),
+    ("data_loader", {"file_bytes": "", "token_dtype": "uint16"}, {"file_bytes": None}),
+    ("checkpoint", {"file_bytes": "8MiB"}, {"optimizer": "adam"}),  # data_loader's field, not sent
+])
+def test_the_launch_form_submits_the_train_steps_fields_with_each_probe(make_api, probe, extra, given):
+    from urllib.parse import urlencode
+
+    api = make_api()
+    form = {"probe": probe, "device": "cpu", "model": "cruncher", "dim": "128", "num_layers": "2",
+            "batch_size": "2", "seq_len": "64", "optimizer": "adam", "precision": "fp32"} | extra
+    response = api.post("/ui/benchmarks/launch", content=urlencode(form),
+                        headers={"content-type": "application/x-www-form-urlencoded"})
+    assert response.status_code == 200 and "HX-Trigger" in response.headers, response.text
+    [job] = api.get("/api/v1/jobs").json()["data"]
+    assert job["probe"] == probe
+    assert job["params"]["model"] == {"kind": "cruncher", "dim": 128, "num_layers": 2}
+    assert {k: job["params"][k] for k in given} == given and job["params"]["batch_size"] == 2
+    assert ("file_bytes" in job["params"]) == (probe == "data_loader")
