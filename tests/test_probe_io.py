@@ -253,3 +253,11 @@ def test_the_launch_form_submits_the_train_steps_fields_with_each_probe(make_api
     assert job["params"]["model"] == {"kind": "cruncher", "dim": 128, "num_layers": 2}
     assert {k: job["params"][k] for k in given} == given and job["params"]["batch_size"] == 2
     assert ("file_bytes" in job["params"]) == (probe == "data_loader")
+
+
+@pytest.mark.parametrize("probe", ["data_loader", "checkpoint", "train_step"])
+def test_a_sequence_past_gpt2s_positions_is_refused_under_params(make_api, probe):
+    """GPT-2 has 1,024 learned positions (its model card's n_positions)."""
+    params = {"device": "cpu", "model": "gpt2", "seq_len": 2048, "batch_size": 1}
+    response = make_api().post("/api/v1/jobs", {"probe": probe, "params": params})
+    assert_names_field(response, "params.seq_len")

@@ -94,9 +94,12 @@ def train_step(p: TrainStepParams, cuda: bool, *, zero_stage: int = 0, data_para
     if p.mode != "full":
         return _fine_tune_step(p, cfg, engine=engine, fused=fused)
     # SDPA never stores the s x s scores: the calculators' "selective" set of saved tensors.
-    mem = memory.training_memory(model=cfg, params=None, precision=engine, optimizer=p.optimizer,
-                                 batch_size=p.batch_size, seq_len=p.seq_len, recompute="selective",
-                                 zero_stage=zero_stage, data_parallel=data_parallel)
+    try:
+        mem = memory.training_memory(model=cfg, params=None, precision=engine, optimizer=p.optimizer,
+                                     batch_size=p.batch_size, seq_len=p.seq_len, recompute="selective",
+                                     zero_stage=zero_stage, data_parallel=data_parallel)
+    except InvalidInput as e:  # the engine names its own argument (seq_len); the request's is under params
+        raise InvalidInput(f"params.{e.field}", e.message) from None
     parts = {"parameters": mem.parameters, "gradients": mem.gradients, "optimizer_state": mem.optimizer_state,
              "master_weights": mem.master_weights, "weight_copies": mem.weight_copies,
              "activations": mem.activations or 0, "transient": mem.transient or 0,

@@ -192,9 +192,10 @@ def _loader_need(params: loader.DataLoaderParams, kind: Kind) -> Need:
     # A batch per mode (x, y int64) while the loader runs; then, without train_tokens_per_s, the train step,
     # whose own timer holds a second flush buffer beside the loader's (admission counts one).
     batches = 2 * loader.batch_bytes(params)
+    step = _train_step_need(loader.train_params(params), kind)[0]  # checks the model the child builds
     if params.train_tokens_per_s is not None:
         return batches, "params.batch_size"
-    step = _train_step_need(loader.train_params(params), kind)[0] + flush_bytes(kind, None)
+    step += flush_bytes(kind, None)
     return max(batches, step), "params.batch_size"
 
 
