@@ -63,6 +63,15 @@ def headline(name: str, r: dict) -> str:
     if name == "data_parallel_step":
         return (f"{r['strategy']} {r['backend']} x{r['ranks']}, step {r['step']['median'] * 1e3:.1f} ms, "
                 f"scaling {r['scaling_efficiency']:.2f}, memory error {r['memory']['relative_error']:+.3f}")
+    if name == "data_loader":
+        return (", ".join(f"{m['mode']} {m['tokens_per_sec']:,.0f} tokens/s (headroom {m['headroom']:.3g})"
+                          for m in r["modes"]) + f"; train step {r['train_tokens_per_s']:,.0f} tokens/s "
+                f"({r['train_source']})")
+    if name == "checkpoint":
+        return (f"{r['file_bytes']:,} bytes vs {r['predicted_bytes']:,} predicted "
+                f"({r['relative_error']:+.4f}), write {r['write_bytes_per_s'] / 1e9:.3g} GB/s, "
+                f"read {r['read_bytes_per_s'] / 1e9:.3g} GB/s "
+                f"({r['read_cache']})")
     return json.dumps(r)[:300]
 
 

@@ -272,6 +272,22 @@
     });
   }
 
+  // Labelled bars, one colour per set; stacked (a whole split into its parts) or side by side,
+  // the value axis logarithmic where the bars span decades (data_loader, checkpoint job pages).
+  function drawBars(canvas, spec) {
+    const datasets = spec.sets.map((s, i) => ({ label: s.label, data: s.data, skipNull: true,
+                                                backgroundColor: PALETTE[i % PALETTE.length], stack: spec.stacked ? "s" : undefined }));
+    const value = axes("", spec.y, false, spec.log).y;
+    return new Chart(canvas, {
+      type: "bar", data: { labels: spec.labels, datasets },
+      options: { animation: false, maintainAspectRatio: false,
+                 scales: { x: { stacked: spec.stacked, ticks: { color: color("--muted") } },
+                           y: Object.assign(value, { stacked: spec.stacked }) },
+                 plugins: { legend: { labels: { color: color("--fg") } },
+                            tooltip: { callbacks: { label: (c) => c.dataset.label + ": " + sig(c.raw) } } } },
+    });
+  }
+
   // Two runs on one chart (the compare page): one colour per dtype or transfer mode, run A
   // solid with round points, run B dashed with triangles.
   function drawCompareLines(canvas, spec) {
@@ -329,6 +345,7 @@
     matmul_sizes: drawMatmulSizes, roofline: drawRoofline, transfer_sizes: drawTransferSizes,
     memory_compare: drawMemoryCompare, compare_lines: drawCompareLines, compare_bars: drawCompareBars,
     param_parts: drawParamParts, decode_curve: drawDecodeCurve, collective_busbw: drawCollectiveBusbw,
+    bars: drawBars,
   };
   // For a page's own charts in their own file (static/fit.js, static/scale.js), which registers in `draw`.
   Object.assign(window.Tally, { color, axes, kindColors: KIND_COLORS, draw: DRAW });
@@ -339,7 +356,7 @@
     const probe = document.getElementById("probe");
     if (!probe) return;
     document.querySelectorAll("fieldset[data-probe]").forEach((set) => {
-      set.hidden = set.dataset.probe !== probe.value;
+      set.hidden = !set.dataset.probe.split(" ").includes(probe.value);
     });
     const sweep = document.getElementById("sweep");
     document.querySelectorAll("[data-sweep]").forEach((part) => {

@@ -49,3 +49,13 @@ def test_contract_nested_names(api):
     preset = api.get("/api/v1/models").json()["data"][0]
     assert {"n_layers", "d_model", "n_heads", "n_kv_heads", "d_ff", "vocab_size", "mlp", "norm", "bias",
             "tied_embeddings", "position", "max_seq_len"} <= set(preset["config"])
+
+
+def test_the_checkpoint_probes_speeds_are_top_level_numbers(api):
+    """The checkpoint calculator reads a checkpoint job's measured bandwidth by these keys."""
+    schemas = api.get("/openapi.json").json()["components"]["schemas"]
+    result = schemas["CheckpointResult"]
+    keys = {"write_bytes_per_s", "read_bytes_per_s", "file_bytes", "predicted_bytes"}
+    assert keys <= set(result["required"])
+    assert result["properties"]["write_bytes_per_s"]["type"] == "number"
+    assert result["properties"]["read_bytes_per_s"]["type"] == "number"

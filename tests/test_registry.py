@@ -66,6 +66,7 @@ def test_each_record_is_whole(name):
                 "dtypes": ["float32", "tfloat32", "bfloat16"]}),
     ("bandwidth", {"device": "cpu", "size_bytes": probe_params.MIB}),
     ("transfer", {"device": "cpu", "sizes_bytes": [4096, 16384]}),
+    ("data_loader", {"device": "cpu", "file_bytes": probe_params.MIB, "train_tokens_per_s": 1e3}),
 ])
 def test_least_seconds_is_a_floor_of_the_real_run(name, raw):
     """The estimate admission refuses by is never more than the probe really takes."""

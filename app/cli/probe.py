@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from app.cli import energy, options, sustained
+from app.cli import energy, io_tables, options, sustained
 
 EXAMPLES = """examples:
   tally probe matmul --sweep quick --dtypes bfloat16,float32
@@ -26,7 +26,9 @@ EXAMPLES = """examples:
   tally probe train_step --model llama3.2-1b --mode lora --lora-targets q,k,v,o --precision bf16
   tally probe generate --model llama3.2-1b --batch-sizes 1,8,32 --contexts 1024,4096
   tally probe bandwidth --output json
-  tally probe collectives --collectives all_reduce,all_gather --sizes-bytes 1024,1048576 --ranks 2"""
+  tally probe collectives --collectives all_reduce,all_gather --sizes-bytes 1024,1048576 --ranks 2
+  tally probe data_loader --file-bytes 256MiB --batch-size 8 --seq-len 1024 --model gpt2
+  tally probe checkpoint --model gpt2 --optimizer adamw"""
 POLL_S = 0.1  # how often the job's row is read for the progress bar
 
 
@@ -397,4 +399,5 @@ def _held(table: Callable[[Any], list], what: str) -> Callable[[Any], list]:
 
 TABLES = {"matmul": _held(_matmul, "best shape"), "bandwidth": _held(_bandwidth, "device copy"),
           "transfer": _transfer, "train_step": _held(_train_step, "train step"), "generate": _generate,
-          "collectives": _collectives, "burn_in": sustained.burn_in}
+          "collectives": _collectives, "burn_in": sustained.burn_in, "data_loader": io_tables.data_loader,
+          "checkpoint": io_tables.checkpoint}

@@ -37,6 +37,10 @@ class TrainStepPrediction:
     """Parameters the optimizer steps: all of them in mode full."""
     lora_targets: tuple[str, ...] = ()
     """lora, qlora: the targets adapted, peft's default for the family where none were given."""
+    checkpoint: memory.TrainingMemory | None = None
+    """The memory engine's answer for a full step (mode full), whose checkpoint_bytes and
+    per-parameter state bytes the checkpoint probe sets beside a torch.save file; None for a
+    fine-tune."""
 
 
 UNBUILT_TARGETS = ("experts_gate_up", "experts_down")
@@ -81,7 +85,8 @@ def train_step(p: TrainStepParams, cuda: bool, *, zero_stage: int = 0, data_para
         }
         peak = stepmemory.step_peak(parts, largest_param=-(-largest // stepped), optimizer=p.optimizer,
                                     fused=fused)
-        return TrainStepPrediction("cruncher", n, counts.total, peak, None, trainable_params=n)
+        return TrainStepPrediction("cruncher", n, counts.total, peak, None, trainable_params=n,
+                                   checkpoint=mem)
     # Dropout off, as in LLM pretraining: SDPA's CPU kernel cannot drop out, and its math
     # fallback would store the s x s scores that the prediction, like FlashAttention, omits.
     cfg = dataclasses.replace(engine_model(spec, field="params.model"), dropout=False)
@@ -89,9 +94,12 @@ def train_step(p: TrainStepParams, cuda: bool, *, zero_stage: int = 0, data_para
     if p.mode != "full":
         return _fine_tune_step(p, cfg, engine=engine, fused=fused)
     # SDPA never stores the s x s scores: the calculators' "selective" set of saved tensors.
-    mem = memory.training_memory(model=cfg, params=None, precision=engine, optimizer=p.optimizer,
-                                 batch_size=p.batch_size, seq_len=p.seq_len, recompute="selective",
-                                 zero_stage=zero_stage, data_parallel=data_parallel)
+    try:
+        mem = memory.training_memory(model=cfg, params=None, precision=engine, optimizer=p.optimizer,
+                                     batch_size=p.batch_size, seq_len=p.seq_len, recompute="selective",
+                                     zero_stage=zero_stage, data_parallel=data_parallel)
+    except InvalidInput as e:  # the engine names its own argument (seq_len); the request's is under params
+        raise InvalidInput(f"params.{e.field}", e.message) from None
     parts = {"parameters": mem.parameters, "gradients": mem.gradients, "optimizer_state": mem.optimizer_state,
              "master_weights": mem.master_weights, "weight_copies": mem.weight_copies,
              "activations": mem.activations or 0, "transient": mem.transient or 0,
@@ -103,7 +111,7 @@ def train_step(p: TrainStepParams, cuda: bool, *, zero_stage: int = 0, data_para
     n = models.count_params(cfg).total
     return TrainStepPrediction(spec if isinstance(spec, str) else "custom", n,
                                flops.transformer(cfg, p.batch_size, p.seq_len).step.total, peak, cfg,
-                               trainable_params=n)
+                               trainable_params=n, checkpoint=mem)
 
 
 def fine_tune(p: TrainStepParams) -> ft.FineTune:

@@ -13,6 +13,8 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import Field, TypeAdapter
 
+from app.contract import checkpoint as ckpt
+from app.contract import data_loader as loader
 from app.contract import parallel, predict
 from app.contract.burn_in import BurnInParams, BurnInResult, parts
 from app.contract.parallel_results import CollectivesResult, DataParallelStepResult
@@ -32,6 +34,7 @@ from app.contract.params import (
     TrainStepParams,
     TransferParams,
     bandwidth_bytes,
+    flush_bytes,
     matmul_dtypes,
     matmul_shapes,
     transfer_sizes,
@@ -67,6 +70,9 @@ class Probe:
     """(params, kind) -> the device memory the job needs, not counting the timer's flush buffer."""
     least_seconds: Callable[[Any, Kind], Least]
     """(params, kind) -> a lower bound on the job's duration (see _least_seconds)."""
+    scratch: Callable[[Any, Kind], Need] | None = None
+    """(params, kind) -> bytes the job writes to the server's scratch disk (app/contract/scratch.py),
+    and the parameter that sets them; None for a probe that writes no file."""
 
 
 def _least_seconds(params: ProbeParams, measurements: int) -> Least:
@@ -167,6 +173,40 @@ def _burn_in_least(params: BurnInParams, kind: Kind) -> Least:
             + _train_step_least(plan.train_step, kind)[0], "params.sustain_s")
 
 
+def _checkpoint_need(params: ckpt.CheckpointParams, kind: Kind) -> Need:
+    # The trained model and its optimizer (a train step's peak), then the loaded copy of the file beside them.
+    pred = ckpt.prediction(params, kind == "cuda")
+    return pred.memory["total"] + pred.checkpoint.checkpoint_bytes, "params.batch_size"
+
+
+def _checkpoint_scratch(params: ckpt.CheckpointParams, kind: Kind) -> Need:
+    # One file at a time; torch's zip framing adds well under 1% to the tensors (tests/test_probe_io.py).
+    return ckpt.prediction(params, kind == "cuda").checkpoint.checkpoint_bytes * 101 // 100, "params.model"
+
+
+def _checkpoint_least(params: ckpt.CheckpointParams, kind: Kind) -> Least:
+    return 0.0, "params.repeats"  # a write and a read per repeat, no warm-up
+
+
+def _loader_need(params: loader.DataLoaderParams, kind: Kind) -> Need:
+    # A batch per mode (x, y int64) while the loader runs; then, without train_tokens_per_s, the train step,
+    # whose own timer holds a second flush buffer beside the loader's (admission counts one).
+    batches = 2 * loader.batch_bytes(params)
+    step = _train_step_need(loader.train_params(params), kind)[0]  # checks the model the child builds
+    if params.train_tokens_per_s is not None:
+        return batches, "params.batch_size"
+    step += flush_bytes(kind, None)
+    return max(batches, step), "params.batch_size"
+
+
+def _loader_scratch(params: loader.DataLoaderParams, kind: Kind) -> Need:
+    return loader.file_bytes(params, kind), "params.file_bytes"
+
+
+def _loader_least(params: loader.DataLoaderParams, kind: Kind) -> Least:
+    return _least_seconds(params, 2 if kind == "cuda" else 1)  # pageable, and pinned on CUDA
+
+
 PROBES: dict[str, Probe] = {probe.name: probe for probe in (
     Probe("matmul", "TFLOP/s and MFU of (m, k) @ (k, n) per shape and dtype", MatmulParams, MatmulResult,
           "app.bench.matmul:run", MATMUL_SIZES, _matmul_need, _matmul_least),
@@ -195,6 +235,14 @@ PROBES: dict[str, Probe] = {probe.name: probe for probe in (
     Probe("burn_in", "a GPU's burn-in: the matmul at its best shape (bf16), the device copy and a train "
           "step, each sustained with NVML sampling clocks, power, energy and clock-event reasons",
           BurnInParams, BurnInResult, "app.bench.burn_in:run", {}, _burn_in_need, _burn_in_least),
+    Probe("data_loader", "random batches from a memory-mapped token file as the course's get_batch draws "
+          "them, copied pageable and pinned: batches/s and tokens/s beside a train step's, and the headroom",
+          loader.DataLoaderParams, loader.DataLoaderResult, "app.bench.data_loader:run",
+          loader.DATA_LOADER_FILE_BYTES, _loader_need, _loader_least, _loader_scratch),
+    Probe("checkpoint", "torch.save of a model's and its optimizer's state dicts: the file's bytes against "
+          "the memory engine's checkpoint_bytes, and the write and read GB/s",
+          ckpt.CheckpointParams, ckpt.CheckpointResult, "app.bench.checkpoint:run", {}, _checkpoint_need,
+          _checkpoint_least, _checkpoint_scratch),
 )}
 
 ProbeName = Literal[tuple(PROBES)]  # type: ignore[valid-type]

@@ -8,6 +8,7 @@ the parameter to change, as the calculators' own do.
 from app import device as dev
 from app.accounting.errors import InvalidInput
 from app.accounting.units import human_bytes
+from app.contract import scratch
 from app.contract.params import ProbeParams, flush_bytes
 from app.contract.registry import PROBES
 from app.device import DeviceInfo, host_memory_bytes
@@ -74,6 +75,9 @@ def check_fits(probe: str, params: ProbeParams, device: DeviceInfo) -> str:
     kind = target(params, device)
     memory = device.memory_bytes if kind == "cuda" else host_memory_bytes()
     fits(probe, params, kind, memory, device.name if kind == "cuda" else "this host")
+    writes = PROBES[probe].scratch
+    if writes is not None:  # the file goes to this server's scratch disk
+        scratch.check(*writes(params, kind))
     return kind
 
 

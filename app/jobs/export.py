@@ -33,6 +33,9 @@ def rows(job: Job) -> list[dict[str, Any]]:
     points = result.pop("points", None)
     if points is not None:
         return [common | _flatten(point) for point in points]
+    modes = result.pop("modes", None)  # data_loader: a row per copy mode, the run's figures beside each
+    if modes is not None:
+        return [common | _flatten(result) | _flatten(mode) for mode in modes]
     if all(isinstance(result.get(phase), list) for phase in PHASES):
         return [common | {"phase": phase} | _flatten(point) for phase in PHASES for point in result[phase]]
     return [common | _flatten(result)]

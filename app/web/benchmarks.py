@@ -24,7 +24,7 @@ from app.contract.schemas import PresetName
 from app.deps import SettingsDep, StoreDep
 from app.jobs.job import Job
 from app.jobs.store import Store
-from app.web import forms, measures, numbers
+from app.web import forms, io_pages, measures, numbers
 from app.web.templating import templates
 
 router = APIRouter(include_in_schema=False)
@@ -45,7 +45,7 @@ def params_from(form: dict[str, str]) -> dict[str, Any]:
         if p["sweep"] == "custom":
             mkn = forms.body({"shape": form.get("shape", "")}, ["shape"], {"shape"}).get("shape", [])
             p["shapes"] = [dict(zip("mkn", mkn, strict=False))]
-    elif probe == "train_step":
+    elif probe in ("train_step", "data_loader", "checkpoint"):  # the train step's fields, shared
         model = form.get("model", "cruncher")
         cruncher = {"kind": "cruncher", "dim": forms.number(form.get("dim", "1024")),
                     "num_layers": forms.number(form.get("num_layers", "4"))}
@@ -55,6 +55,10 @@ def params_from(form: dict[str, str]) -> dict[str, Any]:
                 p[name] = forms.number(form[name].strip())
         p["optimizer"] = form.get("optimizer", "adamw")
         p["precision"] = form.get("precision", "fp32")
+        if probe == "data_loader":
+            if form.get("file_bytes", "").strip():
+                p["file_bytes"] = forms.number(form["file_bytes"].strip())  # bytes, or text: "64MiB"
+            p["token_dtype"] = form.get("token_dtype", "uint16")
     elif probe == "generate":  # gen_ names: every fieldset posts, hidden or not
         if form.get("gen_model"):
             p["model"] = form["gen_model"]
@@ -165,7 +169,7 @@ def charts(result: Any, jobs: Store) -> dict:
         return {"memory": memory_chart(result.memory)}
     if isinstance(result, CollectivesResult):
         return {"busbw": busbw_chart(result)}
-    return {}
+    return io_pages.charts(result) or {}  # data_loader, checkpoint
 
 
 def busbw_chart(result: CollectivesResult) -> dict:

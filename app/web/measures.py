@@ -21,10 +21,10 @@ from app.contract.results import (
     TransferResult,
 )
 from app.contract.sustained import Sustained
-from app.web import numbers
+from app.web import io_pages, numbers
 
 Kind = Literal["flop_per_sec", "seconds", "gb_per_sec", "tokens_per_sec", "fraction", "signed_fraction",
-               "watts"]
+               "watts", "ratio"]
 
 
 @dataclass(slots=True)
@@ -55,6 +55,8 @@ def show(value: float | None, kind: Kind) -> str:
         return f"{numbers.sig(value)} tokens/s"
     if kind == "watts":
         return f"{numbers.sig(value)} W"
+    if kind == "ratio":
+        return f"{numbers.sig(value)}×"
     return numbers.percent(value, signed=kind == "signed_fraction")
 
 
@@ -149,6 +151,9 @@ def _headline(result: Any) -> list[Metric]:
             out.append(Metric(f"{op}/busbw", f"{op}: busbw, largest size (median)",
                               p.busbw_bytes_per_sec / 1e9, "gb_per_sec", size))
         return out
+    io = io_pages.headline(result, Metric)  # data_loader, checkpoint
+    if io is not None:
+        return io
     if isinstance(result, DataParallelStepResult):
         r = result
         where = f"{r.strategy}, {r.ranks} ranks"

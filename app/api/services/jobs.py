@@ -6,12 +6,13 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, Field, create_model
 
+from app import device as dev
 from app.accounting.errors import InvalidInput
 from app.api.errors import Conflict, NotFound, QueueFull
 from app.config import Settings
 from app.contract.fields import Input, count, number
 from app.contract.registry import PROBES, ProbeName, ProbeResult
-from app.jobs import admission, job, store
+from app.jobs import admission, job, store, train_rate
 from app.jobs.fleet import Targets
 from app.jobs.job import Job
 from app.jobs.store import Store
@@ -179,6 +180,9 @@ def submit(body: Any, *, jobs: Store, settings: Settings) -> Job:
         num_gpus, gpus = admission.several_gpus(body.gpu, body.num_gpus, body.gpus, body.params,
                                                 settings.gpus)
         where = admission.device_for(body.gpu if gpus is None else gpus[0], body.params, settings.gpus)
+        if body.probe == "data_loader":  # the train step to compare with, from this server's own runs
+            here = where if admission.target(body.params, where) == where.kind else dev.host()
+            body = body.model_copy(update={"params": train_rate.fill(body.params, jobs, here)})
         kind = admission.check_fits(body.probe, body.params, where)
     admission.check_time(body.probe, body.params, kind, timeout)
     try:

@@ -1,0 +1,46 @@
+"""The train step a data_loader job compares with, from this server's own runs: at submission a job
+without params.train_tokens_per_s takes it from the best of the last WINDOW succeeded train_step runs
+on its device (calibration's rule, app/jobs/calibration.py) of the same model, precision, optimizer,
+batch_size and seq_len (mode full), naming that run in params.train_job_id. A job naming
+params.train_job_id itself takes that run's figure, or is refused naming the field. Torch-free."""
+
+from app.accounting.errors import InvalidInput
+from app.contract.data_loader import DataLoaderParams, train_params
+from app.device import DeviceInfo
+from app.jobs.calibration import LOOKBACK, WINDOW
+from app.jobs.job import Job
+from app.jobs.store import Store
+
+SAME = ("model", "precision", "optimizer", "batch_size", "seq_len", "mode")
+"""The train_step parameters that make a run the one a loader feeds."""
+
+
+def _same(job: Job, params: DataLoaderParams, device: DeviceInfo) -> bool:
+    env = job.result.environment
+    want = train_params(params).model_dump(mode="json", include=set(SAME))
+    return (env.device == device.kind and env.device_name == device.name and job.result.mode == "full"
+            and {k: job.params.get(k) for k in SAME} == want)
+
+
+def fill(params: DataLoaderParams, jobs: Store, device: DeviceInfo) -> DataLoaderParams:
+    """`params` with train_tokens_per_s and train_job_id set from a matching run, where one is
+    found (or named); unchanged when train_tokens_per_s was given or no run matches."""
+    if params.train_job_id is not None:
+        if params.train_tokens_per_s is not None:
+            raise InvalidInput("params.train_job_id", "give train_tokens_per_s or train_job_id, not both")
+        job = jobs.get(params.train_job_id)
+        usable = job is not None and job.probe == "train_step" and job.status == "succeeded"
+        if not usable or not _same(job, params, device):
+            raise InvalidInput("params.train_job_id", f"job {params.train_job_id} is not a succeeded "
+                               f"train_step run on {device.name} of this model, precision, optimizer, "
+                               "batch_size and seq_len (mode full)")
+        return params.model_copy(update={"train_tokens_per_s": job.result.tokens_per_sec})
+    if params.train_tokens_per_s is not None:
+        return params
+    latest = jobs.latest(probe="train_step", limit=LOOKBACK)
+    runs = [job for job in latest if _same(job, params, device)][:WINDOW]
+    if not runs:
+        return params
+    best = max(runs, key=lambda job: job.result.tokens_per_sec)
+    return params.model_copy(update={"train_tokens_per_s": best.result.tokens_per_sec,
+                                     "train_job_id": best.id})
