@@ -88,3 +88,48 @@ def test_a_cpu_result_says_why_there_is_no_energy_and_shows_no_column(make_api):
     assert ">energy<" not in page and "J/iter" not in page
     out = console_text(TABLES["matmul"](result))
     assert "J/iter" not in out and note in out
+
+
+def _stored(probe: str, **changes):
+    """The v7 fixture's CPU result of `probe`, on an H200's environment, with `changes`."""
+    import json
+    from pathlib import Path
+
+    from pydantic import TypeAdapter
+
+    from app.contract.registry import PROBES
+
+    raw = json.loads(next(Path("tests/fixtures/results").glob("v7-*.json")).read_text())[probe]
+    result = TypeAdapter(PROBES[probe].result).validate_python(raw)
+    result.environment = gpu_environment()
+    for name, value in changes.items():
+        setattr(result, name, value)
+    return result
+
+
+def test_the_loader_shows_the_gpus_joules_per_token_while_it_waits_for_batches(make_api):
+    """A gpt2 batch of 8 x 1024 tokens gathered in 0.072 ms (this CPU's figure) while an idle H200
+    draws 75 W: 75 x 0.072e-3 = 5.4 mJ a batch, 5.4e-3 / 8192 = 0.659 µJ a token."""
+    result = _stored("data_loader")
+    mode = result.modes[0]
+    mode.time.energy = energy.per_unit(measured(75 * 0.072e-3, 75.0), tokens=8 * 1024)
+    api = make_api()
+    page = api.get(f"/benchmarks/jobs/{finished(api.app.state.store, result)}").text
+    assert ">GPU energy<" in page
+    body = text(page)
+    assert "0.659 µJ/token · 75.0 W" in body, body[body.find("keeps up"):][:300]
+    out = console_text(TABLES["data_loader"](result))
+    assert "J/token" in out and "6.592e-07" in out and f"energy: {NOTE}" in out
+
+
+def test_a_checkpoint_shows_the_gpus_joules_per_save_and_load(make_api):
+    """A save of 1.49 GB at 0.32 GB/s takes 4.67 s; at an idle H200's 75 W that is 350 J."""
+    result = _stored("checkpoint")
+    result.write_s.energy = energy.per_unit(measured(350.0, 75.0), bytes_moved=1.49e9)
+    result.read_warm_s.energy = energy.per_unit(measured(84.7, 75.0), bytes_moved=1.49e9)
+    api = make_api()
+    page = api.get(f"/benchmarks/jobs/{finished(api.app.state.store, result)}").text
+    assert element(page, "checkpoint-energy").startswith("The GPU's energy while it waits: 350 J/save · 75.0 W")
+    out = console_text(TABLES["checkpoint"](result))
+    line = next(line for line in out.splitlines() if "write (torch.save" in line)
+    assert "350" in line and "75" in line and "0.004257" in line  # 1.49e9 / 350 / 1e9 GB/J

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import torch
 
+from app.bench import energy as energy_window
 from app.bench import train_step
 from app.bench.common import setup, to_json
 from app.bench.timer import summarize, sync
@@ -109,8 +110,17 @@ def run(raw: dict, progress) -> dict:
             warm.append(_read(path, env.device))
             path.unlink()  # one file on the disk at a time
             progress(2 * i + 2, 2 * p.repeats + 1, f"read {i + 1}/{p.repeats}")
+        write_s, read_s, read_warm_s = summarize(writes), summarize(reads), summarize(warm)
+        # The GPU board's energy over saves and (warm) loads run back to back (None on a CPU):
+        # what a checkpoint costs the GPU that waits for it, per save and per load.
+        path = Path(tmp) / "checkpoint-energy.pt"
+        write_s.energy = energy_window.per_unit(energy_window.back_to_back(
+            env.device, [lambda: _write(obj, path, env.device)], seconds_per_iteration=write_s.median),
+            bytes_moved=size)
+        read_warm_s.energy = energy_window.per_unit(energy_window.back_to_back(
+            env.device, [lambda: _read(path, env.device)], seconds_per_iteration=read_warm_s.median),
+            bytes_moved=size)
         directory = tmp
-    write_s, read_s, read_warm_s = summarize(writes), summarize(reads), summarize(warm)
     overhead = size - tensors["model"] - tensors["optimizer_state"]
     return to_json(CheckpointResult(
         probe="checkpoint", environment=env.environment(p.seed), model=pred.name, params=pred.params,

@@ -6,6 +6,7 @@ get_batch (CS336 assignment 1; nanoGPT's train.py the same): batch_size random o
 as int64 (torch.from_numpy of .astype(np.int64)), then .to(device)."""
 
 import os
+import statistics
 import tempfile
 import time
 from collections.abc import Callable
@@ -14,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from app.bench import energy as energy_window
 from app.bench import train_step
 from app.bench.common import setup, to_json
 from app.bench.timer import summarize, sync
@@ -90,6 +92,7 @@ def run(raw: dict, progress) -> dict:
     total = len(modes) + 2
     progress(0, total, "writing the token file")
     times: dict[str, list[float]] = {}
+    energies = {}
     with tempfile.TemporaryDirectory(prefix="tally-data-loader-") as tmp:
         path = Path(tmp) / f"tokens.{p.token_dtype}"
         write_s = write_tokens(path, tokens, p.token_dtype, vocab, np.random.default_rng(p.seed))
@@ -100,6 +103,10 @@ def run(raw: dict, progress) -> dict:
                 return get_batch(d, p.batch_size, p.seq_len, env.device, pinned)
 
             times[mode] = time_batches(draw, env.device, env.timer)
+            # The GPU board's energy while the host gathers and copies batches (None on a CPU):
+            # mostly its idle draw, which is what a loader-bound step costs it.
+            energies[mode] = energy_window.back_to_back(
+                env.device, [draw], seconds_per_iteration=statistics.median(times[mode]))
         del data  # the memmap closes before its directory goes
     progress(len(modes) + 1, total, "the train step")
     train_rate, source = _train_tokens_per_s(p)
@@ -107,6 +114,7 @@ def run(raw: dict, progress) -> dict:
     results = []
     for mode in modes:
         stats = summarize(times[mode])
+        stats.energy = energy_window.per_unit(energies[mode], tokens=per_batch, bytes_moved=batch_bytes(p))
         rate = per_batch / stats.median
         results.append(LoaderMode(mode=mode, time=stats, batches_per_sec=1 / stats.median,
                                   tokens_per_sec=rate, bytes_per_sec=batch_bytes(p) / stats.median,
