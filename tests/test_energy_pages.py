@@ -129,7 +129,8 @@ def test_a_checkpoint_shows_the_gpus_joules_per_save_and_load(make_api):
     result.read_warm_s.energy = energy.per_unit(measured(84.7, 75.0), bytes_moved=1.49e9)
     api = make_api()
     page = api.get(f"/benchmarks/jobs/{finished(api.app.state.store, result)}").text
-    assert element(page, "checkpoint-energy").startswith("The GPU's energy while it waits: 350 J/save · 75.0 W")
+    said = element(page, "checkpoint-energy")
+    assert said.startswith("The GPU's energy while it waits: 350 J/save · 75.0 W"), said
     out = console_text(TABLES["checkpoint"](result))
     line = next(line for line in out.splitlines() if "write (torch.save" in line)
     assert "350" in line and "75" in line and "0.004257" in line  # 1.49e9 / 350 / 1e9 GB/J
