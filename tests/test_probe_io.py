@@ -261,3 +261,28 @@ def test_a_sequence_past_gpt2s_positions_is_refused_under_params(make_api, probe
     params = {"device": "cpu", "model": "gpt2", "seq_len": 2048, "batch_size": 1}
     response = make_api().post("/api/v1/jobs", {"probe": probe, "params": params})
     assert_names_field(response, "params.seq_len")
+
+
+def test_the_checkpoint_calculators_measured_disk_is_this_servers_checkpoint_run(make_api):
+    """Through the real dispatcher and child: a checkpoint job, then POST /api/v1/checkpoint with
+    "measured" rates times a GPT-2 checkpoint at exactly that job's write and read rates, and
+    names the job."""
+    from app.jobs.dispatcher import Dispatcher
+
+    api = make_api()
+    dispatcher = Dispatcher(api.app.state.store, "tests")
+    job = api.post("/api/v1/jobs", {"probe": "checkpoint", "params": {
+        "device": "cpu", "model": {"kind": "cruncher", "dim": 64, "num_layers": 1}, "optimizer": "adamw",
+        "repeats": 2}}).json()
+    while dispatcher.run_once():
+        pass
+    result = api.get(f"/api/v1/jobs/{job['id']}").json()["result"]
+    answer = api.post("/api/v1/checkpoint", {"model": "gpt2", "write_bytes_per_s": "measured",
+                                            "read_bytes_per_s": "measured"})
+    assert answer.status_code == 200, answer.text
+    plan = answer.json()
+    assert plan["write_bytes_per_s"] == result["write_bytes_per_s"]
+    assert plan["read_bytes_per_s"] == result["read_bytes_per_s"]
+    assert str(job["id"]) in plan["write_source"] and str(job["id"]) in plan["read_source"]
+    assert plan["write_seconds"] == pytest.approx(plan["checkpoint_bytes"] / result["write_bytes_per_s"])
+    assert plan["read_seconds"] == pytest.approx(plan["checkpoint_bytes"] / result["read_bytes_per_s"])
