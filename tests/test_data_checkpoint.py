@@ -236,3 +236,19 @@ def test_tally_calc_data_and_checkpoint(capsys):
     assert main(["calc", "checkpoint", "--model", "gpt2", "--write-bytes-per-s", "0",
                  "--read-bytes-per-s", "1GB"]) == 2
     assert "write_bytes_per_s" in json.loads(capsys.readouterr().err)["message"]
+
+
+def test_the_loaders_headroom_is_their_summed_rate_over_the_runs(api):
+    """8 loaders of 150,000 tokens/s each feed 1.2M tokens/s: against a run of 1M tokens/s a
+    headroom of 1.2; 4 of them (600,000) leave the GPUs waiting, 0.6."""
+    body = {"tokens": "1B", "vocab_size": 50257, "tokens_per_s": 1e6, "seq_len": 1024,
+            "loader_tokens_per_s": 150000, "num_loaders": 8}
+    loader = api.post("/api/v1/data/dataset", body).json()["loader"]
+    assert loader["loader_headroom"] == pytest.approx(1.2) and loader["loader_source"] == "given"
+    four = api.post("/api/v1/data/dataset", body | {"num_loaders": 4}).json()["loader"]
+    assert four["loader_headroom"] == pytest.approx(0.6)
+    assert_names_field(api.post("/api/v1/data/dataset", {"tokens": 10, "vocab_size": 10,
+                                                         "loader_tokens_per_s": 5}), "tokens_per_s")
+    zero = api.post("/api/v1/data/dataset", body | {"loader_tokens_per_s": 0})
+    assert_names_field(zero, "loader_tokens_per_s")
+    assert_names_field(api.post("/api/v1/data/dataset", body | {"num_loaders": 0}), "num_loaders")

@@ -286,3 +286,30 @@ def test_the_checkpoint_calculators_measured_disk_is_this_servers_checkpoint_run
     assert str(job["id"]) in plan["write_source"] and str(job["id"]) in plan["read_source"]
     assert plan["write_seconds"] == pytest.approx(plan["checkpoint_bytes"] / result["write_bytes_per_s"])
     assert plan["read_seconds"] == pytest.approx(plan["checkpoint_bytes"] / result["read_bytes_per_s"])
+
+
+def test_the_dataset_calculators_measured_loader_is_this_servers_data_loader_run(make_api):
+    """Before any data_loader run, "measured" is refused naming loader_tokens_per_s; after one
+    through the real dispatcher and child, 8 loaders at that run's fastest mode's tokens/s over a
+    run of 1e6 tokens/s have a headroom of 8 x rate / 1e6."""
+    from app.jobs.dispatcher import Dispatcher
+
+    api = make_api()
+    body = {"tokens": "1B", "vocab_size": 50257, "tokens_per_s": 1e6, "seq_len": 64,
+            "loader_tokens_per_s": "measured", "num_loaders": 8}
+    refused = assert_names_field(api.post("/api/v1/data/dataset", body), "loader_tokens_per_s")
+    assert "data_loader" in refused["message"]
+    dispatcher = Dispatcher(api.app.state.store, "tests")
+    job = api.post("/api/v1/jobs", {"probe": "data_loader", "params": QUICK | {
+        "file_bytes": 2**20, "batch_size": 2, "seq_len": 64, "train_tokens_per_s": 1000}}).json()
+    while dispatcher.run_once():
+        pass
+    modes = api.get(f"/api/v1/jobs/{job['id']}").json()["result"]["modes"]
+    rate = max(m["tokens_per_sec"] for m in modes)
+    answer = api.post("/api/v1/data/dataset", body)
+    assert answer.status_code == 200, answer.text
+    loader = answer.json()["loader"]
+    assert loader["loader_tokens_per_s"] == rate and f"data_loader job {job['id']}" in loader["loader_source"]
+    assert loader["loader_headroom"] == pytest.approx(8 * rate / 1e6)
+    page = api.get("/ui/data", params={k: str(v) for k, v in body.items()}).text
+    assert 'data-testid="loader-headroom"' in page and f"data_loader job {job['id']}" in page

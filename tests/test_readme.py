@@ -5,6 +5,8 @@ import re
 import shlex
 from pathlib import Path
 
+import pytest
+
 from app.config import Settings
 from app.jobs.dispatcher import Dispatcher
 from app.main import create_app
@@ -119,7 +121,7 @@ def test_readme_states_the_all_reduce_figures(api):
 
 def test_readme_states_the_plan_figures(api):
     body = {"model": "llama3-70b", "gpu": "h100-sxm", "num_gpus": 1024, "global_batch_sequences": 512,
-            "seq_len": 8192}
+            "seq_len": 8192, "training_tokens": 15e12}
     plan = api.ok("/api/v1/plan/training", body)
     best = plan["best"][0]
     lo, bd = best["layout"], best["breakdown"]
@@ -134,6 +136,14 @@ def test_readme_states_the_plan_figures(api):
     gb = best["memory_bytes"] / 1e9
     assert f"{gb:.1f} GB per GPU; its {bd['data_parallel_total']:.2f} s of ZeRO-3" in text
     assert bd["data_parallel"] == 0 and f"{bd['tensor_parallel']:.2f} s of tensor-parallel" in text
+    run = plan["energy"]["run"]
+    steps = -(-15e12 // plan["tokens_per_step"])  # whole steps of 512 x 8192 tokens
+    assert plan["energy"]["steps"] == steps and f"runs {steps:,.0f} steps" in text
+    hours = steps * best["step_seconds"] * 1024 / 3600
+    assert run["gpu_hours"] == pytest.approx(hours)
+    mwh = hours * 0.700 * 1.1 / 1000  # 700 W a GPU, PUE 1.1
+    assert run["energy_mwh"] == pytest.approx(mwh) and f"{hours:,.0f} GPU-hours, {mwh:,.0f} MWh" in text
+    assert run["co2e_tonnes"] == pytest.approx(mwh * 0.385) and f"{mwh * 0.385:,.0f} tCO2e" in text
 
 
 def test_readme_states_the_data_and_checkpoint_figures(api):

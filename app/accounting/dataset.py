@@ -102,6 +102,16 @@ class Loader:
     headroom: float | None
     """storage_read_bytes_per_s / page_read_bytes_per_s: above 1 the storage keeps up with cold
     reads with that margin; null without a storage rate."""
+    loader_tokens_per_s: float | None
+    """Tokens a second one loader process draws (get_batch and the copy to its GPU), as given or
+    measured by this server's data_loader probe; null when not given."""
+    loader_source: str | None
+    """"given", or the data_loader job and copy mode it was measured by."""
+    num_loaders: int
+    """Loader processes feeding the run together: one per GPU (data-parallel rank)."""
+    loader_headroom: float | None
+    """loader_tokens_per_s x num_loaders / tokens_per_s: above 1 the loaders keep the GPUs fed with
+    that margin; null without a loader rate."""
 
     __pydantic_config__ = RECORD
 
@@ -144,7 +154,8 @@ def shards(total_bytes: int, shard_bytes: int, itemsize: int) -> Shards:
 
 
 def loader(*, tokens: int, itemsize: int, tokens_per_s: float, seq_len: int, page_bytes: int = PAGE_BYTES,
-           storage_read_bytes_per_s: float | None) -> Loader:
+           storage_read_bytes_per_s: float | None, loader_tokens_per_s: float | None = None,
+           loader_source: str | None = None, num_loaders: int = 1) -> Loader:
     if page_bytes % itemsize:  # the page-count average needs every page boundary on a token boundary
         raise InvalidInput("page_bytes", f"must be a multiple of the token's {itemsize} bytes")
     ratio = (seq_len + 1) / seq_len
@@ -156,12 +167,18 @@ def loader(*, tokens: int, itemsize: int, tokens_per_s: float, seq_len: int, pag
                   read_bytes_per_s=needed, epoch_seconds=epoch, epoch_hours=epoch / 3600,
                   page_bytes=page_bytes, pages_per_sequence=pages, page_read_bytes_per_s=cold,
                   storage_read_bytes_per_s=storage_read_bytes_per_s,
-                  headroom=None if storage_read_bytes_per_s is None else storage_read_bytes_per_s / cold)
+                  headroom=None if storage_read_bytes_per_s is None else storage_read_bytes_per_s / cold,
+                  loader_tokens_per_s=loader_tokens_per_s, loader_source=loader_source,
+                  num_loaders=num_loaders,
+                  loader_headroom=None if loader_tokens_per_s is None
+                  else loader_tokens_per_s * num_loaders / tokens_per_s)
 
 
 def dataset(*, tokens: int, dtype: TokenDtype = "auto", vocab_size: int | None = None,
             shard_bytes: int | None = None, tokens_per_s: float | None = None, seq_len: int | None = None,
-            page_bytes: int = PAGE_BYTES, storage_read_bytes_per_s: float | None = None) -> Dataset:
+            page_bytes: int = PAGE_BYTES, storage_read_bytes_per_s: float | None = None,
+            loader_tokens_per_s: float | None = None, loader_source: str | None = None,
+            num_loaders: int = 1) -> Dataset:
     """Bytes of `tokens` ids in `dtype`, cut into shards of `shard_bytes`, read at `tokens_per_s`."""
     chosen, why = token_dtype(dtype, vocab_size)
     itemsize = ITEMSIZE_BYTES[chosen]
@@ -177,14 +194,20 @@ def dataset(*, tokens: int, dtype: TokenDtype = "auto", vocab_size: int | None =
             raise InvalidInput("seq_len", "give seq_len with tokens_per_s: get_batch reads seq_len + 1 ids "
                                           "per sequence of seq_len training tokens")
         feed = loader(tokens=tokens, itemsize=itemsize, tokens_per_s=tokens_per_s, seq_len=seq_len,
-                      page_bytes=page_bytes, storage_read_bytes_per_s=storage_read_bytes_per_s)
+                      page_bytes=page_bytes, storage_read_bytes_per_s=storage_read_bytes_per_s,
+                      loader_tokens_per_s=loader_tokens_per_s, loader_source=loader_source,
+                      num_loaders=num_loaders)
         assumptions.append("get_batch reads seq_len + 1 consecutive ids per sequence (inputs and the shifted "
                            "targets), from a random start: read_bytes_per_s counts the bytes asked for")
         assumptions.append(f"the storage serves whole {page_bytes}-byte pages: page_read_bytes_per_s is what "
                            "a cold read (nothing cached) costs, before readahead; the headroom is against it")
-    elif storage_read_bytes_per_s is not None:
-        raise InvalidInput("tokens_per_s", "give tokens_per_s (and seq_len) for the loader's headroom "
-                                           "against storage_read_bytes_per_s")
+        if loader_tokens_per_s is not None:
+            assumptions.append(f"{num_loaders} loader process(es), one per GPU, each drawing "
+                               "loader_tokens_per_s: the loaders' headroom is their sum over tokens_per_s")
+    elif storage_read_bytes_per_s is not None or loader_tokens_per_s is not None:
+        field = "storage_read_bytes_per_s" if storage_read_bytes_per_s is not None else "loader_tokens_per_s"
+        raise InvalidInput("tokens_per_s", f"give tokens_per_s (and seq_len) for the headroom against "
+                                           f"{field}")
     elif seq_len is not None:
         raise InvalidInput("tokens_per_s", "seq_len is used only with tokens_per_s: give both")
     return Dataset(tokens=tokens, vocab_size=vocab_size, dtype=chosen, dtype_source=why, itemsize=itemsize,

@@ -171,3 +171,34 @@ def checkpoint_disk(store: Store, device: DeviceInfo) -> CheckpointDisk | None:
     best = max(runs, key=lambda run: run.write_bytes_per_s)
     best.runs_considered = len(runs)
     return best
+
+
+@dataclass(slots=True)
+class LoaderRate:
+    """The best recent data_loader probe run on this device: tokens a second its get_batch drew and
+    copied to the device, in its fastest copy mode."""
+
+    tokens_per_s: float
+    mode: str
+    job_id: int
+    measured_at: datetime
+    runs_considered: int = 1
+
+    __pydantic_config__ = RECORD
+
+
+def data_loader(store: Store, device: DeviceInfo) -> LoaderRate | None:
+    """By the rule above: of the last WINDOW succeeded data_loader runs on this device, the one whose
+    fastest copy mode drew the most tokens a second; None before any has run."""
+    runs = []
+    for job in store.latest(probe="data_loader", limit=LOOKBACK):
+        if _here(job, device) and job.result.modes:
+            best = max(job.result.modes, key=lambda m: m.tokens_per_sec)
+            runs.append(LoaderRate(tokens_per_s=best.tokens_per_sec, mode=best.mode, job_id=job.id,
+                                   measured_at=_when(job)))
+    runs = runs[:WINDOW]
+    if not runs:
+        return None
+    best = max(runs, key=lambda run: run.tokens_per_s)
+    best.runs_considered = len(runs)
+    return best

@@ -13,7 +13,7 @@ PAGE = Calculator(
     "whole: its bytes (tokens × the token dtype's size), its shards, and the bandwidth the loader must "
     "read at to keep the GPUs fed. The course's example is filled in: LLaMA's 1.4T tokens at 2 bytes each "
     "are 2.8 TB. The answer of POST /api/v1/data/dataset.",
-    data.DatasetRequest, lambda body, jobs: data.answer(body),
+    data.DatasetRequest, lambda body, jobs: data.answer(body, store=jobs),
     (Input("tokens", "Tokens", "1.4e12", "token ids in the dataset, e.g. 1.4e12 or 1.4T"),
      Input("dtype", "Token dtype", hint="auto: uint16 when every id fits (vocabulary up to 65,536), "
            "else uint32"),
@@ -24,7 +24,10 @@ PAGE = Calculator(
      Input("seq_len", "Sequence length", "1024", "tokens per sequence: get_batch reads one more"),
      Input("page_bytes", "Page size", hint="bytes storage serves per read (Linux: 4096)", more=True),
      Input("storage_read_bytes_per_s", "Storage read rate", "2GB", "bytes/s the storage sustains: 2GB is 2e9 "
-           "bytes/s")))
+           "bytes/s"),
+     Input("loader_tokens_per_s", "Loader rate", hint='tokens/s one loader process draws, or "measured" by '
+           "this server's data_loader probe", typed=True),
+     Input("num_loaders", "Loaders", hint="loader processes, one per GPU")))
 
 CHECKPOINT = Calculator(
     "data/checkpoint", "Checkpoints",

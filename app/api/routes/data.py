@@ -3,6 +3,7 @@
 from typing import Annotated
 
 from fastapi import APIRouter, Body, Response
+from starlette.concurrency import run_in_threadpool
 
 from app.accounting import dataset
 from app.api.errors import REQUEST_ERRORS
@@ -10,6 +11,7 @@ from app.api.openapi import examples
 from app.api.responses import answer, respond
 from app.api.services import data as service
 from app.api.services.data import DatasetRequest
+from app.deps import StoreDep
 
 router = APIRouter(prefix="/data", tags=["data"])
 
@@ -22,6 +24,10 @@ DATASET = examples(
 
 
 @router.post("/dataset", response_model=answer(dataset.Dataset), responses=REQUEST_ERRORS)
-async def dataset_bytes(body: Annotated[DatasetRequest, Body(openapi_examples=DATASET)]) -> Response:
-    """Bytes of a memmapped array of token ids, its shards, and the read bandwidth a run needs."""
+async def dataset_bytes(body: Annotated[DatasetRequest, Body(openapi_examples=DATASET)],
+                        jobs: StoreDep) -> Response:
+    """Bytes of a memmapped array of token ids, its shards, the read bandwidth a run needs, and
+    the loaders' headroom."""
+    if service.reads_store(body):  # a database read: off the event loop
+        return respond(await run_in_threadpool(service.answer, body, store=jobs), body)
     return respond(service.answer(body), body)

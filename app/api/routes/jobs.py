@@ -20,7 +20,8 @@ from app.jobs.job import Job
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 
 JobId = Annotated[int, Field(ge=1, le=2**63 - 1)]
-# The README's jobs: a quick custom matmul sweep; GPT-2 training steps under bf16 autocast.
+# The README's jobs: a quick custom matmul sweep; GPT-2 training steps under bf16 autocast; the
+# loader against the H200 burn-in's gpt2 step (docs/measurements/burn-in-h200.json); a checkpoint.
 JOBS = examples(
     a_small_matmul_sweep={"probe": "matmul", "params": {
         "sweep": "custom", "shapes": [{"m": 256, "k": 256, "n": 256}], "dtypes": ["float32", "bfloat16"]}},
@@ -31,7 +32,12 @@ JOBS = examples(
         "ranks": 2, "sizes_bytes": [4096, 1048576]}},
     an_fsdp_step_over_two_ranks={"probe": "data_parallel_step", "params": {
         "model": {"kind": "cruncher"}, "strategy": "fsdp", "ranks": 2}},
-    bandwidth_on_any_h200_of_the_fleet={"probe": "bandwidth", "gpu_model": "h200"})
+    bandwidth_on_any_h200_of_the_fleet={"probe": "bandwidth", "gpu_model": "h200"},
+    a_loader_feeding_gpt2_on_an_h200={"probe": "data_loader", "params": {
+        "file_bytes": "256MiB", "token_dtype": "uint16", "model": "gpt2", "batch_size": 8, "seq_len": 1024,
+        "precision": "bf16_autocast", "train_tokens_per_s": 201737}},
+    a_gpt2_checkpoint_with_adamw={"probe": "checkpoint", "params": {
+        "model": "gpt2", "optimizer": "adamw", "precision": "bf16_autocast"}})
 JobBody = Annotated[JobRequest, Body(openapi_examples=JOBS)]  # type: ignore[valid-type]
 
 

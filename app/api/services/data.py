@@ -1,11 +1,16 @@
 """A tokenized dataset's bytes, shards and loader bandwidth."""
 
+from typing import Literal
+
 from pydantic import Field
 
+from app import device
 from app.accounting import dataset, models
 from app.accounting.errors import InvalidInput
 from app.contract.fields import Input, byte_count, count, number, sequence_length
 from app.contract.schemas import Preset
+from app.jobs import calibration
+from app.jobs.store import Store
 
 # Bytes and bytes/s as the other calculators take them: 2.8e12, "2.8TB", "512MiB".
 Bytes = byte_count(1, 10**18)
@@ -35,6 +40,12 @@ class DatasetRequest(Input):
     storage_read_bytes_per_s: Rate | None = Field(
         None, description='The storage\'s sustained read rate in bytes/s ("2GB" is 2e9 bytes/s), for the '
                           "loader's headroom; with tokens_per_s.")
+    loader_tokens_per_s: number(gt=0, le=1e13) | Literal["measured"] | None = Field(
+        None, description="Tokens a second one loader process draws with get_batch and copies to its "
+                          "GPU, for the loaders' headroom over tokens_per_s; \"measured\": this server's "
+                          "data_loader probe (the best of its recent runs, fastest copy mode).")
+    num_loaders: count(1, 10_000_000) = Field(
+        1, description="Loader processes feeding the run together, one per GPU (data-parallel rank).")
 
 
 def vocabulary(body: DatasetRequest) -> int | None:
@@ -45,8 +56,28 @@ def vocabulary(body: DatasetRequest) -> int | None:
     return body.vocab_size
 
 
-def answer(body: DatasetRequest) -> dataset.Dataset:
+def reads_store(body: DatasetRequest) -> bool:
+    """Whether `answer` reads the job database (keep it off an event loop then)."""
+    return body.loader_tokens_per_s == "measured"
+
+
+def _loader_rate(body: DatasetRequest, store: Store | None) -> tuple[float | None, str | None]:
+    if body.loader_tokens_per_s != "measured":
+        return body.loader_tokens_per_s, None if body.loader_tokens_per_s is None else "given"
+    best = None if store is None else calibration.data_loader(store, device.describe())
+    if best is None:
+        raise InvalidInput("loader_tokens_per_s", "no data_loader probe has run on this server's device "
+                                                  "yet: run one (POST /api/v1/jobs with probe data_loader), "
+                                                  "or give a number")
+    return best.tokens_per_s, (f"measured: data_loader job {best.job_id} ({best.mode} copies) at "
+                               f"{best.measured_at.isoformat()}")
+
+
+def answer(body: DatasetRequest, *, store: Store | None = None) -> dataset.Dataset:
+    """`store` is read only for a measured loader rate."""
+    rate, source = _loader_rate(body, store)
     return dataset.dataset(
         tokens=body.tokens, dtype=body.dtype, vocab_size=vocabulary(body), shard_bytes=body.shard_bytes,
         tokens_per_s=body.tokens_per_s, seq_len=body.seq_len, page_bytes=body.page_bytes,
-        storage_read_bytes_per_s=body.storage_read_bytes_per_s)
+        storage_read_bytes_per_s=body.storage_read_bytes_per_s, loader_tokens_per_s=rate,
+        loader_source=source, num_loaders=body.num_loaders)
