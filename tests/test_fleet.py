@@ -302,3 +302,21 @@ def test_the_fleet_compose_file_runs_postgresql_a_server_and_a_worker():
     assert all(
         services[s]["depends_on"]["postgres"]["condition"] == "service_healthy" for s in ("server", "worker")
     )
+
+
+def test_a_campaign_sizes_its_jobs_against_the_devices_it_picks_only(make_api):
+    """A 16 GiB copy needs 32 GiB (source and destination): an L4's 24 GB cannot hold it, an
+    H200's 150 GB can. A campaign on the H200s is queued; one on every GPU is refused naming the
+    parameter and the L4, with nothing queued."""
+    api = make_api(embedded_worker=False)
+    store = api.app.state.store
+    store.register(H200)
+    store.register(H200 | {"device": "GPU-4444", "host": "box-d", "name": "NVIDIA L4", "catalogue_id": "l4",
+                           "memory_bytes": 24 * 10**9})
+    big = {"probe": "bandwidth", "params": {"size_bytes": 16 * 2**30}}
+    refused = assert_names_field(api.post("/api/v1/campaigns", big), "params.size_bytes")
+    assert "NVIDIA L4" in refused["message"]
+    assert store.counts().get("queued", 0) == 0 and store.campaigns() == []
+    made = api.post("/api/v1/campaigns", big | {"model": "h200"})
+    assert made.status_code == 202, made.text
+    assert [j["device"] for j in made.json()["jobs"]] == ["GPU-2222"]

@@ -10,6 +10,7 @@ heartbeats by any other dispatcher (Store.recover), as on one box.
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -125,10 +126,14 @@ class FleetStore:
 
     def start_campaign(self, *, probe: str, params: dict, timeout_s: float, limit: int,
                        outlier_fraction: float, model: str | None = None,
-                       within_s: float = LIVE_WITHIN_S) -> tuple[Campaign, list[Job]]:
+                       within_s: float = LIVE_WITHIN_S,
+                       admit: Callable[[Device], None] | None = None) -> tuple[Campaign, list[Job]]:
         """One job of `probe` per live device (the GPUs; a fleet of none, its hosts' CPUs), or of
         `model` only, each targeting its device, in one transaction: all of them or none.
-        NoDevices when there is none; QueueFull when the queue has no room for them all."""
+        NoDevices when there is none; QueueFull when the queue has no room for them all.
+        `admit` sees each chosen device first, in the transaction: what it raises (a job too
+        large for that device) ends it with nothing queued. A lost device, or one the campaign
+        does not pick (a CPU beside GPUs, another model), is never asked."""
         now = time.time()
         with self._write() as db:  # type: ignore[attr-defined]
             live = [Device(**row) for row in db.execute(
@@ -139,6 +144,8 @@ class FleetStore:
             if not chosen:
                 raise NoDevices("no live device" + (f" of model {model}" if model else "") + " in the fleet: "
                                 "start `tally worker` on the boxes (GET /api/v1/fleet lists them)")
+            for d in chosen if admit is not None else ():
+                admit(d)
             campaign_id = db.execute(campaigns.insert().values(
                 probe=probe, params=json.dumps(params), created_at=now,
                 outlier_fraction=outlier_fraction)).inserted_primary_key[0]

@@ -217,9 +217,10 @@ def start(body: Any, *, jobs: Store, settings: Settings) -> CampaignOut:
         raise InvalidInput(
             "timeout_s", f"{timeout} exceeds TALLY_JOB_TIMEOUT_MAX_S ({settings.job_timeout_max_s})"
         )
-    for d in jobs.devices():
+    def admit(d) -> None:  # each device the campaign picks, inside its transaction
         admission.fits(body.probe, params, d.kind, d.memory_bytes, f"{d.name} ({d.device})")
         admission.check_time(body.probe, params, d.kind, timeout)
+
     try:
         c, _ = jobs.start_campaign(
             probe=body.probe,
@@ -228,6 +229,7 @@ def start(body: Any, *, jobs: Store, settings: Settings) -> CampaignOut:
             limit=settings.queue_limit,
             outlier_fraction=body.outlier_fraction,
             model=body.model,
+            admit=admit,
         )
     except NoDevices as e:
         raise InvalidInput("model" if body.model else "probe", str(e)) from None
