@@ -5,21 +5,12 @@ GB = 10^9 bytes; MiB = 2^20 bytes; seconds shown as ms."""
 from typing import Any
 
 from app.cli import energy
+from app.cli.tables import table as _table
 
 
 def _g(x: float | None, digits: int = 4) -> str:
     return "-" if x is None else f"{x:,.0f}" if abs(x) >= 10_000 else f"{x:.{digits}g}"
 
-
-def _table(headers: list[str], rows: list[list[str]], text_columns: int = 1) -> Any:
-    from rich.table import Table
-
-    table = Table()
-    for i, header in enumerate(headers):
-        table.add_column(header, justify="left" if i < text_columns else "right")
-    for row in rows:
-        table.add_row(*row)
-    return table
 
 
 def _said(lines: list[str]) -> list[str]:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from app.cli import energy, io_tables, options, sustained
+from app.cli.tables import table as _table
 
 EXAMPLES = """examples:
   tally probe matmul --sweep quick --dtypes bfloat16,float32
@@ -214,17 +215,6 @@ def _tflops(flop_per_sec: float | None) -> str:
 def _per(x: float | None, scale: float) -> str:
     return _g(None if x is None else x / scale)
 
-
-def _table(headers: list[str], rows: list[list[str]], text_columns: int = 1) -> Any:
-    """Text in the first text_columns columns, left-aligned; numbers right-aligned."""
-    from rich.table import Table
-
-    table = Table()
-    for i, header in enumerate(headers):
-        table.add_column(header, justify="left" if i < text_columns else "right")
-    for row in rows:
-        table.add_row(*row)
-    return table
 
 
 def _where(result: Any) -> str:
