@@ -117,8 +117,8 @@ def back_to_back(device, phases: list[Callable[[], object]], *, seconds_per_iter
     once) inside an NVML window on `device`; None on a CPU or without NVML. `agree` turns the
     count into one every rank of a distributed job runs (the largest, an all-reduce every rank
     on a GPU makes), so none waits in a collective for a rank that stopped."""
-    # Here, not above: the timer imports this module, and the rule itself needs no torch.
-    from app.bench.timer import sync
+    # Here, not above: the rule itself needs no torch (its tests import it bare).
+    import torch
 
     if device.type != "cuda":
         return None
@@ -126,7 +126,7 @@ def back_to_back(device, phases: list[Callable[[], object]], *, seconds_per_iter
     if agree is not None:
         runs = agree(runs)
     chunk = max(1, int(CHUNK_S / max(seconds_per_iteration, 1e-9)))
-    sync(device)
+    torch.cuda.synchronize(device)
     with nvml.window(nvml.torch_uuid(device.index or 0), INTERVAL_S) as window:
         # No NVML: nothing to read. A distributed job's ranks run on regardless, so a rank that
         # cannot read its GPU still joins every collective the others make.
@@ -138,7 +138,7 @@ def back_to_back(device, phases: list[Callable[[], object]], *, seconds_per_iter
                 for phase in phases:
                     phase()
             done = min(runs, done + chunk)
-            sync(device)
+            torch.cuda.synchronize(device)
     return None if window is None else of_window(window, runs)
 
 
