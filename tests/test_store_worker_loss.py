@@ -17,11 +17,12 @@ from tests.waiting import wait_for
 # Seconds without a heartbeat before the second worker takes the job as its dead worker's (the
 # dispatcher beats every second, so a live one is never taken).
 STALE_S = 2
-# 12 shapes, each warmed up and timed for about a seventh of a second: two seconds of work or so,
-# with a progress message per shape to kill it in the middle of (after the third).
-PARAMS = {"device": "cpu", "sweep": "custom", "dtypes": ["float32"], "warmup_s": 0.05, "measure_s": 0.1,
+# 24 shapes, each warmed up and timed for about a fifth of a second: a few seconds of work, with a
+# progress message per shape to kill it in the middle of. (Half of it, 12 shapes of a seventh of a
+# second, once ended before the second worker had started on a loaded box.)
+PARAMS = {"device": "cpu", "sweep": "custom", "dtypes": ["float32"], "warmup_s": 0.05, "measure_s": 0.15,
           "min_iters": 3, "max_iters": 50,
-          "shapes": [{"m": 32 * i, "k": 128, "n": 128} for i in range(1, 13)]}
+          "shapes": [{"m": 32 * i, "k": 128, "n": 128} for i in range(1, 25)]}
 RESCUER = """
 import json, logging, sys
 from app.jobs.worker import run
