@@ -494,13 +494,20 @@ def test_a_probe_past_its_time_limit_is_stopped():
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads child pids from /proc")
 def test_ctrl_c_stops_the_probe_and_its_child(tmp_path):
     # TMPDIR: the probe's private job store is then under tmp_path, where the test can read it.
+    # PYTHONFAULTHANDLER: a CLI still running 30 s after Ctrl-C is sent SIGABRT, and every thread's
+    # stack is in the failure.
     cli = subprocess.Popen([*TALLY, *LONG], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                           cwd=ROOT, env={**os.environ, "TMPDIR": str(tmp_path)})
+                           cwd=ROOT, env={**os.environ, "TMPDIR": str(tmp_path), "PYTHONFAULTHANDLER": "1"})
     try:
         kids = wait_for(lambda: children(cli.pid), timeout=30, what="the probe's child to start", every=0.05)
         wait_for(lambda: measuring(tmp_path), what="the probe to report progress", every=0.05)
         cli.send_signal(signal.SIGINT)
-        out, err = cli.communicate(timeout=30)
+        try:
+            out, err = cli.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            cli.send_signal(signal.SIGABRT)
+            out, err = cli.communicate(timeout=30)
+            pytest.fail(f"tally probe still ran 30 s after SIGINT; its stacks:\n{err}")
     finally:
         cli.kill()
     assert cli.returncode == 130 and out == "" and "interrupted" in err
