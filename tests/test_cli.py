@@ -495,9 +495,11 @@ def test_a_probe_past_its_time_limit_is_stopped():
 def test_ctrl_c_stops_the_probe_and_its_child(tmp_path):
     # TMPDIR: the probe's private job store is then under tmp_path, where the test can read it.
     # PYTHONFAULTHANDLER: a CLI still running 30 s after Ctrl-C is sent SIGABRT, and every thread's
-    # stack is in the failure.
+    # stack is in the failure. SIGINT as a terminal's shell leaves it: a suite started in the
+    # background by a shell without job control ignores SIGINT, and a child inherits that (it did).
     cli = subprocess.Popen([*TALLY, *LONG], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                           cwd=ROOT, env={**os.environ, "TMPDIR": str(tmp_path), "PYTHONFAULTHANDLER": "1"})
+                           cwd=ROOT, env={**os.environ, "TMPDIR": str(tmp_path), "PYTHONFAULTHANDLER": "1"},
+                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         kids = wait_for(lambda: children(cli.pid), timeout=30, what="the probe's child to start", every=0.05)
         wait_for(lambda: measuring(tmp_path), what="the probe to report progress", every=0.05)
