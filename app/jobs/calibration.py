@@ -4,8 +4,10 @@ run (another process on the box) then does not hide a good one, and a run older 
 window no longer speaks for the device. Only results whose recorded environment is this
 device count."""
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import TypeVar
 
 from app.accounting.records import RECORD
 from app.device import DeviceInfo
@@ -97,13 +99,32 @@ class Calibration:
     __pydantic_config__ = RECORD
 
 
-def _here(job: Job, device: DeviceInfo) -> bool:
+def on_device(job: Job, device: DeviceInfo) -> bool:
+    """Whether the job's result was measured on this device (same kind and name)."""
     env = job.result.environment
     return env.device == device.kind and env.device_name == device.name
 
 
-def _when(job: Job) -> datetime:
+def finished(job: Job) -> datetime:
+    """When the job ended (or, for a row without an end, was made), in UTC."""
     return datetime.fromtimestamp(job.finished_at or job.created_at, UTC)
+
+
+Run = TypeVar("Run")
+
+
+def best_recent(store: Store, probe: str, device: DeviceInfo, figure: Callable[[Job], Run | None],
+                key: Callable[[Run], float]) -> Run | None:
+    """The rule for one figure: of the last WINDOW succeeded `probe` runs on this device that give
+    one (`figure` of the job; None skips it), the one with the highest `key`, its runs_considered
+    set; None before any."""
+    runs = [run for job in store.latest(probe=probe, limit=LOOKBACK)
+            if on_device(job, device) and (run := figure(job)) is not None][:WINDOW]
+    if not runs:
+        return None
+    best = max(runs, key=key)
+    best.runs_considered = len(runs)
+    return best
 
 
 def _recent(candidates: dict, key: str, item: object) -> None:
@@ -116,31 +137,28 @@ def _recent(candidates: dict, key: str, item: object) -> None:
 def calibration(store: Store, device: DeviceInfo) -> Calibration:
     shapes: dict[str, list[MatmulPeak]] = {}
     for job in store.latest(probe="matmul", limit=LOOKBACK):
-        if _here(job, device):
+        if on_device(job, device):
             for dtype, p in job.result.best.items():
                 _recent(shapes, dtype, MatmulPeak(dtype=dtype, flop_per_sec=p.flop_per_sec, m=p.m, k=p.k,
-                                                  n=p.n, mfu=p.mfu, job_id=job.id, measured_at=_when(job)))
+                                                  n=p.n, mfu=p.mfu, job_id=job.id, measured_at=finished(job)))
     steps: dict[str, list[TrainStepMfu]] = {}
     for job in store.latest(probe="train_step", limit=LOOKBACK):
         r = job.result
         # A fine-tune's step skips frozen weights' gradients: its MFU is not a training step's.
-        if _here(job, device) and r.mode == "full":
+        if on_device(job, device) and r.mode == "full":
             _recent(steps, r.precision, TrainStepMfu(
                 precision=r.precision, mfu=r.mfu, achieved_flop_per_sec=r.achieved_flop_per_sec,
-                tokens_per_sec=r.tokens_per_sec, model=r.model, job_id=job.id, measured_at=_when(job)))
+                tokens_per_sec=r.tokens_per_sec, model=r.model, job_id=job.id, measured_at=finished(job)))
     peaks = {d: max(runs, key=lambda run: run.flop_per_sec) for d, runs in shapes.items()}
     for d, peak in peaks.items():
         peak.runs_considered = len(shapes[d])
     best_steps = {p: max(runs, key=lambda run: run.achieved_flop_per_sec) for p, runs in steps.items()}
     for p, step in best_steps.items():
         step.runs_considered = len(steps[p])
-    copies = [BandwidthPeak(bytes_per_sec=job.result.gb_per_sec * 1e9,
-                            fraction_of_catalogue=None if job.result.percent_of_catalogue is None
-                            else job.result.percent_of_catalogue / 100, job_id=job.id, measured_at=_when(job))
-              for job in store.latest(probe="bandwidth", limit=LOOKBACK) if _here(job, device)][:WINDOW]
-    bandwidth = max(copies, key=lambda run: run.bytes_per_sec) if copies else None
-    if bandwidth is not None:
-        bandwidth.runs_considered = len(copies)
+    bandwidth = best_recent(store, "bandwidth", device, lambda job: BandwidthPeak(
+        bytes_per_sec=job.result.gb_per_sec * 1e9, fraction_of_catalogue=None
+        if job.result.percent_of_catalogue is None else job.result.percent_of_catalogue / 100,
+        job_id=job.id, measured_at=finished(job)), key=lambda run: run.bytes_per_sec)
     return Calibration(device=device.name, catalogue_id=device.catalogue_id, matmul=peaks,
                        train_step=best_steps, bandwidth=bandwidth)
 
@@ -162,15 +180,9 @@ class CheckpointDisk:
 def checkpoint_disk(store: Store, device: DeviceInfo) -> CheckpointDisk | None:
     """By the rule above: of the last WINDOW succeeded checkpoint runs on this device, the one
     that wrote fastest (its read rate beside it); None before any has run."""
-    runs = [CheckpointDisk(write_bytes_per_s=job.result.write_bytes_per_s,
-                           read_bytes_per_s=job.result.read_bytes_per_s, job_id=job.id,
-                           measured_at=_when(job))
-            for job in store.latest(probe="checkpoint", limit=LOOKBACK) if _here(job, device)][:WINDOW]
-    if not runs:
-        return None
-    best = max(runs, key=lambda run: run.write_bytes_per_s)
-    best.runs_considered = len(runs)
-    return best
+    return best_recent(store, "checkpoint", device, lambda job: CheckpointDisk(
+        write_bytes_per_s=job.result.write_bytes_per_s, read_bytes_per_s=job.result.read_bytes_per_s,
+        job_id=job.id, measured_at=finished(job)), key=lambda run: run.write_bytes_per_s)
 
 
 @dataclass(slots=True)
@@ -190,15 +202,11 @@ class LoaderRate:
 def data_loader(store: Store, device: DeviceInfo) -> LoaderRate | None:
     """By the rule above: of the last WINDOW succeeded data_loader runs on this device, the one whose
     fastest copy mode drew the most tokens a second; None before any has run."""
-    runs = []
-    for job in store.latest(probe="data_loader", limit=LOOKBACK):
-        if _here(job, device) and job.result.modes:
-            best = max(job.result.modes, key=lambda m: m.tokens_per_sec)
-            runs.append(LoaderRate(tokens_per_s=best.tokens_per_sec, mode=best.mode, job_id=job.id,
-                                   measured_at=_when(job)))
-    runs = runs[:WINDOW]
-    if not runs:
-        return None
-    best = max(runs, key=lambda run: run.tokens_per_s)
-    best.runs_considered = len(runs)
-    return best
+    def fastest_mode(job: Job) -> LoaderRate | None:
+        if not job.result.modes:
+            return None
+        best = max(job.result.modes, key=lambda m: m.tokens_per_sec)
+        return LoaderRate(tokens_per_s=best.tokens_per_sec, mode=best.mode, job_id=job.id,
+                          measured_at=finished(job))
+
+    return best_recent(store, "data_loader", device, fastest_mode, key=lambda run: run.tokens_per_s)

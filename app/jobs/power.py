@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from app.accounting.records import RECORD
 from app.contract.sustained import Sustained
 from app.device import DeviceInfo
-from app.jobs.calibration import LOOKBACK, WINDOW, _here, _when
+from app.jobs.calibration import LOOKBACK, WINDOW, finished, on_device
 from app.jobs.job import Job
 from app.jobs.store import Store
 
@@ -45,7 +45,7 @@ def measured_power(store: Store, device: DeviceInfo) -> MeasuredPower | None:
     runs: list[tuple[float, Job]] = []
     for probe in PROBES:
         for job in store.latest(probe=probe, limit=LOOKBACK):
-            held = _sustained(job) if _here(job, device) else None
+            held = _sustained(job) if on_device(job, device) else None
             if held is not None:
                 runs.append((job.finished_at or job.created_at, job))
     runs.sort(key=lambda run: run[0], reverse=True)
@@ -54,7 +54,7 @@ def measured_power(store: Store, device: DeviceInfo) -> MeasuredPower | None:
         return None
     watts = sum(_sustained(job).average_power_watts for job in kept) / len(kept)
     ids = [job.id for job in kept]
-    newest = _when(kept[0]).isoformat()
+    newest = finished(kept[0]).isoformat()
     return MeasuredPower(watts=watts, job_ids=ids, device=device.name,
                          source=f"measured: {watts:.1f} W, the mean of {len(kept)} sustained train-step "
                                 f"run(s) on {device.name} (jobs {', '.join(map(str, ids))}; newest "

@@ -7,7 +7,7 @@ params.train_job_id itself takes that run's figure, or is refused naming the fie
 from app.accounting.errors import InvalidInput
 from app.contract.data_loader import DataLoaderParams, train_params
 from app.device import DeviceInfo
-from app.jobs.calibration import LOOKBACK, WINDOW
+from app.jobs.calibration import LOOKBACK, WINDOW, on_device
 from app.jobs.job import Job
 from app.jobs.store import Store
 
@@ -16,9 +16,8 @@ SAME = ("model", "precision", "optimizer", "batch_size", "seq_len", "mode")
 
 
 def _same(job: Job, params: DataLoaderParams, device: DeviceInfo) -> bool:
-    env = job.result.environment
     want = train_params(params).model_dump(mode="json", include=set(SAME))
-    return (env.device == device.kind and env.device_name == device.name and job.result.mode == "full"
+    return (on_device(job, device) and job.result.mode == "full"
             and {k: job.params.get(k) for k in SAME} == want)
 
 
