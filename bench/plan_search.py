@@ -11,10 +11,11 @@ import time
 
 from fastapi.testclient import TestClient
 
-from app.accounting import hardware, memory, models, sharding
+from app.accounting import hardware, models
 from app.accounting.plan import layout, step, training
 from app.accounting.plan.search import Limits
 from app.accounting.plan.step import Workload
+from app.accounting.training import memory, sharding
 from app.main import create_app
 
 BODY = {"model": "llama3-70b", "gpu": "h100-sxm", "num_gpus": 1024, "global_batch_sequences": 512,

@@ -12,7 +12,7 @@ import threading
 import time
 from pathlib import Path
 
-from app.contract.registry import PROBES
+from app.probes.registry import PROBES
 
 
 def run(name: str, params: dict, timeout_s: float) -> tuple[dict, float]:

@@ -4,8 +4,8 @@ need particular numbers (no probe runs): typed results from tests/results.py."""
 from typing import Any
 
 from app import device
-from app.contract import results
 from app.jobs.store import Store
+from app.probes import results
 from tests.results import minimal, result_for
 
 

@@ -1,7 +1,7 @@
 """Requests go through httpx's ASGI transport: the whole app, no socket (and no
 lifespan, so no embedded dispatcher: job tests start their own).
 
-The job store's tests run on both engines: `database` is a SQLite file, then a fresh database on
+The job store's tests run on both databases: `database` is a SQLite file, then a fresh database on
 a throw-away PostgreSQL cluster (tests/pg.py; one per test process, started when first needed)."""
 
 import asyncio
@@ -20,7 +20,7 @@ from app.jobs.store import Store  # noqa: E402
 from app.main import create_app  # noqa: E402
 from tests import pg  # noqa: E402
 
-ENGINES = ["sqlite", "postgresql"]
+DATABASES = ["sqlite", "postgresql"]
 
 
 class Api:
@@ -93,7 +93,7 @@ def pg_server() -> str:
 pg_database = pg.new_database
 
 
-@pytest.fixture(params=ENGINES)
+@pytest.fixture(params=DATABASES)
 def database(request, tmp_path) -> str | os.PathLike:
     """An empty job database on each engine in turn: a SQLite file's path, a PostgreSQL URL."""
     if request.param == "sqlite":

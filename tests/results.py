@@ -8,7 +8,7 @@ import types
 import typing
 from typing import Any, Literal, Union
 
-from app.contract import results
+from app.probes import results
 
 
 def _simplest(hint: Any) -> Any:

@@ -13,7 +13,7 @@ from html import unescape
 from typing import Any
 
 from app.cli.probe import TABLES
-from app.contract import results
+from app.probes import results
 from tests.bench_jobs import finished, here, matmul, matmul_point, stats
 from tests.results import minimal, result_for
 

@@ -4,9 +4,9 @@ and flags worked by hand, the reason NVML gave, and the models' leaderboard."""
 import pytest
 
 from app.bench import burn_in
-from app.contract.burn_in import BURN_IN_SIZES, BurnInParams, parts
-from app.contract.registry import PROBES, RESULTS
-from app.fleet.burnin import METRICS, Reading, compare, leaderboard, reading
+from app.measured.burn_in import METRICS, Reading, compare, leaderboard, reading
+from app.probes.burn_in import BURN_IN_SIZES, BurnInParams, parts
+from app.probes.registry import PROBES, RESULTS
 from tests.conftest import assert_names_field
 
 T = 1e12

@@ -1,9 +1,9 @@
-"""The calibration's stated rule (app/jobs/calibration.py): the best of the last 5 succeeded
+"""The calibration's stated rule (app/measured/calibration.py): the best of the last 5 succeeded
 runs on this device, with the run it came from; shown on the overview with a link."""
 
 from app import device
-from app.jobs import calibration
 from app.jobs.store import Store
+from app.measured import calibration
 from tests.bench_jobs import finished, here, matmul, matmul_point
 from tests.results import result_for
 

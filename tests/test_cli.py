@@ -23,9 +23,9 @@ from app.api import router as api_router
 from app.cli import main, options
 from app.cli.probe import TABLES
 from app.config import Settings
-from app.contract.registry import RESULTS
 from app.jobs.store import Store
 from app.main import create_app
+from app.probes.registry import RESULTS
 from tests.conftest import Api
 from tests.waiting import wait_for
 
@@ -309,7 +309,7 @@ def test_top_level_help_does_not_load_the_calculators_or_the_probes():
             main(["--help"])
         except SystemExit:
             pass
-        print(sorted(m for m in ("app.api.router", "app.contract.params", "rich") if m in sys.modules))
+        print(sorted(m for m in ("app.api.router", "app.probes.params", "rich") if m in sys.modules))
     """)
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT,
                             timeout=60)

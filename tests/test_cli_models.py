@@ -14,7 +14,7 @@ import pytest
 import torch
 from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
 
-from app.accounting.config import TransformerConfig
+from app.accounting.transformer import TransformerConfig
 from tests.test_cli import run_main
 
 MIXTRAL_TOTAL, MIXTRAL_ACTIVE = 46_702_792_704, 12_879_925_248

@@ -1,14 +1,14 @@
-"""A result measured under contention says so (app/bench/load.py): the verdict from /proc, the
+"""A result measured under contention says so (app/bench/contention.py): the verdict from /proc, the
 field older stored results lack, and the job page's warning line."""
 
 import subprocess
 import sys
 
-from app.bench import load
+from app.bench import contention
 from app.config import Settings
-from app.contract.registry import RESULTS
-from app.contract.results import BusyProcess, Contention, Environment
 from app.main import create_app
+from app.probes.registry import RESULTS
+from app.probes.results import BusyProcess, Contention, Environment
 from tests.conftest import Api
 from tests.results import minimal, result_for
 from tests.waiting import wait_for
@@ -20,10 +20,11 @@ BUSY = Contention(seconds=2.0, load_before=0.1, load_after=1.2, cpu_count=2, oth
 def test_the_verdict_counts_other_processes_cpu_inside_the_window():
     before = {1: ("probe", 10.0), 2: ("idle", 5.0), 3: ("trainer", 100.0)}
     after = {1: ("probe", 12.0), 2: ("idle", 5.01), 3: ("trainer", 101.8), 4: ("newcomer", 0.4)}
-    seen = load.judge(before, after, seconds=2.0, exclude={1}, load_before=0.5, load_after=1.5, cpu_count=2)
+    seen = contention.judge(before, after, seconds=2.0, exclude={1}, load_before=0.5, load_after=1.5,
+                            cpu_count=2)
     assert [(b.pid, b.name, b.cpu_cores) for b in seen.busy] == [(3, "trainer", 0.9), (4, "newcomer", 0.2)]
     assert (seen.others_cpu_cores, seen.quiet) == (1.105, False)
-    calm = load.judge(before, {1: ("probe", 12.0), 2: ("idle", 5.1)}, seconds=2.0, exclude={1},
+    calm = contention.judge(before, {1: ("probe", 12.0), 2: ("idle", 5.1)}, seconds=2.0, exclude={1},
                       load_before=None, load_after=None, cpu_count=2)
     assert (calm.busy, calm.quiet) == ([], True)  # the probe's own CPU time is not contention
 
@@ -31,9 +32,9 @@ def test_the_verdict_counts_other_processes_cpu_inside_the_window():
 def test_a_busy_neighbour_is_caught_by_the_watch():
     spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
-        watch = load.Watch()
+        watch = contention.Watch()
         # The spinner has used a second of CPU inside the window: well over half a core.
-        wait_for(lambda: load.cpu_times().get(spinner.pid, ("", 0))[1] - watch.before.get(
+        wait_for(lambda: contention.cpu_times().get(spinner.pid, ("", 0))[1] - watch.before.get(
             spinner.pid, ("", 0))[1] >= 1.0, what="the spinner to burn a CPU second")
         seen = watch.finish()
     finally:
@@ -79,12 +80,13 @@ def test_every_probe_result_carries_its_contention():
 
 def test_another_process_on_the_probes_gpu_is_contention(monkeypatch):
     counts = iter([1, 2])  # the probe alone as it starts; a neighbour by its end
-    monkeypatch.setattr(load.device, "gpu_process_count", lambda index: next(counts) if index == 3 else None)
-    monkeypatch.setattr(load, "cpu_times", lambda: {1: ("idle", 0.0)})
-    seen = load.Watch(gpu=3).finish()
+    monkeypatch.setattr(contention.device, "gpu_process_count",
+                        lambda index: next(counts) if index == 3 else None)
+    monkeypatch.setattr(contention, "cpu_times", lambda: {1: ("idle", 0.0)})
+    seen = contention.Watch(gpu=3).finish()
     assert (seen.gpu_processes, seen.others_cpu_cores, seen.quiet) == (2, 0.0, False)
-    alone = load.judge({}, {}, seconds=1, exclude=set(), load_before=None, load_after=None, cpu_count=1,
+    alone = contention.judge({}, {}, seconds=1, exclude=set(), load_before=None, load_after=None, cpu_count=1,
                        gpu_processes=1)
     assert alone.quiet
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
-    assert load.visible_gpu() == 3
+    assert contention.visible_gpu() == 3

@@ -7,8 +7,8 @@ import pytest
 
 from app.bench import energy, matmul, nvml, train_step
 from app.bench.generate import _per_step
-from app.contract.energy import Energy
-from app.contract.results import Stats
+from app.probes.energy import Energy
+from app.probes.results import Stats
 
 QUICK = {"warmup_s": 0.01, "measure_s": 0.01, "min_iters": 2, "max_iters": 3}
 PERIOD_S = 0.1

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from app.contract.sustained import Sustained
 from app.jobs.store import Store
+from app.probes.sustained import Sustained
 from tests.bench_jobs import finished, here
 from tests.conftest import assert_names_field
 from tests.results import minimal, result_for

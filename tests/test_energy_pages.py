@@ -8,8 +8,8 @@ import io
 
 from app.bench import energy
 from app.cli.probe import TABLES
-from app.contract import results
-from app.contract.energy import Energy
+from app.probes import results
+from app.probes.energy import Energy
 from tests.bench_jobs import finished, here, matmul, matmul_point
 from tests.results import minimal, result_for
 from tests.test_bench_pages import element, text
@@ -97,7 +97,7 @@ def _stored(probe: str, **changes):
 
     from pydantic import TypeAdapter
 
-    from app.contract.registry import PROBES
+    from app.probes.registry import PROBES
 
     raw = json.loads(next(Path("tests/fixtures/results").glob("v7-*.json")).read_text())[probe]
     result = TypeAdapter(PROBES[probe].result).validate_python(raw)

@@ -1,4 +1,4 @@
-"""The fleet on both engines: devices registered and seen, jobs that target a host, a device or
+"""The fleet on both databases: devices registered and seen, jobs that target a host, a device or
 a model taken only there, campaigns fanned out to every live device, and a burn-in over CPU
 "GPUs" on boxes of their own, one made slow on purpose (two processes hogging its core), which
 the comparison flags while the others pass."""

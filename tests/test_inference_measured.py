@@ -4,7 +4,7 @@ calibration's rule, with the jobs they came from; refused, naming the field, unt
 for another GPU. An H100's identity stands in for this CPU box, as test_jobs_api does."""
 
 from app import device
-from app.contract.results import Environment
+from app.probes.results import Environment
 from tests.bench_jobs import matmul, matmul_point
 from tests.conftest import assert_names_field
 from tests.results import minimal, result_for

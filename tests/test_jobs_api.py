@@ -10,8 +10,8 @@ import pytest
 from pydantic import SecretStr
 
 from app import device
-from app.contract.results import Environment
 from app.jobs.dispatcher import Dispatcher
+from app.probes.results import Environment
 from tests.conftest import Api, assert_names_field
 from tests.results import minimal, result_for
 

@@ -20,9 +20,10 @@ APP = ROOT / "app"
 LAYERS = (
     {"accounting"},                      # the engine: pure functions over numbers and dataclasses
     {"__init__", "paths", "config", "logs"},
-    {"contract", "device"},              # pydantic-only types; the device, from NVML and /proc
-    {"bench", "jobs", "fleet"},          # torch-only probes in children; the queue and its dispatchers;
-                                         # a burn-in's comparison
+    {"inputs", "device"},                # the request vocabulary (pydantic only); this box (NVML, /proc)
+    {"probes"},                          # torch-free: each probe's params, result, prediction and faces
+    {"bench", "jobs"},                   # torch-only probes in children; the queue and its dispatchers
+    {"measured"},                        # what stored results say: calibration, power, burn-in statistics
     {"deps"},
     {"api"},
     {"ops", "web"},
@@ -35,10 +36,11 @@ RANK = {part: rank for rank, parts in enumerate(LAYERS) for part in parts}
 FORBIDDEN = {
     "accounting": {"torch", "fastapi", "starlette", "pydantic", "transformers", "gguf", "bitsandbytes",
                    "peft"},
-    "contract": {"torch", "fastapi", "starlette", "transformers", "gguf", "bitsandbytes"},
+    "inputs": {"torch", "fastapi", "starlette", "transformers", "gguf", "bitsandbytes"},
+    "probes": {"torch", "fastapi", "starlette", "transformers", "gguf", "bitsandbytes", "sqlalchemy"},
     "device": {"torch", "fastapi", "starlette"},
     "jobs": {"torch", "fastapi", "transformers"},
-    "fleet": {"torch", "fastapi", "starlette", "sqlalchemy"},
+    "measured": {"torch", "fastapi", "starlette", "sqlalchemy"},
 }
 
 

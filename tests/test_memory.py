@@ -4,7 +4,7 @@ formulas, and what PyTorch's autograd actually saves."""
 import pytest
 import torch
 
-from app.accounting import memory
+from app.accounting.training import memory
 from tests.conftest import assert_names_field
 from tests.reference import lm_from_config
 

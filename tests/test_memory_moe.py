@@ -9,8 +9,8 @@ import math
 import pytest
 import torch
 
-from app.accounting import sharding
 from app.accounting.models import TransformerConfig
+from app.accounting.training import sharding
 from tests.conftest import assert_names_field
 
 TRAINING = "/api/v1/memory/training"

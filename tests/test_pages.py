@@ -5,7 +5,7 @@ import re
 
 from app.api.services.flops import TransformerRequest
 from app.api.services.memory import TrainingMemoryRequest
-from app.contract.schemas import PresetName
+from app.inputs.schemas import PresetName
 from app.web.calculators import CALCULATORS, choices
 from tests.conftest import Api
 

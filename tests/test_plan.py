@@ -7,12 +7,13 @@ from itertools import product
 
 import pytest
 
-from app.accounting import flops, hardware, memory, models
+from app.accounting import flops, hardware, models
 from app.accounting.comm.collectives import RING_BASE_LATENCY_S, Link
 from app.accounting.plan import volumes
 from app.accounting.plan.layout import Cluster, Layout, divisors, groups
 from app.accounting.plan.search import Limits, search
 from app.accounting.plan.step import Workload, memory_of, step_time
+from app.accounting.training import memory
 from tests.conftest import assert_names_field
 
 H100 = hardware.gpu("h100-sxm")

@@ -5,8 +5,8 @@ import pytest
 
 from app.accounting.errors import InvalidInput
 from app.bench import data_parallel
-from app.contract import parallel
-from app.contract.params import CollectivesParams, DataParallelStepParams
+from app.probes import parallel
+from app.probes.params import CollectivesParams, DataParallelStepParams
 
 QUICK = {"warmup_s": 0.01, "measure_s": 0.01, "min_iters": 2, "max_iters": 3}
 CRUNCHER = {"kind": "cruncher", "dim": 64, "num_layers": 3}

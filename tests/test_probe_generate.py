@@ -26,7 +26,7 @@ from app.accounting.models import TransformerConfig
 from app.bench import decode, generate
 from app.bench.models import Transformer
 from app.cli.probe import TABLES
-from app.contract.registry import PROBES, RESULTS
+from app.probes.registry import PROBES, RESULTS
 from tests.bench_jobs import finished
 from tests.conftest import assert_names_field
 from tests.hf_oracle import one_thread
@@ -252,8 +252,8 @@ def test_least_seconds_is_a_floor_of_the_real_run():
 
 
 def test_sizing_a_generate_job_never_imports_torch():
-    script = ("import sys\nfrom app.contract.registry import PROBES\n"
-              "from app.contract.params import GenerateParams\n"
+    script = ("import sys\nfrom app.probes.registry import PROBES\n"
+              "from app.probes.params import GenerateParams\n"
               "for kind in ('cpu', 'cuda'):\n    PROBES['generate'].need(GenerateParams(), kind)\n"
               "print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch'))")
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from app.bench import checkpoint, data_loader
-from app.contract import scratch
-from app.contract.data_loader import MAX_FILE_BYTES
-from app.contract.registry import PROBES, RESULTS
+from app.probes import scratch
+from app.probes.data_loader import MAX_FILE_BYTES
+from app.probes.registry import PROBES, RESULTS
 from tests.conftest import assert_names_field
 
 QUICK = {"device": "cpu", "warmup_s": 0.01, "measure_s": 0.02, "min_iters": 3, "max_iters": 10}

@@ -17,10 +17,10 @@ import pytest
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from app.accounting import models
-from app.accounting.config import TransformerConfig
 from app.accounting.errors import InvalidInput
 from app.accounting.inference import ggml
 from app.accounting.inference.quant import tensor_bytes, tensor_storage, weight_bytes
+from app.accounting.transformer import TransformerConfig
 
 PURE = {"gguf_q8_0": "Q8_0", "gguf_q6_k": "Q6_K", "gguf_q4_0": "Q4_0"}
 

@@ -1,11 +1,11 @@
 """Numbers as people write them: "70B", "15T", "4k", "80GB", "2.5e12", read in one place
-(app/contract/quantities.py), stated in the schema, never ambiguous."""
+(app/inputs/quantities.py), stated in the schema, never ambiguous."""
 
 import re
 
 import pytest
 
-from app.contract import quantities
+from app.inputs import quantities
 from app.main import create_app
 from tests.conftest import assert_names_field
 

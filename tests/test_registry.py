@@ -1,4 +1,4 @@
-"""One record per probe (app/contract/registry.py), read by everything that names probes:
+"""One record per probe (app/probes/registry.py), read by everything that names probes:
 the child, the jobs API, admission, the launch form and `tally probe`."""
 
 import dataclasses
@@ -11,10 +11,10 @@ import pytest
 import torch
 
 from app.bench.timer import flush_bytes as timer_flush_bytes
-from app.contract import params as probe_params
-from app.contract.registry import PROBES
 from app.device import host
 from app.jobs import admission
+from app.probes import params as probe_params
+from app.probes.registry import PROBES
 from tests.test_cli import run_main
 
 NAMES = list(PROBES)

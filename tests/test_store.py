@@ -8,12 +8,12 @@ import re
 
 import pytest
 
-from app.contract.results import Skipped
-from app.jobs import attempt_log, database, engines, fleet, leases, schema
+from app.jobs import attempt_log, backends, database, fleet, leases, schema
 from app.jobs import job as job_module
 from app.jobs import store as store_module
 from app.jobs.job import STATES, TERMINAL, TRANSITIONS
 from app.jobs.store import QueueFull, Store
+from app.probes.results import Skipped
 from tests.results import result_for
 
 SKIPPED = Skipped("float8_e4m3fn", "on purpose")
@@ -123,7 +123,7 @@ def test_the_transition_table_is_the_one_the_docstring_draws():
     # _move's UPDATE is the one statement that writes status (_insert only creates a queued row, for
     # submit and for a campaign's jobs).
     assert writes_of_status(store_module) == ["_insert", "_move"]
-    others = (leases, attempt_log, engines, database, schema, fleet)
+    others = (leases, attempt_log, backends, database, schema, fleet)
     assert [writes_of_status(module) for module in others] == [[]] * len(others)
 
 

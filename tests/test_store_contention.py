@@ -1,5 +1,5 @@
 """Eight worker processes, each with its own Store on one database, claim and finish 500 jobs at
-once, on both engines: each on a host of its own (PostgreSQL: SKIP LOCKED keeps them apart), and
+once, on both databases: each on a host of its own (PostgreSQL: SKIP LOCKED keeps them apart), and
 all on one host (its advisory lock makes them decide its leases one at a time). Every job is
 claimed exactly once and ends succeeded. The figures are printed (pytest -s); larger runs:
 bench/store_contention.py."""

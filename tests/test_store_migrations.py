@@ -1,4 +1,4 @@
-"""Every schema Tally shipped, opened by today's Store on both engines: the database ends at the
+"""Every schema Tally shipped, opened by today's Store on both databases: the database ends at the
 latest version with every row and value it held, the new columns NULL (or their default), and
 columns and indexes exactly those of a database the Store creates new.
 

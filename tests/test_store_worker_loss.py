@@ -1,4 +1,4 @@
-"""A worker SIGKILLed in the middle of a job, on both engines, with nothing faked: the real
+"""A worker SIGKILLed in the middle of a job, on both databases, with nothing faked: the real
 dispatcher (`python -m app.cli worker`) runs the real matmul probe on the CPU, many shapes long.
 Killed, it leaves the job running in the table; a second worker, whose stale_after_s is short,
 sees the job's heartbeat go stale, requeues it (its attempts_log says worker_lost) and runs it to

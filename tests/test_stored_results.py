@@ -46,7 +46,7 @@ def stored(tmp_path_factory):
 def test_the_newest_version_has_a_fixture_of_every_probe_and_no_probe_was_dropped():
     """Each version's fixture holds every probe it had; a probe, once shipped, stays readable
     (v4 added generate)."""
-    from app.contract.registry import PROBES
+    from app.probes.registry import PROBES
 
     newest = max(FIXTURES, key=lambda path: int(path.stem.split("-")[0][1:]))
     assert {r["probe"] for r in json.loads(newest.read_text()).values()} == set(PROBES), newest.name

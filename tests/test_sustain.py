@@ -7,8 +7,8 @@ import pytest
 
 from app import device
 from app.bench import bandwidth, matmul, nvml, sustain, train_step
-from app.contract.params import MatmulParams
-from app.contract.registry import PROBES
+from app.probes.params import MatmulParams
+from app.probes.registry import PROBES
 from tests.conftest import assert_names_field
 
 QUICK = {"device": "cpu", "warmup_s": 0.0, "measure_s": 0.005, "min_iters": 2, "max_iters": 3}

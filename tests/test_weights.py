@@ -16,7 +16,7 @@ from app.accounting.hf import import_config
 from app.accounting.inference.quant import _shard
 from app.accounting.inference.weights import by_component, model_tensors
 from app.accounting.params import count_params
-from app.accounting.sharding import stage_params
+from app.accounting.training.sharding import stage_params
 from tests import hf_configs_dense, hf_configs_moe, hf_configs_real
 
 REAL = {name: value for module in (hf_configs_dense, hf_configs_moe, hf_configs_real)

@@ -1,7 +1,7 @@
 """The conventions a config's counts rest on, said in words: every preset and import
 answers them as `warnings`, so a figure never hides the choice behind it."""
 
-from app.accounting.config import TransformerConfig
+from app.accounting.transformer import TransformerConfig
 
 
 def conventions(cfg: TransformerConfig) -> list[str]:

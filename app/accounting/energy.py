@@ -6,7 +6,7 @@
 
 The average power per GPU is given, or the catalogue's board power (data/hardware.toml) x a
 utilisation factor (1.0: the board power, as the model cards take it), or measured on this
-server's device (app/jobs/power.py). PUE (power usage effectiveness: the facility's energy over
+server's device (app/measured/power.py). PUE (power usage effectiveness: the facility's energy over
 the IT equipment's, >= 1) scales the GPUs' energy to the data centre's. The grid's intensity is a
 named region's (data/grid.toml, each with its source) or a number.
 

@@ -10,7 +10,6 @@ from functools import cache
 from importlib import resources
 
 from app.accounting import names
-from app.accounting.config import TransformerConfig, check_bounds
 from app.accounting.conventions import conventions
 from app.accounting.errors import InvalidInput
 from app.accounting.params import (
@@ -22,6 +21,7 @@ from app.accounting.params import (
     norm_params,
 )
 from app.accounting.records import RECORD
+from app.accounting.transformer import TransformerConfig, check_bounds
 
 __all__ = ["TransformerConfig", "check_bounds", "ParamCount", "attention_params", "count_params",
            "layer_params", "mlp_params", "norm_params", "Preset", "PresetSummary", "presets", "find",

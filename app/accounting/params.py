@@ -13,8 +13,8 @@ Conventions:
 from dataclasses import dataclass
 from functools import lru_cache
 
-from app.accounting.config import NORMS_PER_BLOCK, TransformerConfig
 from app.accounting.records import RECORD
+from app.accounting.transformer import NORMS_PER_BLOCK, TransformerConfig
 
 
 def one_norm(cfg: TransformerConfig, width: int) -> int:

@@ -23,7 +23,7 @@ from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.accounting.errors import InvalidInput
-from app.contract.fields import UNION_TAGS
+from app.inputs.fields import UNION_TAGS
 from app.jobs import storage
 
 _LOCATIONS = {"body", "query", "path", "header", "cookie"}

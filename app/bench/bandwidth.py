@@ -5,8 +5,8 @@ import torch
 
 from app.bench import energy, sustain
 from app.bench.common import setup, to_json
-from app.contract.params import BandwidthParams, bandwidth_bytes
-from app.contract.results import BandwidthResult
+from app.probes.params import BandwidthParams, bandwidth_bytes
+from app.probes.results import BandwidthResult
 
 
 def run(raw: dict, progress) -> dict:

@@ -1,8 +1,8 @@
 """burn_in: the matmul, bandwidth and train_step probes one after the other in this child, each
-sustained (app/contract/burn_in.py says which sizes and why)."""
+sustained (app/probes/burn_in.py says which sizes and why)."""
 
 from app.bench import bandwidth, env, matmul, nvml, train_step
-from app.contract.burn_in import BurnInParams, parts
+from app.probes.burn_in import BurnInParams, parts
 
 
 def run(raw: dict, progress) -> dict:

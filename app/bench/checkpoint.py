@@ -15,7 +15,7 @@ from app.bench import energy as energy_window
 from app.bench import train_step
 from app.bench.common import setup, to_json
 from app.bench.timer import summarize, sync
-from app.contract.checkpoint import CheckpointParams, CheckpointResult, predicted_parts, prediction
+from app.probes.checkpoint import CheckpointParams, CheckpointResult, predicted_parts, prediction
 
 STEP_KEY = "step"
 """Adam's, AdamW's and Adagrad's per-parameter step count: a 0-d float32 tensor each."""

@@ -74,7 +74,7 @@ def main(probes: Mapping[str, str] | None = None) -> int:
     """Run the job on stdin. `probes` maps a probe name to its "module:function"; by default the
     registry's entry points, each imported only when run, so this file stays torch-free."""
     if probes is None:
-        from app.contract.registry import PROBES
+        from app.probes.registry import PROBES
         probes = {name: probe.entry for name, probe in PROBES.items()}
     job = json.loads(sys.stdin.readline())
     channel = os.fdopen(os.dup(1), "w", buffering=1)

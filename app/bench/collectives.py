@@ -18,15 +18,15 @@ import torch.distributed as dist
 from pydantic import TypeAdapter
 
 from app.accounting.comm import collectives as cc
+from app.bench import contention, energy, env
 from app.bench import dist as launcher
-from app.bench import energy, env, load
 from app.bench.common import to_json
 from app.bench.timer import summarize
-from app.contract import parallel
-from app.contract.energy import Energy
-from app.contract.parallel_results import CatalogueLink, CollectivePoint, CollectivesResult
-from app.contract.params import CollectivesParams
-from app.contract.results import Contention, Environment, Skipped
+from app.probes import parallel
+from app.probes.energy import Energy
+from app.probes.parallel_results import CatalogueLink, CollectivePoint, CollectivesResult
+from app.probes.params import CollectivesParams
+from app.probes.results import Contention, Environment, Skipped
 
 ENVIRONMENT = TypeAdapter(Environment)
 ENERGY = TypeAdapter(Energy | None)
@@ -178,7 +178,7 @@ def run(raw: dict, progress) -> dict:
     ranks = parallel.collectives(p, kind).ranks or torch.cuda.device_count()
     if ranks < 2:
         raise ValueError(f"ranks: the collectives probe needs 2 GPUs at least; this job sees {ranks}")
-    watch = load.Watch()
+    watch = contention.Watch()
     pids: list[int] = []
     measured = launcher.launch(rank_sweep, raw | {"device": kind}, ranks=ranks, device_type=kind,
                                progress=progress, pids=pids)

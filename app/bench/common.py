@@ -7,9 +7,9 @@ import torch
 from pydantic import TypeAdapter
 
 from app.accounting import hardware
-from app.bench import env, load
+from app.bench import contention, env
 from app.bench.timer import Timer
-from app.contract.params import ProbeParams
+from app.probes.params import ProbeParams
 
 P = TypeVar("P", bound=ProbeParams)
 
@@ -18,7 +18,7 @@ P = TypeVar("P", bound=ProbeParams)
 class Setup:
     device: torch.device
     timer: Timer
-    neighbours: load.Watch
+    neighbours: contention.Watch
     """What else runs on the host, watched from set-up until the result's environment is read."""
 
     @property
@@ -41,7 +41,7 @@ def setup(model: type[P], raw: dict[str, Any]) -> tuple[P, Setup]:
     timer = Timer(device, warmup_s=params.warmup_s, measure_s=params.measure_s,
                   min_iters=params.min_iters, max_iters=params.max_iters)
     # After the timer's buffer, so this process's CUDA context exists when the GPU's are counted.
-    neighbours = load.Watch(gpu=load.visible_gpu() if device.type == "cuda" else None)
+    neighbours = contention.Watch(gpu=contention.visible_gpu() if device.type == "cuda" else None)
     return params, Setup(device, timer, neighbours)
 
 

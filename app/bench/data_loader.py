@@ -19,8 +19,8 @@ from app.bench import energy as energy_window
 from app.bench import train_step
 from app.bench.common import setup, to_json
 from app.bench.timer import summarize, sync
-from app.contract import predict
-from app.contract.data_loader import (
+from app.probes import predict
+from app.probes.data_loader import (
     TOKEN_BYTES,
     DataLoaderParams,
     DataLoaderResult,
@@ -29,7 +29,7 @@ from app.contract.data_loader import (
     file_bytes,
     train_params,
 )
-from app.contract.results import Skipped
+from app.probes.results import Skipped
 
 CHUNK_TOKENS = 8 * 2**20
 """Tokens generated and written at a time: 16 MiB of uint16, so the child never holds the file."""

@@ -1,7 +1,7 @@
 """data_parallel_step: the train_step probe's model and step (app/bench/train_step.py) over
 `ranks` processes (app/bench/dist.py), with DDP or FSDP2's fully_shard; its step time, the
 communication left exposed, the scaling against one rank, and the peak memory per rank beside
-the memory engine's prediction for the matching ZeRO stage (app/contract/parallel.py).
+the memory engine's prediction for the matching ZeRO stage (app/probes/parallel.py).
 
 How: rank 0 first times the same step alone (the plain model, the same per-rank batch) while
 the others wait at a barrier; then every rank builds the model from the same seed (identical
@@ -15,15 +15,15 @@ import torch.distributed as dist
 from pydantic import TypeAdapter
 from torch import nn
 
+from app.bench import contention, energy, env, train_step
 from app.bench import dist as launcher
-from app.bench import energy, env, load, train_step
 from app.bench.common import to_json
 from app.bench.models import Cruncher
 from app.bench.timer import Timer
-from app.contract import parallel
-from app.contract.parallel_results import DataParallelStepResult
-from app.contract.params import DataParallelStepParams
-from app.contract.results import Environment, MemoryComparison, Stats
+from app.probes import parallel
+from app.probes.parallel_results import DataParallelStepResult
+from app.probes.params import DataParallelStepParams
+from app.probes.results import Environment, MemoryComparison, Stats
 
 ENVIRONMENT = TypeAdapter(Environment)
 STATS = TypeAdapter(Stats)
@@ -126,12 +126,12 @@ def run(raw: dict, progress) -> dict:
     if ranks < 2:
         raise ValueError(f"ranks: the data_parallel_step probe needs 2 GPUs at least; this job sees {ranks}")
     pred = parallel.data_parallel_step(p, kind == "cuda", ranks)
-    watch = load.Watch()
+    watch = contention.Watch()
     pids: list[int] = []
     m = launcher.launch(rank_step, raw | {"device": kind}, ranks=ranks, device_type=kind, progress=progress,
                         pids=pids)
-    contention = launcher.neighbours(watch, pids)
-    environment = ENVIRONMENT.validate_python(m["environment"] | {"contention": contention})
+    seen = launcher.neighbours(watch, pids)
+    environment = ENVIRONMENT.validate_python(m["environment"] | {"contention": seen})
     step, alone = STATS.validate_python(m["step"]), STATS.validate_python(m["alone"])
     tokens = p.batch_size * p.seq_len
     joules, watts = (None, None) if m["energy_all_ranks"] is None else m["energy_all_ranks"][:2]

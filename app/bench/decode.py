@@ -25,7 +25,7 @@ from functools import partial
 import torch
 import torch.nn.functional as F
 
-from app.accounting.config import TransformerConfig
+from app.accounting.transformer import TransformerConfig
 from app.bench.models import Attention, Experts, LatentAttention, Transformer, rope_tables
 
 

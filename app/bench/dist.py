@@ -33,8 +33,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from app.bench import load
-from app.contract.results import Contention
+from app.bench import contention
+from app.probes.results import Contention
 
 Progress = Callable[[int, int, str], None]
 Report = Callable[[int, int, str], None]
@@ -150,13 +150,13 @@ def _stop(processes: list) -> None:
             p.join()
 
 
-def neighbours(watch: load.Watch, pids: list[int]) -> Contention | None:
+def neighbours(watch: contention.Watch, pids: list[int]) -> Contention | None:
     """What else used the host's CPUs since `watch` began, the ranks (`pids`) not counted."""
     if not watch.before:
         return None
-    return load.judge(watch.before, load.cpu_times(), seconds=time.monotonic() - watch.started,
-                      exclude={os.getpid(), *pids}, load_before=watch.load_before, load_after=load.loadavg(),
-                      cpu_count=os.cpu_count() or 1)
+    return contention.judge(watch.before, contention.cpu_times(), seconds=time.monotonic() - watch.started,
+                            exclude={os.getpid(), *pids}, load_before=watch.load_before,
+                            load_after=contention.loadavg(), cpu_count=os.cpu_count() or 1)
 
 
 def launch(worker: Worker, args: Any, *, ranks: int, device_type: str, progress: Progress,

@@ -1,4 +1,4 @@
-"""The energy one measurement's work draws on a GPU (app/contract/energy.py's Energy), read from
+"""The energy one measurement's work draws on a GPU (app/probes/energy.py's Energy), read from
 NVML (app/bench/nvml.py) over a window of its own.
 
 Which window, and why not the timed iterations'. The timer zeroes a flush buffer of at least
@@ -29,9 +29,9 @@ import math
 from collections.abc import Callable, Sequence
 
 from app.bench import nvml
-from app.contract.energy import Energy
 from app.device import nvml as nvml_lib
 from app.device import optional
+from app.probes.energy import Energy
 
 WINDOW_S = 0.5
 """The back-to-back window's length at least: five steps of a counter that moves every 100 ms."""

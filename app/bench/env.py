@@ -9,7 +9,7 @@ import torch
 from app import device as device_info
 from app.accounting import hardware
 from app.bench import energy
-from app.contract.results import Contention, Environment
+from app.probes.results import Contention, Environment
 
 
 def seed_everything(seed: int) -> None:

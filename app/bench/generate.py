@@ -15,9 +15,9 @@ from app.bench.common import Setup, setup, to_json
 from app.bench.livebytes import LiveBytes
 from app.bench.matmul import operands
 from app.bench.models import Transformer
-from app.contract import predict
-from app.contract.params import GenerateParams
-from app.contract.results import (
+from app.probes import predict
+from app.probes.params import GenerateParams
+from app.probes.results import (
     Ceilings,
     DecodePoint,
     GenerateResult,

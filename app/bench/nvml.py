@@ -76,7 +76,7 @@ class Window:
     energy_end_mj: int | None = None
 
     def summary(self) -> dict[str, Any]:
-        """The window's figures, named as app/contract/sustained.py's Sustained names them."""
+        """The window's figures, named as app/probes/sustained.py's Sustained names them."""
         def stats(values):
             values = [v for v in values if v is not None]
             if not values:

@@ -11,7 +11,7 @@ import torch
 from app.bench import energy as energy_rule
 from app.bench import nvml
 from app.bench.timer import sync
-from app.contract.sustained import Range, Sustained
+from app.probes.sustained import Range, Sustained
 
 CHUNK_S = 0.05
 """Seconds of work queued between synchronisations: enough to keep the GPU fed between Python's

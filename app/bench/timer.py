@@ -4,7 +4,7 @@
   and lazy initialisation stay out of the numbers.
 - The iteration count follows from the warm-up's pace and the time budget.
 - Before each timed iteration, outside the timed interval, a buffer is zeroed, so no
-  iteration finds its inputs in L2: on CUDA max(256 MiB, 2 x L2) (app/contract/params.py).
+  iteration finds its inputs in L2: on CUDA max(256 MiB, 2 x L2) (app/probes/params.py).
 - CUDA: an event pair per iteration and one synchronize at the end. CPU: the
   ops are synchronous, so perf_counter around each run.
 - Energy (a GPU with NVML): after the timed iterations, the same work run back to back for at
@@ -19,8 +19,8 @@ from collections.abc import Callable
 import torch
 
 from app.bench import energy as energy_window
-from app.contract import params
-from app.contract.results import Stats
+from app.probes import params
+from app.probes.results import Stats
 
 
 def flush_bytes(device: torch.device) -> int:

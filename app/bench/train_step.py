@@ -11,9 +11,9 @@ from app.bench import energy, lora, sustain
 from app.bench.common import Setup, setup, to_json
 from app.bench.livebytes import LiveBytes
 from app.bench.models import Cruncher, Transformer
-from app.contract import predict
-from app.contract.params import TrainStepParams
-from app.contract.results import MemoryComparison, TrainStepResult
+from app.probes import predict
+from app.probes.params import TrainStepParams
+from app.probes.results import MemoryComparison, TrainStepResult
 
 LR = 1e-3
 PEAK_KEY = {"fp32": "float32", "bf16_autocast": "bfloat16", "bf16": "bfloat16"}

@@ -1,4 +1,4 @@
-"""The probe tables' energy columns (Stats.energy, app/contract/energy.py): joules per unit and
+"""The probe tables' energy columns (Stats.energy, app/probes/energy.py): joules per unit and
 average watts beside the times, shown only where a run recorded them; and the environment's one
 line on how energy was read, or why it was not (a CPU, no NVML)."""
 

@@ -39,7 +39,7 @@ def add(commands: argparse._SubParsersAction, name: str, help_text: str) -> None
 
 def parser() -> argparse.ArgumentParser:
     from app.config import get_settings
-    from app.contract.registry import PROBES
+    from app.probes.registry import PROBES
 
     settings = get_settings()
     raw = argparse.RawDescriptionHelpFormatter
@@ -174,7 +174,7 @@ def _report(row: Any, output: str) -> int:
             options.print_json(json.dumps({"status": row.status, "error": row.error}), False)
         return 1
     if output == "json":
-        from app.contract.registry import RESULTS
+        from app.probes.registry import RESULTS
 
         options.print_json(RESULTS.dump_json(row.result).decode(), False)
         return 0
@@ -372,7 +372,7 @@ def _collectives(result: Any) -> list:
 
 def _as_json(result: Any) -> list:
     """A probe without a table of its own: its result, as JSON."""
-    from app.contract.registry import RESULTS
+    from app.probes.registry import RESULTS
 
     return [RESULTS.dump_json(result, indent=2).decode()]
 

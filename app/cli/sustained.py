@@ -1,4 +1,4 @@
-"""Tables of sustained runs (app/contract/sustained.py) for `tally probe` and `tally burn-in`:
+"""Tables of sustained runs (app/probes/sustained.py) for `tally probe` and `tally burn-in`:
 the rate held, and what NVML saw meanwhile. GB = 10^9 bytes; W, J, MHz, degrees C."""
 
 from typing import Any

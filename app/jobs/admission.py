@@ -8,10 +8,10 @@ the parameter to change, as the calculators' own do.
 from app import device as dev
 from app.accounting.errors import InvalidInput
 from app.accounting.units import human_bytes
-from app.contract import scratch
-from app.contract.params import ProbeParams, flush_bytes
-from app.contract.registry import PROBES
 from app.device import DeviceInfo, host_memory_bytes
+from app.probes import scratch
+from app.probes.params import ProbeParams, flush_bytes
+from app.probes.registry import PROBES
 
 
 def device_for(gpu: int | None, params: ProbeParams, configured: list[int] | None) -> DeviceInfo:

@@ -1,6 +1,6 @@
 """Opening the job database, on either engine: the connections and transactions every verb of
 app/jobs/store.py runs in, a SQLite file created anew when deleted under a running server, and
-an idle dispatcher's wait for work. The engines' own ways: app/jobs/engines.py.
+an idle dispatcher's wait for work. Each database's own ways: app/jobs/backends.py.
 """
 
 import contextlib
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from app.jobs import engines, schema
+from app.jobs import backends, schema
 from app.jobs.storage import StoreUnavailable
 
 log = logging.getLogger("tally.jobs")
@@ -30,13 +30,13 @@ class Database:
     def __init__(self, database: str | Path) -> None:
         """StoreUnavailable, saying why, when the database cannot be opened, created or written, or
         is newer than this code; ValueError for a URL of a scheme Tally does not speak."""
-        self.url = engines.url_of(database)
-        self.path = engines.sqlite_path(self.url)
+        self.url = backends.url_of(database)
+        self.path = backends.sqlite_path(self.url)
         """The SQLite file; None on PostgreSQL."""
-        self.where = str(self.path) if self.path is not None else engines.shown(self.url)
+        self.where = str(self.path) if self.path is not None else backends.shown(self.url)
         """The database as messages name it: the file, or the URL without its password."""
-        self.engine = engines.create(self.url, lambda: self._open())
-        self.listeners = None if self.path is not None else engines.Listeners(self.url)
+        self.engine = backends.create(self.url, lambda: self._open())
+        self.listeners = None if self.path is not None else backends.Listeners(self.url)
         try:
             self._create()
         except (sqlite3.Error, sa.exc.DBAPIError) as e:
@@ -79,7 +79,7 @@ class Database:
 
     def _open(self) -> sqlite3.Connection:
         """A SQLite connection (the engine's creator): sqlite3 emits no BEGIN of its own
-        (isolation_level=None); engines.py's "begin" event says BEGIN [IMMEDIATE] itself."""
+        (isolation_level=None); backends.py's "begin" event says BEGIN [IMMEDIATE] itself."""
         db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
         db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_S * 1000}")
         # NORMAL in WAL mode: a power cut may lose the last commits, never corrupt the file.
@@ -93,13 +93,13 @@ class Database:
     @contextmanager
     def _read(self, *, snapshot: bool = False) -> Iterator[sa.Connection]:
         self._exists()
-        with engines.read(self.engine, snapshot=snapshot) as db:
+        with backends.read(self.engine, snapshot=snapshot) as db:
             yield db
 
     @contextmanager
     def _write(self) -> Iterator[sa.Connection]:
         self._exists()
-        with engines.write(self.engine) as db:
+        with backends.write(self.engine) as db:
             yield db
 
     def journal_mode(self) -> str:

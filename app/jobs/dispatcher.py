@@ -27,11 +27,11 @@ from pathlib import Path
 from typing import Any
 
 from app import logs
-from app.contract.registry import RESULTS
 from app.jobs.fleet import Serves
 from app.jobs.job import Job
 from app.jobs.process import Child, error, parse_message
 from app.jobs.store import STALE_AFTER_S, WORKER_LOSS_RETRIES, Store
+from app.probes.registry import RESULTS
 
 log = logging.getLogger("tally.jobs")
 

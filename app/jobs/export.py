@@ -6,8 +6,8 @@ import csv
 import io
 from typing import Any
 
-from app.contract.registry import RESULTS
 from app.jobs.job import Job
+from app.probes.registry import RESULTS
 
 
 def _flatten(value: dict[str, Any], prefix: str = "") -> dict[str, Any]:

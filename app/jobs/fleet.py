@@ -16,7 +16,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from app.jobs import engines
+from app.jobs import backends
 from app.jobs.job import Job, from_row
 from app.jobs.schema import campaigns, devices, jobs
 
@@ -104,7 +104,7 @@ class FleetStore:
             known = db.execute(sa.select(devices.c.registered_at)
                                .where(devices.c.device == device["device"])).scalar()
             row = {k: device.get(k) for k in DEVICE_FIELDS} | {"registered_at": known or now, "seen_at": now}
-            engines.upsert(db, devices, row, key="device")
+            backends.upsert(db, devices, row, key="device")
 
     def touch(self, device: str, *, worker_id: str) -> None:
         with self._write() as db:  # type: ignore[attr-defined]

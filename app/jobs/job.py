@@ -1,5 +1,5 @@
 """A benchmark job as the store returns it: its row, with its parameters decoded and its
-result parsed once into the probe's result type (app/contract/registry.py).
+result parsed once into the probe's result type (app/probes/registry.py).
 
 A job's states and the only moves between them (TRANSITIONS; every change of state goes
 through Store._move, which refuses any other):
@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from app.contract.registry import RESULTS, ProbeResult
+from app.probes.registry import RESULTS, ProbeResult
 
 STATES = ("queued", "running", "succeeded", "failed", "timeout", "oom", "crashed", "cancelled")
 TERMINAL = frozenset(STATES[2:])

@@ -15,7 +15,7 @@ claim takes, is app/jobs/placement.py's rule over `busy`.
 
 import sqlalchemy as sa
 
-from app.jobs import engines
+from app.jobs import backends
 from app.jobs.schema import leases
 
 
@@ -36,8 +36,8 @@ def busy(held: dict[str, float], *, now: float, stale_after_s: float) -> set[str
 
 def take(db: sa.Connection, key: str, *, job_id: int, worker_id: str, now: float) -> None:
     # Overwrite: a stale lease on the key is its dead holder's, and is taken over.
-    engines.upsert(db, leases, {"device": key, "job_id": job_id, "worker_id": worker_id, "heartbeat_at": now},
-                   key="device")
+    row = {"device": key, "job_id": job_id, "worker_id": worker_id, "heartbeat_at": now}
+    backends.upsert(db, leases, row, key="device")
 
 
 def renew(db: sa.Connection, *, job_id: int, now: float) -> None:

@@ -1,4 +1,4 @@
-"""The job database's tables, declared once for both engines, and the migrations that bring an
+"""The job database's tables, declared once for both databases, and the migrations that bring an
 older database to the latest version when it is opened.
 
 Types are SQLite's own on SQLite, so a new file is column for column and index for index what
@@ -25,7 +25,7 @@ from alembic.migration import MigrationContext
 from alembic.operations import Operations
 from sqlalchemy.dialects import postgresql
 
-from app.jobs import engines
+from app.jobs import backends
 
 INTEGER = sa.Integer().with_variant(sa.BigInteger(), "postgresql")
 REAL = sa.REAL().with_variant(postgresql.DOUBLE_PRECISION(), "postgresql")
@@ -197,8 +197,8 @@ def migrate(engine: sa.Engine) -> int:
     """Bring the database to VERSION, creating what is missing (every table, in a new one); its
     rows keep their data. NewerDatabase when it is beyond VERSION. Opening a current database
     reads its version and changes nothing. Returns the version it is now at."""
-    with engines.write(engine) as db:
-        engines.lock(db, LOCK)
+    with backends.write(engine) as db:
+        backends.lock(db, LOCK)
         at, tables = version(db), set(sa.inspect(db).get_table_names())
         if at > VERSION:
             raise NewerDatabase(at)
@@ -209,13 +209,13 @@ def migrate(engine: sa.Engine) -> int:
         if at == VERSION and tables >= set(metadata.tables):
             return at
     for number, step in MIGRATIONS:
-        with engines.write(engine) as db:
-            engines.lock(db, LOCK)  # another process may have moved it meanwhile: read it again
+        with backends.write(engine) as db:
+            backends.lock(db, LOCK)  # another process may have moved it meanwhile: read it again
             if version(db) < number:
                 step(Operations(MigrationContext.configure(db)), db)
                 _set_version(db, number)
-    with engines.write(engine) as db:
-        engines.lock(db, LOCK)
+    with backends.write(engine) as db:
+        backends.lock(db, LOCK)
         at = version(db)
         metadata.create_all(db)  # only the tables it lacks; those it has are left as they are
         _set_version(db, at)

@@ -1,10 +1,10 @@
 """The durable job queue: all of Tally's SQL, here and in the modules beside it that keep its
 parts (schema.py: the tables and their migrations; database.py: opening the database, and the
-transactions each verb runs in; engines.py: each engine's connections, locks and wake-ups;
+transactions each verb runs in; backends.py: each engine's connections, locks and wake-ups;
 leases.py: one job per device; attempt_log.py: how each attempt ended), and placement.py, the
 SQL-free rule a claim follows.
 
-One store on two engines: a SQLite file (the default, TALLY_DATABASE_PATH) or a PostgreSQL server
+One store on two databases: a SQLite file (the default, TALLY_DATABASE_PATH) or a PostgreSQL server
 that a fleet's workers share (TALLY_DATABASE_URL), through SQLAlchemy 2 Core. Core, because one
 query expression compiles for both dialects; `with_for_update(skip_locked=True)` renders FOR
 UPDATE SKIP LOCKED on PostgreSQL and nothing on SQLite (whose BEGIN IMMEDIATE already serialises
@@ -33,12 +33,12 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from app.contract.registry import ProbeResult
-from app.jobs import attempt_log, engines, fleet, leases, placement
+from app.jobs import attempt_log, backends, fleet, leases, placement
 from app.jobs.database import Database
 from app.jobs.fleet import FleetStore, Serves, Targets
 from app.jobs.job import ACTIVE, STATES, TERMINAL, TRANSITIONS, Job, from_row, result_json
 from app.jobs.schema import jobs, workers
+from app.probes.registry import ProbeResult
 
 log = logging.getLogger("tally.jobs")
 
@@ -99,7 +99,7 @@ class Store(Database, FleetStore):
     def seen(self, *, worker_id: str) -> None:
         """A dispatcher says it is alive (idle or busy), for readiness checks."""
         with self._write() as db:
-            engines.upsert(db, workers, {"worker_id": worker_id, "seen_at": time.time()}, key="worker_id")
+            backends.upsert(db, workers, {"worker_id": worker_id, "seen_at": time.time()}, key="worker_id")
 
     def live_workers(self, *, within_s: float) -> list[str]:
         """Dispatchers seen in the last within_s seconds."""
@@ -148,7 +148,7 @@ class Store(Database, FleetStore):
         if moved and old == "running":  # the job's child is gone: its device is free for the next
             leases.release(db, job_id=job_id)
         if moved and new == "queued":  # a job to claim again: wake the idle dispatchers
-            engines.notify(db)
+            backends.notify(db)
         return moved
 
     def submit(self, *, probe: str, params: dict, timeout_s: float, limit: int, device: str | None = None,
@@ -170,7 +170,7 @@ class Store(Database, FleetStore):
         """One queued job's row, in the caller's write transaction; QueueFull past `limit`."""
         if gpus is not None:
             num_gpus = len(gpus)
-        engines.lock(db, SUBMIT_LOCK)  # two submitters must not both see room for one more
+        backends.lock(db, SUBMIT_LOCK)  # two submitters must not both see room for one more
         active = db.execute(sa.select(sa.func.count()).select_from(jobs)
                             .where(jobs.c.status.in_(ACTIVE))).scalar_one()
         if active >= limit:
@@ -180,7 +180,7 @@ class Store(Database, FleetStore):
             created_at=time.time(), device=device, gpu=gpu, num_gpus=num_gpus,
             gpus=None if gpus is None else _json(sorted(gpus)), target_host=targets.host,
             target_device=targets.device, target_model=targets.model, campaign_id=campaign_id))
-        engines.notify(db)
+        backends.notify(db)
         return inserted.inserted_primary_key[0]
 
     def get(self, job_id: int) -> Job | None:
@@ -221,7 +221,7 @@ class Store(Database, FleetStore):
         mine = [sa.or_(jobs.c.gpu.is_(None), jobs.c.gpu == gpu)] if gpu is not None else []
         mine += fleet.claimable(serves, host)
         with self._write() as db:
-            engines.lock(db, _host_lock(host))  # one claimer at a time decides this host's leases
+            backends.lock(db, _host_lock(host))  # one claimer at a time decides this host's leases
             # SKIP LOCKED: a job another claimer is taking is left to it, never waited on.
             rows = db.execute(sa.select(jobs.c.id, jobs.c.attempts, jobs.c.gpu, jobs.c.device,
                                         jobs.c.num_gpus, jobs.c.gpus)

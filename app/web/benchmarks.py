@@ -16,14 +16,14 @@ from app.api.services import device as device_service
 from app.api.services import flops
 from app.api.services import jobs as service
 from app.config import Settings
-from app.contract.parallel_results import CollectivesResult, DataParallelStepResult
-from app.contract.params import MATMUL_DTYPES
-from app.contract.registry import PROBES
-from app.contract.results import MatmulResult, MemoryComparison, TrainStepResult, TransferResult
-from app.contract.schemas import PresetName
 from app.deps import SettingsDep, StoreDep
+from app.inputs.schemas import PresetName
 from app.jobs.job import Job
 from app.jobs.store import Store
+from app.probes.parallel_results import CollectivesResult, DataParallelStepResult
+from app.probes.params import MATMUL_DTYPES
+from app.probes.registry import PROBES
+from app.probes.results import MatmulResult, MemoryComparison, TrainStepResult, TransferResult
 from app.web import forms, io_pages, measures, numbers
 from app.web.templating import templates
 

@@ -13,7 +13,7 @@ from pydantic import BaseModel
 from app.accounting.errors import InvalidInput
 from app.api.responses import jsonable
 from app.api.services import dtypes, flops, memory, tensors, time
-from app.contract.schemas import engine_model
+from app.inputs.schemas import engine_model
 from app.jobs.store import Store
 from app.web import data, fit, forms, inference, numbers, scale
 from app.web.spec import Calculator, Compute, Input, choices

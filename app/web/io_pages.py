@@ -3,8 +3,8 @@ other probes' in app/web/benchmarks.py and app/web/measures.py. GB = 10^9 bytes.
 
 from typing import Any
 
-from app.contract.checkpoint import CheckpointResult
-from app.contract.data_loader import DataLoaderResult
+from app.probes.checkpoint import CheckpointResult
+from app.probes.data_loader import DataLoaderResult
 from app.web import numbers
 
 

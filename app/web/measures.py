@@ -11,16 +11,16 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from app.accounting.units import human_bytes
-from app.contract.burn_in import BurnInResult
-from app.contract.parallel_results import CollectivesResult, DataParallelStepResult
-from app.contract.results import (
+from app.probes.burn_in import BurnInResult
+from app.probes.parallel_results import CollectivesResult, DataParallelStepResult
+from app.probes.results import (
     BandwidthResult,
     GenerateResult,
     MatmulResult,
     TrainStepResult,
     TransferResult,
 )
-from app.contract.sustained import Sustained
+from app.probes.sustained import Sustained
 from app.web import io_pages, numbers
 
 Kind = Literal["flop_per_sec", "seconds", "gb_per_sec", "tokens_per_sec", "fraction", "signed_fraction",
@@ -84,7 +84,7 @@ def _transfer_key(t: Any) -> str:
 
 
 def sustained(s: Sustained | None, prefix: str = "") -> list[Metric]:
-    """A sustained run's rate and average power (app/contract/sustained.py), when it ran."""
+    """A sustained run's rate and average power (app/probes/sustained.py), when it ran."""
     if s is None:
         return []
     where = f"{numbers.sig(s.seconds)} s"

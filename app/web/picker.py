@@ -22,7 +22,7 @@ from app.api import errors
 from app.api.errors import DuplicateKey, TooManyKeys
 from app.api.responses import jsonable
 from app.api.strict_json import loads
-from app.contract.schemas import TransformerConfigIn
+from app.inputs.schemas import TransformerConfigIn
 from app.web import forms, numbers
 
 CUSTOM = "custom"

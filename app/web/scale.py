@@ -20,8 +20,8 @@ from app.accounting.units import GB
 from app.api.services import comm
 from app.api.services import plan as service
 from app.api.services.plan import PlanLimits, TrainingPlanRequest
-from app.contract.fields import Input as InputModel
-from app.contract.schemas import accelerator
+from app.inputs.fields import Input as InputModel
+from app.inputs.schemas import accelerator
 from app.jobs.store import Store
 from app.web.spec import Calculator, Input
 

@@ -11,11 +11,10 @@ from typing import Annotated, Any, Literal, Union
 from annotated_types import Ge, Le
 from pydantic import BaseModel
 
-from app.accounting import dtypes as formats
-from app.accounting import models
+from app.accounting import dtypes, models
 from app.accounting.models import count_params
 from app.api.responses import defaults_applied, jsonable
-from app.contract.schemas import TransformerConfigIn
+from app.inputs.schemas import TransformerConfigIn
 from app.jobs.store import Store
 from app.web import forms, picker
 
@@ -79,9 +78,9 @@ def _members(hint: Any) -> list[Any]:
 def _offered(value: Any, listed: list[Any]) -> bool:
     """A format's alias (bf16, fp32) is not offered beside its name; a name that is only a
     dtype's alias elsewhere (fp8_e4m3, a weight format) is offered where it is no alias."""
-    if not isinstance(value, str) or value not in formats.accepted_names():
+    if not isinstance(value, str) or value not in dtypes.accepted_names():
         return True
-    name = formats.lookup(value).name
+    name = dtypes.lookup(value).name
     return name == value or name not in listed
 
 

@@ -1,4 +1,4 @@
-"""Activations a fine-tuning step keeps: the training recipe (app/accounting/activations.py),
+"""Activations a fine-tuning step keeps: the training recipe (app/accounting/training/activations.py),
 less what no gradient needs, plus each adapter's own.
 
 Autograd saves a tensor for backward only where some input of the op requires a gradient that
@@ -17,9 +17,9 @@ needs it (torch's generated derivatives check should_compute_output). So:
 Attention (SDPA, FlashAttention) keeps q, k and v whenever any of them requires a gradient.
 """
 
-from app.accounting import activations as act
-from app.accounting.config import TransformerConfig
 from app.accounting.finetune.spec import Graph, LayerGrad
+from app.accounting.training import activations as act
+from app.accounting.transformer import TransformerConfig
 
 _ATTENTION_CORE = ("attention/q_and_k", "attention/v", "attention/softmax_output",
                    "attention/softmax_dropout_mask", "attention/softmax_dropout_output",

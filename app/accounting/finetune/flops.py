@@ -22,11 +22,11 @@ from dataclasses import dataclass
 from functools import partial
 from typing import NamedTuple
 
-from app.accounting.config import TransformerConfig
 from app.accounting.finetune import spec as ft
 from app.accounting.finetune.lora import lora_params
 from app.accounting.flops import Causal, score_pairs_doubled, transformer_forward
 from app.accounting.records import RECORD
+from app.accounting.transformer import TransformerConfig
 
 PEFT_EXPERT_MERGES = 2
 """Times peft 0.21's ParamWrapper computes each merged expert weight in one forward (baddbmm):

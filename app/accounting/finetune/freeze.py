@@ -8,10 +8,10 @@ both). The final norm trains with the last layer's side of the model.
 
 from dataclasses import dataclass
 
-from app.accounting.config import TransformerConfig
 from app.accounting.errors import InvalidInput
 from app.accounting.params import count_params, layer_params
 from app.accounting.records import RECORD
+from app.accounting.transformer import TransformerConfig
 
 
 @dataclass(slots=True)

@@ -24,10 +24,10 @@ Falcon; peft has no default for Phi-3, which gets its qkv_proj likewise).
 from dataclasses import dataclass
 from typing import Literal
 
-from app.accounting.config import TransformerConfig
 from app.accounting.errors import InvalidInput
 from app.accounting.params import count_params
 from app.accounting.records import RECORD
+from app.accounting.transformer import TransformerConfig
 
 Target = Literal["q", "k", "v", "o", "gate", "up", "down", "qkv", "gate_up", "experts_gate_up",
                  "experts_down"]

@@ -17,8 +17,6 @@ Mode full is the training calculator's answer itself (memory.training_memory), n
 import math
 from dataclasses import dataclass
 
-from app.accounting import activations as act
-from app.accounting.config import TransformerConfig
 from app.accounting.errors import InvalidInput
 from app.accounting.finetune import activations as saved
 from app.accounting.finetune import spec as ft
@@ -28,7 +26,9 @@ from app.accounting.finetune.lora import lora_params
 from app.accounting.hardware import Accelerator
 from app.accounting.inference.formats import DEFAULT_KEEP
 from app.accounting.inference.quant import weight_bytes
-from app.accounting.memory import (
+from app.accounting.records import RECORD
+from app.accounting.training import activations as act
+from app.accounting.training.memory import (
     PRECISIONS,
     Optimizer,
     Precision,
@@ -36,7 +36,7 @@ from app.accounting.memory import (
     state_bytes_per_param,
     training_memory,
 )
-from app.accounting.records import RECORD
+from app.accounting.transformer import TransformerConfig
 from app.accounting.units import GIB
 
 PAGED = ("adam", "adamw", "adamw_8bit")

@@ -16,10 +16,10 @@ Modes:
 from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
-from app.accounting.config import TransformerConfig
 from app.accounting.errors import InvalidInput
 from app.accounting.finetune.freeze import freeze_params
 from app.accounting.finetune.lora import default_targets
+from app.accounting.transformer import TransformerConfig
 
 Mode = Literal["full", "freeze", "lora", "qlora"]
 MODES: tuple[Mode, ...] = ("full", "freeze", "lora", "qlora")

@@ -2,15 +2,15 @@
 
 from dataclasses import dataclass
 
-from app.accounting import activations as act
-from app.accounting.config import TransformerConfig
 from app.accounting.finetune import spec as ft
 from app.accounting.finetune.flops import FineTuneFlops, step_flops
 from app.accounting.finetune.lora import lora_params
 from app.accounting.finetune.memory import FineTuneMemory, finetune_memory
 from app.accounting.hardware import Accelerator, peak_flop_per_sec
-from app.accounting.memory import PEAK_DTYPE, Optimizer, Precision
 from app.accounting.records import RECORD
+from app.accounting.training import activations as act
+from app.accounting.training.memory import PEAK_DTYPE, Optimizer, Precision
+from app.accounting.transformer import TransformerConfig
 
 
 @dataclass(slots=True)

@@ -10,11 +10,11 @@ naming the key, as is a window pattern the engine cannot express.
 from dataclasses import dataclass
 from typing import Any
 
-from app.accounting.config import TransformerConfig
 from app.accounting.errors import InvalidInput
 from app.accounting.hf import keys, windows
 from app.accounting.hf.family import LLAMA_KEY_NAMES, LLAMA_KEYS, Family
 from app.accounting.hf.values import boolean, dropout_on, integer, maybe_int
+from app.accounting.transformer import TransformerConfig
 
 
 @dataclass(frozen=True)

@@ -36,10 +36,10 @@ from functools import lru_cache
 from typing import Literal
 
 from app.accounting import dtypes
-from app.accounting.config import TransformerConfig
 from app.accounting.errors import InvalidInput
 from app.accounting.records import RECORD
-from app.accounting.sharding import check_parallel
+from app.accounting.training.sharding import check_parallel
+from app.accounting.transformer import TransformerConfig
 
 MlaCache = Literal["latent", "decompressed"]
 Layout = Literal["kv", "latent", "decompressed"]

@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from app.accounting import dtypes
-from app.accounting.config import TransformerConfig
 from app.accounting.errors import InvalidInput
 from app.accounting.inference import ggml
 from app.accounting.inference.formats import (
@@ -37,7 +36,8 @@ from app.accounting.inference.formats import (
 )
 from app.accounting.inference.weights import COMPONENTS, WeightTensor, model_tensors
 from app.accounting.records import RECORD
-from app.accounting.sharding import check_parallel
+from app.accounting.training.sharding import check_parallel
+from app.accounting.transformer import TransformerConfig
 
 __all__ = ["FORMATS", "QUANTIZATION_LISTING", "WeightBytes", "WeightFormat", "list_formats",
            "lookup_format", "tensor_bytes", "tensor_storage", "weight_bytes"]

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Literal
 
-from app.accounting.config import TransformerConfig
 from app.accounting.flops import Causal, transformer_forward
 from app.accounting.records import RECORD
+from app.accounting.transformer import TransformerConfig
 
 ALLREDUCES_PER_LAYER = 2
 """Megatron-style tensor parallelism: one after attention's output projection, one after

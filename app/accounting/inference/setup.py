@@ -11,10 +11,10 @@ from functools import cached_property, lru_cache
 from typing import Any, TypeVar
 
 from app.accounting import dtypes
-from app.accounting.config import TransformerConfig
 from app.accounting.errors import InvalidInput
 from app.accounting.inference import kv_cache, quant
 from app.accounting.inference.workspace import Workspace, workspace
+from app.accounting.transformer import TransformerConfig
 
 # Requests repeat (a page's three answers, a client polling one plan): each record is pure in
 # its arguments and never mutated after it is built, so one copy serves them all.

@@ -19,15 +19,15 @@ how tensor parallelism splits it, as vLLM's parallel layers and Megatron-LM do:
 - replicated: norms, routers, the shared-expert gate, latent attention's down projections
   (DeepSeek-V3's inference code keeps them whole on every rank), the learned position table
   (Megatron-LM's LanguageModelEmbedding), and the biases of row-parallel layers.
-This is the split app.accounting.sharding counts parameters by.
+This is the split app.accounting.training.sharding counts parameters by.
 """
 
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Literal
 
-from app.accounting.config import TransformerConfig
 from app.accounting.params import one_norm
+from app.accounting.transformer import TransformerConfig
 
 Component = Literal["attention", "router", "routed_experts", "shared_experts", "mlp", "norms",
                     "embeddings", "lm_head"]

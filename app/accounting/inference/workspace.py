@@ -12,8 +12,8 @@ a split tensor is divided by tensor_parallel; the residual stream is whole on ea
 
 from dataclasses import dataclass
 
-from app.accounting.config import TransformerConfig
 from app.accounting.records import RECORD
+from app.accounting.transformer import TransformerConfig
 from app.accounting.units import GIB
 
 LOGIT_BYTES = 4

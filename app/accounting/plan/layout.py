@@ -12,10 +12,10 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 
-from app.accounting.activations import Recompute
 from app.accounting.comm.collectives import RING_BASE_LATENCY_S, Link
-from app.accounting.config import TransformerConfig
 from app.accounting.records import RECORD
+from app.accounting.training.activations import Recompute
+from app.accounting.transformer import TransformerConfig
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,11 +14,11 @@ from dataclasses import dataclass, field
 from itertools import product
 from typing import NamedTuple
 
-from app.accounting.activations import Recompute
 from app.accounting.errors import InvalidInput
 from app.accounting.plan.layout import Layout, divisors, refusal
 from app.accounting.plan.step import StepTime, Workload, memory_of, step_time
 from app.accounting.records import RECORD
+from app.accounting.training.activations import Recompute
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,14 +19,15 @@ Overlap rules, one per kind:
 from dataclasses import dataclass
 from functools import lru_cache
 
-from app.accounting import flops, memory
+from app.accounting import flops
 from app.accounting.comm.collectives import Link, collective_time
-from app.accounting.config import TransformerConfig
 from app.accounting.hardware import Accelerator
 from app.accounting.plan import volumes
 from app.accounting.plan.energy import StepEnergy
 from app.accounting.plan.layout import Cluster, Group, Layout, groups
 from app.accounting.records import RECORD
+from app.accounting.training import memory
+from app.accounting.transformer import TransformerConfig
 
 
 @dataclass(slots=True)

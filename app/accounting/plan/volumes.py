@@ -20,8 +20,8 @@ when there is one micro-batch; Rajbhandari et al. 2020, section 7).
 
 from dataclasses import dataclass
 
-from app.accounting.activations import Recompute
 from app.accounting.comm.collectives import bus_factor
+from app.accounting.training.activations import Recompute
 
 
 @dataclass(frozen=True, slots=True)

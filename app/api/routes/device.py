@@ -6,7 +6,7 @@ from app import device as dev
 from app.api.responses import respond
 from app.api.services import device as service
 from app.deps import SettingsDep, StoreDep
-from app.jobs import calibration as calib
+from app.measured import calibration as calib
 
 router = APIRouter(tags=["device"])
 

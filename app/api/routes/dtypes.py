@@ -11,7 +11,7 @@ from app.api.openapi import examples
 from app.api.responses import answer, respond
 from app.api.services import dtypes as service
 from app.api.services.dtypes import EncodeRequest
-from app.contract.schemas import Page
+from app.inputs.schemas import Page
 
 # Fixed paths come before "/{...}" ones, so OPTIONS and 405 answer with the
 # methods of the route the path names.

@@ -9,7 +9,7 @@ from app.accounting.errors import InvalidInput
 from app.api.errors import NOT_FOUND, NotFound
 from app.api.openapi import examples
 from app.api.responses import respond
-from app.contract.schemas import Page
+from app.inputs.schemas import Page
 
 router = APIRouter(prefix="/hardware", tags=["hardware"])
 GpuIdParam = Annotated[str, Path(max_length=40, openapi_examples=examples(h100_sxm="h100-sxm"))]

@@ -11,8 +11,8 @@ from app.api.openapi import examples
 from app.api.responses import answer, respond
 from app.api.services import inference as service
 from app.api.services.inference import InferenceMemoryRequest, InferenceTimeRequest
-from app.contract.schemas import Page
 from app.deps import store_of
+from app.inputs.schemas import Page
 
 router = APIRouter(tags=["inference"])
 

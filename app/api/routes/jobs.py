@@ -12,10 +12,10 @@ from app.api.openapi import examples
 from app.api.responses import respond
 from app.api.services import jobs as service
 from app.api.services.jobs import JobOut, JobPage, JobRequest, Status
-from app.contract.registry import ProbeName
 from app.deps import Authorized, SettingsDep, StoreDep
 from app.jobs import export
 from app.jobs.job import Job
+from app.probes.registry import ProbeName
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 

@@ -4,7 +4,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Body, Response
 
-from app.accounting import memory
+from app.accounting.training import memory
 from app.api.errors import REQUEST_ERRORS
 from app.api.openapi import examples
 from app.api.responses import answer, respond

@@ -9,7 +9,7 @@ from app.accounting.errors import InvalidInput
 from app.api.errors import NOT_FOUND, REQUEST_ERRORS, NotFound
 from app.api.openapi import examples
 from app.api.responses import respond
-from app.contract.schemas import Page
+from app.inputs.schemas import Page
 
 # Fixed paths come before "/{...}" ones, so OPTIONS and 405 answer with the
 # methods of the route the path names.

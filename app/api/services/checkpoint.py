@@ -5,14 +5,15 @@ from typing import Literal
 from pydantic import Field
 
 from app import device
-from app.accounting import checkpoint, memory
+from app.accounting import checkpoint
 from app.accounting.errors import InvalidInput
 from app.accounting.models import count_params
+from app.accounting.training import memory
 from app.api.services.memory import TrainingMemoryRequest
-from app.contract.fields import Input, byte_count, count, number
-from app.contract.schemas import ModelOrParams, engine_model
-from app.jobs import calibration
+from app.inputs.fields import Input, byte_count, count, number
+from app.inputs.schemas import ModelOrParams, engine_model
 from app.jobs.store import Store
+from app.measured import calibration
 
 _MEMORY = TrainingMemoryRequest.model_fields  # the same model, precision and optimizer inputs
 DiskRate = byte_count(1, 10**15) | Literal["measured"]

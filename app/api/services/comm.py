@@ -5,8 +5,8 @@ from pydantic import Field
 from app.accounting.comm import collectives as cc
 from app.accounting.comm import links
 from app.accounting.errors import InvalidInput
-from app.contract.fields import Input, byte_count, count, number
-from app.contract.schemas import GpuId, GpuOverridesIn, accelerator
+from app.inputs.fields import Input, byte_count, count, number
+from app.inputs.schemas import GpuId, GpuOverridesIn, accelerator
 
 Bandwidth = number(ge=1, le=1e15)
 Latency = number(ge=0, le=1, text=False)

@@ -7,10 +7,10 @@ from pydantic import Field
 from app import device
 from app.accounting import dataset, models
 from app.accounting.errors import InvalidInput
-from app.contract.fields import Input, byte_count, count, number, sequence_length
-from app.contract.schemas import Preset
-from app.jobs import calibration
+from app.inputs.fields import Input, byte_count, count, number, sequence_length
+from app.inputs.schemas import Preset
 from app.jobs.store import Store
+from app.measured import calibration
 
 # Bytes and bytes/s as the other calculators take them: 2.8e12, "2.8TB", "512MiB".
 Bytes = byte_count(1, 10**18)

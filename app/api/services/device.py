@@ -2,8 +2,8 @@
 
 from app import device
 from app.config import Settings
-from app.jobs import calibration as calib
 from app.jobs.store import Store
+from app.measured import calibration as calib
 
 
 def devices(settings: Settings) -> list[device.DeviceInfo]:

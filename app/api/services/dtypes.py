@@ -8,8 +8,8 @@ from pydantic import Field, StringConstraints, ValidationError, WrapValidator
 from pydantic_core import PydanticCustomError
 
 from app.accounting import encode
-from app.contract.fields import Input, number
-from app.contract.schemas import DtypeName
+from app.inputs.fields import Input, number
+from app.inputs.schemas import DtypeName
 
 
 def _readable(value: object, handler):  # noqa: ANN001  (pydantic's validator handler)

@@ -10,10 +10,10 @@ from app.accounting import energy
 from app.accounting.errors import InvalidInput
 from app.accounting.hardware import Accelerator
 from app.accounting.units import SECONDS_PER_HOUR
-from app.contract.fields import Input, count, number
-from app.contract.schemas import GpuId, accelerator
-from app.jobs import power as measured
+from app.inputs.fields import Input, count, number
+from app.inputs.schemas import GpuId, accelerator
 from app.jobs.store import Store
+from app.measured import power as measured
 
 RegionId = Literal[tuple(energy.regions())]  # type: ignore[valid-type]
 """A refusal lists the few known regions; each answer states its region's figure and source."""

@@ -4,14 +4,14 @@ from typing import Annotated
 
 from pydantic import Field
 
-from app.accounting import activations, memory
 from app.accounting.finetune import lora
 from app.accounting.finetune.spec import QLORA_FORMATS, FineTune, Mode
 from app.accounting.finetune.step import FineTuneStep, finetune_step
 from app.accounting.inference import formats
+from app.accounting.training import activations, memory
 from app.api.services.time import DEFAULT_MFU
-from app.contract.fields import Input, count, number, sequence_length
-from app.contract.schemas import GpuId, GpuOverridesIn, ModelSpec, accelerator, engine_model, named
+from app.inputs.fields import Input, count, number, sequence_length
+from app.inputs.schemas import GpuId, GpuOverridesIn, ModelSpec, accelerator, engine_model, named
 
 Targets = Annotated[list[lora.Target], Field(min_length=1, max_length=len(lora.TARGETS))]
 BaseFormat = named("QLoRA base format", QLORA_FORMATS, formats.QUANTIZATION_LISTING,

@@ -3,16 +3,17 @@ each answered by its own calculator (services.inference, accounting.finetune).""
 
 from pydantic import Field
 
-from app.accounting import activations, fit
+from app.accounting import fit
 from app.accounting.errors import InvalidInput
 from app.accounting.finetune.spec import FineTune, targets_of
 from app.accounting.finetune.step import finetune_step
 from app.accounting.hardware import Accelerator
 from app.accounting.inference import formats
+from app.accounting.training import activations
 from app.api.services import inference
 from app.api.services.time import DEFAULT_MFU
-from app.contract.fields import count, number, sequence_length
-from app.contract.schemas import GpuInput, ModelSpec, engine_model
+from app.inputs.fields import count, number, sequence_length
+from app.inputs.schemas import GpuInput, ModelSpec, engine_model
 
 SERVED = ("bfloat16", "fp8_e4m3", "int8_channel", "awq_int4")
 """Weight formats a serving engine (vLLM) runs; fp8 only where the GPU has an FP8 peak."""

@@ -1,5 +1,5 @@
 """The fleet: its devices and their state, campaigns fanned out to every live device, and a
-burn-in's results compared (app/fleet/burnin.py) and followed per device over time."""
+burn-in's results compared (app/measured/burn_in.py) and followed per device over time."""
 
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal, Union
@@ -9,14 +9,14 @@ from pydantic import BaseModel, Field, create_model
 from app.accounting.errors import InvalidInput
 from app.api.errors import NotFound, QueueFull
 from app.config import Settings
-from app.contract.burn_in import BurnInResult
-from app.contract.fields import Input, number
-from app.contract.registry import PROBES
-from app.fleet import burnin
+from app.inputs.fields import Input, number
 from app.jobs import admission, store
 from app.jobs.fleet import LIVE_WITHIN_S, NoDevices
 from app.jobs.job import Job
 from app.jobs.store import Store
+from app.measured import burn_in
+from app.probes.burn_in import BurnInResult
+from app.probes.registry import PROBES
 
 
 def _when(t: float | None) -> datetime | None:
@@ -87,7 +87,7 @@ def _campaign_model(name: str, params: type) -> type[Input]:
         outlier_fraction=(
             number(gt=0, le=0.99),
             Field(
-                burnin.OUTLIER_FRACTION,
+                burn_in.OUTLIER_FRACTION,
                 description="Flag a device more than this fraction below its "
                 "model's fleet median on any figure.",
             ),
@@ -148,13 +148,13 @@ class CampaignOut(BaseModel):
     jobs: list[CampaignJob]
     compared: list[Compared]
     """A burn-in's succeeded devices beside their model's median (empty for other probes)."""
-    leaderboard: list[burnin.ModelRow]
+    leaderboard: list[burn_in.ModelRow]
 
 
-def readings(jobs: Store, found: list[Job]) -> list[burnin.Reading]:
+def readings(jobs: Store, found: list[Job]) -> list[burn_in.Reading]:
     hosts = {d.device: d.host for d in jobs.devices()}
     return [
-        burnin.reading(
+        burn_in.reading(
             j.result,
             job_id=j.id,
             device=j.ran_on_device,
@@ -171,7 +171,7 @@ def campaign_out(jobs: Store, campaign_id: int) -> CampaignOut:
     if found is None:
         raise NotFound("campaign_id", f"no campaign {campaign_id}")
     c, members = found
-    compared = burnin.compare(readings(jobs, members), c.outlier_fraction)
+    compared = burn_in.compare(readings(jobs, members), c.outlier_fraction)
     return CampaignOut(
         id=c.id,
         probe=c.probe,
@@ -205,7 +205,7 @@ def campaign_out(jobs: Store, campaign_id: int) -> CampaignOut:
             )
             for x in compared
         ],
-        leaderboard=burnin.leaderboard(compared),
+        leaderboard=burn_in.leaderboard(compared),
     )
 
 

@@ -5,8 +5,8 @@ from typing import Annotated
 from pydantic import Field
 
 from app.accounting import flops
-from app.contract.fields import Input, count, sequence_length
-from app.contract.schemas import DtypeName, ModelSpec, engine_model
+from app.inputs.fields import Input, count, sequence_length
+from app.inputs.schemas import DtypeName, ModelSpec, engine_model
 
 Size = count(1, 2**40)
 

@@ -13,10 +13,10 @@ from app.accounting.inference.roofline import Hardware
 from app.accounting.inference.setup import Setup
 from app.accounting.inference.workspace import DEFAULT_OVERHEAD_BYTES
 from app.api.services.time import Currency
-from app.contract.fields import byte_count, count, number, sequence_length
-from app.contract.schemas import GpuInput, ModelSpec, engine_model, named
-from app.jobs import calibration
+from app.inputs.fields import byte_count, count, number, sequence_length
+from app.inputs.schemas import GpuInput, ModelSpec, engine_model, named
 from app.jobs.store import Store
+from app.measured import calibration
 
 WeightFormat = named("weight format", tuple(formats.FORMATS), formats.QUANTIZATION_LISTING,
                       lambda name: formats.lookup_format(name).id)

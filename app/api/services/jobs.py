@@ -10,12 +10,13 @@ from app import device as dev
 from app.accounting.errors import InvalidInput
 from app.api.errors import Conflict, NotFound, QueueFull
 from app.config import Settings
-from app.contract.fields import Input, count, number
-from app.contract.registry import PROBES, ProbeName, ProbeResult
-from app.jobs import admission, job, store, train_rate
+from app.inputs.fields import Input, count, number
+from app.jobs import admission, job, store
 from app.jobs.fleet import Targets
 from app.jobs.job import Job
 from app.jobs.store import Store
+from app.measured import train_rate
+from app.probes.registry import PROBES, ProbeName, ProbeResult
 
 Status = Literal[job.STATES]  # type: ignore[valid-type]
 

@@ -2,9 +2,9 @@
 
 from pydantic import Field
 
-from app.accounting import activations, memory
-from app.contract.fields import Input, count, number, sequence_length
-from app.contract.schemas import GpuId, GpuInput, GpuOverridesIn, ModelOrParams, accelerator, engine_model
+from app.accounting.training import activations, memory
+from app.inputs.fields import Input, count, number, sequence_length
+from app.inputs.schemas import GpuId, GpuInput, GpuOverridesIn, ModelOrParams, accelerator, engine_model
 
 Ranks = count(1, 1_000_000)
 

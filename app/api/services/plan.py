@@ -4,19 +4,19 @@ from typing import Annotated
 
 from pydantic import Field
 
-from app.accounting import activations, memory
 from app.accounting.errors import InvalidInput
 from app.accounting.hardware import peak_flop_per_sec
 from app.accounting.plan import energy as plan_energy
 from app.accounting.plan import training
 from app.accounting.plan.search import Limits
 from app.accounting.plan.step import Workload
+from app.accounting.training import activations, memory
 from app.api.services import energy
 from app.api.services.comm import Bandwidth, Latency
 from app.api.services.energy import EnergyInputs
 from app.api.services.time import DEFAULT_MFU
-from app.contract.fields import Input, count, number, sequence_length
-from app.contract.schemas import GpuId, GpuOverridesIn, ModelSpec, accelerator, engine_model
+from app.inputs.fields import Input, count, number, sequence_length
+from app.inputs.schemas import GpuId, GpuOverridesIn, ModelSpec, accelerator, engine_model
 from app.jobs.store import Store
 
 Degrees = Annotated[list[count(1, 1_000_000)], Field(min_length=1, max_length=64)]  # type: ignore[valid-type]

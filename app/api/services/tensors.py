@@ -5,8 +5,8 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from app.accounting import tensors
-from app.contract.fields import JSON_SAFE_INT, Input, count
-from app.contract.schemas import DtypeName
+from app.inputs.fields import JSON_SAFE_INT, Input, count
+from app.inputs.schemas import DtypeName
 
 MAX_DIMS = 32
 BIG = JSON_SAFE_INT

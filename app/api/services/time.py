@@ -9,10 +9,10 @@ from app.accounting import dtypes, hardware, timing
 from app.accounting.errors import InvalidInput
 from app.api.services import energy
 from app.api.services.energy import EnergyInputs
-from app.contract.fields import Input, count, number
-from app.contract.schemas import GpuId, GpuInput, GpuOverridesIn, PeakDtype, accelerator
-from app.jobs import calibration
+from app.inputs.fields import Input, count, number
+from app.inputs.schemas import GpuId, GpuInput, GpuOverridesIn, PeakDtype, accelerator
 from app.jobs.store import Store
+from app.measured import calibration
 
 Flops = number(gt=0, le=1e35)
 Gpus = count(1, 10_000_000)

@@ -1,6 +1,6 @@
 """The average power this device draws while training, from its stored probe results, by one
 stated rule (RULE): the mean of the sustained train-step runs' average watts (NVML's energy over
-the run's seconds, app/contract/sustained.py) among the last WINDOW succeeded runs that had one on
+the run's seconds, app/probes/sustained.py) among the last WINDOW succeeded runs that had one on
 this device, a train_step job with sustain_s or a burn_in job's train_step part. A train step
 (forward, backward, optimizer) is what a training run's GPUs do, so its power, not a bare
 matmul's, stands for the run's."""
@@ -8,11 +8,11 @@ matmul's, stands for the run's."""
 from dataclasses import dataclass
 
 from app.accounting.records import RECORD
-from app.contract.sustained import Sustained
 from app.device import DeviceInfo
-from app.jobs.calibration import LOOKBACK, WINDOW, finished, on_device
 from app.jobs.job import Job
 from app.jobs.store import Store
+from app.measured.calibration import LOOKBACK, WINDOW, finished, on_device
+from app.probes.sustained import Sustained
 
 RULE = (f"The mean of the average watts of the last {WINDOW} sustained train-step runs on this device "
         "(train_step with sustain_s, or a burn_in's train_step part): NVML's energy over the run's seconds.")

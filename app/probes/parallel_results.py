@@ -7,7 +7,7 @@ from typing import Literal
 
 from app.accounting.comm.collectives import FittedLink
 from app.accounting.records import RECORD
-from app.contract.results import Environment, MemoryComparison, Skipped, Stats
+from app.probes.results import Environment, MemoryComparison, Skipped, Stats
 
 
 @dataclass(slots=True)

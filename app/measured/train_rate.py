@@ -1,15 +1,15 @@
 """The train step a data_loader job compares with, from this server's own runs: at submission a job
 without params.train_tokens_per_s takes it from the best of the last WINDOW succeeded train_step runs
-on its device (calibration's rule, app/jobs/calibration.py) of the same model, precision, optimizer,
+on its device (calibration's rule, app/measured/calibration.py) of the same model, precision, optimizer,
 batch_size and seq_len (mode full), naming that run in params.train_job_id. A job naming
 params.train_job_id itself takes that run's figure, or is refused naming the field. Torch-free."""
 
 from app.accounting.errors import InvalidInput
-from app.contract.data_loader import DataLoaderParams, train_params
 from app.device import DeviceInfo
-from app.jobs.calibration import LOOKBACK, WINDOW, on_device
 from app.jobs.job import Job
 from app.jobs.store import Store
+from app.measured.calibration import LOOKBACK, WINDOW, on_device
+from app.probes.data_loader import DataLoaderParams, train_params
 
 SAME = ("model", "precision", "optimizer", "batch_size", "seq_len", "mode")
 """The train_step parameters that make a run the one a loader feeds."""

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from app.accounting.records import RECORD
-from app.contract.energy import Energy
+from app.probes.energy import Energy
 
 
 @dataclass(slots=True)

@@ -27,7 +27,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from app.contract import quantities
+from app.inputs import quantities
 
 STRICT = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False, use_attribute_docstrings=True)
 
@@ -74,7 +74,7 @@ JSON_SAFE_INT = 2**53 - 1
 
 
 class _OrText:
-    """Schema metadata: the field also takes text of this quantity kind (app/contract/quantities.py)."""
+    """Schema metadata: the field also takes text of this quantity kind (app/inputs/quantities.py)."""
 
     def __init__(self, kind: quantities.Kind) -> None:
         self.kind = kind

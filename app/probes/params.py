@@ -9,8 +9,8 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
 
-from app.contract.fields import Input, byte_count, count, number, sequence_length, tagged
-from app.contract.schemas import Preset, TransformerConfigIn
+from app.inputs.fields import Input, byte_count, count, number, sequence_length, tagged
+from app.inputs.schemas import Preset, TransformerConfigIn
 
 Device = Literal["auto", "cuda", "cpu"]
 # float32 runs with TF32 off; "tfloat32" is float32 storage with TF32 tensor cores allowed.

@@ -1,4 +1,4 @@
-"""The two engines the store runs on, SQLite and PostgreSQL: which one a setting names, how their
+"""The two databases the store runs on, SQLite and PostgreSQL: which one a setting names, how their
 connections and transactions are made, and the PostgreSQL-only SQL (advisory locks, NOTIFY and
 LISTEN) that a fleet's shared queue needs. The verbs themselves are in app/jobs/store.py.
 

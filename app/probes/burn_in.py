@@ -1,5 +1,5 @@
 """The burn-in probe's contract: one job per GPU that runs the three probes a fleet compares
-its GPUs by, each with a sustained run (app/contract/sustained.py), so that a GPU held back by
+its GPUs by, each with a sustained run (app/probes/sustained.py), so that a GPU held back by
 its power cap, its temperature or its clocks shows against its siblings.
 
 - matmul: the quick sweep in one dtype (bf16 on a GPU), then its best shape sustained;
@@ -15,9 +15,9 @@ from typing import Literal
 from pydantic import Field
 
 from app.accounting.records import RECORD
-from app.contract.fields import number
-from app.contract.params import BandwidthParams, MatmulDtype, MatmulParams, ProbeParams, TrainStepParams
-from app.contract.results import BandwidthResult, Environment, MatmulResult, TrainStepResult
+from app.inputs.fields import number
+from app.probes.params import BandwidthParams, MatmulDtype, MatmulParams, ProbeParams, TrainStepParams
+from app.probes.results import BandwidthResult, Environment, MatmulResult, TrainStepResult
 
 
 @dataclass(frozen=True)

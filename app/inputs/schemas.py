@@ -12,8 +12,8 @@ from pydantic_core import PydanticCustomError
 
 from app.accounting import dtypes, hardware, models, names
 from app.accounting.errors import InvalidInput
-from app.contract import quantities
-from app.contract.fields import Input, count, strict_input, tagged
+from app.inputs import quantities
+from app.inputs.fields import Input, count, strict_input, tagged
 
 PresetName = Literal[tuple(models.presets())]  # type: ignore[valid-type]
 """The names alone (for listings); request fields take `Preset`, which refuses a near miss helpfully."""

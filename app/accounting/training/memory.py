@@ -17,12 +17,12 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Literal, NamedTuple
 
-from app.accounting import activations as act
 from app.accounting.errors import InvalidInput
 from app.accounting.hardware import Accelerator
 from app.accounting.models import TransformerConfig, count_params
 from app.accounting.records import RECORD
-from app.accounting.sharding import Stage, check_parallel, kv_replicas, stage_layers, stage_params
+from app.accounting.training import activations as act
+from app.accounting.training.sharding import Stage, check_parallel, kv_replicas, stage_layers, stage_params
 from app.accounting.units import GIB
 
 Precision = Literal["fp32", "bf16_mixed", "fp16_mixed", "bf16", "bf16_autocast"]

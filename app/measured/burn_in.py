@@ -1,6 +1,6 @@
 """A burn-in campaign's results, compared: every GPU beside its model's fleet median, the ones
 more than a set fraction below it flagged with NVML's reason, and the models side by side
-against the catalogue. Pure functions over the burn_in probe's results (app/contract/burn_in.py).
+against the catalogue. Pure functions over the burn_in probe's results (app/probes/burn_in.py).
 
 The figures compared are the sustained ones (seconds of back-to-back work, at the power and
 thermal state a long run sees), not the sub-second bursts: a GPU capped at its power limit runs
@@ -11,7 +11,7 @@ import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from app.contract.burn_in import BurnInResult
+from app.probes.burn_in import BurnInResult
 
 RUNS = {
     "matmul_flop_per_sec": "matmul",
@@ -100,7 +100,7 @@ def reading(
 
 def _contended(sub) -> list[str]:
     """ "contention" where other processes used the host's CPUs while the run went (half a core or
-    more, app/bench/load.py): on a CPU, or a GPU fed by a busy host, the reason NVML cannot give."""
+    more, app/bench/contention.py): on a CPU, or a GPU fed by a busy host, the reason NVML cannot give."""
     c = sub.environment.contention
     return ["contention"] if c is not None and not c.quiet else []
 

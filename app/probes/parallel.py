@@ -4,11 +4,12 @@ sets it beside what it measures."""
 
 from dataclasses import dataclass
 
-from app.accounting import dtypes, hardware, memory, models
+from app.accounting import dtypes, hardware, models
 from app.accounting.comm import collectives as cc
 from app.accounting.errors import InvalidInput
 from app.accounting.params import norm_params
-from app.contract.params import (
+from app.accounting.training import memory
+from app.probes.params import (
     COLLECTIVE_SIZES,
     CPU_MAX_RANKS,
     CollectivesParams,
@@ -17,7 +18,7 @@ from app.contract.params import (
     collective_names,
     collective_sizes,
 )
-from app.contract.predict import train_step
+from app.probes.predict import train_step
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from app import device
-from app.contract.results import BusyProcess, Contention
+from app.probes.results import BusyProcess, Contention
 
 PROC = Path("/proc")
 # Cores (CPU seconds per second) another process must average to be listed as busy.

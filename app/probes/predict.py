@@ -5,19 +5,20 @@ import dataclasses
 import importlib.util
 from dataclasses import dataclass
 
-from app.accounting import activations, dtypes, flops, memory, models, stepmemory
+from app.accounting import dtypes, flops, models
 from app.accounting.errors import InvalidInput
 from app.accounting.finetune import flops as finetune_flops
 from app.accounting.finetune import spec as ft
 from app.accounting.finetune.memory import finetune_memory
 from app.accounting.inference import kv_cache, roofline, workspace
-from app.contract.params import (
+from app.accounting.training import activations, memory, phases
+from app.inputs.schemas import engine_model
+from app.probes.params import (
     GENERATE_SIZES,
     CruncherSpec,
     GenerateParams,
     TrainStepParams,
 )
-from app.contract.schemas import engine_model
 
 INT64_BYTES = 8
 
@@ -51,7 +52,7 @@ NO_BITSANDBYTES = ("mode qlora needs bitsandbytes in the probe's Python (pip ins
 
 def train_step(p: TrainStepParams, cuda: bool, *, zero_stage: int = 0, data_parallel: int = 1,
                ) -> TrainStepPrediction:
-    """Peak bytes of a step (app/accounting/stepmemory.py) for the model train_step builds, on
+    """Peak bytes of a step (app/accounting/training/phases.py) for the model train_step builds, on
     one of data_parallel ranks whose model states ZeRO stage zero_stage shards (memory.py).
     On CUDA Adam and AdamW run fused, without temporaries."""
     fused = cuda and p.optimizer in ("adam", "adamw")
@@ -80,10 +81,10 @@ def train_step(p: TrainStepParams, cuda: bool, *, zero_stage: int = 0, data_para
             "parameters": mem.parameters, "gradients": mem.gradients, "optimizer_state": mem.optimizer_state,
             "master_weights": mem.master_weights, "weight_copies": mem.weight_copies,
             "activations": sum(saved.values()),
-            "transient": stepmemory.activation_gradients(tokens, spec.dim, width.activation),
+            "transient": phases.activation_gradients(tokens, spec.dim, width.activation),
             "inputs": 4 * tokens * (spec.dim + 1),  # x (B, T, D) and the target (B, T), fp32
         }
-        peak = stepmemory.step_peak(parts, largest_param=-(-largest // stepped), optimizer=p.optimizer,
+        peak = phases.step_peak(parts, largest_param=-(-largest // stepped), optimizer=p.optimizer,
                                     fused=fused)
         return TrainStepPrediction("cruncher", n, counts.total, peak, None, trainable_params=n,
                                    checkpoint=mem)
@@ -104,9 +105,9 @@ def train_step(p: TrainStepParams, cuda: bool, *, zero_stage: int = 0, data_para
              "master_weights": mem.master_weights, "weight_copies": mem.weight_copies,
              "activations": mem.activations or 0, "transient": mem.transient or 0,
              "inputs": 2 * INT64_BYTES * tokens}  # token ids and targets
-    later = stepmemory.lm_head_phases(parts, vocab_size=cfg.vocab_size, d_model=cfg.d_model,
+    later = phases.lm_head_phases(parts, vocab_size=cfg.vocab_size, d_model=cfg.d_model,
                                       tied=cfg.tied_embeddings)
-    peak = stepmemory.step_peak(parts, largest_param=-(-largest_tensor(cfg) // stepped),
+    peak = phases.step_peak(parts, largest_param=-(-largest_tensor(cfg) // stepped),
                                 optimizer=p.optimizer, fused=fused, later=later)
     n = models.count_params(cfg).total
     return TrainStepPrediction(spec if isinstance(spec, str) else "custom", n,
@@ -147,9 +148,9 @@ def _fine_tune_step(p: TrainStepParams, cfg: models.TransformerConfig, *, engine
              "inputs": 2 * INT64_BYTES * tokens}
     later = None
     if ft.graph(cfg, tune).head_trains:
-        later = stepmemory.lm_head_phases(parts, vocab_size=cfg.vocab_size, d_model=cfg.d_model,
+        later = phases.lm_head_phases(parts, vocab_size=cfg.vocab_size, d_model=cfg.d_model,
                                           tied=cfg.tied_embeddings)
-    peak = stepmemory.step_peak(parts, largest_param=largest_trainable(cfg, tune), optimizer=p.optimizer,
+    peak = phases.step_peak(parts, largest_param=largest_trainable(cfg, tune), optimizer=p.optimizer,
                                 fused=fused, later=later)
     name = p.model if isinstance(p.model, str) else "custom"
     return TrainStepPrediction(name, models.count_params(cfg).total, counted.total, peak, cfg, mode=p.mode,

@@ -13,12 +13,12 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import Field, TypeAdapter
 
-from app.contract import checkpoint as ckpt
-from app.contract import data_loader as loader
-from app.contract import parallel, predict
-from app.contract.burn_in import BurnInParams, BurnInResult, parts
-from app.contract.parallel_results import CollectivesResult, DataParallelStepResult
-from app.contract.params import (
+from app.probes import checkpoint as ckpt
+from app.probes import data_loader as loader
+from app.probes import parallel, predict
+from app.probes.burn_in import BurnInParams, BurnInResult, parts
+from app.probes.parallel_results import CollectivesResult, DataParallelStepResult
+from app.probes.params import (
     BANDWIDTH_BYTES,
     COLLECTIVE_SIZES,
     GENERATE_SIZES,
@@ -39,7 +39,7 @@ from app.contract.params import (
     matmul_shapes,
     transfer_sizes,
 )
-from app.contract.results import (
+from app.probes.results import (
     BandwidthResult,
     GenerateResult,
     MatmulResult,
@@ -71,7 +71,7 @@ class Probe:
     least_seconds: Callable[[Any, Kind], Least]
     """(params, kind) -> a lower bound on the job's duration (see _least_seconds)."""
     scratch: Callable[[Any, Kind], Need] | None = None
-    """(params, kind) -> bytes the job writes to the server's scratch disk (app/contract/scratch.py),
+    """(params, kind) -> bytes the job writes to the server's scratch disk (app/probes/scratch.py),
     and the parameter that sets them; None for a probe that writes no file."""
 
 

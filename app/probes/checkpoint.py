@@ -14,10 +14,10 @@ from pydantic import Field
 
 from app.accounting.errors import InvalidInput
 from app.accounting.records import RECORD
-from app.contract import predict
-from app.contract.fields import count
-from app.contract.params import TrainStepFields
-from app.contract.results import Environment, Stats
+from app.inputs.fields import count
+from app.probes import predict
+from app.probes.params import TrainStepFields
+from app.probes.results import Environment, Stats
 
 
 class CheckpointParams(TrainStepFields):
@@ -41,7 +41,7 @@ def prediction(p: CheckpointParams, cuda: bool) -> predict.TrainStepPrediction:
 
 def predicted_parts(pred: predict.TrainStepPrediction) -> dict[str, int]:
     """The engine's checkpoint_bytes by kind: parameters, master weights and optimizer state of
-    the whole model, bytes per parameter x parameters (app/accounting/memory.py)."""
+    the whole model, bytes per parameter x parameters (app/accounting/training/memory.py)."""
     mem = pred.checkpoint
     per = mem.bytes_per_param_detail
     parts = {"parameters": round(mem.params * per.parameters),
@@ -63,7 +63,7 @@ class CheckpointResult:
     """os.stat's size of the file torch.save wrote (the same every repeat)."""
     predicted_bytes: int
     """The memory engine's checkpoint_bytes for this configuration (parameters, master weights,
-    optimizer state; app/accounting/memory.py)."""
+    optimizer state; app/accounting/training/memory.py)."""
     predicted: dict[str, int]
     """predicted_bytes by kind, with their total."""
     relative_error: float

@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from app.accounting.records import RECORD
-from app.contract.energy import Energy
-from app.contract.sustained import Sustained
+from app.probes.energy import Energy
+from app.probes.sustained import Sustained
 
 
 @dataclass(slots=True)
@@ -45,7 +45,7 @@ class BusyProcess:
 @dataclass(slots=True)
 class Contention:
     """What else ran on the host while the probe ran (its whole run: warm-ups and timed
-    iterations), from /proc (app/bench/load.py)."""
+    iterations), from /proc (app/bench/contention.py)."""
 
     seconds: float
     """The window watched."""

@@ -15,16 +15,16 @@ from pydantic import Field
 
 from app.accounting.errors import InvalidInput
 from app.accounting.records import RECORD
-from app.contract.fields import byte_count, count, number
-from app.contract.params import MIB, TrainStepFields, TrainStepParams
-from app.contract.results import Environment, Skipped, Stats
+from app.inputs.fields import byte_count, count, number
+from app.probes.params import MIB, TrainStepFields, TrainStepParams
+from app.probes.results import Environment, Skipped, Stats
 
 TokenDtype = Literal["uint16", "uint32", "int32"]
 TOKEN_BYTES = {"uint16": 2, "uint32": 4, "int32": 4}
 ID_BYTES = 8
 """get_batch hands the model int64 ids (torch.from_numpy of .astype(np.int64)): nn.Embedding's index."""
 # Bytes of the token file by device kind: 256 MiB on a GPU, 64 MiB on a CPU (seconds to write on
-# two cores); at most 64 GiB, and admission checks the scratch disk (app/contract/scratch.py).
+# two cores); at most 64 GiB, and admission checks the scratch disk (app/probes/scratch.py).
 DATA_LOADER_FILE_BYTES = {"cuda": 256 * MIB, "cpu": 64 * MIB}
 MAX_FILE_BYTES = 64 * 2**30
 
