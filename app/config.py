@@ -18,6 +18,7 @@ LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 
 
 BOX_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"  # a host name's letters: it names leases and devices
+MODULE_NAME = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"  # a dotted Python module path
 
 
 class Settings(BaseSettings):
@@ -73,6 +74,10 @@ class Settings(BaseSettings):
     worker_loss_retries: Annotated[int, Field(ge=0, le=100)] = 3
     """Times a job goes back to the queue when its worker dies under it (a killed server or
     worker, not the job's fault), before it fails as WorkerLost."""
+    probe_modules: Annotated[list[Annotated[str, Field(pattern=MODULE_NAME)]], NoDecode] = []
+    """Site probes beside Tally's own: importable modules, written "site.disk,site.net", each
+    defining a PROBE as app/probes/<name>.py does (app/probes/base.py). Read once as a process
+    imports the probe registry, so the server, its workers and `tally probe` must all see it."""
     gpus: Annotated[list[Annotated[int, Field(ge=0, le=1023)]] | None, NoDecode] = None
     """GPU indices (as NVML and CUDA number them) that each get an embedded dispatcher and
     take jobs, written "0,1"; default every GPU NVML reports. Without a GPU, one dispatcher
@@ -102,6 +107,13 @@ class Settings(BaseSettings):
             value = [v for v in value.split(",") if v.strip()] or None
         if isinstance(value, list | tuple):  # compared as the Host header's name is: lower case, no []
             return [str(v).strip().lower().removeprefix("[").removesuffix("]") for v in value]
+        return value
+
+    @field_validator("probe_modules", mode="before")
+    @classmethod
+    def _module_list(cls, value: object) -> object:
+        if isinstance(value, str):  # "site.disk, site.net" from the environment
+            return [v.strip() for v in value.split(",") if v.strip()]
         return value
 
     @field_validator("gpus", mode="before")

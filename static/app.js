@@ -350,23 +350,25 @@
   // For a page's own charts in their own file (static/fit.js, static/scale.js), which registers in `draw`.
   Object.assign(window.Tally, { color, axes, kindColors: KIND_COLORS, draw: DRAW });
 
-  // The launch form shows the fields of the chosen probe, and the one-shape field only for
-  // the "one shape" sweep; a hidden field is disabled too, so the form does not send it.
+  // The launch form shows the fieldsets of the chosen probe, and a control marked
+  // data-shown-when="name=value" (the one-shape field, for the "one shape" sweep) only while that
+  // control has that value; a hidden control is disabled too, so the form does not send it.
   function showProbeFields() {
     const probe = document.getElementById("probe");
     if (!probe) return;
     document.querySelectorAll("fieldset[data-probe]").forEach((set) => {
       set.hidden = !set.dataset.probe.split(" ").includes(probe.value);
     });
-    const sweep = document.getElementById("sweep");
-    document.querySelectorAll("[data-sweep]").forEach((part) => {
-      const shown = sweep !== null && part.dataset.sweep === sweep.value;
+    document.querySelectorAll("[data-shown-when]").forEach((part) => {
+      const [name, value] = part.dataset.shownWhen.split("=");
+      const other = document.getElementById(name);
+      const shown = other !== null && other.value === value;
       part.hidden = !shown;
       part.querySelectorAll("input, select").forEach((field) => { field.disabled = !shown; });
     });
   }
   document.addEventListener("change", (e) => {
-    if (e.target.id === "probe" || e.target.id === "sweep") showProbeFields();
+    if (e.target.closest("#launch-form")) showProbeFields();
   });
   document.addEventListener("DOMContentLoaded", showProbeFields);
 

@@ -5,31 +5,32 @@ from typing import Any
 
 from app import device
 from app.jobs.store import Store
-from app.probes import results
+from app.probes.matmul import MatmulPoint
+from app.probes.results import Environment, Stats
 from tests.results import minimal, result_for
 
 
-def here() -> results.Environment:
+def here() -> Environment:
     """An environment that is this box's device, as a probe here would record it."""
     info = device.describe()
-    return minimal(results.Environment, device=info.kind, device_name=info.name,
+    return minimal(Environment, device=info.kind, device_name=info.name,
                    catalogue_id=info.catalogue_id, torch_version="2.x", seed=0)
 
 
-def stats(median_s: float, best_s: float | None = None) -> results.Stats:
+def stats(median_s: float, best_s: float | None = None) -> Stats:
     best = median_s if best_s is None else best_s
-    return results.Stats(median=median_s, p20=best, p80=median_s, mean=median_s, best=best, iterations=5)
+    return Stats(median=median_s, p20=best, p80=median_s, mean=median_s, best=best, iterations=5)
 
 
-def matmul_point(m: int, k: int, n: int, dtype: str, median_s: float, best_s: float) -> results.MatmulPoint:
+def matmul_point(m: int, k: int, n: int, dtype: str, median_s: float, best_s: float) -> MatmulPoint:
     flops = 2 * m * k * n  # a multiply-add is 2 FLOPs
-    return results.MatmulPoint(m=m, k=k, n=n, dtype=dtype, flops=flops, time=stats(median_s, best_s),
+    return MatmulPoint(m=m, k=k, n=n, dtype=dtype, flops=flops, time=stats(median_s, best_s),
                                flop_per_sec=flops / median_s, best_flop_per_sec=flops / best_s,
                                peak_flop_per_sec=None, mfu=None, predicted_seconds_at_peak=None)
 
 
-def matmul(points: list[results.MatmulPoint], environment: results.Environment | None = None) -> Any:
-    best: dict[str, results.MatmulPoint] = {}
+def matmul(points: list[MatmulPoint], environment: Environment | None = None) -> Any:
+    best: dict[str, MatmulPoint] = {}
     for p in points:
         if p.dtype not in best or p.flop_per_sec > best[p.dtype].flop_per_sec:
             best[p.dtype] = p

@@ -8,7 +8,8 @@ import types
 import typing
 from typing import Any, Literal, Union
 
-from app.probes import results
+from app.probes.registry import PROBES
+from app.probes.results import Environment
 
 
 def _simplest(hint: Any) -> Any:
@@ -35,12 +36,8 @@ def minimal(cls: type, **fields: Any) -> Any:
 
 
 def result_type(probe: str) -> type:
-    """The result dataclass whose `probe` field is the literal `probe`."""
-    for value in vars(results).values():
-        fields = {f.name for f in dataclasses.fields(value)} if dataclasses.is_dataclass(value) else set()
-        if "probe" in fields and typing.get_args(typing.get_type_hints(value)["probe"]) == (probe,):
-            return value
-    raise KeyError(probe)
+    """The result dataclass of `probe`, its registry record's."""
+    return PROBES[probe].result
 
 
 def result_for(probe: str, **fields: Any) -> Any:
@@ -49,7 +46,7 @@ def result_for(probe: str, **fields: Any) -> Any:
 
 def reporting(probe: str, **report: Any) -> Any:
     """A result whose environment.platform carries `report` as JSON: what a fault child saw."""
-    return result_for(probe, environment=minimal(results.Environment, platform=json.dumps(report)))
+    return result_for(probe, environment=minimal(Environment, platform=json.dumps(report)))
 
 
 def report(job: Any) -> dict:

@@ -12,8 +12,8 @@ import re
 from html import unescape
 from typing import Any
 
-from app.cli.probe import TABLES
-from app.probes import results
+from app.cli.probe import printed
+from app.probes.results import MemoryComparison
 from tests.bench_jobs import finished, here, matmul, matmul_point, stats
 from tests.results import minimal, result_for
 
@@ -104,7 +104,7 @@ def test_a_job_without_progress_counts_is_starting_never_0_of_0(make_api):
 
 
 def step(batch_size: int = 4, relative_error: float = 0.0, forward_s: float = 0.0123) -> Any:
-    memory = minimal(results.MemoryComparison, predicted={"total": 1000}, measured_peak_allocated=1000,
+    memory = minimal(MemoryComparison, predicted={"total": 1000}, measured_peak_allocated=1000,
                      relative_error=relative_error, method="tracked")
     # 4 x 128 tokens per step in a 0.04 s median step: 12,800 tokens/s.
     return result_for("train_step", environment=here(), model="cruncher", precision="fp32", mfu=None,
@@ -179,7 +179,7 @@ def test_the_cli_prints_tflops_as_the_pages_do():
     from rich.console import Console
 
     console = Console(width=250, record=True, file=io.StringIO())
-    for part in TABLES["matmul"](matmul([GOOD, SMALL])):
+    for part in printed(matmul([GOOD, SMALL])):
         console.print(part)
     out = console.export_text()
     assert "GFLOP/s" not in out and "TFLOP/s (median)" in out and "TFLOP/s (best iteration)" in out

@@ -12,7 +12,7 @@ import json
 import httpx
 from playwright.sync_api import expect
 
-from app.web.numbers import amount
+from app.numbers import amount
 from tests.test_browser import REPORT_CSP, Watched, base_url, browser, wait_for_charts  # noqa: F401
 from tests.test_model_pages import LLAMA2_7B, MIXTRAL_INLINE
 

@@ -8,7 +8,7 @@ import httpx
 import pytest
 from playwright.sync_api import expect
 
-from app.web.numbers import duration, gb, sig
+from app.numbers import duration, gb, sig
 from tests.test_browser import (  # noqa: F401  (fixtures)
     SCREENSHOTS,
     assert_fits_a_phone,

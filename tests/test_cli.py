@@ -21,10 +21,11 @@ from pydantic import BaseModel, Field
 
 from app.api import router as api_router
 from app.cli import main, options
-from app.cli.probe import TABLES
+from app.cli.probe import printed
 from app.config import Settings
 from app.jobs.store import Store
 from app.main import create_app
+from app.numbers import percent, sig
 from app.probes.registry import RESULTS
 from tests.conftest import Api
 from tests.waiting import wait_for
@@ -420,7 +421,7 @@ def test_matmul_probe_prints_a_table_of_its_shapes():
     for shape in ("48x32x16", "64x16x8"):
         assert result.stdout.count(shape) == 2  # one row per dtype
     for header in ("m x k x n", "dtype", "FLOPs", "median ms", "TFLOP/s (median)", "TFLOP/s (best iteration)",
-                   "MFU % (median)"):
+                   "MFU (median)"):
         assert header in result.stdout
     assert f"{2 * 48 * 32 * 16:,}" in result.stdout
     # Not a terminal: no progress frames, only the one line saying what runs.
@@ -463,11 +464,12 @@ def test_train_step_probe_json_and_its_table():
     assert r["flops_per_step_6nd"] == 6 * r["params"] * 8
     text = render(r)
     mem = r["memory"]
+    # The figures of the JSON, as every table writes numbers (app/numbers.py: three significant figures).
     for needle in ("forward", "backward", "optimizer step", "tokens/s", f"{r['flops_per_step']:,}",
-                   "peak (total)",
-                   f"{mem['predicted']['total'] / 1024:.4g}", f"{mem['measured_peak_allocated'] / 1024:.4g}",
-                   f"{(mem['predicted']['total'] / mem['measured_peak_allocated'] - 1) * 100:.3g}",
-                   "predicted KiB", "measured KiB", "error %"):
+                   "peak (total)", sig(mem["predicted"]["total"] / 1024),
+                   sig(mem["measured_peak_allocated"] / 1024),
+                   percent(mem["predicted"]["total"] / mem["measured_peak_allocated"] - 1, 1, True),
+                   "predicted KiB", "measured KiB", "error"):
         assert needle in text, needle
 
 
@@ -475,7 +477,7 @@ def render(result: dict) -> str:
     from rich.console import Console
 
     console = Console(width=200, record=True, file=io.StringIO())
-    for part in TABLES[result["probe"]](RESULTS.validate_python(result)):
+    for part in printed(RESULTS.validate_python(result)):
         console.print(part)
     return console.export_text()
 

@@ -7,9 +7,9 @@ at 21.9 J is 21.9 / 8192 = 2.67 mJ a token. A CPU result names why it has no ene
 import io
 
 from app.bench import energy
-from app.cli.probe import TABLES
-from app.probes import results
+from app.cli.probe import printed
 from app.probes.energy import Energy
+from app.probes.results import Environment, MemoryComparison, Stats
 from tests.bench_jobs import finished, here, matmul, matmul_point
 from tests.results import minimal, result_for
 from tests.test_bench_pages import element, text
@@ -17,8 +17,8 @@ from tests.test_bench_pages import element, text
 NOTE = "Energy per measurement: its work run back to back for at least 0.5 s (a test's note)."
 
 
-def gpu_environment() -> results.Environment:
-    return minimal(results.Environment, device="cuda", device_name="NVIDIA H200", catalogue_id="h200",
+def gpu_environment() -> Environment:
+    return minimal(Environment, device="cuda", device_name="NVIDIA H200", catalogue_id="h200",
                    torch_version="2.x", seed=0, energy_note=NOTE)
 
 
@@ -55,26 +55,27 @@ def test_a_gpu_matmul_page_shows_joules_watts_and_flop_per_joule_beside_the_rate
 
 
 def test_the_cli_matmul_table_has_the_same_energy_columns():
-    out = console_text(TABLES["matmul"](h200_matmul()))
+    out = console_text(printed(h200_matmul()))
     for header in ("J/iter", "W", "GFLOP/J"):
         assert header in out
     line = next(line for line in out.splitlines() if "1024x4096x4096" in line)
-    assert "0.0363" in line and "690" in line and "946.5" in line  # 34,359,738,368 / 0.0363 / 1e9
+    assert "0.0363" in line and "690" in line and "947" in line  # 34,359,738,368 / 0.0363 / 1e9 = 946.5
     assert f"energy: {NOTE}" in out
 
 
 def test_a_train_step_shows_joules_per_step_and_per_token(make_api):
-    step = minimal(results.Stats, median=0.05, p20=0.05, p80=0.05, mean=0.05, best=0.05, iterations=5,
+    step = minimal(Stats, median=0.05, p20=0.05, p80=0.05, mean=0.05, best=0.05, iterations=5,
                    energy=energy.per_unit(measured(21.9, 525.0), tokens=8 * 1024))
-    memory = minimal(results.MemoryComparison, predicted={"total": 1}, measured_peak_allocated=1)
+    memory = minimal(MemoryComparison, predicted={"total": 1}, measured_peak_allocated=1)
     result = result_for("train_step", environment=gpu_environment(), step=step, batch_size=8, seq_len=1024,
                         tokens_per_step=8192, memory=memory)
     api = make_api()
     page = api.get(f"/benchmarks/jobs/{finished(api.app.state.store, result)}").text
     assert element(page, "energy") == "21.9 J/step · 525 W"
     assert "2.67 mJ/token" in text(page)
-    out = console_text(TABLES["train_step"](result))
-    assert "energy J/step (back to back)" in out and "21.9" in out and "0.002673" in out  # 21.9 / 8192
+    out = console_text(printed(result))
+    # 21.9 J over 8192 tokens = 0.002673 J a token
+    assert "energy J/step (back to back)" in out and "21.9" in out and "0.00267" in out
 
 
 def test_a_cpu_result_says_why_there_is_no_energy_and_shows_no_column(make_api):
@@ -86,7 +87,7 @@ def test_a_cpu_result_says_why_there_is_no_energy_and_shows_no_column(make_api):
     page = api.get(f"/benchmarks/jobs/{finished(api.app.state.store, result)}").text
     assert element(page, "energy-note") == note
     assert ">energy<" not in page and "J/iter" not in page
-    out = console_text(TABLES["matmul"](result))
+    out = console_text(printed(result))
     assert "J/iter" not in out and note in out
 
 
@@ -118,8 +119,8 @@ def test_the_loader_shows_the_gpus_joules_per_token_while_it_waits_for_batches(m
     assert ">GPU energy<" in page
     body = text(page)
     assert "0.659 µJ/token · 75.0 W" in body, body[body.find("keeps up"):][:300]
-    out = console_text(TABLES["data_loader"](result))
-    assert "J/token" in out and "6.592e-07" in out and f"energy: {NOTE}" in out
+    out = console_text(printed(result))
+    assert "J/token" in out and "6.59 × 10⁻⁷" in out and f"energy: {NOTE}" in out
 
 
 def test_a_checkpoint_shows_the_gpus_joules_per_save_and_load(make_api):
@@ -131,6 +132,6 @@ def test_a_checkpoint_shows_the_gpus_joules_per_save_and_load(make_api):
     page = api.get(f"/benchmarks/jobs/{finished(api.app.state.store, result)}").text
     said = element(page, "checkpoint-energy")
     assert said.startswith("The GPU's energy while it waits: 350 J/save · 75.0 W"), said
-    out = console_text(TABLES["checkpoint"](result))
+    out = console_text(printed(result))
     line = next(line for line in out.splitlines() if "write (torch.save" in line)
-    assert "350" in line and "75" in line and "0.004257" in line  # 1.49e9 / 350 / 1e9 GB/J
+    assert "350" in line and "75" in line and "0.00426" in line  # 1.49e9 / 350 / 1e9 = 0.004257 GB/J

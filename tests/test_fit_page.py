@@ -10,8 +10,8 @@ from urllib.parse import urlencode
 
 import pytest
 
+from app.numbers import duration, gb, sig
 from app.web.calculators import CALCULATORS
-from app.web.numbers import duration, gb, sig
 
 FIT = "/api/v1/fit"
 ASKED = {"model": "llama3-8b", "gpu": "rtx-4090", "seq_len": 2048}

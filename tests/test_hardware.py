@@ -63,7 +63,7 @@ def test_dgx_h100_network_is_eight_400_gbit_nics():
 
 def test_the_collectives_probe_predicts_over_the_node_link():
     # What the collectives job page draws on a GPU: the node's ring link and NCCL's latency for it.
-    from app.probes.parallel import catalogue_link
+    from app.probes.collectives.params import catalogue_link
     sxm, source = catalogue_link("NVIDIA H100 80GB HBM3")
     assert (sxm.bytes_per_sec, sxm.latency_s) == (450e9, 3.4e-6) and source.startswith("h100-sxm: nvlink")
     pcie, _ = catalogue_link("NVIDIA H100 PCIe")  # its bridge joins pairs; 8 cards ring over PCIe Gen5

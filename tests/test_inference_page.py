@@ -11,8 +11,8 @@ from urllib.parse import urlencode
 
 import pytest
 
+from app.numbers import money, sig
 from app.web.calculators import CALCULATORS
-from app.web.numbers import money, sig
 
 EXAMPLE = {"model": "llama3.1-70b", "weight_format": "fp8_e4m3", "gpu": "h100-sxm", "num_gpus": 2,
            "tensor_parallel": 2, "concurrency": 16, "prompt_tokens": 512, "output_tokens": 128,

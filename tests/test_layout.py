@@ -18,6 +18,7 @@ APP = ROOT / "app"
 
 # Lowest first. A part may import the parts of earlier layers only.
 LAYERS = (
+    {"numbers"},                         # the one number formatter: standard library only
     {"accounting"},                      # the engine: pure functions over numbers and dataclasses
     {"__init__", "paths", "config", "logs"},
     {"inputs", "device"},                # the request vocabulary (pydantic only); this box (NVML, /proc)

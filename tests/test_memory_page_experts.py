@@ -3,7 +3,7 @@ parameters per GPU and the saved tensors of a mixture-of-experts layer, as the A
 
 import re
 
-from app.web.numbers import amount
+from app.numbers import amount
 
 MEMORY = "/api/v1/memory/training"
 

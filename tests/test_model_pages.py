@@ -14,7 +14,7 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 
 import pytest
 
-from app.web.numbers import amount, sig
+from app.numbers import amount, sig
 
 MIXTRAL_TOTAL, MIXTRAL_ACTIVE = 46_702_792_704, 12_879_925_248
 H100_BF16 = 989.5e12

@@ -1,9 +1,9 @@
-"""Numbers as a person reads them (app/web/numbers.py), and the charts' copy of the rules in
+"""Numbers as a person reads them (app/numbers.py), and the charts' copy of the rules in
 static/app.js, run in the browser, agreeing with it value for value."""
 
 import pytest
 
-from app.web import numbers
+from app import numbers
 from tests.test_browser import base_url, browser  # noqa: F401  (fixtures)
 
 SAMPLES = [7e12, 6.3e24, 1024, 0.15625, 0.00816, 999_600, -0.0, 1e-8, 123_456, 0.103, 9.996, -2.5e-7]

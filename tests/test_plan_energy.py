@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from app.web.numbers import kwh, sig
+from app.numbers import kwh, sig
 from tests.conftest import assert_names_field
 
 PLAN = "/api/v1/plan/training"

@@ -5,8 +5,8 @@ import pytest
 
 from app.accounting.errors import InvalidInput
 from app.bench import data_parallel
-from app.probes import parallel
-from app.probes.params import CollectivesParams, DataParallelStepParams
+from app.probes.collectives.params import CollectivesParams, collectives_need
+from app.probes.data_parallel_step.params import DataParallelStepParams, data_parallel_step, fsdp_unsharded
 
 QUICK = {"warmup_s": 0.01, "measure_s": 0.01, "min_iters": 2, "max_iters": 3}
 CRUNCHER = {"kind": "cruncher", "dim": 64, "num_layers": 3}
@@ -53,15 +53,15 @@ def test_peak_memory_per_rank_within_10_percent_of_the_zero_stage(model, strateg
 def test_fsdp_unsharded_buffers_are_the_root_and_three_blocks():
     """Cruncher dim 64: the root keeps the 64 -> 1 head whole; a block is one 64 x 64 layer."""
     p = DataParallelStepParams.model_validate({"model": CRUNCHER, "strategy": "fsdp"})
-    assert parallel.fsdp_unsharded(p, None) == 4 * (64 + 3 * 64 * 64)
+    assert fsdp_unsharded(p, None) == 4 * (64 + 3 * 64 * 64)
 
 
 def test_a_fine_tune_and_too_many_cpu_ranks_are_refused_by_name():
     with pytest.raises(InvalidInput) as refused:
-        parallel.data_parallel_step(DataParallelStepParams.model_validate({"model": LLAMA, "mode": "lora"}),
+        data_parallel_step(DataParallelStepParams.model_validate({"model": LLAMA, "mode": "lora"}),
                                    False, 2)
     assert refused.value.field == "params.mode"
     with pytest.raises(InvalidInput) as refused:
-        parallel.collectives_need(CollectivesParams.model_validate({"ranks": 9}), "cpu")
+        collectives_need(CollectivesParams.model_validate({"ranks": 9}), "cpu")
     assert refused.value.field == "params.ranks"
-    parallel.collectives_need(CollectivesParams.model_validate({"ranks": 9}), "cuda")  # 9 GPUs may exist
+    collectives_need(CollectivesParams.model_validate({"ranks": 9}), "cuda")  # 9 GPUs may exist

@@ -20,8 +20,8 @@ from app.accounting.finetune.freeze import freeze_params
 from app.accounting.finetune.lora import lora_params
 from app.bench import lora, train_step
 from app.bench.models import Transformer, blocks
-from app.probes import predict
-from app.probes.params import TrainStepParams
+from app.probes.train_step import predict
+from app.probes.train_step.params import TrainStepParams
 from tests.conftest import assert_names_field
 
 QUICK = {"warmup_s": 0.01, "measure_s": 0.01, "min_iters": 3, "max_iters": 5}

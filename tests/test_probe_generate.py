@@ -25,7 +25,7 @@ from app.accounting.inference import roofline
 from app.accounting.models import TransformerConfig
 from app.bench import decode, generate
 from app.bench.models import Transformer
-from app.cli.probe import TABLES
+from app.cli.probe import printed
 from app.probes.registry import PROBES, RESULTS
 from tests.bench_jobs import finished
 from tests.conftest import assert_names_field
@@ -189,7 +189,7 @@ def test_tally_probe_generate_lists_its_options_and_prints_its_tables(capsys, ru
                    "--timeout", "--output"):
         assert option in out
     console = Console(file=io.StringIO(), width=400)
-    for part in TABLES["generate"](RESULTS.validate_python(runs["mla"])):
+    for part in printed(RESULTS.validate_python(runs["mla"])):
         console.print(part)
     text = console.file.getvalue()
     assert "KV cache bytes" in text and "launch floor ms" in text and "absorbed" in text
@@ -253,7 +253,7 @@ def test_least_seconds_is_a_floor_of_the_real_run():
 
 def test_sizing_a_generate_job_never_imports_torch():
     script = ("import sys\nfrom app.probes.registry import PROBES\n"
-              "from app.probes.params import GenerateParams\n"
+              "from app.probes.generate.params import GenerateParams\n"
               "for kind in ('cpu', 'cuda'):\n    PROBES['generate'].need(GenerateParams(), kind)\n"
               "print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch'))")
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)

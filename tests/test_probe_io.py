@@ -154,7 +154,7 @@ def test_tally_probe_prints_both_tables_through_the_child(tmp_path):
     assert done.returncode == 0, done.stderr
     out = done.stdout
     assert "2 MiB of uint16 tokens (1,048,576)" in out and "batch 4 x seq 64 (256 tokens" in out
-    assert "pageable" in out and "train step (params)" in out and "5000" in out
+    assert "pageable" in out and "train step (params)" in out and "5,000" in out
     assert "skipped pinned" in out and "x = data[i:i+seq_len]" in out  # prose printed as written
     done = tally("probe", "checkpoint", "--model", '{"kind": "cruncher", "dim": 256, "num_layers": 2}',
                  "--optimizer", "adam", "--repeats", "1", *quick, cwd=tmp_path)
@@ -165,7 +165,7 @@ def test_tally_probe_prints_both_tables_through_the_child(tmp_path):
 
 
 def test_the_job_pages_show_the_headline_figures_and_charts(make_api):
-    from app.web.numbers import sig
+    from app.numbers import sig
     from tests.bench_jobs import finished
     from tests.test_bench_pages import chart, element
 

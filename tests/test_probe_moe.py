@@ -232,8 +232,8 @@ def test_the_probe_refuses_what_it_does_not_build(field, value):
     """A model the probe would build differently from its config is refused, naming the field,
     rather than measured as something else."""
     from app.accounting.errors import InvalidInput
-    from app.probes import predict
-    from app.probes.params import TrainStepParams
+    from app.probes.train_step import predict
+    from app.probes.train_step.params import TrainStepParams
     params = TrainStepParams.model_validate({"model": LLAMA | {field: value}})
     with pytest.raises(InvalidInput) as refused:
         predict.train_step(params, False)

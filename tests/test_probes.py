@@ -13,7 +13,7 @@ from app.accounting.models import TransformerConfig
 from app.bench import bandwidth, matmul, train_step, transfer
 from app.bench.models import RMSNorm, Transformer
 from app.bench.timer import Timer, summarize
-from app.probes.params import MatmulParams, matmul_shapes
+from app.probes.matmul import MatmulParams, matmul_shapes
 
 QUICK = {"warmup_s": 0.01, "measure_s": 0.01, "min_iters": 3, "max_iters": 5}
 

@@ -14,6 +14,7 @@ from app.bench.timer import flush_bytes as timer_flush_bytes
 from app.device import host
 from app.jobs import admission
 from app.probes import params as probe_params
+from app.probes.bandwidth import BandwidthParams
 from app.probes.registry import PROBES
 from tests.test_cli import run_main
 
@@ -85,7 +86,7 @@ def test_admission_counts_the_timers_flush_buffer():
     assert timer_flush_bytes(torch.device("cpu")) == probe_params.flush_bytes("cpu", None)
     assert probe_params.flush_bytes("cuda", 50 * 10**6) == 256 * 2**20  # an H100's 50 MB L2
     assert probe_params.flush_bytes("cuda", 200 * 2**20) == 400 * 2**20  # max(256 MiB, 2 x L2)
-    params = probe_params.BandwidthParams(device="cpu", size_bytes=probe_params.MIB)
+    params = BandwidthParams(device="cpu", size_bytes=probe_params.MIB)
     memory = host().memory_bytes
     just_over = (memory - probe_params.flush_bytes("cpu", None)) // 2 + probe_params.MIB
     admission.check_fits("bandwidth", params, host())  # 2 MiB and the flush buffer fit

@@ -11,7 +11,7 @@ from urllib.parse import urlencode
 
 import pytest
 
-from app.web.numbers import amount, duration, gb, percent, sig
+from app.numbers import amount, duration, gb, percent, sig
 
 PLAN = "/api/v1/plan/training"
 COLLECTIVE = "/api/v1/comm/collective"

@@ -7,7 +7,7 @@ import pytest
 
 from app import device
 from app.bench import bandwidth, matmul, nvml, sustain, train_step
-from app.probes.params import MatmulParams
+from app.probes.matmul import MatmulParams
 from app.probes.registry import PROBES
 from tests.conftest import assert_names_field
 

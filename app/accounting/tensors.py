@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from app.accounting.dtypes import lookup
 from app.accounting.errors import InvalidInput
 from app.accounting.records import RECORD
-from app.accounting.units import GB, GIB, MAX_BYTES, human_bytes
+from app.accounting.units import GB, GIB, MAX_BYTES
+from app.numbers import human_bytes
 
 
 @dataclass(slots=True)

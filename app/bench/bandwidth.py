@@ -5,8 +5,7 @@ import torch
 
 from app.bench import energy, sustain
 from app.bench.common import setup, to_json
-from app.probes.params import BandwidthParams, bandwidth_bytes
-from app.probes.results import BandwidthResult
+from app.probes.bandwidth import BandwidthParams, BandwidthResult, bandwidth_bytes
 
 
 def run(raw: dict, progress) -> dict:

@@ -22,10 +22,10 @@ from app.bench import contention, energy, env
 from app.bench import dist as launcher
 from app.bench.common import to_json
 from app.bench.timer import summarize
-from app.probes import parallel
+from app.probes.collectives import params as spec
+from app.probes.collectives.params import CollectivesParams
+from app.probes.collectives.result import CatalogueLink, CollectivePoint, CollectivesResult
 from app.probes.energy import Energy
-from app.probes.parallel_results import CatalogueLink, CollectivePoint, CollectivesResult
-from app.probes.params import CollectivesParams
 from app.probes.results import Contention, Environment, Skipped
 
 ENVIRONMENT = TypeAdapter(Environment)
@@ -123,7 +123,7 @@ def rank_sweep(rank: int, world: int, raw: dict, report) -> dict:
     kind = device.type
     dtype = DTYPES[p.dtype]
     width = torch.empty((), dtype=dtype).element_size()
-    plan = parallel.collectives(p, kind)
+    plan = spec.collectives(p, kind)
     total = len(plan.collectives) * len(plan.sizes_bytes)
     points, skipped = [], []
     report(0, total, "starting")
@@ -175,7 +175,7 @@ def run(raw: dict, progress) -> dict:
     p = CollectivesParams.model_validate(raw)
     device = env.pick_device(p.device)
     kind = device.type
-    ranks = parallel.collectives(p, kind).ranks or torch.cuda.device_count()
+    ranks = spec.collectives(p, kind).ranks or torch.cuda.device_count()
     if ranks < 2:
         raise ValueError(f"ranks: the collectives probe needs 2 GPUs at least; this job sees {ranks}")
     watch = contention.Watch()
@@ -192,7 +192,7 @@ def summarize_run(p: CollectivesParams, measured: dict[str, Any],
     ranks = measured["ranks"]
     device_name = environment.device_name
     cuda = environment.device == "cuda"
-    found = parallel.catalogue_link(device_name) if cuda else None
+    found = spec.catalogue_link(device_name) if cuda else None
     stats = [(m, summarize(m["seconds"])) for m in measured["points"]]
     for m, s in stats:  # rank 0's GPU; raw points from before energy have none
         s.energy = ENERGY.validate_python(m.get("energy"))

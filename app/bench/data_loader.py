@@ -19,7 +19,6 @@ from app.bench import energy as energy_window
 from app.bench import train_step
 from app.bench.common import setup, to_json
 from app.bench.timer import summarize, sync
-from app.probes import predict
 from app.probes.data_loader import (
     TOKEN_BYTES,
     DataLoaderParams,
@@ -30,6 +29,7 @@ from app.probes.data_loader import (
     train_params,
 )
 from app.probes.results import Skipped
+from app.probes.train_step import predict
 
 CHUNK_TOKENS = 8 * 2**20
 """Tokens generated and written at a time: 16 MiB of uint16, so the child never holds the file."""

@@ -1,7 +1,7 @@
 """data_parallel_step: the train_step probe's model and step (app/bench/train_step.py) over
 `ranks` processes (app/bench/dist.py), with DDP or FSDP2's fully_shard; its step time, the
 communication left exposed, the scaling against one rank, and the peak memory per rank beside
-the memory engine's prediction for the matching ZeRO stage (app/probes/parallel.py).
+the memory engine's prediction for the matching ZeRO stage (app/probes/data_parallel_step/params.py).
 
 How: rank 0 first times the same step alone (the plain model, the same per-rank batch) while
 the others wait at a barrier; then every rank builds the model from the same seed (identical
@@ -20,9 +20,9 @@ from app.bench import dist as launcher
 from app.bench.common import to_json
 from app.bench.models import Cruncher
 from app.bench.timer import Timer
-from app.probes import parallel
-from app.probes.parallel_results import DataParallelStepResult
-from app.probes.params import DataParallelStepParams
+from app.probes.data_parallel_step.params import DataParallelStepParams, data_parallel_step
+from app.probes.data_parallel_step.result import DataParallelStepResult
+from app.probes.params import ranks_for
 from app.probes.results import Environment, MemoryComparison, Stats
 
 ENVIRONMENT = TypeAdapter(Environment)
@@ -122,10 +122,10 @@ def run(raw: dict, progress) -> dict:
     p = DataParallelStepParams.model_validate(raw)
     device = env.pick_device(p.device)
     kind = device.type
-    ranks = parallel.ranks_for(p.ranks, kind, 2) if kind == "cpu" else p.ranks or torch.cuda.device_count()
+    ranks = ranks_for(p.ranks, kind, 2) if kind == "cpu" else p.ranks or torch.cuda.device_count()
     if ranks < 2:
         raise ValueError(f"ranks: the data_parallel_step probe needs 2 GPUs at least; this job sees {ranks}")
-    pred = parallel.data_parallel_step(p, kind == "cuda", ranks)
+    pred = data_parallel_step(p, kind == "cuda", ranks)
     watch = contention.Watch()
     pids: list[int] = []
     m = launcher.launch(rank_step, raw | {"device": kind}, ranks=ranks, device_type=kind, progress=progress,

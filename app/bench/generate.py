@@ -15,17 +15,17 @@ from app.bench.common import Setup, setup, to_json
 from app.bench.livebytes import LiveBytes
 from app.bench.matmul import operands
 from app.bench.models import Transformer
-from app.probes import predict
-from app.probes.params import GenerateParams
-from app.probes.results import (
+from app.probes.generate import plan as workload
+from app.probes.generate.params import GenerateParams
+from app.probes.generate.result import (
     Ceilings,
     DecodePoint,
     GenerateResult,
     PrefillPoint,
     Roofline,
     ServingMemory,
-    Stats,
 )
+from app.probes.results import Stats
 
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 LAUNCHES = 1000  # tiny ops timed in a row: a flush's head start on CUDA is a few percent of them
@@ -49,7 +49,7 @@ def _ops(run) -> int:
     return counter.count
 
 
-def _ceilings(env: Setup, plan: predict.GeneratePlan) -> Ceilings:
+def _ceilings(env: Setup, plan: workload.GeneratePlan) -> Ceilings:
     """The matmul and copy the roofline is drawn at, and the launch floor, each freed after."""
     n = plan.matmul_size
     matmul = env.timer.measure(operands(n, n, n, plan.dtype, env.device), energy=False).median
@@ -123,7 +123,7 @@ def _per_step(stats: Stats, steps: int, batch: int) -> Stats:
 
 def run(raw: dict, progress) -> dict:
     p, env = setup(GenerateParams, raw)
-    plan = predict.generate(p, env.cuda)
+    plan = workload.generate(p, env.cuda)
     cfg, dtype, device = plan.config, TORCH_DTYPES[plan.dtype], env.device
     total = 1 + len(plan.prompt_lens) + len(plan.batch_sizes) * len(plan.contexts)
     progress(0, total, "measuring this device's matmul, copy and launch")
@@ -155,7 +155,7 @@ def run(raw: dict, progress) -> dict:
         assumptions=_assumptions(plan, ceilings)))
 
 
-def _prefill_point(env: Setup, model: Transformer, plan: predict.GeneratePlan, hw: Hardware,
+def _prefill_point(env: Setup, model: Transformer, plan: workload.GeneratePlan, hw: Hardware,
                    ceilings: Ceilings, weights: list[torch.Tensor], n: int) -> PrefillPoint:
     """One prompt of n tokens into a cache of its length, timed again and again (each run
     rewrites the same slots)."""
@@ -166,17 +166,18 @@ def _prefill_point(env: Setup, model: Transformer, plan: predict.GeneratePlan, h
     def fill() -> torch.Tensor:
         return decode.prefill(model, prompt, cache)
 
-    stats, memory = _measure(env, fill, [*weights, *cache.tensors(), prompt], predict.prefill_memory(plan, n),
+    predicted = workload.prefill_memory(plan, n)
+    stats, memory = _measure(env, fill, [*weights, *cache.tensors(), prompt], predicted,
                              cache)
     energy.per_unit(stats.energy, tokens=n)  # one timed run prefills the n prompt tokens
-    roof = predict.prefill_pass(plan, hw, n)
+    roof = workload.prefill_pass(plan, hw, n)
     return PrefillPoint(prompt_len=n, time=stats, tokens_per_sec=n / stats.median,
                         achieved_flop_per_sec=roof.flops / stats.median,
                         predicted=_roofline([roof], stats.median, _ops(fill) * ceilings.seconds_per_launch),
                         memory=memory)
 
 
-def _decode_point(env: Setup, model: Transformer, plan: predict.GeneratePlan, hw: Hardware,
+def _decode_point(env: Setup, model: Transformer, plan: workload.GeneratePlan, hw: Hardware,
                   ceilings: Ceilings, weights: list[torch.Tensor], batch: int, context: int) -> DecodePoint:
     """Each sequence's prompt (context - decode_steps tokens) prefilled alone into its row, then
     timed runs of decode_steps steps ending at `context`, each rewriting the same slots."""
@@ -191,10 +192,10 @@ def _decode_point(env: Setup, model: Transformer, plan: predict.GeneratePlan, hw
         return decode.decode(model, ids, cache, start, steps)
 
     stats, memory = _measure(env, generate, [*weights, *cache.tensors(), ids],
-                             predict.decode_memory(plan, batch, context), cache)
+                             workload.decode_memory(plan, batch, context), cache)
     ops = _ops(lambda: decode.decode(model, ids, cache, context - 1, 1))
     per = _per_step(stats, steps, batch)
-    passes = [predict.decode_pass(plan, hw, batch, c) for c in range(start + 1, context + 1)]
+    passes = [workload.decode_pass(plan, hw, batch, c) for c in range(start + 1, context + 1)]
     predicted = _roofline(passes, per.median, ops * ceilings.seconds_per_launch)
     return DecodePoint(
         batch_size=batch, context=context, time=per, tokens_per_sec=batch / per.median,
@@ -203,7 +204,7 @@ def _decode_point(env: Setup, model: Transformer, plan: predict.GeneratePlan, hw
         ops_per_step=ops, launch_bound=predicted.launch_floor_seconds > predicted.seconds, memory=memory)
 
 
-def _attention(plan: predict.GeneratePlan) -> str:
+def _attention(plan: workload.GeneratePlan) -> str:
     cfg = plan.config
     if cfg.mla:
         said = (f"latent: {cfg.kv_lora_rank} + {cfg.qk_rope_head_dim} values per token per layer cached; "
@@ -237,7 +238,7 @@ def _notes(env: Setup, ceilings: Ceilings, points: list[DecodePoint]) -> list[st
     return notes
 
 
-def _assumptions(plan: predict.GeneratePlan, ceilings: Ceilings) -> list[str]:
+def _assumptions(plan: workload.GeneratePlan, ceilings: Ceilings) -> list[str]:
     said = [
         f"times: the roofline at this job's measured ceilings (a {ceilings.matmul_size}^3 matmul in "
         f"{plan.dtype}, a copy of {ceilings.copy_bytes:,} bytes), efficiencies 1; the catalogue's figures "

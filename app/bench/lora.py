@@ -23,8 +23,8 @@ import torch
 from torch import nn
 
 from app.bench.models import Attention, Experts, Mlp, Transformer
-from app.probes.params import TrainStepParams
-from app.probes.predict import NO_BITSANDBYTES
+from app.probes.train_step.params import TrainStepParams
+from app.probes.train_step.predict import NO_BITSANDBYTES
 
 LORA_ALPHA = 8
 """peft's default lora_alpha; adapters scale B(A(x)) by alpha / r."""

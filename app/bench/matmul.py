@@ -7,8 +7,8 @@ import torch
 from app.accounting import flops, hardware
 from app.bench import energy, sustain
 from app.bench.common import setup, to_json
-from app.probes.params import MatmulParams, matmul_dtypes, matmul_shapes
-from app.probes.results import MatmulPoint, MatmulResult, Skipped
+from app.probes.matmul import MatmulParams, MatmulPoint, MatmulResult, matmul_dtypes, matmul_shapes
+from app.probes.results import Skipped
 
 TORCH_DTYPES = {"float32": torch.float32, "tfloat32": torch.float32, "bfloat16": torch.bfloat16,
                 "float16": torch.float16, "float8_e4m3fn": torch.float8_e4m3fn}

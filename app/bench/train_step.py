@@ -11,9 +11,10 @@ from app.bench import energy, lora, sustain
 from app.bench.common import Setup, setup, to_json
 from app.bench.livebytes import LiveBytes
 from app.bench.models import Cruncher, Transformer
-from app.probes import predict
-from app.probes.params import TrainStepParams
-from app.probes.results import MemoryComparison, TrainStepResult
+from app.probes.results import MemoryComparison
+from app.probes.train_step import predict
+from app.probes.train_step.params import TrainStepParams
+from app.probes.train_step.result import TrainStepResult
 
 LR = 1e-3
 PEAK_KEY = {"fp32": "float32", "bf16_autocast": "bfloat16", "bf16": "bfloat16"}

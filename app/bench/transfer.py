@@ -5,8 +5,8 @@ import torch
 
 from app.bench import energy
 from app.bench.common import setup, to_json
-from app.probes.params import TransferParams, transfer_sizes
-from app.probes.results import Skipped, TransferPoint, TransferResult
+from app.probes.results import Skipped
+from app.probes.transfer import TransferParams, TransferPoint, TransferResult, transfer_sizes
 
 CPU_NOTE = ("No CUDA device: both directions are copies between two pageable host buffers, "
             "which tests the method but measures host memcpy, not a bus.")

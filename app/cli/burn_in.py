@@ -13,6 +13,8 @@ import sys
 import time
 from typing import Any
 
+from app.numbers import per, percent, sig
+
 POLL_S = 2.0
 
 
@@ -84,13 +86,6 @@ def run(args: argparse.Namespace) -> int:
     return 1 if failed or any(row["flagged"] for row in campaign["compared"]) else 0
 
 
-def _g(x: float | None, scale: float = 1.0) -> str:
-    if x is None:
-        return "-"
-    x /= scale
-    return f"{x:,.0f}" if abs(x) >= 10_000 else f"{x:.4g}"
-
-
 def _print(c: dict) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -128,13 +123,13 @@ def _print(c: dict) -> None:
             row["device"],
             row["host"] or "-",
             row["model"],
-            _g(m["matmul_flop_per_sec"], 1e12),
-            _g(r["matmul_flop_per_sec"]),
-            _g(m["bandwidth_bytes_per_sec"], 1e9),
-            _g(r["bandwidth_bytes_per_sec"]),
-            _g(m["train_step_flop_per_sec"], 1e12),
-            _g(r["train_step_flop_per_sec"]),
-            _g(row["watts"].get("matmul")),
+            per(m["matmul_flop_per_sec"], 1e12),
+            sig(r["matmul_flop_per_sec"]),
+            per(m["bandwidth_bytes_per_sec"], 1e9),
+            sig(r["bandwidth_bytes_per_sec"]),
+            per(m["train_step_flop_per_sec"], 1e12),
+            sig(r["train_step_flop_per_sec"]),
+            sig(row["watts"].get("matmul")),
             flag,
         )
     console.print(table)
@@ -156,17 +151,16 @@ def _print(c: dict) -> None:
         ]
     ):
         models.add_column(header, justify="left" if i == 0 else "right")
-    pct = lambda x: "-" if x is None else f"{x * 100:.1f}%"  # noqa: E731
     for m in c["leaderboard"]:
         models.add_row(
             m["model"],
             str(m["gpus"]),
-            _g(m["matmul_flop_per_sec"], 1e12),
-            pct(m["matmul_fraction_of_peak"]),
-            _g(m["bandwidth_bytes_per_sec"], 1e9),
-            pct(m["bandwidth_fraction_of_catalogue"]),
-            pct(m["train_step_mfu"]),
-            _g(m["matmul_flop_per_sec_per_watt"], 1e9),
+            per(m["matmul_flop_per_sec"], 1e12),
+            percent(m["matmul_fraction_of_peak"]),
+            per(m["bandwidth_bytes_per_sec"], 1e9),
+            percent(m["bandwidth_fraction_of_catalogue"]),
+            percent(m["train_step_mfu"]),
+            per(m["matmul_flop_per_sec_per_watt"], 1e9),
             str(m["flagged"]),
         )
     console.print(models)

@@ -7,8 +7,8 @@ the parameter to change, as the calculators' own do.
 
 from app import device as dev
 from app.accounting.errors import InvalidInput
-from app.accounting.units import human_bytes
 from app.device import DeviceInfo, host_memory_bytes
+from app.numbers import human_bytes
 from app.probes import scratch
 from app.probes.params import ProbeParams, flush_bytes
 from app.probes.registry import PROBES

@@ -1,6 +1,7 @@
 """A burn-in campaign's results, compared: every GPU beside its model's fleet median, the ones
 more than a set fraction below it flagged with NVML's reason, and the models side by side
-against the catalogue. Pure functions over the burn_in probe's results (app/probes/burn_in.py).
+against the catalogue: pure functions over the burn_in probe's results (app/probes/burn_in.py),
+and `readings`, which takes them from the job store.
 
 The figures compared are the sustained ones (seconds of back-to-back work, at the power and
 thermal state a long run sees), not the sub-second bursts: a GPU capped at its power limit runs
@@ -11,6 +12,8 @@ import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from app.jobs.job import Job
+from app.jobs.store import Store
 from app.probes.burn_in import BurnInResult
 
 RUNS = {
@@ -96,6 +99,15 @@ def reading(
         bandwidth_catalogue_bytes_per_sec=None if bandwidth is None else bandwidth * 1e9,
         train_step_peak_flop_per_sec=result.train_step.peak_flop_per_sec,
     )
+
+
+def readings(store: Store, jobs: list[Job]) -> list[Reading]:
+    """The succeeded burn-ins among `jobs` (a campaign's, a device's history), each named by the
+    fleet's device it ran on and that device's host."""
+    hosts = {d.device: d.host for d in store.devices()}
+    return [reading(j.result, job_id=j.id, device=j.ran_on_device, host=hosts.get(j.ran_on_device or ""),
+                    finished_at=j.finished_at)
+            for j in jobs if j.status == "succeeded" and isinstance(j.result, BurnInResult)]
 
 
 def _contended(sub) -> list[str]:

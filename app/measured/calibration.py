@@ -7,7 +7,7 @@ device count."""
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from app.accounting.records import RECORD
 from app.device import DeviceInfo
@@ -134,7 +134,9 @@ def _recent(candidates: dict, key: str, item: object) -> None:
         kept.append(item)
 
 
-def calibration(store: Store, device: DeviceInfo) -> Calibration:
+def calibration(store: Store, device: Any) -> Calibration:
+    """By the rule above, for `device` (a DeviceInfo, or anything with its kind, name and
+    catalogue_id: app/measured/past.RanOn)."""
     shapes: dict[str, list[MatmulPeak]] = {}
     for job in store.latest(probe="matmul", limit=LOOKBACK):
         if on_device(job, device):

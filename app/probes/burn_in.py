@@ -14,10 +14,18 @@ from typing import Literal
 
 from pydantic import Field
 
+from app import numbers
 from app.accounting.records import RECORD
 from app.inputs.fields import number
-from app.probes.params import BandwidthParams, MatmulDtype, MatmulParams, ProbeParams, TrainStepParams
-from app.probes.results import BandwidthResult, Environment, MatmulResult, TrainStepResult
+from app.probes import bandwidth, matmul, sustained, train_step
+from app.probes.bandwidth import BandwidthParams, BandwidthResult
+from app.probes.base import Kind, Least, Need, Probe
+from app.probes.faces import Faces, Metric
+from app.probes.matmul import MatmulDtype, MatmulParams, MatmulResult
+from app.probes.params import ProbeParams
+from app.probes.results import Environment
+from app.probes.train_step.params import TrainStepParams
+from app.probes.train_step.result import TrainStepResult
 
 
 @dataclass(frozen=True)
@@ -75,3 +83,43 @@ class BurnInResult:
     train_step: TrainStepResult
 
     __pydantic_config__ = RECORD
+
+
+def need(params: BurnInParams, kind: Kind) -> Need:
+    # The three run one after another in one child: the largest of their needs.
+    plan = parts(params, kind)
+    return max(matmul.need(plan.matmul, kind), bandwidth.need(plan.bandwidth, kind),
+               train_step.need(plan.train_step, kind))
+
+
+def least_seconds(params: BurnInParams, kind: Kind) -> Least:
+    plan = parts(params, kind)
+    return (matmul.least_seconds(plan.matmul, kind)[0] + bandwidth.least_seconds(plan.bandwidth, kind)[0]
+            + train_step.least_seconds(plan.train_step, kind)[0], "params.sustain_s")
+
+
+def headline(r: BurnInResult) -> list[Metric]:
+    return [*sustained.metrics(r.matmul.sustained, "matmul "),
+            *sustained.metrics(r.bandwidth.sustained, "copy "),
+            *sustained.metrics(r.train_step.sustained, "train step "),
+            Metric("mfu", "train step MFU (median step)", r.train_step.mfu, "fraction")]
+
+
+def tables(r: BurnInResult) -> list:
+    env = r.environment
+    best = next(iter(r.matmul.best.values()), None)
+    shape = f"matmul {best.dtype} {best.m}x{best.k}x{best.n}" if best else "matmul"
+    t = r.train_step
+    rows = [sustained.row(shape, r.matmul.sustained), sustained.row("device copy", r.bandwidth.sustained),
+            sustained.row(f"train step {t.model} b{t.batch_size}x{t.seq_len} {t.precision}", t.sustained)]
+    burst = numbers.per(best and best.flop_per_sec, 1e12)
+    return [f"burn_in on {r.gpu_uuid or env.device_name} ({env.device}), torch {env.torch_version}",
+            sustained.table(rows), f"matmul burst (median iteration, best shape): {burst} TFLOP/s; the rates "
+            "above are held back to back, at the power and thermal state a long run sees"]
+
+
+PROBE = Probe(
+    "burn_in", "a GPU's burn-in: the matmul at its best shape (bf16), the device copy and a train step, each "
+    "sustained with NVML sampling clocks, power, energy and clock-event reasons", BurnInParams, BurnInResult,
+    "app.bench.burn_in:run", need, least_seconds, BURN_IN_SIZES,
+    faces=Faces(headline=headline, tables=tables, page="probes/burn_in.html", form=()))

@@ -5,9 +5,11 @@ of work. Joules, seconds and watts; FLOP per joule and bytes per joule are work 
 A result without it (null) says why once, in its environment's energy_note: a CPU has no NVML,
 a GPU without NVIDIA's management library has neither the counter nor power readings."""
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
+from app import numbers
 from app.accounting.records import RECORD
 
 
@@ -47,3 +49,35 @@ class Energy:
     """A copy's bytes moved (read plus written, or sent over the bus) / joules_per_iteration."""
 
     __pydantic_config__ = RECORD
+
+
+# --- faces: the tables' energy columns, shown only where a run recorded them, and the
+# environment's one line on how energy was read (or why it was not: a CPU, no NVML). -------------
+
+def shown(stats: Iterable[Any]) -> bool:
+    """Whether any of these Stats carries energy: the columns appear only then."""
+    return any(getattr(s, "energy", None) is not None for s in stats)
+
+
+def headers(per: str, rate: str | None = None) -> list[str]:
+    """`per`: the unit of one iteration ("iter", "step", "token"); `rate`: "GFLOP/J" or "GB/J"."""
+    return [f"J/{per}", "W", *([rate] if rate else [])]
+
+
+def cells(stats: Any, per_token: bool = False, rate: str | None = None) -> list[str]:
+    """J per iteration (or per token), average W, and FLOP or bytes per joule in 10^9."""
+    e = stats.energy
+    if e is None:
+        return ["n/a", "n/a", *(["n/a"] if rate else [])]
+    out = [numbers.sig(e.joules_per_token if per_token else e.joules_per_iteration), numbers.sig(e.watts)]
+    if rate == "GFLOP/J":
+        out.append(numbers.per(e.flop_per_joule, 1e9))
+    elif rate == "GB/J":
+        out.append(numbers.per(e.bytes_per_joule, 1e9))
+    return out
+
+
+def note(result: Any) -> list[str]:
+    """The environment's energy_note as the table's last line; none for results from before it."""
+    said = getattr(result.environment, "energy_note", None)
+    return [f"energy: {said}"] if said else []

@@ -6,7 +6,7 @@ import shutil
 import tempfile
 
 from app.accounting.errors import InvalidInput
-from app.accounting.units import human_bytes
+from app.numbers import human_bytes
 
 SPARE_BYTES = 256 * 2**20
 """Left free on the scratch disk beyond the job's file, so a probe never fills it for the host."""

@@ -5,8 +5,10 @@ that runs slower than its siblings, and why."""
 from dataclasses import dataclass, field
 from typing import Literal
 
+from app import numbers
 from app.accounting.records import RECORD
 from app.probes.energy import Energy
+from app.probes.faces import Metric, Table
 
 
 @dataclass(slots=True)
@@ -57,3 +59,55 @@ class Sustained:
     results stored before it was recorded."""
 
     __pydantic_config__ = RECORD
+
+
+# --- faces: the job page's figures and `tally probe`'s table (the page's block is
+# templates/partials/sustained.html). GB = 10^9 bytes; W, J, MHz, degrees C. -----------------------
+
+def metrics(s: Sustained | None, prefix: str = "") -> list[Metric]:
+    """A sustained run's rate and average power, when it ran."""
+    if s is None:
+        return []
+    at = f"{numbers.sig(s.seconds)} s"
+    rate = (Metric(f"{prefix}sustained", f"{prefix}sustained", s.flop_per_sec, "flop_per_sec", at)
+            if s.flop_per_sec is not None else
+            Metric(f"{prefix}sustained", f"{prefix}sustained", None if s.bytes_per_sec is None
+                   else s.bytes_per_sec / 1e9, "gb_per_sec", at))
+    watts = [] if s.average_power_watts is None else [
+        Metric(f"{prefix}watts", f"{prefix}average power, sustained", s.average_power_watts, "watts")]
+    return [rate, *watts]
+
+
+def rate(s: Sustained | None) -> str:
+    """The rate held: TFLOP/s for work with FLOPs, GB/s for a copy."""
+    if s is None:
+        return "n/a"
+    if s.flop_per_sec is not None:
+        return f"{numbers.per(s.flop_per_sec, 1e12)} TFLOP/s"
+    return f"{numbers.per(s.bytes_per_sec, 1e9)} GB/s"
+
+
+def reasons(s: Sustained) -> str:
+    return ", ".join(f"{name} {numbers.percent(share, 0)}" for name, share in s.reasons.items()) or "none"
+
+
+def row(what: str, s: Sustained) -> list[str]:
+    clock = s.sm_clock_mhz
+    return [what, numbers.sig(s.seconds), rate(s), numbers.sig(s.average_power_watts),
+            numbers.sig(s.joules_per_iteration), numbers.per(s.flop_per_sec_per_watt, 1e9),
+            "n/a" if clock is None else f"{clock.mean:.0f} ({clock.min:.0f}-{clock.max:.0f})",
+            "n/a" if s.temperature_c is None else f"{s.temperature_c.max:.0f}",
+            reasons(s) if s.samples else "no NVML"]
+
+
+HEADERS = ["sustained", "seconds", "rate held", "watts", "J/iteration", "GFLOP/s per W", "SM MHz (min-max)",
+           "max C", "clock-event reasons"]
+
+
+def table(rows: list[list[str]]) -> Table:
+    return Table(HEADERS, rows)
+
+
+def tables(s: Sustained | None, what: str) -> list[Table]:
+    """A probe's sustained run as a table of one row, where it had one."""
+    return [] if s is None else [table([row(what, s)])]

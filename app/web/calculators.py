@@ -10,12 +10,13 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from app import numbers
 from app.accounting.errors import InvalidInput
 from app.api.responses import jsonable
 from app.api.services import dtypes, flops, memory, tensors, time
 from app.inputs.schemas import engine_model
 from app.jobs.store import Store
-from app.web import data, fit, forms, inference, numbers, scale
+from app.web import data, fit, forms, inference, scale
 from app.web.spec import Calculator, Compute, Input, choices
 
 __all__ = ["CALCULATORS", "Calculator", "Input", "choices", "flops_label"]

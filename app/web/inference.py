@@ -7,13 +7,13 @@ from dataclasses import dataclass
 
 from pydantic import Field
 
+from app import numbers
 from app.accounting.inference.capacity import InferenceMemory, ServingCapacity
 from app.accounting.inference.latency import InferenceTime
 from app.accounting.records import RECORD
 from app.api.services import inference as service
 from app.api.services.inference import InferenceMemoryRequest, InferenceTimeRequest
 from app.jobs.store import Store
-from app.web import numbers
 from app.web.spec import Calculator, Input
 
 

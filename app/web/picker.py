@@ -15,6 +15,7 @@ from urllib.parse import quote, urlencode
 
 from pydantic import TypeAdapter
 
+from app import numbers
 from app.accounting import hf, models
 from app.accounting.conventions import conventions
 from app.accounting.errors import InvalidInput
@@ -23,7 +24,7 @@ from app.api.errors import DuplicateKey, TooManyKeys
 from app.api.responses import jsonable
 from app.api.strict_json import loads
 from app.inputs.schemas import TransformerConfigIn
-from app.web import forms, numbers
+from app.web import forms
 
 CUSTOM = "custom"
 """The picker's value for "the pasted config", and the model page of one (/models/custom)."""

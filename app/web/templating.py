@@ -2,9 +2,9 @@
 
 from fastapi.templating import Jinja2Templates
 
-from app import __version__
+from app import __version__, numbers
 from app.paths import TEMPLATES_DIR
-from app.web import numbers, picker
+from app.web import picker
 
 templates = Jinja2Templates(directory=TEMPLATES_DIR)
 templates.env.globals["version"] = __version__

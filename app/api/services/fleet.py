@@ -12,10 +12,8 @@ from app.config import Settings
 from app.inputs.fields import Input, number
 from app.jobs import admission, store
 from app.jobs.fleet import LIVE_WITHIN_S, NoDevices
-from app.jobs.job import Job
 from app.jobs.store import Store
 from app.measured import burn_in
-from app.probes.burn_in import BurnInResult
 from app.probes.registry import PROBES
 
 
@@ -151,27 +149,12 @@ class CampaignOut(BaseModel):
     leaderboard: list[burn_in.ModelRow]
 
 
-def readings(jobs: Store, found: list[Job]) -> list[burn_in.Reading]:
-    hosts = {d.device: d.host for d in jobs.devices()}
-    return [
-        burn_in.reading(
-            j.result,
-            job_id=j.id,
-            device=j.ran_on_device,
-            host=hosts.get(j.ran_on_device or ""),
-            finished_at=j.finished_at,
-        )
-        for j in found
-        if j.status == "succeeded" and isinstance(j.result, BurnInResult)
-    ]
-
-
 def campaign_out(jobs: Store, campaign_id: int) -> CampaignOut:
     found = jobs.campaign(campaign_id)
     if found is None:
         raise NotFound("campaign_id", f"no campaign {campaign_id}")
     c, members = found
-    compared = burn_in.compare(readings(jobs, members), c.outlier_fraction)
+    compared = burn_in.compare(burn_in.readings(jobs, members), c.outlier_fraction)
     return CampaignOut(
         id=c.id,
         probe=c.probe,
@@ -259,5 +242,5 @@ def history(jobs: Store, device: str) -> list[HistoryPoint]:
             metrics=r.metrics,
             slowdowns=r.slowdowns,
         )
-        for r in readings(jobs, found)
+        for r in burn_in.readings(jobs, found)
     ]

@@ -15,7 +15,7 @@ from app.jobs import admission, job, store
 from app.jobs.fleet import Targets
 from app.jobs.job import Job
 from app.jobs.store import Store
-from app.measured import train_rate
+from app.measured.past import StoredPast
 from app.probes.registry import PROBES, ProbeName, ProbeResult
 
 Status = Literal[job.STATES]  # type: ignore[valid-type]
@@ -181,9 +181,10 @@ def submit(body: Any, *, jobs: Store, settings: Settings) -> Job:
         num_gpus, gpus = admission.several_gpus(body.gpu, body.num_gpus, body.gpus, body.params,
                                                 settings.gpus)
         where = admission.device_for(body.gpu if gpus is None else gpus[0], body.params, settings.gpus)
-        if body.probe == "data_loader":  # the train step to compare with, from this server's own runs
+        prepare = PROBES[body.probe].prepare
+        if prepare is not None:  # what the job takes from this server's own runs on its device
             here = where if admission.target(body.params, where) == where.kind else dev.host()
-            body = body.model_copy(update={"params": train_rate.fill(body.params, jobs, here)})
+            body = body.model_copy(update={"params": prepare(body.params, here, StoredPast(jobs))})
         kind = admission.check_fits(body.probe, body.params, where)
     admission.check_time(body.probe, body.params, kind, timeout)
     try:

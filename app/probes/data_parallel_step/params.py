@@ -1,74 +1,32 @@
-"""The calculators' view of the probes that run over several ranks (app/bench/collectives.py,
-app/bench/data_parallel.py), torch-free: the server sizes and refuses a job by it, the child
-sets it beside what it measures."""
+"""What the data_parallel_step probe accepts, and the calculators' view of one rank: the train
+step's prediction at the strategy's ZeRO stage, and what FSDP2 holds beyond it."""
 
 from dataclasses import dataclass
+from typing import Literal
 
-from app.accounting import dtypes, hardware, models
-from app.accounting.comm import collectives as cc
+from pydantic import Field
+
+from app.accounting import models
 from app.accounting.errors import InvalidInput
 from app.accounting.params import norm_params
 from app.accounting.training import memory
-from app.probes.params import (
-    COLLECTIVE_SIZES,
-    CPU_MAX_RANKS,
-    CollectivesParams,
-    DataParallelStepParams,
-    TrainStepParams,
-    collective_names,
-    collective_sizes,
-)
-from app.probes.predict import train_step
+from app.inputs.fields import count
+from app.probes.params import CPU_MAX_RANKS, ranks_for
+from app.probes.train_step.params import TrainStepFields, TrainStepParams
+from app.probes.train_step.predict import train_step
+
+DataParallelStrategy = Literal["ddp", "fsdp"]
 
 
-@dataclass(frozen=True)
-class CollectivesPlan:
-    collectives: tuple[str, ...]
-    sizes_bytes: tuple[int, ...]
-    ranks: int | None
-    """None on CUDA when not given: every GPU the job has, known only in the child."""
-    dtype_bytes: int
+class DataParallelStepParams(TrainStepFields):
+    strategy: DataParallelStrategy = Field(
+        "ddp", description="ddp: DistributedDataParallel, every rank a whole replica (ZeRO stage 0); fsdp: "
+        "FSDP2's fully_shard on each block and the root, parameters, gradients and optimizer state "
+        "sharded over the ranks (ZeRO stage 3).")
+    ranks: count(2, 64) | None = Field(
+        None, description=f"Processes, one per GPU on CUDA (default: every GPU the job has, at least 2); "
+        f"gloo processes on the CPU (default 2, at most {CPU_MAX_RANKS}). batch_size is per rank.")
 
-
-def ranks_for(ranks: int | None, kind: str, default: int | None) -> int | None:
-    """The ranks a multi-process probe runs, or None for every visible GPU; InvalidInput past
-    the CPU's limit."""
-    if kind != "cuda" and ranks is not None and ranks > CPU_MAX_RANKS:
-        raise InvalidInput("params.ranks", f"at most {CPU_MAX_RANKS} gloo processes on the CPU, got {ranks}")
-    return ranks if ranks is not None else default
-
-
-def collectives(p: CollectivesParams, kind: str) -> CollectivesPlan:
-    return CollectivesPlan(tuple(collective_names(p)), tuple(collective_sizes(p, kind)),
-                           ranks_for(p.ranks, kind, COLLECTIVE_SIZES[kind].ranks),
-                           int(dtypes.lookup(p.dtype).storage_bytes))
-
-
-COLLECTIVE_BUFFERS = 3
-"""Buffers of S bytes a rank holds at most: the input, the output (all_to_all's are both S) and
-the expected values of the check."""
-
-
-def collectives_need(p: CollectivesParams, kind: str) -> tuple[int, str]:
-    """Device bytes at the largest size: COLLECTIVE_BUFFERS x S per GPU on CUDA (each rank has
-    its own), times the ranks on the CPU, where every process shares the host's memory."""
-    plan = collectives(p, kind)
-    per_rank = COLLECTIVE_BUFFERS * max(plan.sizes_bytes)
-    return per_rank * (1 if kind == "cuda" else plan.ranks or 1), "params.sizes_bytes"
-
-
-def catalogue_link(device_name: str) -> tuple[cc.Link, str] | None:
-    """The link a collective over one node's GPUs runs on, from the catalogue's interconnect row:
-    its bytes/s per GPU per direction and NCCL's per-step latency for its kind, with the row's
-    source; None for a part the catalogue lacks or gives no node (TPUs)."""
-    acc = hardware.for_device(device_name)
-    if acc is None or acc.interconnect is None:
-        return None
-    ic = acc.interconnect
-    return cc.Link(ic.node_link_bytes_per_sec, ic.node_link_latency_s), f"{acc.id}: {ic.link} ({ic.source})"
-
-
-# --- data_parallel_step: app/bench/data_parallel.py ------------------------------------------------
 
 ZERO_STAGE = {"ddp": 0, "fsdp": 3}
 """DDP keeps every state whole on each rank; FSDP2's fully_shard shards parameters, gradients and

@@ -1,17 +1,22 @@
-"""Numbers as a person reads them, for every page: three significant figures, named scales,
-one byte unit, and no "-0.0%".
+"""Numbers as a person reads them, the one formatter of the pages, the CLI's tables and the
+engine's human readings: three significant figures, named scales, one byte unit, never
+"1.2e+04" and never "-0.0%".
 
 Conventions (the pages state them once, in the footer):
 - bytes are GB, 10^9 bytes (GPU vendors' unit); the exact byte count sits beside it where
-  it matters. GiB never appears on a page.
+  it matters. GiB never appears on a page (the API's human readings give both: human_bytes).
 - counts (parameters, tokens) use short scale: K 10^3, M 10^6, B 10^9, T 10^12.
 - FLOP counts and FLOP/s use three significant figures; FLOP/s are always TFLOP/s.
-static/app.js formats chart ticks by the same rules (`Tally.format`).
+- a missing figure reads "n/a".
+static/app.js formats chart ticks by the same rules (`Tally.sig`, `Tally.amount`), and a browser
+test holds them to these functions value for value.
+
+Pure standard library: the lowest layer, so the engine may use it too.
 """
 
 import math
 
-from app.accounting.units import GB
+GB = 10**9
 
 _SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
 _SCALES = ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K"))
@@ -40,6 +45,15 @@ def sig(x: float | int | None, figures: int = 3) -> str:
         decimals = max(figures - 1 - exponent, 0)
         return f"{round(x, decimals):,.{decimals}f}"
     return f"{mantissa:.{figures - 1}f} × 10{str(exponent).translate(_SUPERSCRIPT)}"
+
+
+def short(x: float | int | None, figures: int = 3) -> str:
+    """As sig, without trailing zeros: 0.9 -> '0.9', 7e12 -> '7 × 10¹²', 1.25 -> '1.25'."""
+    text = sig(x, figures)
+    number, times, power = text.partition(" × ")
+    if "." in number:
+        number = number.rstrip("0").rstrip(".")
+    return number + times + power
 
 
 def amount(x: float | int | None) -> str:
@@ -95,13 +109,41 @@ def setting(name: str, value: object) -> str:
         return "true" if value else "false"
     if isinstance(value, int | float):
         if name.endswith("bytes"):
-            return f"{value / GB:.3g} GB"
+            return f"{short(value / GB)} GB"
         if name.endswith("_s"):
             for scale, unit in ((1, "s"), (1e-3, "ms"), (1e-6, "µs")):
                 if abs(value) >= scale or unit == "µs":
-                    return f"{value / scale:.3g} {unit}"
-        return f"{value:.3g}" if isinstance(value, float) else str(value)
+                    return f"{short(value / scale)} {unit}"
+        return short(value) if isinstance(value, float) else str(value)
     return str(value)
+
+
+def ms(seconds: float | None) -> str:
+    """Seconds as milliseconds, three significant figures, no unit (a table's column names it):
+    0.0168 -> '16.8'."""
+    return "n/a" if seconds is None else sig(seconds * 1e3)
+
+
+def per(x: float | None, scale: float) -> str:
+    """x over a unit's scale (bytes/s over 1e9 for GB/s), three significant figures, no unit."""
+    return "n/a" if x is None else sig(x / scale)
+
+
+_SI = ("B", "kB", "MB", "GB", "TB", "PB", "EB")
+_IEC = ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
+
+
+def human_bytes(n: int | float, *, binary: bool) -> str:
+    """A byte count with three significant figures: '2.42 GB' (10^9), or '2.25 GiB' (2^30)."""
+    base, names = (1024, _IEC) if binary else (1000, _SI)
+    value = float(n)
+    i = 0
+    while abs(value) >= base and i < len(names) - 1:
+        value /= base
+        i += 1
+    if i == 0:
+        return f"{int(n)} B"
+    return f"{value:.3g} {names[i]}" if value < 100 else f"{value:.0f} {names[i]}"
 
 
 FILTERS = {"sig": sig, "amount": amount, "gb": gb, "tflops": tflops, "percent": percent, "money": money,
