@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: run worker test fuzz bench load gpu-targets clean postgres
+.PHONY: run worker test fuzz bench load gpu-targets clean postgres docs
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -41,6 +41,12 @@ test: $(VENV)/.installed-test $(CHROMIUM) postgres
 
 fuzz: $(VENV)/.installed-test  # fresh random schemathesis cases, 1000 per operation
 	TALLY_FUZZ_RANDOM=1 TALLY_FUZZ_EXAMPLES=1000 $(BIN)/python -m pytest -n 2 tests/test_schemathesis.py
+
+# The documentation site from docs/ (mkdocs.yml), built strictly (a broken link or anchor fails)
+# into a fresh temporary directory, never into the checkout.
+docs: $(VENV)/.installed-test
+	@site=$$(mktemp -d) && NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs build --strict --quiet \
+	  --site-dir $$site && echo "built: $$site/index.html"
 
 bench: $(VENV)/.installed-test
 	$(BIN)/python bench/api_throughput.py

@@ -15,7 +15,7 @@ table still earns its place.
 
 Target (issue 2): each calculator route >= 0.8 x the echo's requests/s; the inference routes
 (issue 14) at no lower a ratio than the training routes.
-Results, and where the remaining time goes, are in the README.
+Results, and where the remaining time goes, are in docs/performance.md.
 Needs wrk (Debian: apt-get install wrk).
 """
 

@@ -5,7 +5,7 @@ embedded job dispatcher) on 127.0.0.1 with a throw-away database, then:
 
 1. runs a CPU train_step probe alone, as the baseline;
 2. submits the same probe again and, while it runs, drives ten calculator routes
-   (the README's curl bodies, cycled) with wrk: --connections connections for
+   (the docs' curl bodies, cycled) with wrk: --connections connections for
    --seconds seconds;
 3. reports requests/s, p50/p99 latency and errors (non-2xx responses and socket
    errors), how the job overlapped the load, and the probe's result under load
@@ -38,7 +38,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON = ROOT / ".venv" / "bin" / "python"
 
-# The README's curl examples (every one is run by tests/test_readme.py, so they stay valid).
+# The docs' curl examples (docs/api/; every one is run by tests/test_docs_examples.py, so they stay valid).
 CALCULATORS = {
     "/api/v1/flops/transformer": {"model": "llama3-8b", "batch_size": 1, "seq_len": 8192, "causal": "halved"},
     "/api/v1/memory/training": {"model": "llama2-7b", "precision": "bf16_mixed", "optimizer": "adamw",

@@ -11,7 +11,8 @@ from app.device import fleet_device
 from app.main import create_app
 
 DOC = create_app().openapi()
-README = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+ROOT = next(p for p in Path(__file__).resolve().parents if (p / "mkdocs.yml").exists())
+DOCS = "\n".join(p.read_text() for p in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))])
 
 
 def _operations():
@@ -69,10 +70,10 @@ def test_every_parameter_example_is_answered(api, method, path, name):
     assert 200 <= response.status_code < 300, response.text
 
 
-def test_the_readme_curl_bodies_are_the_examples():
-    """The README and /docs ask the same questions."""
+def test_the_docs_curl_bodies_are_the_examples():
+    """The README, the docs site and /docs ask the same questions."""
     offered = {(p, json.dumps(b, sort_keys=True)) for _, p, _, b in BODY_EXAMPLES}
-    curls = re.findall(r"^curl -s localhost:8000(\S+) .* -d '(\{.*\})'$", README, flags=re.M)
+    curls = re.findall(r"^curl -s localhost:8000(\S+) .* -d '(\{.*\})'$", DOCS, flags=re.M)
     assert len(curls) >= 10
     for path, body in curls:
         assert (path, json.dumps(json.loads(body), sort_keys=True)) in offered, path

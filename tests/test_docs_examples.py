@@ -1,4 +1,5 @@
-"""The README stays true: every curl example works, every setting is listed."""
+"""The docs stay true: every curl and `tally calc` example of the README and of the docs site
+works, every figure their prose quotes is the API's, every setting is listed with its default."""
 
 import json
 import re
@@ -6,32 +7,52 @@ import shlex
 from pathlib import Path
 
 import pytest
+import yaml
 
 from app.config import Settings
 from app.jobs.dispatcher import Dispatcher
 from app.main import create_app
 from tests.conftest import Api
 
-README = (Path(__file__).parent.parent / "README.md").read_text()
+ROOT = next(p for p in Path(__file__).resolve().parents if (p / "mkdocs.yml").exists())
+
+
+def _nav_pages(nav: list) -> list[str]:
+    """The site's pages in mkdocs.yml's nav order, depth first."""
+    pages = []
+    for item in nav:
+        value = next(iter(item.values())) if isinstance(item, dict) else item
+        pages += _nav_pages(value) if isinstance(value, list) else [value]
+    return pages
+
+
+NAV = yaml.safe_load((ROOT / "mkdocs.yml").read_text())["nav"]
+PAGES = [ROOT / "README.md"] + [ROOT / "docs" / name for name in _nav_pages(NAV)]
+DOCS = "\n".join(path.read_text() for path in PAGES)
+"""The README, then every page of the site in the order a reader meets them."""
+
+
+def page(name: str) -> str:
+    return (ROOT / "docs" / name).read_text()
 
 
 def curl_examples() -> list[str]:
-    return [line for line in README.splitlines() if line.startswith("curl ")]
+    return [line for line in DOCS.splitlines() if line.startswith("curl ")]
 
 
 def test_every_endpoint_has_an_example():
     examples = [re.search(r"localhost:8000([^\s'?]+)", line).group(1) for line in curl_examples()]
     for template in create_app().openapi()["paths"]:
         pattern = re.sub(r"\{[^}]+\}", "[^/]+", template) + "$"
-        assert any(re.match(pattern, path) for path in examples), f"no README example for {template}"
+        assert any(re.match(pattern, path) for path in examples), f"no docs example for {template}"
 
 
 def test_every_curl_example_works_in_order(tmp_path):
     """Replayed top to bottom on a fresh database, as a reader would type them. Jobs run
     (on the CPU, with real children) only where an example reads a result."""
-    api = Api(create_app(Settings(database_path=tmp_path / "readme.db")))
-    dispatcher = Dispatcher(api.app.state.store, "readme")
-    api.app.state.store.seen(worker_id="readme")  # as a running dispatcher does, for /readyz
+    api = Api(create_app(Settings(database_path=tmp_path / "docs.db")))
+    dispatcher = Dispatcher(api.app.state.store, "docs")
+    api.app.state.store.seen(worker_id="docs")  # as a running dispatcher does, for /readyz
     # The fleet's examples name the H200 of docs/measurements/, registered as a worker there would.
     api.app.state.store.register({
         "device": "GPU-47136eb1-1fb2-68e1-d23b-963ae407b727", "host": "gpu-box", "kind": "cuda",
@@ -60,32 +81,34 @@ def test_every_curl_example_works_in_order(tmp_path):
 
 def test_every_setting_is_documented_with_its_default():
     for name, field in Settings.model_fields.items():
-        row = re.search(rf"\| `TALLY_{name.upper()}` \| `([^`]*)` \|", README)
-        assert row, f"TALLY_{name.upper()} missing from the README"
+        row = re.search(rf"\| `TALLY_{name.upper()}` \| `([^`]*)` \|", page("settings.md"))
+        assert row, f"TALLY_{name.upper()} missing from docs/settings.md"
         assert row.group(1) == str(field.default), name
 
 
-def test_readme_states_the_course_figures(api):
-    """The figures the README quotes are the ones the API gives."""
+def test_docs_state_the_course_figures(api):
+    """The figures the README and the API pages quote are the ones the API gives."""
     days = api.ok("/api/v1/time/training", {"params": 70e9, "tokens": 15e12, "gpu": "h100-sxm",
                                             "dtype": "bf16", "num_gpus": 1024, "mfu": 0.5})["days"]
-    assert f"{days:.1f} days" in README
-    assert "2,415,919,104 B = 2304 MiB" in README
+    assert f"{days:.1f} days" in (ROOT / "README.md").read_text()
+    assert f"{days:.1f} days" in page("api/time.md")
+    assert "2,415,919,104 B = 2304 MiB" in page("api/formats.md")
 
 
-def test_readme_calc_examples_run(capsys):
-    """Every `tally calc` line of the README runs and prints the API's JSON."""
+def test_docs_calc_examples_run(capsys):
+    """Every `tally calc` line of the README and the docs runs and prints the API's JSON."""
     from app.cli import main
 
-    lines = [line for line in README.splitlines() if line.startswith("tally calc ")]
+    lines = [line for line in DOCS.splitlines() if line.startswith("tally calc ")]
     assert len(lines) >= 5
     for line in lines:
         assert main(shlex.split(line)[1:]) == 0, line
         assert isinstance(json.loads(capsys.readouterr().out), (dict, list)), line
 
 
-def test_readme_states_the_fit_figures(api):
-    """The fit question's figures in the README are the API's."""
+def test_docs_state_the_fit_figures(api):
+    """The fit question's figures in docs/api/finetune.md are the API's."""
+    text = page("api/finetune.md")
     def gb(value: int) -> str:
         return f"{value / 1e9:.1f} GB"
 
@@ -95,37 +118,38 @@ def test_readme_states_the_fit_figures(api):
 
     card, h100 = options("rtx-4090"), options("h100-sxm", batch_size=4)
     served = card["inference-bfloat16"]
-    assert f"({gb(served['total_bytes'])} in bf16 with the KV cache of {served['largest_batch']}" in README
-    assert f"QLoRA fits ({gb(card['qlora']['total_bytes'])};" in README
-    assert f"LoRA in bf16 needs {gb(card['lora']['total_bytes'])}" in README
-    assert f"full fine-tuning needs {gb(card['full']['total_bytes'])}, and fits on 8 such GPUs" in README
+    assert f"({gb(served['total_bytes'])} in bf16 with the KV cache of {served['largest_batch']}" in text
+    assert f"QLoRA fits ({gb(card['qlora']['total_bytes'])};" in text
+    assert f"LoRA in bf16 needs {gb(card['lora']['total_bytes'])}" in text
+    assert f"full fine-tuning needs {gb(card['full']['total_bytes'])}, and fits on 8 such GPUs" in text
     assert "fits on 8 GPUs with ZeRO stage 3" in card["full"]["advice"]
-    assert f"LoRA ({gb(h100['lora']['total_bytes'])}) and QLoRA fit" in README and h100["lora"]["fits"]
+    assert f"LoRA ({gb(h100['lora']['total_bytes'])}) and QLoRA fit" in text and h100["lora"]["fits"]
     assert "fits on 2 GPUs" in h100["full"]["advice"]
     qlora = api.ok("/api/v1/finetune", {"model": "llama3-8b", "mode": "qlora", "lora_rank": 16,
                                         "seq_len": 2048, "recompute": "full", "gpu": "rtx-4090"})
     mem = qlora["memory"]
     assert (f"{gb(mem['total'])} with gradient checkpointing: {gb(mem['frozen_weights'])} of NF4 base, "
-            f"{gb(mem['activations'])} of\nactivations, {gb(mem['transient'])}") in README
-    assert f"and {qlora['trainable_params']:,} trainable parameters" in README
+            f"{gb(mem['activations'])} of\nactivations, {gb(mem['transient'])}") in text
+    assert f"and {qlora['trainable_params']:,} trainable parameters" in text
 
 
-def test_readme_states_the_all_reduce_figures(api):
+def test_docs_state_the_all_reduce_figures(api):
+    text = page("api/scale.md")
     t = api.ok("/api/v1/comm/collective", {"collective": "all_reduce", "bytes": "16GB", "ranks": 64,
                                            "gpu": "h100-sxm"})
     intra, inter = (level["seconds"] * 1e3 for level in t["levels"])
-    assert f"takes\n{t['seconds'] * 1e3:.1f} ms: {intra:.1f} ms of reduce-scatter" in README
-    assert f"and {inter:.1f} ms\nof all-reduce" in README
-    assert f"busbw {t['busbw_bytes_per_sec'] / 1e9:.1f} GB/s" in README
+    assert f"takes\n{t['seconds'] * 1e3:.1f} ms: {intra:.1f} ms of reduce-scatter" in text
+    assert f"and {inter:.1f} ms\nof all-reduce" in text
+    assert f"busbw {t['busbw_bytes_per_sec'] / 1e9:.1f} GB/s" in text
 
 
-def test_readme_states_the_plan_figures(api):
+def test_docs_state_the_plan_figures(api):
     body = {"model": "llama3-70b", "gpu": "h100-sxm", "num_gpus": 1024, "global_batch_sequences": 512,
             "seq_len": 8192, "training_tokens": 15e12}
     plan = api.ok("/api/v1/plan/training", body)
     best = plan["best"][0]
     lo, bd = best["layout"], best["breakdown"]
-    text = " ".join(README.split())
+    text = " ".join(page("api/scale.md").split())
     assert f"the search times and sizes {plan['evaluated']} layouts, {plan['fitting']} of which fit, and " \
            f"refuses {sum(plan['refused'].values())} candidates" in text
     degrees = (lo["data_parallel"], lo["tensor_parallel"], lo["pipeline_parallel"], lo["zero_stage"])
@@ -146,9 +170,9 @@ def test_readme_states_the_plan_figures(api):
     assert run["co2e_tonnes"] == pytest.approx(mwh * 0.385) and f"{mwh * 0.385:,.0f} tCO2e" in text
 
 
-def test_readme_states_the_data_and_checkpoint_figures(api):
-    """The README's dataset and checkpoint figures: by hand, and the API's."""
-    text = " ".join(README.split())
+def test_docs_state_the_data_and_checkpoint_figures(api):
+    """docs/api/data.md's dataset and checkpoint figures: by hand, and the API's."""
+    text = " ".join(page("api/data.md").split())
     llama = api.ok("/api/v1/data/dataset", {"tokens": "1.4T", "vocab_size": 32000})
     assert llama["bytes"] == 1.4e12 * 2 and "2.8e12 bytes (2,800 GB)" in text
     fed = api.ok("/api/v1/data/dataset", {
