@@ -38,7 +38,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON = ROOT / ".venv" / "bin" / "python"
 
-# The README's curl examples (every one is run by tests/test_readme.py, so they stay valid).
+# The README's curl examples (every one is run by tests/ops/test_readme.py, so they stay valid).
 CALCULATORS = {
     "/api/v1/flops/transformer": {"model": "llama3-8b", "batch_size": 1, "seq_len": 8192, "causal": "halved"},
     "/api/v1/memory/training": {"model": "llama2-7b", "precision": "bf16_mixed", "optimizer": "adamw",
