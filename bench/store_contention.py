@@ -1,7 +1,7 @@
 """The job store under contention, both databases side by side: worker processes (spawned, each its
 own Store on one database) claim and finish every queued job as fast as they can, each on a host
 of its own and then all on one host, on a SQLite file and on a throw-away PostgreSQL cluster
-(tests/pg.py). Every job must be claimed exactly once; prints claims per second.
+(tests/support/pg.py). Every job must be claimed exactly once; prints claims per second.
 
     .venv/bin/python bench/store_contention.py [--jobs 5000] [--workers 8,16] [--databases sqlite,postgresql]
 
@@ -17,10 +17,10 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))  # tests/pg.py and tests/contention.py, shared with the tests
+sys.path.insert(0, str(ROOT))  # tests/support/pg.py and tests/support/contention.py, shared with the tests
 
-from tests import pg  # noqa: E402
-from tests.contention import Crew, Run  # noqa: E402
+from tests.support import pg  # noqa: E402
+from tests.support.contention import Crew, Run  # noqa: E402
 
 DATABASES = ("sqlite", "postgresql")
 

@@ -2,7 +2,7 @@
 lifespan, so no embedded dispatcher: job tests start their own).
 
 The job store's tests run on both databases: `database` is a SQLite file, then a fresh database on
-a throw-away PostgreSQL cluster (tests/pg.py; one per test process, started when first needed)."""
+a throw-away PostgreSQL cluster (tests/support/pg.py; one per test process, started when first needed)."""
 
 import asyncio
 import os
@@ -18,7 +18,7 @@ import pytest  # noqa: E402
 from app.config import Settings  # noqa: E402
 from app.jobs.store import Store  # noqa: E402
 from app.main import create_app  # noqa: E402
-from tests import pg  # noqa: E402
+from tests.support import pg  # noqa: E402
 
 DATABASES = ["sqlite", "postgresql"]
 

@@ -1,0 +1,108 @@
+"""FLOPs of imported mixture-of-experts configs, exact against FlopCounterMode on the model
+transformers builds from the same config.json: forward and backward, at two sequence lengths.
+
+Routing needs real numbers (the experts loop picks its tokens with nonzero(), which the meta
+device cannot run), so these small models are built on the CPU with random weights. Attention
+is eager (every score computed) and so are the experts (`experts_implementation="eager"`, the
+@use_experts_implementation dispatch in transformers/integrations/moe.py: one matmul pair per
+expert over the tokens routed to it, not grouped_mm). Tally's convention, dropless routing with
+routed FLOPs = tokens x top_k x one expert MLP, is then exact whatever the router picks."""
+
+import pytest
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+from transformers import AutoConfig, AutoModelForCausalLM
+
+from tests.support.hf_configs_moe import random_configs
+from tests.support.hf_oracle import one_thread
+
+# One small config.json per family, typed here; between them: shared experts and their gate, dense
+# layers by first_k_dense_replace, decoder_sparse_step and mlp_only_layers, a query latent and none,
+# attention biases, head_dim, grouped-query attention, tied embeddings.
+CONFIGS = {
+    "mixtral": {"model_type": "mixtral", "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
+                "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 300,
+                "num_local_experts": 4, "num_experts_per_tok": 2, "sliding_window": 16},
+    "qwen2_moe": {"model_type": "qwen2_moe", "hidden_size": 48, "intermediate_size": 80,
+                  "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2,
+                  "vocab_size": 200, "num_experts": 6, "num_experts_per_tok": 2, "moe_intermediate_size": 24,
+                  "shared_expert_intermediate_size": 40, "decoder_sparse_step": 1, "mlp_only_layers": [2],
+                  "tie_word_embeddings": True},
+    "qwen3_moe": {"model_type": "qwen3_moe", "hidden_size": 32, "intermediate_size": 64,
+                  "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 1,
+                  "head_dim": 12, "vocab_size": 150, "num_experts": 8, "num_experts_per_tok": 3,
+                  "moe_intermediate_size": 16, "decoder_sparse_step": 2, "attention_bias": True},
+    "deepseek_v2": {"model_type": "deepseek_v2", "hidden_size": 64, "intermediate_size": 96,
+                    "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 4,
+                    "vocab_size": 250, "q_lora_rank": None, "kv_lora_rank": 16, "qk_nope_head_dim": 8,
+                    "qk_rope_head_dim": 4, "v_head_dim": 12, "n_routed_experts": 8, "num_experts_per_tok": 3,
+                    "n_shared_experts": 2, "moe_intermediate_size": 20, "first_k_dense_replace": 1},
+    "deepseek_v3": {"model_type": "deepseek_v3", "hidden_size": 64, "intermediate_size": 96,
+                    "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 4,
+                    "vocab_size": 250, "q_lora_rank": 24, "kv_lora_rank": 16, "qk_nope_head_dim": 8,
+                    "qk_rope_head_dim": 4, "v_head_dim": 8, "n_routed_experts": 8, "num_experts_per_tok": 2,
+                    "n_group": 2, "topk_group": 1, "n_shared_experts": 1, "moe_intermediate_size": 20,
+                    "first_k_dense_replace": 1, "attention_bias": True},
+}
+
+
+def counted(config: dict, batch: int, seq: int, seed: int = 0) -> tuple[int, int, list[list[int]]]:
+    """(forward, backward) FLOPs FlopCounterMode counts for one training step's passes, and the
+    tokens each router sent to each expert."""
+    body = dict(config)
+    cfg = AutoConfig.for_model(body.pop("model_type"), **body)
+    with one_thread():
+        torch.manual_seed(seed)
+        model = AutoModelForCausalLM.from_config(cfg, attn_implementation="eager",
+                                                 experts_implementation="eager")
+        loads = []
+        for module in model.modules():
+            if type(module).__name__.lower().endswith("topkrouter"):  # returns (logits, weights, indices)
+                module.register_forward_hook(
+                    lambda m, args, out: loads.append(
+                        torch.bincount(out[2].flatten(), minlength=m.num_experts).tolist()))
+        ids = torch.randint(0, cfg.vocab_size, (batch, seq))
+        with FlopCounterMode(display=False) as forward:
+            logits = model(input_ids=ids).logits
+        with FlopCounterMode(display=False) as backward:
+            logits.sum().backward()
+    return forward.get_total_flops(), backward.get_total_flops(), loads
+
+
+def tally(api, config: dict, batch: int, seq: int) -> dict:
+    model = api.ok("/api/v1/models/import", config)["config"]
+    return api.ok("/api/v1/flops/transformer", {"model": model, "batch_size": batch, "seq_len": seq,
+                                                "causal": "full"})
+
+
+@pytest.mark.parametrize("seq", [32, 96])
+@pytest.mark.parametrize("family", list(CONFIGS))
+def test_imported_moe_flops_match_flop_counter_mode(api, family, seq):
+    answer = tally(api, CONFIGS[family], 2, seq)
+    forward, backward, _ = counted(CONFIGS[family], 2, seq)
+    assert answer["forward"]["total"] == forward
+    assert answer["backward"]["total"] == backward
+    # Every matmul here needs both operand gradients, the router's too (its softmax or sigmoid
+    # scores weight the experts' outputs), so backward is exactly twice the forward.
+    assert backward == 2 * forward
+    parts = answer["forward"]
+    assert parts["router"] > 0 and parts["routed_experts"] > 0
+    assert (parts["shared_experts"] > 0) == (family in ("qwen2_moe", "deepseek_v2", "deepseek_v3"))
+    assert (parts["attention_latent"] > 0) == family.startswith("deepseek")
+
+
+def test_routed_flops_do_not_depend_on_where_tokens_go(api):
+    # Other weights and tokens load the experts differently; dropless, the count stays
+    # tokens x top_k expert MLPs, as Tally counts it.
+    config = CONFIGS["mixtral"]
+    runs = [counted(config, 2, 32, seed) for seed in (0, 1)]
+    assert runs[0][2] != runs[1][2] and all(sum(load) == 64 * 2 for run in runs for load in run[2])
+    assert runs[0][:2] == runs[1][:2]
+    assert tally(api, config, 2, 32)["forward"]["total"] == runs[0][0]
+
+
+@pytest.mark.parametrize("config", random_configs(3, 29), ids=lambda c: c["model_type"])
+def test_random_configs_flops_match_flop_counter_mode(api, config):
+    for seq in (32, 96):
+        answer = tally(api, config, 2, seq)
+        assert (answer["forward"]["total"], answer["backward"]["total"]) == counted(config, 2, seq)[:2]

@@ -1,0 +1,185 @@
+"""LoRA's trainable parameters, exact against peft: each family's config.json (typed here, or in
+tests/hf_configs_*.py) built by transformers on the meta device, wrapped by peft's LoraConfig with
+several ranks and target sets, and its trainable parameters counted as peft counts them
+(requires_grad after get_peft_model). Tally reads the same config.json through its import."""
+
+import pytest
+import torch
+from peft import LoraConfig, get_peft_model
+from transformers import AutoConfig, AutoModelForCausalLM
+
+from app.accounting.errors import InvalidInput
+from app.accounting.finetune.lora import EXPERT_TARGETS, HF_NAMES, lora_params
+from app.accounting.hf.read import import_config
+from tests.oracles.test_flops_hf_moe import CONFIGS as MOE
+from tests.oracles.test_hf_dense import SMALL
+
+FAMILIES = {
+    "llama": {"model_type": "llama", "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
+              "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 100},
+    "mistral": {"model_type": "mistral", "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 3,
+                "num_attention_heads": 8, "num_key_value_heads": 1, "vocab_size": 100, "sliding_window": 16},
+    "qwen2": {"model_type": "qwen2", "hidden_size": 48, "intermediate_size": 80, "num_hidden_layers": 2,
+              "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 120},
+    "qwen3": SMALL["qwen3"],  # head_dim 24, not hidden_size / heads
+    "gemma2": SMALL["gemma2"],
+    "mixtral": MOE["mixtral"],
+    "qwen2_moe": MOE["qwen2_moe"],  # a shared expert and a dense layer among the routed ones
+}
+TARGET_SETS = [("q", "v"), ("q", "k", "v", "o"), ("q", "k", "v", "o", "gate", "up", "down"), ("down",)]
+
+
+def peft_trainable(config: dict, rank: int, targets: tuple[str, ...] | None,
+                   saved: tuple[str, ...] = (), names: dict[str, str] = HF_NAMES) -> tuple[int, int]:
+    """(trainable, all) parameters of the peft-wrapped model, as print_trainable_parameters counts;
+    `saved` are modules_to_save."""
+    body = dict(config)
+    cfg = AutoConfig.for_model(body.pop("model_type"), **body)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(cfg)
+    wrapped = get_peft_model(model, lora_config(rank, targets, saved, names))
+    trainable = sum(p.numel() for p in wrapped.parameters() if p.requires_grad)
+    return trainable, sum(p.numel() for p in wrapped.parameters())
+
+
+def lora_config(rank: int, targets: tuple[str, ...] | None, saved: tuple[str, ...] = (),
+                names: dict[str, str] = HF_NAMES) -> LoraConfig:
+    """Module targets by name (peft matches a name as the end of a module's path), expert targets
+    as the 3-D parameters peft's target_parameters wraps; None is peft's default for the family."""
+    if targets is None:
+        return LoraConfig(r=rank, modules_to_save=list(saved) or None)
+    modules = [names[t] for t in targets if t not in EXPERT_TARGETS]
+    parameters = [names[t] for t in targets if t in EXPERT_TARGETS]
+    return LoraConfig(r=rank, target_modules=modules or None, target_parameters=parameters or None,
+                      modules_to_save=list(saved) or None)
+
+
+@pytest.mark.parametrize("targets", TARGET_SETS, ids="-".join)
+@pytest.mark.parametrize("rank", [4, 16])
+@pytest.mark.parametrize("name", list(FAMILIES))
+def test_trainable_parameters_equal_peft(name, rank, targets):
+    cfg = import_config(FAMILIES[name]).config
+    if name == "mixtral" and set(targets) & {"gate", "up", "down"}:
+        # transformers 5.x fuses Mixtral's experts into 3-D parameters: no gate/up/down_proj
+        # module for a target name to match. peft refuses when no target matches and skips the
+        # missing names otherwise; Tally refuses a name that matches nothing, naming it, and
+        # counts what peft wraps once it is left out.
+        with pytest.raises(InvalidInput, match="routed expert") as refused:
+            lora_params(cfg, rank=rank, targets=targets)
+        first = next(i for i, t in enumerate(targets) if t in ("gate", "up", "down"))
+        assert refused.value.field == f"lora_targets.{first}"
+        matched = tuple(t for t in targets if t not in ("gate", "up", "down"))
+        if not matched:
+            with pytest.raises(ValueError):
+                peft_trainable(FAMILIES[name], rank, targets)
+            return
+        assert lora_params(cfg, rank=rank, targets=matched).trainable_params == peft_trainable(
+            FAMILIES[name], rank, targets)[0]
+        return
+    trainable, everything = peft_trainable(FAMILIES[name], rank, targets)
+    ours = lora_params(cfg, rank=rank, targets=targets)
+    assert ours.trainable_params == trainable
+    assert ours.total_params == everything
+
+
+def test_rank_and_targets_are_checked():
+    cfg = import_config(FAMILIES["llama"]).config
+    with pytest.raises(InvalidInput) as rank:
+        lora_params(cfg, rank=0)
+    assert rank.value.field == "lora_rank"
+    with pytest.raises(InvalidInput) as target:
+        lora_params(cfg, rank=8, targets=("q", "qkv"))
+    assert target.value.field == "lora_targets.1"
+    gpt2 = import_config({"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4}).config
+    with pytest.raises(InvalidInput, match="no gate projection"):
+        lora_params(gpt2, rank=8, targets=("gate",))
+
+
+def test_llama3_8b_rank_16_on_q_and_v_is_peft_s_famous_figure():
+    """Llama-3-8B, r=16, q_proj and v_proj: 32 layers x 16 x ((4096 + 4096) + (4096 + 1024)) =
+    6,815,744 trainable parameters, the figure peft prints for it."""
+    from app.accounting.models import preset
+    count = lora_params(preset("llama3-8b"), rank=16)
+    assert count.trainable_params == 6_815_744
+    assert count.by_target == {"q": 32 * 16 * 8192, "v": 32 * 16 * 5120}
+
+
+# Families that fuse projections into one module, with their module names (a dotted tail where
+# the same name sits in attention and the MLP: GPT-2's c_proj).
+FUSED = {
+    "gpt2": ({"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4, "vocab_size": 100,
+              "n_positions": 64},
+             {"qkv": "c_attn", "o": "attn.c_proj", "up": "c_fc", "down": "mlp.c_proj"}),
+    "gpt_neox": ({"model_type": "gpt_neox", "hidden_size": 64, "intermediate_size": 128,
+                  "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 100},
+                 {"qkv": "query_key_value", "o": "attention.dense", "up": "dense_h_to_4h",
+                  "down": "dense_4h_to_h"}),
+    "falcon": ({"model_type": "falcon", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+                "vocab_size": 100, "new_decoder_architecture": True, "num_kv_heads": 2},
+               {"qkv": "query_key_value", "o": "self_attention.dense", "up": "dense_h_to_4h",
+                "down": "dense_4h_to_h"}),
+    "phi3": ({"model_type": "phi3", "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
+              "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 100, "pad_token_id": 0},
+             {"qkv": "qkv_proj", "o": "o_proj", "gate_up": "gate_up_proj", "down": "down_proj"}),
+}
+
+
+@pytest.mark.parametrize("every", [False, True], ids=["default", "every-matrix"])
+@pytest.mark.parametrize("name", list(FUSED))
+def test_fused_projections_are_one_target_as_peft_wraps_them(name, every):
+    """GPT-2's c_attn, GPT-NeoX's and Falcon's query_key_value, Phi-3's qkv_proj and gate_up_proj:
+    one adapter over the fused module; peft's default target for these families is that qkv."""
+    config, names = FUSED[name]
+    cfg = import_config(config).config
+    targets = tuple(names) if every else None
+    ours = lora_params(cfg, rank=4, targets=targets)
+    # peft has no default for phi3 (it asks for target_modules): Tally's is its fused qkv, as peft's
+    # is for GPT-2, GPT-NeoX and Falcon.
+    theirs = ("qkv",) if name == "phi3" and not every else targets
+    assert (ours.trainable_params, ours.total_params) == peft_trainable(config, 4, theirs, names=names)
+    if not every:
+        assert ours.targets == ["qkv"]
+
+
+@pytest.mark.parametrize(("name", "target", "field"), [("gpt2", ("q", "v"), "lora_targets.0"),
+                                                       ("phi3", ("qkv", "gate"), "lora_targets.1"),
+                                                       ("llama", ("qkv",), "lora_targets.0")])
+def test_a_fused_or_separate_projection_is_named_as_the_model_has_it(name, target, field):
+    config = FUSED[name][0] if name in FUSED else FAMILIES[name]
+    with pytest.raises(InvalidInput, match="fuses|apart") as refused:
+        lora_params(import_config(config).config, rank=4, targets=target)
+    assert refused.value.field == field
+
+
+EXPERT_SETS = [("experts_gate_up", "experts_down"), ("experts_down",), ("q", "v", "experts_gate_up")]
+
+
+@pytest.mark.parametrize("targets", EXPERT_SETS, ids="-".join)
+@pytest.mark.parametrize("name", ["mixtral", "qwen2_moe"])
+def test_routed_experts_are_peft_s_target_parameters(name, targets):
+    """peft's ParamWrapper over transformers' fused 3-D expert parameters: one rank-r adapter per
+    expert, as A: in x (r E) and B: (r E) x out."""
+    cfg = import_config(FAMILIES[name]).config
+    ours = lora_params(cfg, rank=4, targets=targets)
+    assert (ours.trainable_params, ours.total_params) == peft_trainable(FAMILIES[name], 4, targets)
+
+
+def test_a_dense_model_has_no_experts_to_adapt():
+    cfg = import_config(FAMILIES["llama"]).config
+    with pytest.raises(InvalidInput, match="no routed experts") as refused:
+        lora_params(cfg, rank=4, targets=("q", "experts_down"))
+    assert refused.value.field == "lora_targets.1"
+
+
+SAVED = [("embed_tokens",), ("lm_head",), ("embed_tokens", "lm_head")]
+
+
+@pytest.mark.parametrize("saved", SAVED, ids="+".join)
+@pytest.mark.parametrize("name", ["llama", "qwen2_moe"])  # untied, and tied embeddings
+def test_trained_embeddings_and_head_are_copies_beside_the_frozen_ones(name, saved):
+    """peft's modules_to_save: a trainable copy of each module beside the frozen original."""
+    cfg = import_config(FAMILIES[name]).config
+    ours = lora_params(cfg, rank=8, targets=("q", "v"), train_embeddings="embed_tokens" in saved,
+                       train_head="lm_head" in saved)
+    expected = peft_trainable(FAMILIES[name], 8, ("q", "v"), saved)
+    assert (ours.trainable_params, ours.total_params) == expected

@@ -1,0 +1,75 @@
+"""Results written by every earlier version still read, render and export.
+
+tests/support/fixtures/results/ holds, per version, what each probe returned when that version
+ran it (small CPU runs, the host's name replaced): v1 is the first release, whose
+train_step memory had no per-phase peaks; v2 added them; v4 added the generate probe; v5 the
+collectives and data_parallel_step probes; v6 sustained runs and the burn_in probe; v7 energy
+per measurement (null on a CPU, with the environment's energy_note) and the data_loader and
+checkpoint probes. A row is written as that version's server wrote it, straight into the jobs
+table, and read back through the API, the job pages, the CSV export and the calibration.
+"""
+
+import json
+import sqlite3
+import time
+from pathlib import Path
+
+import pytest
+
+from app.config import Settings
+from app.main import create_app
+from tests.conftest import Api
+
+FIXTURES = sorted((Path(__file__).resolve().parents[1] / "support" / "fixtures" / "results").glob("*.json"))
+CASES = [(path.stem, name) for path in FIXTURES for name in json.loads(path.read_text())]
+
+
+@pytest.fixture(scope="module")
+def stored(tmp_path_factory):
+    """An app over a database holding one succeeded job per fixture result; {case: job id}."""
+    database = tmp_path_factory.mktemp("stored") / "tally.db"
+    api = Api(create_app(Settings(database_path=database)))
+    ids = {}
+    with sqlite3.connect(database) as db:
+        for path in FIXTURES:
+            for name, result in json.loads(path.read_text()).items():
+                now = time.time()
+                cursor = db.execute(
+                    "INSERT INTO jobs (probe, params, status, attempts, timeout_s, created_at, started_at, "
+                    "finished_at, result, device) VALUES (?, '{}', 'succeeded', 1, 60, ?, ?, ?, ?, 'cpu')",
+                    (result["probe"], now, now, now, json.dumps(result)))
+                ids[(path.stem, name)] = cursor.lastrowid
+    yield api, ids
+    api.close()
+
+
+def test_the_newest_version_has_a_fixture_of_every_probe_and_no_probe_was_dropped():
+    """Each version's fixture holds every probe it had; a probe, once shipped, stays readable
+    (v4 added generate)."""
+    from app.probes.registry import PROBES
+
+    newest = max(FIXTURES, key=lambda path: int(path.stem.split("-")[0][1:]))
+    assert {r["probe"] for r in json.loads(newest.read_text()).values()} == set(PROBES), newest.name
+    for path in FIXTURES:
+        assert {r["probe"] for r in json.loads(path.read_text()).values()} <= set(PROBES), path.name
+
+
+@pytest.mark.parametrize(("version", "name"), CASES)
+def test_an_earlier_versions_result_reads_renders_and_exports(stored, version, name):
+    api, ids = stored
+    job_id = ids[(version, name)]
+    job = api.get(f"/api/v1/jobs/{job_id}")
+    assert job.status_code == 200, job.text
+    assert job.json()["result"]["probe"] == name.removesuffix("_cruncher")
+    for page in (f"/benchmarks/jobs/{job_id}", f"/ui/benchmarks/jobs/{job_id}"):
+        response = api.get(page)
+        assert response.status_code == 200, (page, response.text[-2000:])
+    csv = api.get(f"/api/v1/jobs/{job_id}/result?format=csv")
+    assert csv.status_code == 200 and csv.text.startswith("job_id,probe,device,device_name")
+    assert api.get(f"/benchmarks/compare?a={job_id}&b={ids[CASES[0]]}").status_code == 200
+
+
+def test_the_calibration_reads_every_versions_results(stored):
+    api, _ = stored
+    assert api.get("/api/v1/calibration").status_code == 200
+    assert api.get("/").status_code == 200
