@@ -17,6 +17,7 @@ Mode full is the training calculator's answer itself (memory.training_memory), n
 import math
 from dataclasses import dataclass
 
+from app.accounting import blocks
 from app.accounting.errors import InvalidInput
 from app.accounting.finetune import activations as saved
 from app.accounting.finetune import spec as ft
@@ -185,11 +186,8 @@ def _answer(mode: str, trainable: int, frozen: int, base_format: str | None, par
 
 
 def _largest_matrix(cfg: TransformerConfig) -> int:
-    """Elements of the largest nn.Linear a QLoRA base quantizes (QLORA_KEEP's are not)."""
-    d = cfg.d_model
-    sizes = [d * cfg.n_heads * cfg.hd, d * cfg.kv_heads * cfg.hd]
-    if not all(cfg.moe_layers):
-        sizes.append(d * cfg.ff)
-    if cfg.layers.n_moe:
-        sizes.append(d * cfg.ff_shared)
-    return max(sizes)
+    """Elements of the largest matrix a QLoRA base quantizes (QLORA_KEEP's are not): attention's
+    projections, dense MLPs and shared experts, each layer's blocks' weights."""
+    quantized = ("attention", "mlp", "shared_experts")
+    return max(w.params for layer, _ in blocks.distinct(cfg) for w in layer.weights()
+               if len(w.shape) == 2 and w.component in quantized)

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Literal, NamedTuple
 
+from app.accounting import blocks
 from app.accounting.errors import InvalidInput
 from app.accounting.hardware import Accelerator
 from app.accounting.models import TransformerConfig, count_params
@@ -142,6 +143,8 @@ class _Plan(NamedTuple):
     stage_params: tuple[tuple[Stage, int, int], ...]
     stage_moe_layers: dict[str, tuple[int, int]]
     """Per stage: (dense layers, mixture-of-experts layers) it holds."""
+    routes: bool
+    """Some layer routes to experts: `layer` is such a layer, `dense_layer` the others."""
     layer: tuple
     """The saved tensors of a mixture-of-experts layer, or of every layer of a dense model."""
     dense_layer: tuple
@@ -153,14 +156,21 @@ class _Plan(NamedTuple):
 def _plan(cfg: TransformerConfig, tp: int, pp: int, ep: int, precision: str,
           recompute: act.Recompute) -> _Plan:
     p = PRECISIONS[precision]
-    moe_of = {stage: sum(cfg.moe_layers[i] for i in layers) for stage, layers in stage_layers(cfg, pp)}
-    counts = {stage: (len(layers) - moe_of[stage], moe_of[stage]) for stage, layers in stage_layers(cfg, pp)}
+    layers = blocks.layers(cfg)
+    moe_of = {stage: sum(layers[i].mlp.routes for i in held) for stage, held in stage_layers(cfg, pp)}
+    counts = {stage: (len(held) - moe_of[stage], moe_of[stage]) for stage, held in stage_layers(cfg, pp)}
+    # Windows change no saved tensor: one layer of each MLP kind stands for its kind (a model whose
+    # every layer routes still reports what a dense one would keep, held by none).
+    routed = next((layer for layer in layers if layer.mlp.routes), None)
+    dense = next((layer for layer in layers if not layer.mlp.routes), None)
+    if dense is None:
+        dense = blocks.Layer(layers[0].attention, blocks.dense_mlp(cfg))
 
-    def recipe(moe: bool) -> tuple:
-        return act.layer_recipe(cfg, p.activation, recompute, p.residual, moe=moe, tp=tp)
+    def recipe(layer: blocks.Layer) -> tuple:
+        return act.layer_recipe(layer, p.activation, recompute, p.residual, tp=tp)
 
-    return _Plan(count_params(cfg).total, stage_params(cfg, tp, pp, ep), counts, recipe(cfg.moe),
-                 recipe(False) if cfg.moe else (), act.embedding_recipe(cfg),
+    return _Plan(count_params(cfg).total, stage_params(cfg, tp, pp, ep), counts, routed is not None,
+                 recipe(routed or dense), recipe(dense) if routed else (), act.embedding_recipe(cfg),
                  act.head_recipe(cfg, p.activation, p.residual))
 
 
@@ -181,14 +191,14 @@ def _stage_activations(cfg: TransformerConfig, plan: _Plan, stage: Stage, *, s: 
 
     in_flight = pp if stage == "first" else 1
     dense, moe = (in_flight_layers(n, stage, pp=pp, v=v) for n in plan.stage_moe_layers[stage])
-    held, dense_held = (moe, dense) if cfg.moe else (dense, 0)
+    held, dense_held = (moe, dense) if plan.routes else (dense, 0)
     layer = size(plan.layer)
     outside: dict[str, int] = {}
     if stage in ("only", "first"):
         outside |= {k: n * in_flight for k, n in size(plan.embedding).items()}
     if stage in ("only", "last"):
         outside |= size(plan.head)
-    dense_layer = size(plan.dense_layer) if cfg.moe else None
+    dense_layer = size(plan.dense_layer) if plan.routes else None
     layer_total, dense_total = sum(layer.values()), sum((dense_layer or {}).values())
     return ActivationDetail(
         bytes_per_element=act_bytes, per_layer=layer, per_layer_total=layer_total, layers_held=held,
