@@ -2,7 +2,7 @@
 
 Supported model_type values, read as their transformers 5.23 classes read them (a
 key's absence means that class's default), one registry entry (family.Family) each:
-classic.py: llama, mistral, qwen2, gpt2, gpt_neox; dense.py: qwen3, gemma, gemma2,
+llama.py: llama, mistral, qwen2, gpt2, gpt_neox; gemma.py: qwen3, gemma, gemma2,
 gemma3_text, gemma3 (its text model), phi3, olmo, olmo2, falcon, starcoder2; moe.py:
 mixtral, qwen2_moe, qwen3_moe, deepseek_v2, deepseek_v3.
 
