@@ -1,8 +1,16 @@
-"""The first families: llama, mistral, qwen2, gpt2 and gpt_neox."""
+"""LLaMA's lineage: llama, mistral, qwen2, qwen3, phi3, olmo and olmo2. Decoders with rotary
+positions, gated MLPs and no biases but where a family adds them (Qwen2's q/k/v, Llama's
+attention_bias and mlp_bias); they differ in norms (OLMo's non-affine LayerNorm, OLMo 2's
+post-norms and projection-wide q/k norms, Qwen3's per-head q/k norms), windows (Mistral, Qwen) and
+fused projections (Phi-3's qkv_proj and gate_up_proj).
+
+Each reader maps config.json as its transformers 5.23 Config class does (that class's default
+for an absent key) and describes the weights its modeling_<family>.py builds.
+"""
 
 from app.accounting.hf import windows
 from app.accounting.hf.family import LLAMA_KEY_NAMES, LLAMA_KEYS, Family
-from app.accounting.hf.values import alias, boolean, dropout_on, integer, maybe_int
+from app.accounting.hf.values import Defaults, boolean, dropout, dropout_on, gated, integer, maybe_int, shape
 
 
 def _llama_like(raw: dict, family: str, warnings: list[str]) -> dict:
@@ -37,49 +45,53 @@ def _llama_like(raw: dict, family: str, warnings: list[str]) -> dict:
     )
 
 
-def _gpt2(raw: dict, warnings: list[str]) -> dict:
-    d = alias(raw, "n_embd", "hidden_size", 768)
-    inner = integer(raw, "n_inner", None)
-    return dict(
-        n_layers=alias(raw, "n_layer", "num_hidden_layers", 12), d_model=d,
-        n_heads=alias(raw, "n_head", "num_attention_heads", 12),
-        d_ff=inner or 4 * d, vocab_size=integer(raw, "vocab_size", 50257), mlp="gelu",
-        norm="layernorm", bias=True, tied_embeddings=boolean(raw, "tie_word_embeddings", True),
-        position="learned", max_seq_len=alias(raw, "n_positions", "max_position_embeddings", 1024),
-        dropout=dropout_on(raw, "resid_pdrop", "embd_pdrop", "attn_pdrop", default=0.1), fused_qkv=True,
-    )
+# Each Config class's defaults (configuration_<family>.py).
+QWEN3 = Defaults(vocab=151936, d=4096, ff=22016, layers=32, heads=32, kv=32, kv_nullable=True, head_dim=128,
+                 head_dim_nullable=False, max_pos=32768, tied=False)
+PHI3 = Defaults(vocab=32064, d=3072, ff=8192, layers=32, heads=32, kv=None, kv_nullable=True, head_dim=None,
+                head_dim_nullable=False, max_pos=4096, tied=False)
+OLMO = Defaults(vocab=50304, d=4096, ff=11008, layers=32, heads=32, kv=None, kv_nullable=True, head_dim=None,
+                head_dim_nullable=False, max_pos=2048, tied=False)  # OLMo 2's as well
 
 
-def _gpt_neox(raw: dict, warnings: list[str]) -> dict:
-    # attention_bias covers query_key_value and dense only; the MLP and LayerNorms keep theirs.
-    return dict(
-        n_layers=integer(raw, "num_hidden_layers"), d_model=integer(raw, "hidden_size"),
-        n_heads=integer(raw, "num_attention_heads"), d_ff=integer(raw, "intermediate_size"),
-        vocab_size=integer(raw, "vocab_size"), mlp="gelu", norm="layernorm", bias=True,
-        attn_bias=boolean(raw, "attention_bias", True),
-        norm_layout="parallel" if boolean(raw, "use_parallel_residual", True) else "pre",
-        tied_embeddings=boolean(raw, "tie_word_embeddings", False), position="rope",
-        max_seq_len=integer(raw, "max_position_embeddings", 2048),
-        dropout=dropout_on(raw, "attention_dropout", "hidden_dropout"), fused_qkv=True,
-    )
+def _qwen3(raw: dict, warnings: list[str]) -> dict:
+    f = shape(raw, QWEN3)
+    return f | windows.qwen(raw, f["n_layers"]) | dict(
+        mlp=gated(raw, "hidden_act", "silu", "swiglu", warnings), norm="rmsnorm", bias=False,
+        attn_bias=boolean(raw, "attention_bias", False), qk_norm="head",  # q_norm, k_norm: head_dim wide
+        dropout=dropout(raw, "attention_dropout"))
 
 
-_GPT2_NAMES = {"n_layers": "n_layer", "d_model": "n_embd", "n_heads": "n_head", "d_ff": "n_inner",
-               "vocab_size": "vocab_size", "max_seq_len": "n_positions"}
-_NEOX_NAMES = {k: v for k, v in LLAMA_KEY_NAMES.items() if k not in ("n_kv_heads", "head_dim")}
+def _phi3(raw: dict, warnings: list[str]) -> dict:
+    # Fused qkv_proj and gate_up_proj: the same weights and matmul FLOPs as separate projections.
+    f = shape(raw, PHI3)
+    window = maybe_int(raw, "sliding_window", None)  # every layer, when set
+    return f | windows.windows([True] * f["n_layers"], window, "sliding_window") | dict(
+        mlp=gated(raw, "hidden_act", "silu", "swiglu", warnings), norm="rmsnorm", bias=False,
+        dropout=dropout(raw, "attention_dropout", "resid_pdrop", "embd_pdrop"), fused_qkv=True,
+        fused_gate_up=True)
 
-FAMILIES = (
+
+def _olmo(raw: dict, warnings: list[str]) -> dict:
+    # OlmoLayerNorm: F.layer_norm with no weight and no bias.
+    return shape(raw, OLMO) | dict(
+        mlp=gated(raw, "hidden_act", "silu", "swiglu", warnings), norm="layernorm_no_affine", bias=False,
+        attn_bias=boolean(raw, "attention_bias", False), dropout=dropout(raw, "attention_dropout"))
+
+
+def _olmo2(raw: dict, warnings: list[str]) -> dict:
+    # Norms on each sublayer's output; q_norm over n_heads*head_dim, k_norm over n_kv_heads*head_dim.
+    return _olmo(raw, warnings) | dict(norm="rmsnorm", norm_layout="post", qk_norm="projection")
+
+
+FAMILIES: tuple[Family, ...] = (
     Family("llama", lambda raw, w: _llama_like(raw, "llama", w), LLAMA_KEYS | {"attention_bias", "mlp_bias"},
            LLAMA_KEY_NAMES),
     Family("mistral", lambda raw, w: _llama_like(raw, "mistral", w), LLAMA_KEYS, LLAMA_KEY_NAMES),
     # qwen2's layer_types only picks full or sliding windows: same weights.
     Family("qwen2", lambda raw, w: _llama_like(raw, "qwen2", w), LLAMA_KEYS, LLAMA_KEY_NAMES),
-    # GPT2Config.attribute_map lets hidden_size & co. set n_embd & co.
-    Family("gpt2", _gpt2, frozenset(("n_embd", "n_layer", "n_head", "n_inner", "vocab_size", "n_positions",
-                                     "tie_word_embeddings", "hidden_size", "num_hidden_layers",
-                                     "num_attention_heads", "max_position_embeddings")), _GPT2_NAMES),
-    Family("gpt_neox", _gpt_neox, frozenset((
-        "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size",
-        "max_position_embeddings", "tie_word_embeddings", "attention_bias", "use_parallel_residual")),
-        _NEOX_NAMES),
+    Family("qwen3", _qwen3, LLAMA_KEYS | {"attention_bias", "layer_types"}, LLAMA_KEY_NAMES),
+    Family("phi3", _phi3, LLAMA_KEYS, LLAMA_KEY_NAMES),
+    Family("olmo", _olmo, LLAMA_KEYS | {"attention_bias"}, LLAMA_KEY_NAMES),
+    Family("olmo2", _olmo2, LLAMA_KEYS | {"attention_bias"}, LLAMA_KEY_NAMES),
 )
