@@ -224,6 +224,11 @@ class Attention(Block):
     def cache(self, *, mla_cache: str, tp: int) -> CacheShape:
         raise NotImplementedError
 
+    def workspace_values(self, tp: int) -> int:
+        """Values per token a serving forward holds at once beside the residual stream, on one of
+        `tp` tensor ranks: the projections' outputs (FlashAttention keeps no score matrix)."""
+        raise NotImplementedError
+
     def kv_replicas(self, tp: int) -> int:
         """Copies of each key/value projection's head over `tp` tensor ranks."""
         return 1
@@ -257,6 +262,11 @@ class Mlp(Block):
         raise NotImplementedError
 
     def saved(self, *, act_bytes: int, residual_bytes: int) -> list[Item]:
+        raise NotImplementedError
+
+    def workspace_bytes(self, *, tokens: int, act_bytes: int, tp: int) -> int:
+        """Bytes a serving forward of `tokens` tokens holds at once in this MLP, beside the residual
+        stream, on one of `tp` tensor ranks."""
         raise NotImplementedError
 
     @property

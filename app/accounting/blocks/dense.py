@@ -27,6 +27,8 @@ class DenseMlp(Mlp):
     kind: ClassVar[str] = "dense"
     matrices: ClassVar[int] = 2
     hidden_names: ClassVar[tuple[str, ...]] = ("activation_input", "down_input")
+    live_hiddens: ClassVar[int] = 2
+    """Hidden tensors a serving forward holds at once: up's output and the activation's."""
 
     def _weights(self) -> list[Weight]:
         return self._up() + linear(f"ffn_down{self.suffix}", self.cfg.d_model, self.width, self.component,
@@ -38,6 +40,9 @@ class DenseMlp(Mlp):
 
     def forward_flops(self, tokens: int) -> dict[str, int]:
         return {"mlp": 2 * tokens * self.cfg.d_model * self.width * self.matrices}
+
+    def workspace_bytes(self, *, tokens: int, act_bytes: int, tp: int) -> int:
+        return tokens * self.live_hiddens * self.width // tp * act_bytes
 
     def hidden(self, prefix: str, width: int, act_bytes: int) -> list[Item]:
         """The hidden tensors backward keeps at `width` per token (split by tensor ranks)."""

@@ -74,6 +74,15 @@ class Experts(Mlp):
                 "routed_experts": 2 * tokens * self.top_k * d * cfg.ff_expert * m,
                 "shared_experts": 2 * tokens * d * (cfg.ff_shared * m + cfg.shared_expert_gate)}
 
+    def workspace_bytes(self, *, tokens: int, act_bytes: int, tp: int) -> int:
+        """The routed copies (tokens x top_k, gathered whole) with their hiddens, the shared experts'
+        hiddens, and the router's fp32 logits."""
+        cfg, routed = self.cfg, tokens * self.top_k
+        experts = routed * (cfg.d_model + self.expert.live_hiddens * cfg.ff_expert // tp) * act_bytes
+        shared = 0 if self.shared is None else self.shared.workspace_bytes(tokens=tokens, act_bytes=act_bytes,
+                                                                            tp=tp)
+        return experts + shared + tokens * cfg.n_experts * FP32
+
     def experts_read(self, tokens: int) -> float:
         """Expected routed experts one layer reads for `tokens` tokens when each picks top_k of
         n_experts uniformly and independently: n (1 - (1 - k/n)^tokens). Decode reads only these

@@ -21,6 +21,7 @@ from app.accounting.transformer import TransformerConfig
 class GatedMlp(DenseMlp):
     kind: ClassVar[str] = "gated"
     matrices: ClassVar[int] = 3
+    live_hiddens: ClassVar[int] = 3  # gate's and up's outputs, and act(gate) * up
 
     @property
     def hidden_names(self) -> tuple[str, ...]:  # type: ignore[override]

@@ -99,6 +99,9 @@ class GroupedAttention(Attention):
             notes.append("mla_cache is ignored: this model has no latent attention")
         return CacheShape("kv", heads, heads_gpu, values, 2 * heads_gpu * cfg.hd, tuple(notes))
 
+    def workspace_values(self, tp: int) -> int:
+        return (2 * self.q_width + 2 * self.kv_width) // tp  # q, k, v and the attention output
+
     def kv_replicas(self, tp: int) -> int:
         """1 while tp <= n_kv_heads, else tp / n_kv_heads, each rank keeping one head (Megatron-LM,
         vLLM's QKVParallelLinear)."""

@@ -114,6 +114,12 @@ class LatentAttention(Attention):
             items.append(Item("attention/dropout_mask", h, 0, 1, False))
         return items
 
+    def workspace_values(self, tp: int) -> int:
+        """The latents (replicated) and, split by heads, q and k at nope + rope, v and the output."""
+        cfg, h = self.cfg, self.cfg.n_heads
+        heads = h * self.qk_dim * 2 + h * cfg.v_head_dim * 2
+        return cfg.kv_lora_rank + cfg.qk_rope_head_dim + (cfg.q_lora_rank or 0) + heads // tp
+
     def cache(self, *, mla_cache: str, tp: int) -> CacheShape:
         cfg = self.cfg
         if mla_cache == "latent":

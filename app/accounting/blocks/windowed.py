@@ -46,6 +46,9 @@ class Windowed(Attention):
     def cache(self, *, mla_cache: str, tp: int) -> CacheShape:
         return self.inner.cache(mla_cache=mla_cache, tp=tp)
 
+    def workspace_values(self, tp: int) -> int:
+        return self.inner.workspace_values(tp)
+
     def kv_replicas(self, tp: int) -> int:
         return self.inner.kv_replicas(tp)
 
