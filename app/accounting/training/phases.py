@@ -83,17 +83,18 @@ def breakdown(mem) -> dict[str, int]:
 
 def notes(optimizer: str, *, fused: bool, shaped: bool = True) -> list[str]:
     """What the phases assume of the step, in words."""
-    notes = ["total is the step's peak: the largest of its phases (the start of backward, the LM head's "
+    said = ["total is the step's peak: the largest of its phases (the start of backward, the LM head's "
              "weight gradient, the end of backward, the optimizer step), as the train_step probe measures it"]
     per_tensor = STEP_TEMPORARIES.get(optimizer, 0)
     if fused and optimizer in FUSED:
-        notes.append(f"{optimizer} steps fused (torch's fused=True, Megatron-LM's and DeepSpeed's FusedAdam, "
-                     "bitsandbytes' 8-bit kernel): no temporaries")
+        kernel = ("bitsandbytes' 8-bit kernel" if optimizer == "adamw_8bit" else
+                  "torch's fused=True, as Megatron-LM's and DeepSpeed's FusedAdam")
+        said.append(f"{optimizer} steps fused ({kernel}): no temporaries")
     elif per_tensor and not fused:
-        notes.append(f"{optimizer} steps as torch's per-tensor loop (foreach=False): {per_tensor} temporary "
+        said.append(f"{optimizer} steps as torch's per-tensor loop (foreach=False): {per_tensor} temporary "
                      "tensor(s) the size of the largest parameter it steps"
                      + ("" if shaped else "; a bare parameter count has no tensors, so none are counted"))
-    return notes
+    return said
 
 
 def largest_param(cfg: TransformerConfig, *, layers: range, embedding: bool, head: bool, tp: int,
