@@ -158,7 +158,7 @@ def step_time(w: Workload, layout: Layout, mem: memory.TrainingMemory | None = N
     layers = cfg.n_layers // pp
     tpc = _messages_time(w, tp_msgs, place["tensor"]) if tp > 1 else None
     tp_mb = layers * (tpc["forward"] + tpc["backward"]) if tpc else 0.0
-    moe_layers = -(-sum(layer.mlp.routes for layer in blocks.layers(cfg)) // pp)
+    moe_layers = -(-sum(n for layer, n in blocks.distinct(cfg) if layer.mlp.routes) // pp)
     epc = None
     if lo.expert_parallel > 1 and moe_layers:
         ep_msgs = volumes.expert_parallel(tokens=tokens, d_model=cfg.d_model, top_k=cfg.top_k,
