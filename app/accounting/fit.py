@@ -30,7 +30,9 @@ class FitOption:
     """What the option may use of each GPU's memory (inference: gpu_memory_utilization of it)."""
     bytes_by_kind: dict[str, int]
     """The stack: inference weights, kv_cache, workspace, overhead; training frozen_weights,
-    trainable_weights, gradients, optimizer_state, master_weights, activations, transient."""
+    trainable_weights, gradients, optimizer_state, master_weights, activations, transient and inputs
+    (the start of backward), and peak_phase_extra, what the step's peak moment (the LM head's weight
+    gradient, the end of backward or the optimizer step) holds beyond it."""
     largest_batch: int
     """Sequences of seq_len tokens that fit (per GPU for training, over all replicas serving)."""
     largest_context: int

@@ -5,14 +5,16 @@ of a large model's total)."""
 
 from dataclasses import dataclass
 from operator import attrgetter
-from typing import Literal
 
+from app.accounting import blocks
+from app.accounting.blocks.base import Causal, score_pairs_doubled
 from app.accounting.dtypes import lookup
 from app.accounting.errors import InvalidInput
 from app.accounting.models import ParamCount, TransformerConfig, count_params
 from app.accounting.records import RECORD
 
-Causal = Literal["full", "halved"]
+__all__ = ["Causal", "score_pairs_doubled", "matmul", "mlp", "transformer_forward", "transformer",
+           "MatmulFlops", "LinearFlops", "MlpFlops", "FlopsBreakdown", "TransformerFlops"]
 
 
 @dataclass(slots=True)
@@ -151,59 +153,24 @@ class FlopsBreakdown:
 _breakdown_values = attrgetter(*FlopsBreakdown.__dataclass_fields__)
 
 
-def score_pairs_doubled(seq_len: int, window: int | None, causal: Causal) -> int:
-    """2x the (query, key) pairs one head scores. full: every pair, as eager attention computes
-    them, masked or not. halved: the causal triangle at S^2/2 (the diagonal's S/2 left out, as
-    the 6ND-era convention does), and in a window w, S^2/2 - (S-w)^2/2."""
-    s = seq_len
-    if causal == "full":
-        return 2 * s * s
-    if window is None or window >= s:
-        return s * s
-    return s * s - (s - window) ** 2
-
-
-def _attention_projections(cfg: TransformerConfig, t: int) -> tuple[int, int, int]:
-    """(latent down, q/k/v, output) projection FLOPs of one layer on t tokens."""
-    d = cfg.d_model
-    if cfg.kv_lora_rank is not None:
-        h, nope, rope, v = cfg.n_heads, cfg.qk_nope_head_dim, cfg.qk_rope_head_dim, cfg.v_head_dim
-        q_in = cfg.q_lora_rank or d
-        return (2 * t * d * ((cfg.q_lora_rank or 0) + cfg.kv_lora_rank + rope),
-                2 * t * (q_in * h * (nope + rope) + cfg.kv_lora_rank * h * (nope + v)),
-                2 * t * h * v * d)
-    hd = cfg.hd
-    q_width, kv_width = cfg.n_heads * hd, cfg.kv_heads * hd
-    return 0, 2 * t * d * (q_width + 2 * kv_width), 2 * t * q_width * d
+_LAYER_PARTS = ("attention_qkv", "attention_scores", "attention_values", "attention_output", "mlp",
+                "attention_latent", "router", "routed_experts", "shared_experts")
 
 
 def transformer_forward(cfg: TransformerConfig, batch_size: int, seq_len: int,
                         causal: Causal = "full") -> FlopsBreakdown:
-    """Forward matmul FLOPs of a decoder-only transformer on batch_size x seq_len tokens."""
+    """Forward matmul FLOPs of a decoder-only transformer on batch_size x seq_len tokens: each
+    layer's blocks (app/accounting/blocks/) and the LM head."""
     if cfg.position == "learned" and seq_len > cfg.max_seq_len:
         raise InvalidInput("seq_len", f"{seq_len} exceeds the model's {cfg.max_seq_len} learned positions")
-    t, d, L = batch_size * seq_len, cfg.d_model, cfg.n_layers
-    mla = cfg.kv_lora_rank is not None
-    qk_dim = cfg.qk_nope_head_dim + cfg.qk_rope_head_dim if mla else cfg.hd
-    v_dim = cfg.v_head_dim if mla else cfg.hd
-    # (B, h, S, d_qk) @ (B, h, d_qk, S): every query head reads its (shared) K and V.
-    kinds = cfg.layers
-    pairs2 = (L - kinds.n_windowed) * score_pairs_doubled(seq_len, None, causal)
-    if kinds.n_windowed:
-        pairs2 += kinds.n_windowed * score_pairs_doubled(seq_len, cfg.sliding_window, causal)
-    per_pair = batch_size * cfg.n_heads
-    latent, qkv, output = _attention_projections(cfg, t)
-    matrices = 3 if cfg.gated else 2
-    n_moe = kinds.n_moe
-    router = routed = shared = 0
-    if n_moe:
-        router = n_moe * 2 * t * d * cfg.n_experts
-        routed = n_moe * 2 * t * cfg.top_k * d * cfg.ff_expert * matrices
-        shared = n_moe * 2 * t * d * (cfg.ff_shared * matrices + cfg.shared_expert_gate)
-    parts = (L * qkv, per_pair * qk_dim * pairs2, per_pair * v_dim * pairs2, L * output,
-             (L - n_moe) * 2 * t * d * cfg.ff * matrices, 2 * t * d * cfg.vocab_size)
-    extra = (L * latent, router, routed, shared)
-    return FlopsBreakdown(*parts, sum(parts) + sum(extra), *extra)
+    t = batch_size * seq_len
+    parts = dict.fromkeys(_LAYER_PARTS, 0)
+    for layer, n in blocks.distinct(cfg):
+        attention = layer.attention.forward_flops(batch=batch_size, seq_len=seq_len, causal=causal)
+        for name, value in (attention | layer.mlp.forward_flops(t)).items():
+            parts[name] += n * value
+    lm_head = 2 * t * cfg.d_model * cfg.vocab_size
+    return FlopsBreakdown(**parts, lm_head=lm_head, total=sum(parts.values()) + lm_head)
 
 
 @dataclass(slots=True)

@@ -1,6 +1,6 @@
 """Named transformer presets, and the config and counts every calculator reads.
 
-TransformerConfig lives in config.py and the parameter counts in params.py; both
+TransformerConfig lives in transformer.py and the parameter counts in params.py; both
 are re-exported here, the name callers have always imported them by.
 """
 
@@ -12,20 +12,12 @@ from importlib import resources
 from app.accounting import names
 from app.accounting.conventions import conventions
 from app.accounting.errors import InvalidInput
-from app.accounting.params import (
-    ParamCount,
-    attention_params,
-    count_params,
-    layer_params,
-    mlp_params,
-    norm_params,
-)
+from app.accounting.params import ParamCount, count_params, layer_params, norm_params
 from app.accounting.records import RECORD
 from app.accounting.transformer import TransformerConfig, check_bounds
 
-__all__ = ["TransformerConfig", "check_bounds", "ParamCount", "attention_params", "count_params",
-           "layer_params", "mlp_params", "norm_params", "Preset", "PresetSummary", "presets", "find",
-           "preset", "summarize"]
+__all__ = ["TransformerConfig", "check_bounds", "ParamCount", "count_params", "layer_params", "norm_params",
+           "Preset", "PresetSummary", "presets", "find", "preset", "summarize"]
 
 
 @dataclass(frozen=True, slots=True)

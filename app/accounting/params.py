@@ -1,4 +1,6 @@
-"""Parameter counts by component, exact against transformers' `model.parameters()`.
+"""Parameter counts by component, exact against transformers' `model.parameters()`: each layer's
+summed from its blocks' weight lists (app/accounting/blocks/), the embeddings, LM head and final
+norm here.
 
 Conventions:
 - Tied embeddings are counted once (as `parameters()` yields a shared tensor once).
@@ -13,80 +15,17 @@ Conventions:
 from dataclasses import dataclass
 from functools import lru_cache
 
+from app.accounting import blocks
+from app.accounting.blocks.base import one_norm
 from app.accounting.records import RECORD
-from app.accounting.transformer import NORMS_PER_BLOCK, TransformerConfig
+from app.accounting.transformer import TransformerConfig
 
-
-def one_norm(cfg: TransformerConfig, width: int) -> int:
-    """A norm over `width` features: a weight, plus a bias for LayerNorm with biases."""
-    if cfg.norm == "layernorm_no_affine":
-        return 0
-    return width * (2 if cfg.norm == "layernorm" and cfg.bias else 1)
+__all__ = ["one_norm", "norm_params", "LayerParams", "layer_params", "ParamCount", "count_params"]
 
 
 def norm_params(cfg: TransformerConfig) -> int:
     """One d_model-wide norm (a block norm, or the final one)."""
     return one_norm(cfg, cfg.d_model)
-
-
-def latent_down_params(cfg: TransformerConfig) -> int:
-    """Latent attention's down projections with their biases: x to the query latent (when
-    there is one) and to the key/value latent with the shared rotary key."""
-    if not cfg.mla:
-        return 0
-    widths = (cfg.q_lora_rank or 0) + cfg.kv_lora_rank + cfg.qk_rope_head_dim
-    return widths * (cfg.d_model + cfg.has_attn_bias)
-
-
-def attention_params(cfg: TransformerConfig) -> int:
-    """One layer's attention projections with their biases, norms excluded."""
-    d = cfg.d_model
-    if cfg.mla:
-        h, nope, rope, v = cfg.n_heads, cfg.qk_nope_head_dim, cfg.qk_rope_head_dim, cfg.v_head_dim
-        q_up = (cfg.q_lora_rank or d) * h * (nope + rope)
-        kv_up = cfg.kv_lora_rank * h * (nope + v)
-        return latent_down_params(cfg) + q_up + kv_up + h * v * d + d * cfg.has_attn_bias
-    q_width, kv_width = cfg.n_heads * cfg.hd, cfg.kv_heads * cfg.hd
-    weights = d * q_width + 2 * d * kv_width + q_width * d
-    biases = (q_width + 2 * kv_width) * cfg.has_qkv_bias + d * cfg.has_attn_bias
-    return weights + biases
-
-
-def attention_norm_params(cfg: TransformerConfig) -> int:
-    """Norms inside one layer's attention: q/k norms, or latent attention's two latent norms."""
-    if cfg.mla:
-        return one_norm(cfg, cfg.kv_lora_rank) + (one_norm(cfg, cfg.q_lora_rank) if cfg.q_lora_rank else 0)
-    if cfg.qk_norm == "head":
-        return 2 * one_norm(cfg, cfg.hd)
-    if cfg.qk_norm == "projection":
-        return one_norm(cfg, cfg.n_heads * cfg.hd) + one_norm(cfg, cfg.kv_heads * cfg.hd)
-    return 0
-
-
-def mlp_weights(cfg: TransformerConfig, width: int) -> int:
-    """A bias-free MLP of hidden `width`: three matrices when gated, two otherwise."""
-    return (3 if cfg.gated else 2) * cfg.d_model * width
-
-
-def mlp_params(cfg: TransformerConfig) -> int:
-    """One dense MLP of width d_ff with its biases."""
-    d, f = cfg.d_model, cfg.ff
-    biases = (2 * f + d) if cfg.gated else (f + d)
-    return mlp_weights(cfg, f) + biases * cfg.has_mlp_bias
-
-
-def expert_params(cfg: TransformerConfig) -> int:
-    """One routed expert."""
-    return mlp_weights(cfg, cfg.ff_expert) if cfg.moe else 0
-
-
-def shared_params(cfg: TransformerConfig) -> int:
-    """One MoE layer's shared experts, with Qwen2-MoE's d_model -> 1 gate."""
-    return mlp_weights(cfg, cfg.ff_shared) + cfg.d_model * cfg.shared_expert_gate if cfg.moe else 0
-
-
-def router_params(cfg: TransformerConfig) -> int:
-    return cfg.d_model * cfg.n_experts if cfg.moe else 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,14 +45,13 @@ class LayerParams:
                 + self.shared_experts)
 
 
-@lru_cache(maxsize=2048)
-def layer_params(cfg: TransformerConfig, moe: bool) -> LayerParams:
-    """A dense layer (moe=False) or a mixture-of-experts layer of this model."""
-    norms = NORMS_PER_BLOCK[cfg.norm_layout] * norm_params(cfg) + attention_norm_params(cfg)
-    if not (moe and cfg.moe):
-        return LayerParams(attention_params(cfg), norms, mlp_params(cfg), 0, 0, 0)
-    return LayerParams(attention_params(cfg), norms, 0, router_params(cfg),
-                       cfg.n_experts * expert_params(cfg), shared_params(cfg))
+@lru_cache(maxsize=4096)
+def layer_params(layer: blocks.Layer) -> LayerParams:
+    """One layer's parameters, summed from its blocks' weights (block norms, q/k or latent norms in
+    `norms`)."""
+    p = layer.params
+    return LayerParams(p.get("attention", 0), p.get("norms", 0), p.get("mlp", 0), p.get("router", 0),
+                       p.get("routed_experts", 0), p.get("shared_experts", 0))
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,18 +102,15 @@ def count_params(cfg: TransformerConfig) -> ParamCount:
     token = cfg.vocab_size * cfg.d_model
     position = cfg.max_seq_len * cfg.d_model if cfg.position == "learned" else 0
     lm_head = 0 if cfg.tied_embeddings else cfg.vocab_size * cfg.d_model
-    n_moe = cfg.n_moe_layers
-    n_dense = cfg.n_layers - n_moe
-    dense, sparse = layer_params(cfg, False), layer_params(cfg, True)
-    per_kind = ((n_dense, dense), (n_moe, sparse))
+    per_kind = [(n, layer_params(layer), layer.mlp) for layer, n in blocks.distinct(cfg)]
 
     def total_of(field: str) -> int:
-        return sum(n * getattr(layer, field) for n, layer in per_kind)
+        return sum(n * getattr(layer, field) for n, layer, _ in per_kind)
 
-    layers = sum(n * layer.total for n, layer in per_kind)
+    layers = sum(n * layer.total for n, layer, _ in per_kind)
     embedding = token + position + lm_head
     total = embedding + layers + norm_params(cfg)
-    routed_active = n_moe * (cfg.top_k or 0) * expert_params(cfg)
+    routed_active = sum(n * mlp.routed_active_params for n, _, mlp in per_kind)
     active = total - total_of("routed_experts") + routed_active
     moe_parts = {f: total_of(f) for f in ("router", "routed_experts", "shared_experts")}
     return ParamCount(
@@ -183,7 +118,7 @@ def count_params(cfg: TransformerConfig) -> ParamCount:
         token_embedding=token, position_embedding=position, lm_head=lm_head,
         attention=total_of("attention"), mlp=total_of("dense_mlp"),
         norms=total_of("norms") + norm_params(cfg),
-        per_layer=max(layer.total for n, layer in per_kind if n), active=active,
+        per_layer=max(layer.total for _, layer, _ in per_kind), active=active,
         active_non_embedding=active - embedding, **moe_parts, routed_experts_active=routed_active,
-        buffers=n_moe * cfg.n_experts if cfg.router_score_correction else 0,
+        buffers=sum(n * mlp.buffers for n, _, mlp in per_kind),
     )

@@ -17,6 +17,8 @@ needs it (torch's generated derivatives check should_compute_output). So:
 Attention (SDPA, FlashAttention) keeps q, k and v whenever any of them requires a gradient.
 """
 
+from app.accounting import blocks
+from app.accounting.finetune.lora import EXPERT_TARGETS, TARGETS
 from app.accounting.finetune.spec import Graph, LayerGrad
 from app.accounting.training import activations as act
 from app.accounting.transformer import TransformerConfig
@@ -74,25 +76,19 @@ def _kept(name: str, f: dict[str, bool], shared_experts: bool) -> bool:
     return f["mid"] or f["whole"]  # router softmax and top-k, shared experts
 
 
-def _adapter_items(cfg: TransformerConfig, layer: LayerGrad, moe: bool, rank: int,
-                   act_bytes: int) -> list[act.Item]:
-    """A's output (tokens x r) per adapter in the layer; MLP targets exist in a mixture-of-
-    experts layer only as its shared experts."""
-    present = {"q", "k", "v", "o", "qkv"}  # expert adapters keep their merged weights instead
-    if not moe or cfg.ff_shared:
-        present |= {"gate", "up", "down", "gate_up"}
+def _adapter_items(layer: blocks.Layer, grad: LayerGrad, rank: int, act_bytes: int) -> list[act.Item]:
+    """A's output (tokens x r) per adapter on a matrix the layer has (its attention's, its MLP's or
+    its shared experts'); adapters on routed experts keep their merged weights instead."""
+    present = {m.module for m in layer.linears()} & set(TARGETS)
     return [act.Item(f"lora/{t}_A_output", rank, 0, act_bytes, False)
-            for t in sorted(layer.adapters & present)]
+            for t in sorted(grad.adapters & present - set(EXPERT_TARGETS))]
 
 
-def _merged_experts(cfg: TransformerConfig, adapters: frozenset[str]) -> dict[str, int]:
+def _merged_experts(layer: blocks.Layer, adapters: frozenset[str]) -> dict[str, int]:
     """Elements of the merged expert weights (W + B A per expert) a layer's experts read, which
     their matmuls keep for the input gradients: a copy of the layer's adapted routed experts."""
-    up = (2 if cfg.gated else 1) * cfg.ff_expert * cfg.d_model * cfg.n_experts
-    down = cfg.ff_expert * cfg.d_model * cfg.n_experts
-    return {name: size for name, size, target in (("lora/experts_gate_up_merged", up, "experts_gate_up"),
-                                                  ("lora/experts_down_merged", down, "experts_down"))
-            if target in adapters}
+    return {f"lora/{m.module}_merged": m.experts * m.fan_in * m.fan_out for m in layer.linears()
+            if m.module in EXPERT_TARGETS and m.module in adapters}
 
 
 def _copies(item: act.Item, layer: LayerGrad, autocast: bool) -> act.Item:
@@ -118,16 +114,15 @@ def saved(cfg: TransformerConfig, plan: Graph, *, rank: int, act_bytes: int, res
                                     sequence_parallel=False).items():
             out[name] = out.get(name, 0) + size
 
-    for i, layer in enumerate(plan.layers):
-        moe = cfg.layers.moe[i]
-        recipe = act.layer_recipe(cfg, act_bytes, recompute, residual_bytes, moe=moe)
-        f = _flags(layer, frozen_keep_inputs)
+    for layer, grad in zip(blocks.layers(cfg), plan.layers, strict=True):
+        recipe = act.layer_recipe(layer, act_bytes, recompute, residual_bytes)
+        f = _flags(grad, frozen_keep_inputs)
         autocast = act_bytes != residual_bytes
-        add(_copies(item, layer, autocast) for item in recipe if _kept(item.name, f, bool(cfg.ff_shared)))
-        if recompute != "full" and layer.adapters:
-            add(_adapter_items(cfg, layer, moe, rank, act_bytes))
-        if moe and recompute != "full":
-            for name, elements in _merged_experts(cfg, layer.adapters).items():
+        add(_copies(item, grad, autocast) for item in recipe if _kept(item.name, f, bool(cfg.ff_shared)))
+        if recompute != "full" and grad.adapters:
+            add(_adapter_items(layer, grad, rank, act_bytes))
+        if recompute != "full":
+            for name, elements in _merged_experts(layer, grad.adapters).items():
                 out[name] = out.get(name, 0) + elements * weight_bytes
     if plan.embedding_trains:
         add(act.embedding_recipe(cfg))

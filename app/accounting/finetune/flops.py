@@ -22,9 +22,10 @@ from dataclasses import dataclass
 from functools import partial
 from typing import NamedTuple
 
+from app.accounting import blocks
 from app.accounting.finetune import spec as ft
 from app.accounting.finetune.lora import lora_params
-from app.accounting.flops import Causal, score_pairs_doubled, transformer_forward
+from app.accounting.flops import Causal, transformer_forward
 from app.accounting.records import RECORD
 from app.accounting.transformer import TransformerConfig
 
@@ -87,72 +88,89 @@ class _Walk(NamedTuple):
     frozen_read: int
 
 
+QKV = {"q": "q", "k": "k", "v": "v", "qkv": "qkv"}
+"""Which of the attention core's operands each input projection makes (a fused qkv makes all three)."""
+ROUTED = ("experts_gate_up", "experts_down")
+READ_HIDDEN = ("down", "experts_down")
+"""Matrices whose input is the MLP's hidden, not the normed input."""
+
+
 def _walk(cfg: TransformerConfig, spec: ft.FineTune, base, batch_size: int, seq_len: int,
           causal: Causal) -> _Walk:
+    """Each layer's modules (its blocks' linears) in forward order: attention's q/k/v projections, its
+    core, its output; then the MLP's, whose inputs are the normed stream and whose down
+    projections read the hidden."""
     plan = ft.graph(cfg, spec)
-    t, d, r = batch_size * seq_len, cfg.d_model, spec.rank
-    kinds = cfg.layers
+    t, r = batch_size * seq_len, spec.rank
     back = adapt_fwd = adapt_back = frozen_read = 0
 
-    def linear(fan_in: int, fan_out: int, target: str | None, x_grad: bool, whole: bool,
-               adapters: frozenset[str], count: int = 1) -> bool:
+    def linear(m: blocks.Linear, x_grad: bool, whole: bool, adapters: frozenset[str]) -> bool:
         """A linear layer; whether its output requires a gradient."""
         nonlocal back, adapt_fwd, adapt_back, frozen_read
-        back += 2 * t * fan_in * fan_out * count * (x_grad + whole)
-        frozen_read += fan_in * fan_out * count * (x_grad and not whole)
-        adapted = target in adapters
+        back += 2 * t * m.fan_in * m.fan_out * (x_grad + whole)
+        frozen_read += m.fan_in * m.fan_out * (x_grad and not whole)
+        adapted = m.module in adapters
         if adapted:
-            f, b = _adapter(t, r, fan_in, fan_out, x_grad)
-            adapt_fwd += f * count
-            adapt_back += b * count
+            f, b = _adapter(t, r, m.fan_in, m.fan_out, x_grad)
+            adapt_fwd += f
+            adapt_back += b
         return x_grad or whole or adapted
 
-    for i, (grad, whole, adapters) in enumerate(plan.layers):
+    for layer, (grad, whole, adapters) in zip(blocks.layers(cfg), plan.layers, strict=True):
         lin = partial(linear, whole=whole, adapters=adapters)
-        qw, kvw = cfg.n_heads * cfg.hd, cfg.kv_heads * cfg.hd
-        if cfg.fused_qkv:
-            q = k = v = lin(d, qw + 2 * kvw, "qkv", grad)
-        else:
-            q, k, v = lin(d, qw, "q", grad), lin(d, kvw, "k", grad), lin(d, kvw, "v", grad)
-        window = cfg.sliding_window if kinds.windowed[i] else None
-        pairs = batch_size * cfg.n_heads * cfg.hd * score_pairs_doubled(seq_len, window, causal)
-        back += pairs * (q + k)  # dQ, dK of Q @ K^T
+        attention, mlp = layer.attention.linears(), layer.mlp.linears()
+        made = dict.fromkeys("qkv", False)
+        for m in attention:
+            if m.module in QKV:
+                flows = lin(m, grad)
+                made |= {operand: made[operand] or flows for operand in QKV[m.module]}
+        q, k, v = made["q"], made["k"], made["v"]
+        core = layer.attention.forward_flops(batch=batch_size, seq_len=seq_len, causal=causal)
+        back += core["attention_scores"] * (q + k)  # dQ, dK of Q @ K^T
         weights = q or k
-        back += pairs * (weights + v)  # d(probabilities), dV of P @ V
-        out = lin(qw, d, "o", weights or v)
+        back += core["attention_values"] * (weights + v)  # d(probabilities), dV of P @ V
+        out = lin(next(m for m in attention if m.module == "o"), weights or v)
         mid = grad or out
-        if kinds.moe[i]:
-            lin(d, cfg.n_experts, None, mid)  # the router
-            up = (2 if cfg.gated else 1) * cfg.ff_expert
-            routed = t * cfg.top_k  # token copies over all experts
-            gate_up, down = "experts_gate_up" in adapters, "experts_down" in adapters
-            back += 2 * routed * d * up * (mid + (whole or gate_up))
-            back += 2 * routed * cfg.ff_expert * d * ((mid or whole or gate_up) + (whole or down))
-            experts = cfg.n_experts * d * cfg.ff_expert
-            frozen_read += experts * (up // cfg.ff_expert) * (mid and not (whole or gate_up))
-            frozen_read += experts * ((mid or gate_up) and not (whole or down))
-            for fan_in, fan_out, on in ((d, up, gate_up), (cfg.ff_expert, d, down)):
-                if on:  # the merged weight W + B A per expert, forward; dB and dA from dW, backward
-                    merge = 2 * cfg.n_experts * r * fan_in * fan_out
-                    adapt_fwd += PEFT_EXPERT_MERGES * merge
-                    adapt_back += 2 * merge
-            if cfg.ff_shared:
-                _mlp(lin, cfg.ff_shared, mid, cfg, d)
-                if cfg.shared_expert_gate:
-                    lin(d, 1, None, mid)
-        else:
-            _mlp(lin, cfg.ff, mid, cfg, d)
+        # gate/up (or gate_up), the router, the shared experts' gate: their outputs require a
+        # gradient wherever the stream or their weights do; down reads that hidden.
+        hidden = False
+        for m in mlp:
+            if m.module not in READ_HIDDEN and m.module not in ROUTED:
+                hidden = lin(m, mid) or hidden
+        for m in mlp:
+            if m.module == "down":
+                lin(m, hidden)
+        routed = {m.module: m for m in mlp if m.module in ROUTED}
+        if routed:
+            b, a, f = _routed(routed["experts_gate_up"], routed["experts_down"], layer.mlp.top_k * t, mid,
+                              whole, adapters, r)
+            back, adapt_back, adapt_fwd = back + b, adapt_back + a, adapt_fwd + f
+            frozen_read += _routed_frozen(routed["experts_gate_up"], routed["experts_down"], mid, whole,
+                                          adapters)
     back += base.lm_head * (plan.head_input_grad + plan.head_trains)
-    frozen_read += cfg.vocab_size * d * (plan.head_input_grad and not plan.head_trains)
+    frozen_read += cfg.vocab_size * cfg.d_model * (plan.head_input_grad and not plan.head_trains)
     return _Walk(back, adapt_fwd, adapt_back, frozen_read)
 
 
-def _mlp(lin, width: int, x_grad: bool, cfg: TransformerConfig, d: int) -> bool:
-    """An MLP of `width`; whether its output requires a gradient."""
-    if cfg.fused_gate_up:
-        hidden = lin(d, 2 * width, "gate_up", x_grad)
-    elif cfg.gated:
-        hidden = lin(d, width, "gate", x_grad) | lin(d, width, "up", x_grad)
-    else:
-        hidden = lin(d, width, "up", x_grad)
-    return lin(width, d, "down", hidden)
+def _routed(gate_up: blocks.Linear, down: blocks.Linear, copies: int, mid: bool, whole: bool,
+            adapters: frozenset[str], r: int) -> tuple[int, int, int]:
+    """(backward, adapters' backward, adapters' forward) of the routed experts: `copies` = tokens x
+    top_k rows over all experts (dropless), whatever their spread."""
+    gu, dn = gate_up.module in adapters, down.module in adapters
+    back = 2 * copies * gate_up.fan_in * gate_up.fan_out * (mid + (whole or gu))
+    back += 2 * copies * down.fan_in * down.fan_out * ((mid or whole or gu) + (whole or dn))
+    adapt_fwd = adapt_back = 0
+    for m, on in ((gate_up, gu), (down, dn)):
+        if on:  # the merged weight W + B A per expert, forward; dB and dA from dW, backward
+            merge = 2 * m.experts * r * m.fan_in * m.fan_out
+            adapt_fwd += PEFT_EXPERT_MERGES * merge
+            adapt_back += 2 * merge
+    return back, adapt_back, adapt_fwd
+
+
+def _routed_frozen(gate_up: blocks.Linear, down: blocks.Linear, mid: bool, whole: bool,
+                   adapters: frozenset[str]) -> int:
+    """Elements of frozen expert weights backward passes an input gradient through."""
+    gu, dn = gate_up.module in adapters, down.module in adapters
+    return (gate_up.experts * gate_up.fan_in * gate_up.fan_out * (mid and not (whole or gu))
+            + down.experts * down.fan_in * down.fan_out * ((mid or gu) and not (whole or dn)))

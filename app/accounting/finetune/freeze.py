@@ -8,6 +8,7 @@ both). The final norm trains with the last layer's side of the model.
 
 from dataclasses import dataclass
 
+from app.accounting import blocks
 from app.accounting.errors import InvalidInput
 from app.accounting.params import count_params, layer_params
 from app.accounting.records import RECORD
@@ -46,8 +47,7 @@ def freeze_params(cfg: TransformerConfig, *, freeze_embeddings: bool = False,
     if freeze_head:
         parts.append("lm_head")
     if freeze_layers:
-        kinds = cfg.layers.moe[:freeze_layers]
-        frozen += sum(layer_params(cfg, moe).total for moe in kinds)
+        frozen += sum(layer_params(layer).total for layer in blocks.layers(cfg)[:freeze_layers])
         parts.append(f"layers 0..{freeze_layers - 1}")
     return FrozenCount(trainable_params=count.total - frozen, frozen_params=frozen,
                        total_params=count.total, frozen_parts=parts)

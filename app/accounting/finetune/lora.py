@@ -24,6 +24,7 @@ Falcon; peft has no default for Phi-3, which gets its qkv_proj likewise).
 from dataclasses import dataclass
 from typing import Literal
 
+from app.accounting import blocks
 from app.accounting.errors import InvalidInput
 from app.accounting.params import count_params
 from app.accounting.records import RECORD
@@ -69,35 +70,15 @@ class LoraCount:
     __pydantic_config__ = RECORD
 
 
-def _shapes(cfg: TransformerConfig) -> dict[str, list[tuple[int, int, int]]]:
+def _shapes(cfg: TransformerConfig) -> dict[str, list[tuple[int, int, int, int]]]:
     """target -> [(in_features, out_features, how many layers hold it, adapters per matrix)]: one
-    adapter per nn.Linear, one per expert in a 3-D expert parameter."""
-    d, L = cfg.d_model, cfg.n_layers
+    adapter per nn.Linear, one per expert in a 3-D expert parameter; read from each layer's blocks
+    (their modules: app/accounting/blocks/)."""
     shapes: dict[str, list[tuple[int, int, int, int]]] = {t: [] for t in TARGETS}
-    if cfg.fused_qkv:
-        shapes["qkv"].append((d, (cfg.n_heads + 2 * cfg.kv_heads) * cfg.hd, L, 1))
-    elif not cfg.mla:
-        q, kv = cfg.n_heads * cfg.hd, cfg.kv_heads * cfg.hd
-        shapes["q"].append((d, q, L, 1))
-        shapes["k"].append((d, kv, L, 1))
-        shapes["v"].append((d, kv, L, 1))
-    shapes["o"].append(((cfg.n_heads * (cfg.v_head_dim if cfg.mla else cfg.hd)), d, L, 1))
-    dense = L - cfg.layers.n_moe
-    mlps = [(cfg.ff, dense)] if dense else []
-    if cfg.layers.n_moe and cfg.ff_shared:
-        mlps.append((cfg.ff_shared, cfg.layers.n_moe))
-    for width, count in mlps:
-        if cfg.gated and cfg.fused_gate_up:
-            shapes["gate_up"].append((d, 2 * width, count, 1))
-        else:
-            if cfg.gated:
-                shapes["gate"].append((d, width, count, 1))
-            shapes["up"].append((d, width, count, 1))
-        shapes["down"].append((width, d, count, 1))
-    if cfg.layers.n_moe:
-        up = (2 if cfg.gated else 1) * cfg.ff_expert
-        shapes["experts_gate_up"].append((d, up, cfg.layers.n_moe, cfg.n_experts))
-        shapes["experts_down"].append((cfg.ff_expert, d, cfg.layers.n_moe, cfg.n_experts))
+    for layer, count in blocks.distinct(cfg):
+        for m in layer.linears():
+            if m.module in shapes:
+                shapes[m.module].append((m.fan_in, m.fan_out, count, m.experts))
     return shapes
 
 

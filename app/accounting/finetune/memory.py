@@ -17,6 +17,7 @@ Mode full is the training calculator's answer itself (memory.training_memory), n
 import math
 from dataclasses import dataclass
 
+from app.accounting import blocks
 from app.accounting.errors import InvalidInput
 from app.accounting.finetune import activations as saved
 from app.accounting.finetune import spec as ft
@@ -28,10 +29,12 @@ from app.accounting.inference.formats import DEFAULT_KEEP
 from app.accounting.inference.quant import weight_bytes
 from app.accounting.records import RECORD
 from app.accounting.training import activations as act
+from app.accounting.training import phases
 from app.accounting.training.memory import (
     PRECISIONS,
     Optimizer,
     Precision,
+    TrainingMemory,
     matmul_share,
     state_bytes_per_param,
     training_memory,
@@ -74,7 +77,20 @@ class FineTuneMemory:
     transient: int
     """At the start of backward: the loss's fp32 gradients, and a QLoRA base's one matrix
     dequantized to the compute dtype."""
+    inputs: int
+    """The micro-batch's token ids and targets, int64."""
+    optimizer_temporaries: int
+    """As POST /api/v1/memory/training's: none fused, the largest trainable tensor's for torch's
+    per-tensor Adagrad and RMSprop."""
+    start_of_backward: int
+    """Live bytes as backward starts: every kind above. The total before the later phases."""
+    phases: dict[str, int]
+    """Live bytes at each moment of the step that can hold the peak (training/phases.py):
+    start_of_backward, lm_head_weight_gradient and end_of_backward where the head trains,
+    optimizer_step."""
+    peak_phase: str
     total: int
+    """The step's peak: the largest of phases, what the train_step probe measures."""
     total_gib: float
     paged_optimizer: bool
     gpu: str | None
@@ -91,7 +107,10 @@ class FineTuneMemory:
 def finetune_memory(cfg: TransformerConfig, spec: ft.FineTune, *, precision: Precision, optimizer: Optimizer,
                     batch_size: int, seq_len: int, recompute: act.Recompute = "selective",
                     paged_optimizer: bool = False, data_parallel: int = 1, zero_stage: int = 0,
-                    gpu: Accelerator | None = None) -> FineTuneMemory:
+                    gpu: Accelerator | None = None, fused_optimizer: bool | None = None,
+                    largest_param: int | None = None) -> FineTuneMemory:
+    """One GPU's bytes at the step's peak. fused_optimizer and largest_param as training_memory's
+    (largest_param: elements of the largest tensor the optimizer steps)."""
     ft.check(cfg, spec)
     if paged_optimizer and optimizer not in PAGED:
         raise InvalidInput("paged_optimizer", f"bitsandbytes pages {', '.join(PAGED)}; not {optimizer}")
@@ -101,8 +120,11 @@ def finetune_memory(cfg: TransformerConfig, spec: ft.FineTune, *, precision: Pre
     if cfg.position == "learned" and seq_len > cfg.max_seq_len:
         raise InvalidInput("seq_len", f"{seq_len} exceeds the model's {cfg.max_seq_len} learned positions")
     if spec.mode == "full":
-        return _full(cfg, precision=precision, optimizer=optimizer, batch_size=batch_size, seq_len=seq_len,
-                     recompute=recompute, paged=paged_optimizer, dp=data_parallel, zero=zero_stage, gpu=gpu)
+        mem = training_memory(model=cfg, params=None, precision=precision, optimizer=optimizer,
+                              batch_size=batch_size, seq_len=seq_len, recompute=recompute,
+                              zero_stage=zero_stage, data_parallel=data_parallel,
+                              fused_optimizer=fused_optimizer, largest_param=largest_param)
+        return _full(mem, paged=paged_optimizer, gpu=gpu)
     p = PRECISIONS[precision]
     plan = ft.graph(cfg, spec)
     notes = [f"batch_size {batch_size} is the micro-batch per data-parallel rank"]
@@ -143,34 +165,43 @@ def finetune_memory(cfg: TransformerConfig, spec: ft.FineTune, *, precision: Pre
              "gradients": shard(trainable * per.gradients, 2),
              "optimizer_state": shard(trainable * per.optimizer_state, 1),
              "master_weights": shard(trainable * per.master_weights, 1), "weight_copies": copies,
-             "activations": sum(items.values()), "transient": loss + dequantized}
+             "activations": sum(items.values()), "transient": loss + dequantized,
+             "inputs": phases.token_inputs(seq_len * batch_size)}
     if z and dp == 1:
         notes.append("ZeRO shards over data-parallel ranks; with data_parallel 1 it saves nothing")
-    return _answer(spec.mode, trainable, frozen, spec.base_format if spec.mode == "qlora" else None, parts,
+    # The LM head's weight gradient exists where the head (or peft's trained copy of it) trains.
+    later = None if not plan.head_trains else phases.lm_head_phases(
+        parts, vocab_size=cfg.vocab_size, d_model=cfg.d_model, tied=cfg.tied_embeddings, grad_bytes=p.grad)
+    fused = optimizer in phases.FUSED if fused_optimizer is None else fused_optimizer
+    if largest_param is None:
+        largest_param = 0 if fused else shard(largest_trainable(cfg, spec), 1)
+    peak = phases.step_peak(parts, largest_param=largest_param, optimizer=optimizer, fused=fused, later=later,
+                            state_bytes=p.optimizer_state)
+    notes += phases.notes(optimizer, fused=fused)
+    return _answer(spec.mode, trainable, frozen, spec.base_format if spec.mode == "qlora" else None, peak,
                    items, paged_optimizer, gpu, notes)
 
 
-def _full(cfg: TransformerConfig, *, precision: Precision, optimizer: Optimizer, batch_size: int,
-          seq_len: int, recompute: act.Recompute, paged: bool, dp: int, zero: int,
-          gpu: Accelerator | None) -> FineTuneMemory:
-    mem = training_memory(model=cfg, params=None, precision=precision, optimizer=optimizer,
-                          batch_size=batch_size, seq_len=seq_len, recompute=recompute, zero_stage=zero,
-                          data_parallel=dp)
+def _full(mem: TrainingMemory, *, paged: bool, gpu: Accelerator | None) -> FineTuneMemory:
+    """Mode full: the training calculator's answer, its activations summed over layers by name."""
     detail = mem.activation_detail
     items = {name: size * detail.layers_held for name, size in detail.per_layer.items()}
     for name, size in (detail.dense_layer or {}).items():
         items[name] = items.get(name, 0) + size * detail.dense_layers_held
     items |= detail.outside_layers
-    parts = {"frozen_weights": 0, "parameters": mem.parameters, "gradients": mem.gradients,
-             "optimizer_state": mem.optimizer_state, "master_weights": mem.master_weights,
-             "weight_copies": mem.weight_copies, "activations": mem.activations or 0,
-             "transient": mem.transient or 0}
-    return _answer("full", mem.params, 0, None, parts, items, paged, gpu, list(mem.assumptions))
+    peak = {"frozen_weights": 0} | phases.breakdown(mem)
+    notes = [n for n in mem.assumptions if not n.startswith("excludes the CUDA context")]  # _answer's own
+    return _answer("full", mem.params, 0, None, peak, items, paged, gpu, notes)
 
 
-def _answer(mode: str, trainable: int, frozen: int, base_format: str | None, parts: dict[str, int],
+def _answer(mode: str, trainable: int, frozen: int, base_format: str | None, peak: dict[str, int],
             items: dict[str, int], paged: bool, gpu: Accelerator | None, notes: list[str]) -> FineTuneMemory:
-    total = sum(parts.values())
+    """`peak`: phases.step_peak's bytes by kind, temporaries, phases and total."""
+    total = peak["total"]
+    moments = {k: peak[k] for k in phases.PHASES if k in peak}
+    parts = {k: peak[k] for k in phases.PARTS} | {
+        "optimizer_temporaries": peak["optimizer_temporaries"], "phases": moments,
+        "start_of_backward": peak["start_of_backward"], "peak_phase": max(moments, key=moments.__getitem__)}
     on_gpu = total - parts["optimizer_state"] if paged else total
     if paged:
         notes.append("paged optimizer: its state may page to host memory when the GPU runs short "
@@ -185,11 +216,27 @@ def _answer(mode: str, trainable: int, frozen: int, base_format: str | None, par
 
 
 def _largest_matrix(cfg: TransformerConfig) -> int:
-    """Elements of the largest nn.Linear a QLoRA base quantizes (QLORA_KEEP's are not)."""
-    d = cfg.d_model
-    sizes = [d * cfg.n_heads * cfg.hd, d * cfg.kv_heads * cfg.hd]
-    if not all(cfg.moe_layers):
-        sizes.append(d * cfg.ff)
-    if cfg.layers.n_moe:
-        sizes.append(d * cfg.ff_shared)
-    return max(sizes)
+    """Elements of the largest matrix a QLoRA base quantizes (QLORA_KEEP's are not): attention's
+    projections, dense MLPs and shared experts, each layer's blocks' weights."""
+    quantized = ("attention", "mlp", "shared_experts")
+    return max(w.params for layer, _ in blocks.distinct(cfg) for w in layer.weights()
+               if len(w.shape) == 2 and w.component in quantized)
+
+
+def largest_trainable(cfg: TransformerConfig, spec: ft.FineTune) -> int:
+    """Elements of the largest tensor the optimizer steps, in transformers' layout: an adapter's A
+    (r x in) or B (out x r), r x experts wide on a 3-D expert parameter, or a trained copy of the
+    embedding or head; frozen parts aside, the trained tables, the trained layers' weights, the
+    final norm."""
+    d, table = cfg.d_model, cfg.vocab_size * cfg.d_model
+    if spec.adapted:
+        targets = set(ft.targets_of(cfg, spec))
+        adapters = [spec.rank * m.experts * max(m.fan_in, m.fan_out) for layer, _ in blocks.distinct(cfg)
+                    for m in layer.linears() if m.module in targets]
+        return max(adapters + [table] * (spec.train_embeddings or spec.train_head))
+    plan = ft.graph(cfg, spec)
+    tables = [table] if plan.embedding_trains or plan.head_trains else []
+    if plan.embedding_trains and cfg.position == "learned":
+        tables.append(cfg.max_seq_len * d)
+    trained = {layer for layer, grad in zip(blocks.layers(cfg), plan.layers, strict=True) if grad.whole}
+    return max(d, *tables, *(w.params for layer in trained for w in layer.weights()))

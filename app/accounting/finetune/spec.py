@@ -16,9 +16,10 @@ Modes:
 from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
+from app.accounting import blocks
 from app.accounting.errors import InvalidInput
 from app.accounting.finetune.freeze import freeze_params
-from app.accounting.finetune.lora import default_targets
+from app.accounting.finetune.lora import TARGETS, default_targets
 from app.accounting.transformer import TransformerConfig
 
 Mode = Literal["full", "freeze", "lora", "qlora"]
@@ -82,9 +83,9 @@ def check(cfg: TransformerConfig, spec: FineTune) -> None:
                                             "freeze (lora and qlora freeze the whole base)")
     if not spec.adapted and (spec.train_embeddings or spec.train_head):
         raise InvalidInput("mode", "train_embeddings and train_head go with mode lora or qlora")
-    if spec.mode != "full" and cfg.mla:
-        raise InvalidInput("model", "fine-tuning latent attention (q_a/q_b, kv_a/kv_b) with frozen parts or "
-                                    "adapters is not counted yet; mode full is")
+    why = blocks.model_attention(cfg).fine_tune_refusal
+    if spec.mode != "full" and why:
+        raise InvalidInput("model", why)
     if spec.mode == "freeze":  # the layer count, and a tied head frozen apart from its embedding
         freeze_params(cfg, freeze_embeddings=spec.freeze_embeddings, freeze_head=spec.freeze_head,
                       freeze_layers=spec.freeze_layers)
@@ -114,13 +115,6 @@ def graph(cfg: TransformerConfig, spec: FineTune) -> Graph:
 
 
 def _present(cfg: TransformerConfig, layer: int) -> frozenset[str]:
-    """Targets this layer has: nn.Linear modules, and a mixture-of-experts layer's 3-D expert
-    parameters (its MLP targets are its shared experts')."""
-    present = {"o", "qkv"} if cfg.fused_qkv else {"o"} if cfg.mla else {"q", "k", "v", "o"}
-    moe = cfg.layers.moe[layer]
-    if moe:
-        present |= {"experts_gate_up", "experts_down"}
-    if not moe or cfg.ff_shared:
-        gated = {"gate_up", "down"} if cfg.fused_gate_up else {"gate", "up", "down"}
-        present |= gated if cfg.gated else {"up", "down"}
-    return frozenset(present)
+    """Targets this layer has: its blocks' nn.Linear modules peft can name, and a mixture-of-experts
+    layer's 3-D expert parameters (its MLP targets are its shared experts')."""
+    return frozenset(m.module for m in blocks.layers(cfg)[layer].linears()) & frozenset(TARGETS)

@@ -1,9 +1,9 @@
 """Hugging Face config.json -> TransformerConfig, offline, exact or refused.
 
 Supported model_type values, read as their transformers 5.23 classes read them (a
-key's absence means that class's default), one registry entry (family.Family) each:
-classic.py: llama, mistral, qwen2, gpt2, gpt_neox; dense.py: qwen3, gemma, gemma2,
-gemma3_text, gemma3 (its text model), phi3, olmo, olmo2, falcon, starcoder2; moe.py:
+key's absence means that class's default), one registry entry (family.Family) each, grouped by
+lineage: llama.py: llama, mistral, qwen2, qwen3, phi3, olmo, olmo2; gpt.py: gpt2, gpt_neox,
+falcon, starcoder2; gemma.py: gemma, gemma2, gemma3_text, gemma3 (its text model); moe.py:
 mixtral, qwen2_moe, qwen3_moe, deepseek_v2, deepseek_v3.
 
 When `architectures` names another supported family's class (a Qwen3 config sent as

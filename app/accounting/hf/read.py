@@ -5,12 +5,13 @@ from typing import Any
 
 from app.accounting.conventions import conventions
 from app.accounting.errors import InvalidInput
-from app.accounting.hf import classic, dense, keys, moe
+from app.accounting.hf import gemma, gpt, keys, llama, moe
 from app.accounting.hf.family import Family
 from app.accounting.models import ParamCount, TransformerConfig, count_params
 from app.accounting.records import RECORD
 
-FAMILIES: dict[str, Family] = {f.model_type: f for f in (*classic.FAMILIES, *dense.FAMILIES, *moe.FAMILIES)}
+FAMILIES: dict[str, Family] = {f.model_type: f for f in (*llama.FAMILIES, *gpt.FAMILIES, *gemma.FAMILIES,
+                                                              *moe.FAMILIES)}
 SUPPORTED = tuple(FAMILIES)
 
 

@@ -1,7 +1,8 @@
 """The key/value cache a decoder keeps while it generates: bytes per token, per sequence, per
 batch and per GPU.
 
-Values one token adds to one layer's cache (then times the cache dtype's bytes):
+Values one token adds to one layer's cache (then times the cache dtype's bytes), as each attention
+block answers them (app/accounting/blocks/grouped.py, latent.py):
   multi-head, grouped- and multi-query   2 x n_kv_heads x head_dim (K and V)
   latent attention, "latent"             kv_lora_rank + qk_rope_head_dim: the normed latent and
                                          the shared rotary key (vLLM's MLAAttentionSpec, FlashMLA;
@@ -35,7 +36,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Literal
 
-from app.accounting import dtypes
+from app.accounting import blocks, dtypes
 from app.accounting.errors import InvalidInput
 from app.accounting.records import RECORD
 from app.accounting.training.sharding import check_parallel
@@ -178,43 +179,13 @@ def _per_token(cfg: TransformerConfig, cache_dtype: str, model_dtype: str, mla_c
     model = _format(model_dtype, "model_dtype", _MODEL_FORMATS)
     fmt = model if cache_dtype == "auto" else _format(cache_dtype, "cache_dtype", CACHE_FORMATS)
     check_parallel(cfg, tp=tp, pp=1, dp=1, ep=1)
-    notes = []
-    if cfg.mla and mla_cache == "latent":
-        layout: Layout = "latent"
-        heads = heads_gpu = 1
-        values = values_gpu = cfg.kv_lora_rank + cfg.qk_rope_head_dim
-        notes.append(f"latent attention cached as the latent: kv_lora_rank {cfg.kv_lora_rank} + "
-                     f"qk_rope_head_dim {cfg.qk_rope_head_dim} = {values} values per token per layer "
-                     "(vLLM's MLAAttentionSpec and FlashMLA; transformers 5.23 caches the same)")
-        if tp > 1:
-            notes.append(f"the latent is not split by heads: each of the {tp} tensor ranks keeps all of it")
-    elif cfg.mla:
-        layout = "decompressed"
-        per_head = cfg.qk_nope_head_dim + cfg.qk_rope_head_dim + cfg.v_head_dim
-        heads, heads_gpu = cfg.n_heads, max(1, cfg.n_heads // tp)
-        values, values_gpu = heads * per_head, heads_gpu * per_head
-        notes.append(f"latent attention cached decompressed: keys of n_heads x (qk_nope "
-                     f"{cfg.qk_nope_head_dim} + qk_rope {cfg.qk_rope_head_dim}) and values of n_heads x "
-                     f"v_head_dim {cfg.v_head_dim}, unpadded: {values} values per token per layer "
-                     "(transformers 4.x's eager cache)")
-    else:
-        layout = "kv"
-        heads, heads_gpu = cfg.kv_heads, max(1, cfg.kv_heads // tp)
-        values, values_gpu = 2 * heads * cfg.hd, 2 * heads_gpu * cfg.hd
-        kind = ("multi-query" if heads == 1 else "multi-head" if heads == cfg.n_heads
-                else "grouped-query")
-        notes.append(f"{kind} attention: K and V for {heads} key/value heads of head_dim {cfg.hd}: "
-                     f"2 x {heads} x {cfg.hd} = {values} values per token per layer")
-        if tp > heads:
-            notes.append(f"tensor_parallel {tp} exceeds n_kv_heads ({heads}): each rank keeps one head, "
-                         f"replicated {tp // heads} times (vLLM: max(1, n_kv_heads // tensor_parallel))")
-    if mla_cache == "decompressed" and not cfg.mla:
-        notes.append("mla_cache is ignored: this model has no latent attention")
+    shape = blocks.model_attention(cfg).cache(mla_cache=mla_cache, tp=tp)  # every layer's, window aside
+    notes = list(shape.notes)
     elem = int(fmt.storage_bytes)
     scales = scales_gpu = tensor_scales = 0
     if fmt.name == "int8":
-        scales = PER_TOKEN_HEAD_SCALES * heads * SCALE_BYTES
-        scales_gpu = PER_TOKEN_HEAD_SCALES * heads_gpu * SCALE_BYTES
+        scales = PER_TOKEN_HEAD_SCALES * shape.heads * SCALE_BYTES
+        scales_gpu = PER_TOKEN_HEAD_SCALES * shape.heads_per_gpu * SCALE_BYTES
         notes.append(f"int8 cache as vLLM's int8_per_token_head: 1 byte per value plus a float32 K and V "
                      f"scale per token per head ({scales} bytes per token per layer)")
     elif fmt.name.startswith("float8"):
@@ -224,8 +195,17 @@ def _per_token(cfg: TransformerConfig, cache_dtype: str, model_dtype: str, mla_c
                      "fp8_ds_mla layout (656 bytes per token per layer, DeepSeek sparse) is not modelled")
     if cache_dtype == "auto":
         notes.append(f"cache dtype 'auto': the model's {fmt.name}")
-    return _PerToken(fmt.name, elem, layout, heads, heads_gpu, values, values_gpu, scales, scales_gpu,
-                     tensor_scales, tuple(notes))
+    return _PerToken(fmt.name, elem, shape.layout, shape.heads, shape.heads_per_gpu, shape.values,
+                     shape.values_per_gpu, scales, scales_gpu, tensor_scales, tuple(notes))
+
+
+@lru_cache(maxsize=1024)
+def _windows(cfg: TransformerConfig) -> tuple[int, int, int | None]:
+    """(layers attending to the whole sequence, layers attending in a window, that window), from
+    each layer's attention block; every windowed layer shares the config's sliding_window."""
+    windows = [layer.attention.window for layer in blocks.layers(cfg)]
+    windowed = [w for w in windows if w is not None]
+    return len(windows) - len(windowed), len(windowed), windowed[0] if windowed else None
 
 
 def _vllm_padded_layers(full: int, windowed: int) -> tuple[int, int]:
@@ -266,10 +246,7 @@ def kv_cache(cfg: TransformerConfig, *, context: int, batch: int = 1, cache_dtyp
         _positive(block_size, "block_size")
     _names(cache_dtype, model_dtype, mla_cache)
     per = _per_token(cfg, cache_dtype, model_dtype, mla_cache, tp)
-    kinds = cfg.layers
-    windowed = kinds.n_windowed
-    full = cfg.n_layers - windowed
-    window = cfg.sliding_window if windowed else None
+    full, windowed, window = _windows(cfg)
     paged = block_size is not None and block_size > 1
     block = block_size if paged else 1
     blocks_full = -(-context // block)
@@ -313,11 +290,10 @@ def sequence_bytes_per_gpu(cfg: TransformerConfig, *, context: int, cache_dtype:
     if context > cfg.max_seq_len:
         raise InvalidInput("context", f"{context} exceeds the model's max_seq_len ({cfg.max_seq_len})")
     per = _per_token(cfg, cache_dtype, model_dtype, mla_cache, tensor_parallel)
-    windowed = cfg.layers.n_windowed
-    full = cfg.n_layers - windowed
+    full, windowed, window = _windows(cfg)
     paged = block_size is not None and block_size > 1
     block = block_size if paged else 1
-    blocks_windowed = _windowed_blocks(context, cfg.sliding_window, block) if windowed else 0
+    blocks_windowed = _windowed_blocks(context, window, block) if windowed else 0
     pad_full, pad_windowed = _vllm_padded_layers(full, windowed) if paged else (full, windowed)
     layer_blocks = pad_full * -(-context // block) + pad_windowed * blocks_windowed
     return layer_blocks * block * per.layer_bytes_per_gpu, per.tensor_scale_bytes

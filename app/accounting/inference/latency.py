@@ -17,6 +17,7 @@ import math
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from app.accounting import blocks
 from app.accounting.inference import roofline
 from app.accounting.inference.capacity import fits
 from app.accounting.inference.roofline import Hardware, Pass
@@ -141,7 +142,7 @@ def _curve(setup: Setup, hw: Hardware, one: _Decode, top: int) -> list[DecodePoi
     points = []
     for i in range(top.bit_length()):
         batch = 1 << i
-        moved = _bytes(setup, one, batch) if setup.cfg.moe else weights + batch * per_sequence
+        moved = _bytes(setup, one, batch) if blocks.routed(setup.cfg) else weights + batch * per_sequence
         compute, memory = batch * flop_s, moved / rate
         seconds = max(compute, memory) + fixed + batch * per_token
         bound = "compute" if compute >= memory else "memory"
@@ -169,7 +170,7 @@ def compute_bound_batch(setup: Setup, hw: Hardware, *, context: int,
     one = one or _per_sequence(setup, context)
     if not _compute_bound(setup, hw, one, MAX_BATCH):
         return None
-    if not setup.cfg.moe:  # both times are linear in the batch: solve, then settle rounding
+    if not blocks.routed(setup.cfg):  # both times are linear in the batch: solve, then settle rounding
         per_flop = one.flops / setup.tensor_parallel / (hw.peak_flop_per_sec * hw.flops_efficiency)
         rate = hw.bandwidth_bytes_per_sec * hw.memory_efficiency
         per_byte = (one.cache_bytes + one.new_bytes) / rate

@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 
-from app.accounting import dtypes
+from app.accounting import blocks, dtypes
 from app.accounting.errors import InvalidInput
 from app.accounting.inference import ggml
 from app.accounting.inference.formats import (
@@ -241,5 +241,5 @@ def _notes(fmt: WeightFormat, keep: tuple[str, ...], base: str, tp: int, cfg: Tr
                      "with ceiling (the largest rank), norms, routers, latent down projections and "
                      "row-parallel biases replicated"
                      + (f", key/value heads replicated past n_kv_heads ({cfg.kv_heads})"
-                        if not cfg.mla and tp > cfg.kv_heads else "") + ".")
+                        if blocks.model_attention(cfg).kv_replicas(tp) > 1 else "") + ".")
     return notes

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Literal
 
+from app.accounting import blocks
 from app.accounting.flops import Causal, transformer_forward
 from app.accounting.records import RECORD
 from app.accounting.transformer import TransformerConfig
@@ -101,37 +102,18 @@ def prefill_pass(cfg: TransformerConfig, hw: Hardware, *, prompt: int, sequences
 def decode_flops(cfg: TransformerConfig, *, context: int, mla_cache: str = "latent") -> int:
     """FLOPs of one decoded token of one sequence: every matmul on one token (top_k experts
     in an MoE layer) plus its query scored against, and weighting, `context` cached keys and
-    values (a windowed layer reads at most its window, as FlashAttention's window_size and
-    vLLM do).
-
-    Latent attention depends on what is cached. "decompressed": keys and values per head,
-    as any attention. "latent": the absorbed form vLLM and FlashMLA decode with (DeepSeek-V2,
-    section 2.1.3): W_UK folds into the query and W_UV into the output, so no key or value
-    is decompressed; each head scores kv_lora_rank + qk_rope_head_dim values per cached
-    token and sums kv_lora_rank. The two absorptions cost what kv_b_proj on the new token
-    would, so only the per-key term differs."""
+    values, as each layer's attention block reads them (a windowed layer reads at most its
+    window, as FlashAttention's window_size and vLLM do; latent attention depends on what is
+    cached, `mla_cache`: blocks/latent.py)."""
     one = transformer_forward(cfg, 1, 1, causal="full")
     matmuls = one.total - one.attention_scores - one.attention_values
-    kinds = cfg.layers
-    keys = (cfg.n_layers - kinds.n_windowed) * context
-    if kinds.n_windowed:
-        keys += kinds.n_windowed * min(context, cfg.sliding_window)
-    if not cfg.mla:
-        per_key = 2 * cfg.hd
-    elif mla_cache == "latent":
-        per_key = 2 * cfg.kv_lora_rank + cfg.qk_rope_head_dim
-    else:
-        per_key = cfg.qk_nope_head_dim + cfg.qk_rope_head_dim + cfg.v_head_dim
-    return matmuls + 2 * cfg.n_heads * per_key * keys
+    return matmuls + sum(n * layer.attention.decode_flops(context=context, mla_cache=mla_cache)
+                         for layer, n in blocks.distinct(cfg))
 
 
 def experts_read(cfg: TransformerConfig, tokens: int) -> float:
-    """Expected routed experts one MoE layer reads for `tokens` tokens when each picks top_k
-    of n_experts uniformly and independently: n (1 - (1 - k/n)^tokens). Decode reads only
-    these experts' weights, which is why small decode batches of an MoE model read far less
-    than its total parameters."""
-    n, k = cfg.n_experts, cfg.top_k
-    return n * (1 - (1 - k / n) ** tokens)
+    """Expected routed experts one MoE layer reads for `tokens` tokens (blocks/experts.py)."""
+    return blocks.routed(cfg).experts_read(tokens)
 
 
 def decode_step_bytes(cfg: TransformerConfig, *, weights_bytes: int, routed_bytes: int, embedding_bytes: int,
@@ -142,8 +124,9 @@ def decode_step_bytes(cfg: TransformerConfig, *, weights_bytes: int, routed_byte
     (`embedding_bytes`, this GPU's share of the token and position tables; kept when the LM
     head reads the tied table whole; the batch's own rows are too few to count), plus each
     sequence's cache read (`cache_bytes`) and its new entries written (`new_bytes`)."""
-    if cfg.moe:
-        weights_bytes -= round(routed_bytes * (1 - experts_read(cfg, batch) / cfg.n_experts))
+    experts = blocks.routed(cfg)
+    if experts is not None:
+        weights_bytes -= round(routed_bytes * (1 - experts.experts_read(batch) / cfg.n_experts))
     if not cfg.tied_embeddings:
         weights_bytes -= embedding_bytes
     return weights_bytes + batch * (cache_bytes + new_bytes)

@@ -6,12 +6,14 @@ vLLM sizes its KV cache by running one dummy forward over `max_num_batched_token
 the largest live set of one layer, since a forward frees each layer's intermediates before
 the next: the residual stream and its normed copy, plus either attention's projections
 (FlashAttention keeps no score matrix) or the MLP's hidden activations, or the sampler's
-fp32 logits for the sequences sampled at once. Everything a tensor-parallel rank holds of
-a split tensor is divided by tensor_parallel; the residual stream is whole on each rank.
+fp32 logits for the sequences sampled at once, each layer's blocks answering their part
+(app/accounting/blocks/). Everything a tensor-parallel rank holds of a split tensor is divided
+by tensor_parallel; the residual stream is whole on each rank.
 """
 
 from dataclasses import dataclass
 
+from app.accounting import blocks
 from app.accounting.records import RECORD
 from app.accounting.transformer import TransformerConfig
 from app.accounting.units import GIB
@@ -47,23 +49,10 @@ def workspace(cfg: TransformerConfig, *, tokens: int, sequences: int, act_bytes:
               tensor_parallel: int = 1) -> Workspace:
     d, tp = cfg.d_model, tensor_parallel
     residual = 2 * tokens * d * act_bytes
-    if cfg.mla:
-        h = cfg.n_heads
-        heads = h * (cfg.qk_nope_head_dim + cfg.qk_rope_head_dim) * 2 + h * cfg.v_head_dim * 2
-        width = cfg.kv_lora_rank + cfg.qk_rope_head_dim + (cfg.q_lora_rank or 0) + heads // tp
-    else:
-        q, kv = cfg.n_heads * cfg.hd, cfg.kv_heads * cfg.hd
-        width = (2 * q + 2 * kv) // tp
-    attention = residual + tokens * width * act_bytes
-    hidden = 3 if cfg.gated else 2  # gate, up, act(gate)*up; or up and act(up)
-    dense_layers = cfg.n_layers - cfg.layers.n_moe
-    mlp = residual + (tokens * hidden * cfg.ff // tp * act_bytes if dense_layers else 0)
-    if cfg.moe:
-        routed = tokens * cfg.top_k
-        experts = routed * (d + hidden * cfg.ff_expert // tp) * act_bytes
-        shared = tokens * hidden * cfg.ff_shared // tp * act_bytes
-        router = tokens * cfg.n_experts * LOGIT_BYTES
-        mlp = max(mlp, residual + experts + shared + router)
+    # Every layer's attention holds the same; the MLPs differ by kind (dense, gated, experts).
+    attention = residual + tokens * blocks.model_attention(cfg).workspace_values(tp) * act_bytes
+    mlp = residual + max(layer.mlp.workspace_bytes(tokens=tokens, act_bytes=act_bytes, tp=tp)
+                         for layer, _ in blocks.distinct(cfg))
     logits = 2 * min(sequences, tokens) * cfg.vocab_size * LOGIT_BYTES
     return Workspace(tokens=tokens, attention_bytes=attention, mlp_bytes=mlp, logits_bytes=logits,
                      bytes=max(attention, mlp, logits))

@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 
+from app.accounting import blocks
 from app.accounting.comm.collectives import RING_BASE_LATENCY_S, Link
 from app.accounting.records import RECORD
 from app.accounting.training.activations import Recompute
@@ -105,8 +106,7 @@ def refusal(cfg: TransformerConfig, *, tp: int, pp: int, dp: int, ep: int, gpus_
         return "tensor_parallel_across_nodes"
     if tp > 1 and tp > gpus_per_node and tp % gpus_per_node:
         return "tensor_parallel_across_nodes"
-    kv = cfg.kv_heads
-    if cfg.n_heads % tp or (not cfg.mla and (tp % kv if tp > kv else kv % tp)):
+    if cfg.n_heads % tp or blocks.model_attention(cfg).tensor_parallel_refusal(tp):
         return "tensor_parallel_heads"
     if cfg.n_layers % pp:
         return "pipeline_layers"

@@ -19,7 +19,7 @@ Overlap rules, one per kind:
 from dataclasses import dataclass
 from functools import lru_cache
 
-from app.accounting import flops
+from app.accounting import blocks, flops
 from app.accounting.comm.collectives import Link, collective_time
 from app.accounting.hardware import Accelerator
 from app.accounting.plan import volumes
@@ -158,7 +158,7 @@ def step_time(w: Workload, layout: Layout, mem: memory.TrainingMemory | None = N
     layers = cfg.n_layers // pp
     tpc = _messages_time(w, tp_msgs, place["tensor"]) if tp > 1 else None
     tp_mb = layers * (tpc["forward"] + tpc["backward"]) if tpc else 0.0
-    moe_layers = -(-sum(cfg.moe_layers) // pp) if cfg.moe else 0
+    moe_layers = -(-sum(n for layer, n in blocks.distinct(cfg) if layer.mlp.routes) // pp)
     epc = None
     if lo.expert_parallel > 1 and moe_layers:
         ep_msgs = volumes.expert_parallel(tokens=tokens, d_model=cfg.d_model, top_k=cfg.top_k,

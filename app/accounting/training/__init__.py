@@ -1,3 +1,5 @@
-"""Training memory: model states under ZeRO (memory.py), the tensors a step saves for backward
-(activations.py), how tensor, pipeline and expert parallelism split them (sharding.py), and the
-live bytes at each phase of a step, whose largest is the peak (phases.py)."""
+"""Training memory: the bytes each model state takes per parameter in each precision (states.py),
+the tensors a step saves for backward (activations.py), how tensor, pipeline and expert
+parallelism split them (sharding.py), the live bytes at each phase of a step, whose largest is the
+peak (phases.py), and one GPU's whole answer (memory.py). Each layer's share is its blocks'
+(app/accounting/blocks/)."""

@@ -1,111 +1,51 @@
-"""Training memory per GPU: parameters, gradients, optimizer state, master
-weights and activations, under ZeRO, tensor and pipeline parallelism.
+"""Training memory per GPU: parameters, gradients, optimizer state, master weights,
+activations, the loss's gradients and the inputs, under ZeRO, tensor and pipeline
+parallelism, at the step's peak.
 
-Model-state bytes follow the ZeRO paper (Rajbhandari et al. 2020, section 3.1):
-mixed precision keeps 16-bit parameters and gradients (2 + 2 bytes) and an fp32
-master copy plus fp32 optimizer state; with Adam that is 2 + 2 + 4 + 8 = 16
-bytes per parameter. ZeRO stage 1 shards optimizer state and master weights
-over data-parallel ranks, stage 2 also gradients, stage 3 also parameters.
-
-How parameters split over tensor, pipeline and expert-parallel ranks, layer by layer
-(dense and mixture-of-experts layers differ), is sharding.py's; routed experts' states
-shard over data_parallel / expert_parallel ranks, the rest over data_parallel.
+Model-state bytes per parameter are states.py's (the ZeRO paper's accounting); ZeRO stage 1
+shards optimizer state and master weights over data-parallel ranks, stage 2 also gradients,
+stage 3 also parameters. How parameters split over tensor, pipeline and expert-parallel
+ranks, layer by layer, is sharding.py's; routed experts' states shard over data_parallel /
+expert_parallel ranks, the rest over data_parallel. Activations are activations.py's. The
+total is the largest of the step's phases (phases.py): the start of backward, the LM head's
+weight gradient, the end of backward, the optimizer step.
 """
 
 import math
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Literal, NamedTuple
+from typing import NamedTuple
 
+from app.accounting import blocks
 from app.accounting.errors import InvalidInput
 from app.accounting.hardware import Accelerator
 from app.accounting.models import TransformerConfig, count_params
 from app.accounting.records import RECORD
 from app.accounting.training import activations as act
+from app.accounting.training import phases
 from app.accounting.training.sharding import Stage, check_parallel, kv_replicas, stage_layers, stage_params
+from app.accounting.training.states import (
+    BLOCKWISE_8BIT_BLOCK,
+    OPTIMIZER_STATES,
+    PEAK_DTYPE,
+    PRECISIONS,
+    MaxModel,
+    Optimizer,
+    Precision,
+    PrecisionBytes,
+    StateBytes,
+    checkpoint_bytes,
+    max_model,
+    optimizer_bytes_per_param,
+    state_bytes_per_param,
+)
 from app.accounting.units import GIB
 
-Precision = Literal["fp32", "bf16_mixed", "fp16_mixed", "bf16", "bf16_autocast"]
-Optimizer = Literal["sgd", "sgd_momentum", "adagrad", "rmsprop", "adam", "adamw", "adamw_8bit"]
-
-
-@dataclass(frozen=True, slots=True)
-class PrecisionBytes:
-    """Bytes per element of each kind of training state."""
-
-    param: int
-    grad: int
-    master: int
-    optimizer_state: int
-    activation: int
-    residual: int
-    """Residual-stream activations (layer and norm inputs)."""
-    weight_copy: int
-    """A per-step 16-bit copy of each matmul weight, kept for backward (autocast's cache)."""
-
-
-PRECISIONS: dict[str, PrecisionBytes] = {
-    "fp32": PrecisionBytes(param=4, grad=4, master=0, optimizer_state=4, activation=4, residual=4,
-                           weight_copy=0),
-    "bf16_mixed": PrecisionBytes(param=2, grad=2, master=4, optimizer_state=4, activation=2, residual=2,
-                                 weight_copy=0),
-    "fp16_mixed": PrecisionBytes(param=2, grad=2, master=4, optimizer_state=4, activation=2, residual=2,
-                                 weight_copy=0),
-    "bf16": PrecisionBytes(param=2, grad=2, master=0, optimizer_state=2, activation=2, residual=2,
-                           weight_copy=0),
-    # torch.autocast(dtype=bfloat16): fp32 weights, gradients and optimizer state; matmuls
-    # read 16-bit copies of their inputs and weights, while norms, softmax and the
-    # residual stream stay in fp32.
-    "bf16_autocast": PrecisionBytes(param=4, grad=4, master=0, optimizer_state=4, activation=2,
-                                    residual=4, weight_copy=2),
-}
-
-# The dtype each precision's matmuls run in: whose dense peak its step time divides by.
-PEAK_DTYPE = {"fp32": "float32", "bf16_autocast": "bfloat16", "bf16_mixed": "bfloat16",
-              "fp16_mixed": "float16", "bf16": "bfloat16"}
-
-# State tensors per parameter: momentum (SGD), sum of squares (Adagrad), square
-# average (RMSprop), first and second moments (Adam, AdamW).
-OPTIMIZER_STATES = {"sgd": 0, "sgd_momentum": 1, "adagrad": 1, "rmsprop": 1,
-                    "adam": 2, "adamw": 2, "adamw_8bit": 2}
-# 8-bit AdamW (Dettmers et al. 2022, arXiv:2110.02861): 1 byte per state element
-# plus one fp32 absmax per 2048-element block, whatever the training precision.
-BLOCKWISE_8BIT_BLOCK = 2048
-
-
-def optimizer_bytes_per_param(optimizer: str, precision: str) -> float:
-    if optimizer == "adamw_8bit":
-        return OPTIMIZER_STATES[optimizer] * (1 + 4 / BLOCKWISE_8BIT_BLOCK)
-    return OPTIMIZER_STATES[optimizer] * PRECISIONS[precision].optimizer_state
-
-
-@dataclass(frozen=True, slots=True)
-class StateBytes:
-    """Bytes per parameter of each kind of model state, before any sharding."""
-
-    parameters: float
-    gradients: float
-    optimizer_state: float
-    master_weights: float
-    total: float
-
-    __pydantic_config__ = RECORD
-
-
-@lru_cache(maxsize=64)
-def state_bytes_per_param(precision: str, optimizer: str) -> StateBytes:
-    p = PRECISIONS[precision]
-    opt = optimizer_bytes_per_param(optimizer, precision)
-    return StateBytes(parameters=p.param, gradients=p.grad, optimizer_state=opt,
-                      master_weights=p.master, total=p.param + p.grad + opt + p.master)
-
-
-def checkpoint_bytes(params: int, precision: str, optimizer: str) -> int:
-    """What a full checkpoint of `params` parameters holds: parameters, master weights and optimizer
-    state (no gradients, no activations), in bytes. TrainingMemory.checkpoint_bytes and the checkpoint
-    calculator (app/accounting/checkpoint.py) both read it here."""
-    per = state_bytes_per_param(precision, optimizer)
-    return math.ceil(params * (per.parameters + per.master_weights + per.optimizer_state))
+__all__ = ["BLOCKWISE_8BIT_BLOCK", "OPTIMIZER_STATES", "PEAK_DTYPE", "PRECISIONS", "MaxModel", "Optimizer",
+           "Precision", "PrecisionBytes", "StateBytes", "checkpoint_bytes", "max_model",
+           "optimizer_bytes_per_param", "state_bytes_per_param", "ActivationDetail", "TrainingMemory",
+           "training_memory", "matmul_share", "in_flight_layers"]
+# (states.py's names are re-exported: callers have always imported them from here.)
 
 
 @dataclass(slots=True)
@@ -142,6 +82,8 @@ class _Plan(NamedTuple):
     stage_params: tuple[tuple[Stage, int, int], ...]
     stage_moe_layers: dict[str, tuple[int, int]]
     """Per stage: (dense layers, mixture-of-experts layers) it holds."""
+    routes: bool
+    """Some layer routes to experts: `layer` is such a layer, `dense_layer` the others."""
     layer: tuple
     """The saved tensors of a mixture-of-experts layer, or of every layer of a dense model."""
     dense_layer: tuple
@@ -153,14 +95,21 @@ class _Plan(NamedTuple):
 def _plan(cfg: TransformerConfig, tp: int, pp: int, ep: int, precision: str,
           recompute: act.Recompute) -> _Plan:
     p = PRECISIONS[precision]
-    moe_of = {stage: sum(cfg.moe_layers[i] for i in layers) for stage, layers in stage_layers(cfg, pp)}
-    counts = {stage: (len(layers) - moe_of[stage], moe_of[stage]) for stage, layers in stage_layers(cfg, pp)}
+    layers = blocks.layers(cfg)
+    moe_of = {stage: sum(layers[i].mlp.routes for i in held) for stage, held in stage_layers(cfg, pp)}
+    counts = {stage: (len(held) - moe_of[stage], moe_of[stage]) for stage, held in stage_layers(cfg, pp)}
+    # Windows change no saved tensor: one layer of each MLP kind stands for its kind (a model whose
+    # every layer routes still reports what a dense one would keep, held by none).
+    routed = next((layer for layer in layers if layer.mlp.routes), None)
+    dense = next((layer for layer in layers if not layer.mlp.routes), None)
+    if dense is None:
+        dense = blocks.Layer(layers[0].attention, blocks.dense_mlp(cfg))
 
-    def recipe(moe: bool) -> tuple:
-        return act.layer_recipe(cfg, p.activation, recompute, p.residual, moe=moe, tp=tp)
+    def recipe(layer: blocks.Layer) -> tuple:
+        return act.layer_recipe(layer, p.activation, recompute, p.residual, tp=tp)
 
-    return _Plan(count_params(cfg).total, stage_params(cfg, tp, pp, ep), counts, recipe(cfg.moe),
-                 recipe(False) if cfg.moe else (), act.embedding_recipe(cfg),
+    return _Plan(count_params(cfg).total, stage_params(cfg, tp, pp, ep), counts, routed is not None,
+                 recipe(routed or dense), recipe(dense) if routed else (), act.embedding_recipe(cfg),
                  act.head_recipe(cfg, p.activation, p.residual))
 
 
@@ -181,14 +130,14 @@ def _stage_activations(cfg: TransformerConfig, plan: _Plan, stage: Stage, *, s: 
 
     in_flight = pp if stage == "first" else 1
     dense, moe = (in_flight_layers(n, stage, pp=pp, v=v) for n in plan.stage_moe_layers[stage])
-    held, dense_held = (moe, dense) if cfg.moe else (dense, 0)
+    held, dense_held = (moe, dense) if plan.routes else (dense, 0)
     layer = size(plan.layer)
     outside: dict[str, int] = {}
     if stage in ("only", "first"):
         outside |= {k: n * in_flight for k, n in size(plan.embedding).items()}
     if stage in ("only", "last"):
         outside |= size(plan.head)
-    dense_layer = size(plan.dense_layer) if cfg.moe else None
+    dense_layer = size(plan.dense_layer) if plan.routes else None
     layer_total, dense_total = sum(layer.values()), sum((dense_layer or {}).values())
     return ActivationDetail(
         bytes_per_element=act_bytes, per_layer=layer, per_layer_total=layer_total, layers_held=held,
@@ -227,6 +176,13 @@ def _model_notes(model: TransformerConfig, *, tp: int, dp: int, ep: int, zero_st
     return notes
 
 
+def _largest(cfg: TransformerConfig, stage: Stage, tp: int, pp: int, ep: int) -> int:
+    """Elements of the largest parameter tensor one GPU of `stage` holds."""
+    held = dict(stage_layers(cfg, pp))[stage]
+    return phases.largest_param(cfg, layers=held, embedding=stage != "last", head=stage != "first", tp=tp,
+                                ep=ep)
+
+
 @dataclass(slots=True)
 class TrainingMemory:
     """Memory on one GPU of the busiest pipeline stage. Bytes unless named otherwise."""
@@ -252,12 +208,30 @@ class TrainingMemory:
     activations: int | None
     """null when the model is a bare parameter count: activations need its shape."""
     transient: int | None
-    """Short-lived buffers at the memory peak, the start of the backward pass: the
-    cross-entropy backward's fp32 gradients with respect to the log-probabilities and the
-    logits (2 x 4 x s x b x vocab / t bytes, last stage), made while every activation is
-    still held. null with a bare parameter count."""
+    """Short-lived buffers at the start of the backward pass: the cross-entropy backward's fp32
+    gradients with respect to the log-probabilities and the logits (2 x 4 x s x b x vocab / t
+    bytes, last stage), made while every activation is still held. null with a bare parameter
+    count."""
+    inputs: int
+    """The micro-batch's token ids (first stage) and targets (last stage), int64: 16 bytes a token
+    on one stage. 0 with a bare parameter count."""
+    optimizer_temporaries: int
+    """Tensors the optimizer step makes beside the states: none for fused Adam, AdamW and 8-bit
+    AdamW (phases.FUSED) or SGD (in place); for Adagrad and RMSprop, torch's per-tensor loop
+    (foreach=False) makes one the size of the largest parameter tensor this GPU steps."""
+    start_of_backward: int
+    """Live bytes as backward starts: every kind above (states, weight copies, activations,
+    transient, inputs). The total before the step's later phases were counted."""
+    phases: dict[str, int]
+    """Live bytes at each moment of the step that can hold the peak (phases.py): start_of_backward;
+    on a stage holding the LM head, lm_head_weight_gradient (its weight gradient made while the
+    activations and the logits' gradient are held) and end_of_backward (with tied embeddings, the
+    head's and the embedding's gradients and their sum); optimizer_step (states and temporaries)."""
+    peak_phase: str
+    """The phase whose bytes are the total."""
     total: int
-    """All of the above on one GPU (activations and transient counted as 0 when null)."""
+    """The step's peak on one GPU: the largest of phases, what the train_step probe measures and
+    sets this prediction beside."""
     total_gib: float
     model_state_bytes: int
     """Model state of the whole model, unsharded: params x bytes_per_param."""
@@ -283,10 +257,14 @@ def training_memory(
     optimizer: Optimizer, batch_size: int, seq_len: int, recompute: act.Recompute = "none",
     zero_stage: int = 0, data_parallel: int = 1, tensor_parallel: int = 1,
     pipeline_parallel: int = 1, sequence_parallel: bool = True, expert_parallel: int = 1,
-    gpu: Accelerator | None = None, virtual_stages: int = 1,
+    gpu: Accelerator | None = None, virtual_stages: int = 1, fused_optimizer: bool | None = None,
+    largest_param: int | None = None,
 ) -> TrainingMemory:
-    """Per-GPU training memory. Give `model` (a config) or `params` (a bare count).
-    virtual_stages: model chunks per pipeline rank (the interleaved schedule's v)."""
+    """Per-GPU training memory at the step's peak (phases.py). Give `model` (a config) or `params`
+    (a bare count). virtual_stages: model chunks per pipeline rank (the interleaved schedule's v).
+    fused_optimizer: the optimizer step makes no temporaries; None assumes what a GPU runs
+    (phases.FUSED). largest_param: elements of the largest tensor the optimizer steps on this GPU;
+    None reads it from the model's weights (a probe's own model passes its own)."""
     tp, pp, dp, ep = tensor_parallel, pipeline_parallel, data_parallel, expert_parallel
     assumptions = [f"batch_size {batch_size} is the micro-batch per data-parallel rank"]
     check_parallel(model, tp=tp, pp=pp, dp=dp, ep=ep)
@@ -310,8 +288,7 @@ def training_memory(
         assumptions.append("ZeRO shards over data-parallel ranks; with data_parallel 1 it saves nothing")
 
     per = state_bytes_per_param(precision, optimizer)
-    act_bytes = PRECISIONS[precision].activation
-    copy_bytes = PRECISIONS[precision].weight_copy
+    width = PRECISIONS[precision]
     # Autocast copies the weights matmuls read: not norms, biases' share aside, nor positions.
     share = 1.0 if model is None else matmul_share(model)
     # ZeRO stage k divides these model states over the data-parallel ranks; routed experts'
@@ -319,6 +296,7 @@ def training_memory(
     # data-parallel group, DeepSpeed-MoE's expert data parallelism).
     div = [(dp if zero_stage >= k else 1, dp // ep if zero_stage >= k else 1) for k in (3, 2, 1, 1)]
     kinds = (per.parameters, per.gradients, per.optimizer_state, per.master_weights)
+    fused = optimizer in phases.FUSED if fused_optimizer is None else fused_optimizer
 
     best = None
     for stage, n, n_exp in stages:  # one stage, or the first and the last
@@ -326,15 +304,28 @@ def training_memory(
         if n_exp:
             states = [v + math.ceil(n_exp * x / de) for v, x, (_, de) in zip(states, kinds, div, strict=True)]
         detail = None if model is None else _stage_activations(
-            model, plan, stage, s=seq_len, b=batch_size, act_bytes=act_bytes, tp=tp, pp=pp,
+            model, plan, stage, s=seq_len, b=batch_size, act_bytes=width.activation, tp=tp, pp=pp,
             sp=sequence_parallel, v=virtual_stages)
-        copies = math.ceil(n * copy_bytes * share + n_exp * copy_bytes)
-        transient = None if model is None else _loss_gradients(model, stage, s=seq_len, b=batch_size, t=tp)
-        total = sum(states) + copies + (detail.total if detail else 0) + (transient or 0)
-        if best is None or total > best[0]:
-            best = (total, stage, n, n_exp, states, copies, detail, transient)
-    total, stage, n_gpu, n_exp, states, copies, detail, transient = best
-    parameters, gradients, optimizer_state, master_weights = states
+        parts = dict(zip(phases.PARTS[:4], states, strict=True))
+        parts |= {"weight_copies": math.ceil(n * width.weight_copy * share + n_exp * width.weight_copy),
+                  "activations": detail.total if detail else 0,
+                  "transient": 0 if model is None else _loss_gradients(model, stage, s=seq_len, b=batch_size,
+                                                                         t=tp),
+                  "inputs": 0 if model is None else phases.token_inputs(
+                      seq_len * batch_size, ids=stage != "last", targets=stage != "first")}
+        head = model is not None and stage != "first"
+        later = None if not head else phases.lm_head_phases(
+            parts, vocab_size=model.vocab_size, d_model=model.d_model, tied=model.tied_embeddings and pp == 1,
+            grad_bytes=width.grad, tensor_parallel=tp)
+        largest = largest_param
+        if largest is None:  # only a per-tensor optimizer loop sizes anything by it
+            largest = 0 if fused or model is None else -(-_largest(model, stage, tp, pp, ep) // div[2][0])
+        peak = phases.step_peak(parts, largest_param=largest, optimizer=optimizer, fused=fused, later=later,
+                                state_bytes=width.optimizer_state)
+        if best is None or peak["total"] > best[0]["total"]:
+            best = (peak, stage, n, n_exp, detail)
+    peak, stage, n_gpu, n_exp, detail = best
+    assumptions += phases.notes(optimizer, fused=fused, shaped=model is not None or largest_param is not None)
 
     if precision in ("bf16_mixed", "fp16_mixed"):
         assumptions.append("gradients are kept in 16 bits (ZeRO's 2+2+12 accounting); fp32 "
@@ -345,13 +336,16 @@ def training_memory(
     if optimizer == "adamw_8bit":
         assumptions.append("8-bit states: 1 byte each plus an fp32 absmax per 2048 elements")
     assumptions.append("excludes the CUDA context, allocator fragmentation and communication buffers")
+    total = peak["total"]
+    moments = {k: peak[k] for k in phases.PHASES if k in peak}
     return TrainingMemory(
         params=n_params, params_per_gpu=n_gpu + n_exp, expert_params_per_gpu=n_exp,
-        bytes_per_param=per.total,
-        bytes_per_param_detail=per, parameters=parameters, gradients=gradients,
-        optimizer_state=optimizer_state, master_weights=master_weights, weight_copies=copies,
-        activations=None if detail is None else detail.total, transient=transient, total=total,
-        total_gib=total / GIB,
+        bytes_per_param=per.total, bytes_per_param_detail=per,
+        **{k: peak[k] for k in ("parameters", "gradients", "optimizer_state", "master_weights")},
+        weight_copies=peak["weight_copies"], activations=None if detail is None else detail.total,
+        transient=None if model is None else peak["transient"], inputs=peak["inputs"],
+        optimizer_temporaries=peak["optimizer_temporaries"], start_of_backward=peak["start_of_backward"],
+        phases=moments, peak_phase=max(moments, key=moments.__getitem__), total=total, total_gib=total / GIB,
         model_state_bytes=math.ceil(n_params * per.total),
         checkpoint_bytes=checkpoint_bytes(n_params, precision, optimizer),
         pipeline_stage=stage, gpu=None if gpu is None else gpu.id,
@@ -359,49 +353,4 @@ def training_memory(
         fits=None if gpu is None else total <= gpu.memory_bytes,
         headroom=None if gpu is None else gpu.memory_bytes - total,
         activation_detail=detail, assumptions=assumptions,
-    )
-
-
-@dataclass(slots=True)
-class MaxModel:
-    """The largest parameter count whose model state fits, activations aside."""
-
-    max_params: int
-    gpu: str
-    num_gpus: int
-    zero_stage: int
-    memory_per_gpu_bytes: int
-    usable_memory_per_gpu_bytes: int
-    bytes_per_param: float
-    """Model-state bytes per parameter before sharding."""
-    bytes_per_param_per_gpu: float
-    """What each GPU holds per parameter after ZeRO sharding over num_gpus."""
-    bytes_per_param_detail: StateBytes
-    assumptions: list[str]
-
-    __pydantic_config__ = RECORD
-
-
-def max_model(*, gpu: Accelerator, num_gpus: int, precision: Precision, optimizer: Optimizer,
-              zero_stage: int = 3, usable_memory_fraction: float = 1.0) -> MaxModel:
-    """Largest N with per-GPU model state <= usable memory: every GPU is a
-    data-parallel rank, and ZeRO stage k shards as in training_memory."""
-    per = state_bytes_per_param(precision, optimizer)
-    d = num_gpus
-
-    def part(x: float, sharded: bool) -> float:
-        return x / d if sharded else x
-
-    per_gpu = (part(per.parameters + PRECISIONS[precision].weight_copy, zero_stage >= 3)
-               + part(per.gradients, zero_stage >= 2)
-               + part(per.optimizer_state + per.master_weights, zero_stage >= 1))
-    usable = math.floor(gpu.memory_bytes * usable_memory_fraction)
-    return MaxModel(
-        max_params=math.floor(usable / per_gpu), gpu=gpu.id, num_gpus=num_gpus,
-        zero_stage=zero_stage, memory_per_gpu_bytes=gpu.memory_bytes,
-        usable_memory_per_gpu_bytes=usable, bytes_per_param=per.total,
-        bytes_per_param_per_gpu=per_gpu, bytes_per_param_detail=per,
-        assumptions=["activations, the CUDA context and buffers are not counted",
-                     "zero_stage 3 spreads all model state over the GPUs: the course's "
-                     "total-memory / bytes-per-parameter estimate"],
     )

@@ -16,23 +16,25 @@ import math
 from functools import lru_cache
 from typing import Literal
 
+from app.accounting import blocks
 from app.accounting.errors import InvalidInput
-from app.accounting.models import TransformerConfig, layer_params, norm_params
-from app.accounting.params import latent_down_params
+from app.accounting.params import norm_params
+from app.accounting.transformer import TransformerConfig
 
 Stage = Literal["only", "first", "last"]
 
 
 def kv_replicas(cfg: TransformerConfig, tp: int) -> int:
     """Copies of each key/value head over the tensor ranks: 1 while tp <= n_kv_heads, else
-    tp / n_kv_heads, each rank keeping one head (Megatron-LM, vLLM's QKVParallelLinear)."""
-    return 1 if cfg.mla or tp <= cfg.kv_heads else tp // cfg.kv_heads
+    tp / n_kv_heads, each rank keeping one head (Megatron-LM, vLLM's QKVParallelLinear); 1 for
+    latent attention, whose up projections split by query heads."""
+    return blocks.model_attention(cfg).kv_replicas(tp)
 
 
 @lru_cache(maxsize=2048)
-def _layer_on_gpu(cfg: TransformerConfig, moe: bool, tp: int, ep: int) -> tuple[int, int]:
+def _layer_on_gpu(layer: blocks.Layer, tp: int, ep: int) -> tuple[int, int]:
     """(parameters outside the routed experts, routed-expert parameters) one GPU holds of a
-    dense layer or a mixture-of-experts one.
+    layer, from its weights' tensor-parallel split (blocks.base.Weight.tp_split).
 
     Split over tp as Megatron-LM and vLLM do: attention's projections by heads, MLPs and
     shared experts by their hidden width (K/V heads replicated past n_kv_heads ranks).
@@ -40,15 +42,16 @@ def _layer_on_gpu(cfg: TransformerConfig, moe: bool, tp: int, ep: int) -> tuple[
     routers, the shared-expert gate, and latent attention's down projections. Routed
     experts split over tp like MLPs and over the expert_parallel ranks.
     """
-    part = layer_params(cfg, moe)
-    d = cfg.d_model
-    row_biases = d * (cfg.has_attn_bias + (cfg.has_mlp_bias if part.dense_mlp else 0))
-    gate = d * cfg.shared_expert_gate if part.shared_experts else 0
-    replicated = part.norms + row_biases + part.router + gate + latent_down_params(cfg)
-    kv = 0 if cfg.mla else 2 * cfg.kv_heads * cfg.hd * (d + cfg.has_qkv_bias)
-    sharded = (part.attention + part.dense_mlp + part.shared_experts - row_biases - gate
-               - latent_down_params(cfg) + kv * (kv_replicas(cfg, tp) - 1))
-    return math.ceil(sharded / tp) + replicated, math.ceil(part.routed_experts / (tp * ep))
+    replicas = layer.attention.kv_replicas(tp)
+    sharded = replicated = routed = 0
+    for w in layer.weights():
+        if w.component == "routed_experts":
+            routed += w.params
+        elif w.tp_split == "replicated":
+            replicated += w.params
+        else:
+            sharded += w.params * (replicas if w.tp_split == "kv" else 1)
+    return math.ceil(sharded / tp) + replicated, math.ceil(routed / (tp * ep))
 
 
 def stage_layers(cfg: TransformerConfig, pp: int) -> tuple[tuple[Stage, range], ...]:
@@ -71,15 +74,15 @@ def stage_params(cfg: TransformerConfig, tp: int, pp: int, ep: int = 1) -> tuple
     (Megatron-LM); norms and the biases after row-parallel layers are replicated.
     With tied embeddings and pp > 1 the last stage keeps its own copy to tie.
     """
-    per = {moe: _layer_on_gpu(cfg, moe, tp, ep) for moe in (False, True)}
+    layers = blocks.layers(cfg)
     token = math.ceil(cfg.vocab_size * cfg.d_model / tp)
     position = cfg.max_seq_len * cfg.d_model if cfg.position == "learned" else 0
     head = token if (not cfg.tied_embeddings or pp > 1) else 0
     outside = {"only": token + position + norm_params(cfg) + head, "first": token + position,
                "last": norm_params(cfg) + head}
     out = []
-    for stage, layers in stage_layers(cfg, pp):
-        kinds = [per[cfg.moe_layers[i]] for i in layers]
+    for stage, held in stage_layers(cfg, pp):
+        kinds = [_layer_on_gpu(layers[i], tp, ep) for i in held]
         out.append((stage, sum(k[0] for k in kinds) + outside[stage], sum(k[1] for k in kinds)))
     return tuple(out)
 
@@ -99,9 +102,8 @@ def check_parallel(model: TransformerConfig | None, *, tp: int, pp: int, dp: int
         return
     if model.n_heads % tp:
         raise InvalidInput("tensor_parallel", f"{tp} must divide n_heads ({model.n_heads})")
-    kv = model.kv_heads
-    if not model.mla and (tp % kv if tp > kv else kv % tp):
-        raise InvalidInput("tensor_parallel", f"{tp} must divide n_kv_heads ({kv}) or be a multiple of "
-                           "it (each rank then keeps a replica of one key/value head)")
+    why = blocks.model_attention(model).tensor_parallel_refusal(tp)
+    if why:
+        raise InvalidInput("tensor_parallel", why)
     if pp > model.n_layers:
         raise InvalidInput("pipeline_parallel", f"{pp} exceeds n_layers ({model.n_layers})")

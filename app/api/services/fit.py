@@ -149,10 +149,7 @@ def _trained(body: FitRequest, cfg, acc: Accelerator, option: str) -> fit.FitOpt
 
     step = run()
     m = step.memory
-    one, two = run(b=1).memory, run(b=2).memory
-    slope, fixed = two.total - one.total, 2 * one.total - two.total  # bytes are linear in the batch
-    room = acc.memory_bytes - fixed + (m.optimizer_state if paged else 0)
-    most = max(0, room // slope) if slope > 0 else 0
+    most = _largest_batch(run(b=1).memory, run(b=2).memory, acc.memory_bytes, paged=paged)
     longest = max(fit.largest(lambda s: fits(s=s), 1, cfg.max_seq_len), 0)
     advice = None
     if not m.fits:
@@ -188,6 +185,21 @@ def _trained(body: FitRequest, cfg, acc: Accelerator, option: str) -> fit.FitOpt
                        "trainable_weights": m.parameters + m.weight_copies,
                        "gradients": m.gradients, "optimizer_state": m.optimizer_state,
                        "master_weights": m.master_weights, "activations": m.activations,
-                       "transient": m.transient},
+                       "transient": m.transient, "inputs": m.inputs,
+                       "peak_phase_extra": m.total - m.start_of_backward},
         largest_batch=int(most), largest_context=longest, seconds=step.time.seconds, time_unit="per step",
         tokens_per_sec=step.time.tokens_per_sec, advice=advice)
+
+
+def _largest_batch(one, two, memory_bytes: int, *, paged: bool) -> int:
+    """The most sequences per GPU whose step fits, from the step at batch 1 and 2: each phase's
+    bytes are linear in the batch, and every phase must fit (a paged optimizer's state may leave)."""
+    caps = []
+    for phase, at_one in one.phases.items():
+        slope, fixed = two.phases[phase] - at_one, 2 * at_one - two.phases[phase]
+        room = memory_bytes - fixed + (one.optimizer_state if paged else 0)
+        if slope > 0:
+            caps.append(room // slope)
+        elif room < 0:
+            caps.append(0)
+    return max(0, min(caps)) if any(two.phases[p] > one.phases[p] for p in one.phases) else 0

@@ -14,8 +14,6 @@ from app.accounting.training import activations, memory, phases
 from app.inputs.schemas import engine_model
 from app.probes.train_step.params import CruncherSpec, TrainStepParams
 
-INT64_BYTES = 8
-
 
 @dataclass(frozen=True)
 class TrainStepPrediction:
@@ -94,17 +92,11 @@ def train_step(p: TrainStepParams, cuda: bool, *, zero_stage: int = 0, data_para
     try:
         mem = memory.training_memory(model=cfg, params=None, precision=engine, optimizer=p.optimizer,
                                      batch_size=p.batch_size, seq_len=p.seq_len, recompute="selective",
-                                     zero_stage=zero_stage, data_parallel=data_parallel)
+                                     zero_stage=zero_stage, data_parallel=data_parallel,
+                                     fused_optimizer=fused, largest_param=-(-largest_tensor(cfg) // stepped))
     except InvalidInput as e:  # the engine names its own argument (seq_len); the request's is under params
         raise InvalidInput(f"params.{e.field}", e.message) from None
-    parts = {"parameters": mem.parameters, "gradients": mem.gradients, "optimizer_state": mem.optimizer_state,
-             "master_weights": mem.master_weights, "weight_copies": mem.weight_copies,
-             "activations": mem.activations or 0, "transient": mem.transient or 0,
-             "inputs": 2 * INT64_BYTES * tokens}  # token ids and targets
-    later = phases.lm_head_phases(parts, vocab_size=cfg.vocab_size, d_model=cfg.d_model,
-                                      tied=cfg.tied_embeddings)
-    peak = phases.step_peak(parts, largest_param=-(-largest_tensor(cfg) // stepped),
-                                optimizer=p.optimizer, fused=fused, later=later)
+    peak = phases.breakdown(mem)  # the step's phases, composed by the engine as /memory/training's
     n = models.count_params(cfg).total
     return TrainStepPrediction(spec if isinstance(spec, str) else "custom", n,
                                flops.transformer(cfg, p.batch_size, p.seq_len).step.total, peak, cfg,
@@ -133,21 +125,12 @@ def _fine_tune_step(p: TrainStepParams, cfg: models.TransformerConfig, *, engine
                                                            "yet (peft's target_parameters on routed experts)")
     try:
         mem = finetune_memory(cfg, tune, precision=engine, optimizer=p.optimizer, batch_size=p.batch_size,
-                              seq_len=p.seq_len, recompute="selective")
+                              seq_len=p.seq_len, recompute="selective", fused_optimizer=fused,
+                              largest_param=largest_trainable(cfg, tune))
         counted = finetune_flops.step_flops(cfg, tune, batch_size=p.batch_size, seq_len=p.seq_len)
     except InvalidInput as e:  # the engine names its own argument; the request's is under params
         raise InvalidInput(f"params.{e.field}", e.message) from None
-    tokens = p.batch_size * p.seq_len
-    parts = {"parameters": mem.parameters, "gradients": mem.gradients, "optimizer_state": mem.optimizer_state,
-             "master_weights": mem.master_weights, "frozen_weights": mem.frozen_weights,
-             "weight_copies": mem.weight_copies, "activations": mem.activations, "transient": mem.transient,
-             "inputs": 2 * INT64_BYTES * tokens}
-    later = None
-    if ft.graph(cfg, tune).head_trains:
-        later = phases.lm_head_phases(parts, vocab_size=cfg.vocab_size, d_model=cfg.d_model,
-                                          tied=cfg.tied_embeddings)
-    peak = phases.step_peak(parts, largest_param=largest_trainable(cfg, tune), optimizer=p.optimizer,
-                                fused=fused, later=later)
+    peak = phases.breakdown(mem)  # the step's phases, composed by the engine as /finetune's
     name = p.model if isinstance(p.model, str) else "custom"
     return TrainStepPrediction(name, models.count_params(cfg).total, counted.total, peak, cfg, mode=p.mode,
                                trainable_params=mem.trainable_params,
