@@ -8,8 +8,8 @@ weight gradient, the end of backward or the optimizer step, not the start of bac
 import pytest
 
 from app.bench import train_step
-from app.probes import predict
-from app.probes.params import TrainStepParams
+from app.probes.train_step import predict
+from app.probes.train_step.params import TrainStepParams
 
 TRAINING, FINETUNE = "/api/v1/memory/training", "/api/v1/finetune"
 QUICK = {"warmup_s": 0.01, "measure_s": 0.01, "min_iters": 3, "max_iters": 5}
