@@ -15,6 +15,7 @@ from app.bench.common import Setup, setup, to_json
 from app.bench.livebytes import LiveBytes
 from app.bench.matmul import operands
 from app.bench.models import Transformer
+from app.numbers import ms, sig
 from app.probes.generate import plan as workload
 from app.probes.generate.params import GenerateParams
 from app.probes.generate.result import (
@@ -224,13 +225,13 @@ def _attention(plan: workload.GeneratePlan) -> str:
 def _notes(env: Setup, ceilings: Ceilings, points: list[DecodePoint]) -> list[str]:
     launch_us = ceilings.seconds_per_launch * 1e6
     notes = ["CUDA graphs: not used; each op of a step is launched from Python, "
-             f"{launch_us:.3g} us apiece here, so a small model's step at batch 1 is launch-bound, not "
+             f"{sig(launch_us)} us apiece here, so a small model's step at batch 1 is launch-bound, not "
              "bandwidth-bound: the roofline's targets apply from batch 8 up"]
     for d in points:
         if d.launch_bound:
             notes.append(f"batch {d.batch_size}, context {d.context}: launching its ops alone takes "
-                         f"{d.predicted.launch_floor_seconds * 1e3:.3g} ms, more than the roofline's "
-                         f"{d.predicted.seconds * 1e3:.3g} ms (measured {d.time.median * 1e3:.3g} ms): "
+                         f"{ms(d.predicted.launch_floor_seconds)} ms, more than the roofline's "
+                         f"{ms(d.predicted.seconds)} ms (measured {ms(d.time.median)} ms): "
                          "launch-bound")
     if not env.cuda:
         notes.append("on a CPU the times are this host's, reported beside the roofline at its measured "

@@ -96,6 +96,6 @@ def overlay(a: BandwidthResult, b: BandwidthResult) -> dict:
 
 PROBE = Probe(
     "bandwidth", "device memory bandwidth, a device-to-device copy, beside the catalogue's", BandwidthParams,
-    BandwidthResult, "app.bench.bandwidth:run", need, least_seconds, BANDWIDTH_BYTES,
+    BandwidthResult, "app.bench.bandwidth:run", need, least_seconds,
     faces=Faces(headline=headline, tables=tables, page="probes/bandwidth.html", form=(),
                 differences=differences, overlay=overlay, sustained="The copy"))

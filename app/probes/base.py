@@ -9,7 +9,7 @@ that defines a `PROBE` (and a line in registry.py's list, or a site's TALLY_PROB
 its torch side sits in app/bench/.
 """
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -38,8 +38,6 @@ class Probe:
     """(params, kind) -> the device memory the job needs, not counting the timer's flush buffer."""
     least_seconds: Callable[[Any, Kind], Least]
     """(params, kind) -> a lower bound on the job's duration (see timer_least)."""
-    defaults: Mapping[Kind, Any] = field(default_factory=dict)
-    """The sizes a device kind gets when the parameters leave them out (documentation and tests)."""
     scratch: Callable[[Any, Kind], Need] | None = None
     """(params, kind) -> bytes the job writes to the server's scratch disk (app/probes/scratch.py),
     and the parameter that sets them; None for a probe that writes no file."""

@@ -121,5 +121,5 @@ def tables(r: BurnInResult) -> list:
 PROBE = Probe(
     "burn_in", "a GPU's burn-in: the matmul at its best shape (bf16), the device copy and a train step, each "
     "sustained with NVML sampling clocks, power, energy and clock-event reasons", BurnInParams, BurnInResult,
-    "app.bench.burn_in:run", need, least_seconds, BURN_IN_SIZES,
+    "app.bench.burn_in:run", need, least_seconds,
     faces=Faces(headline=headline, tables=tables, page="probes/burn_in.html", form=()))

@@ -246,8 +246,8 @@ FIELDS = Fieldset("data_loader", (
 PROBE = Probe(
     "data_loader", "random batches from a memory-mapped token file as the course's get_batch draws them, "
     "copied pageable and pinned: batches/s and tokens/s beside a train step's, and the headroom",
-    DataLoaderParams, DataLoaderResult, "app.bench.data_loader:run", need, least_seconds,
-    DATA_LOADER_FILE_BYTES, scratch=scratch, prepare=prepare,
+    DataLoaderParams, DataLoaderResult, "app.bench.data_loader:run", need, least_seconds, scratch=scratch,
+    prepare=prepare,
     faces=Faces(headline=headline, tables=tables, charts=charts, page="probes/data_loader.html",
                 form=(TRAIN_STEP_FIELDS, FIELDS), csv_rows=csv_rows,
                 compared=("token_dtype", "batch_size", "seq_len", "train_model")))

@@ -288,6 +288,6 @@ FORM = (Fieldset("matmul", (
 
 PROBE = Probe(
     "matmul", "TFLOP/s and MFU of (m, k) @ (k, n) per shape and dtype", MatmulParams, MatmulResult,
-    "app.bench.matmul:run", need, least_seconds, MATMUL_SIZES,
+    "app.bench.matmul:run", need, least_seconds,
     faces=Faces(headline=headline, tables=tables, charts=charts, page="probes/matmul.html", form=FORM,
                 differences=differences, overlay=overlay, sustained="The best shape"))

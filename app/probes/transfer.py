@@ -112,6 +112,6 @@ def overlay(a: TransferResult, b: TransferResult) -> dict:
 
 PROBE = Probe(
     "transfer", "host <-> device copies, pageable and pinned, by size", TransferParams, TransferResult,
-    "app.bench.transfer:run", need, least_seconds, TRANSFER_SIZES,
+    "app.bench.transfer:run", need, least_seconds,
     faces=Faces(headline=headline, tables=tables, charts=charts, page="probes/transfer.html", form=(),
                 differences=differences, overlay=overlay))

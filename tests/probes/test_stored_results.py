@@ -9,7 +9,9 @@ checkpoint probes. A row is written as that version's server wrote it, straight 
 table, and read back through the API, the job pages, the CSV export and the calibration.
 """
 
+import io
 import json
+import re
 import sqlite3
 import time
 from pathlib import Path
@@ -73,3 +75,24 @@ def test_the_calibration_reads_every_versions_results(stored):
     api, _ = stored
     assert api.get("/api/v1/calibration").status_code == 200
     assert api.get("/").status_code == 200
+
+
+EXPONENT = re.compile(r"\d(\.\d+)?e[+-]\d", re.I)
+
+
+@pytest.mark.parametrize(("version", "name"), CASES)
+def test_every_results_table_reads_without_exponents(version, name):
+    """`tally probe`'s table of every stored result (each probe's table face, app/numbers.py's
+    figures) prints no "1.2e+04" a person would have to decode."""
+    from rich.console import Console
+
+    from app.cli.probe import printed
+    from app.probes.registry import RESULTS
+
+    path = next(p for p in FIXTURES if p.stem == version)
+    result = RESULTS.validate_python(json.loads(path.read_text())[name])
+    console = Console(width=400, record=True, file=io.StringIO())
+    for part in printed(result):
+        console.print(part)
+    out = console.export_text()
+    assert out.strip() and not EXPONENT.search(out), EXPONENT.search(out)

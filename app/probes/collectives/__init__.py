@@ -7,7 +7,7 @@ app/bench/collectives.py. Bandwidths in GB/s (10^9 bytes/s), times in microsecon
 from app import numbers
 from app.probes import energy
 from app.probes.base import Kind, Least, Need, Probe
-from app.probes.collectives.params import COLLECTIVE_SIZES, CollectivesParams, collectives_need
+from app.probes.collectives.params import CollectivesParams, collectives_need
 from app.probes.collectives.result import CollectivesResult
 from app.probes.faces import Faces, Metric, Table, skipped, where
 from app.probes.past import Past
@@ -87,6 +87,6 @@ PROBE = Probe(
     "collectives", "all_reduce, all_gather, reduce_scatter, all_to_all and broadcast over the job's GPUs "
     "(gloo processes on a CPU): algbw and busbw by size as nccl-tests reports them, values checked, beside "
     "a fitted latency-bandwidth model and the catalogue's link", CollectivesParams, CollectivesResult,
-    "app.bench.collectives:run", need, least_seconds, COLLECTIVE_SIZES,
+    "app.bench.collectives:run", need, least_seconds,
     faces=Faces(headline=headline, tables=tables, charts=charts, page="probes/collectives.html", form=(),
                 compared=("ranks", "backend", "dtype")))

@@ -6,7 +6,7 @@ faces.py: how it is shown. Its torch side is app/bench/generate.py."""
 from app.probes.base import Kind, Least, Need, Probe, timer_least
 from app.probes.faces import Faces
 from app.probes.generate import faces
-from app.probes.generate.params import GENERATE_SIZES, GenerateParams
+from app.probes.generate.params import GenerateParams
 from app.probes.generate.plan import generate, generate_need
 from app.probes.generate.result import GenerateResult
 
@@ -24,7 +24,7 @@ def least_seconds(params: GenerateParams, kind: Kind) -> Least:
 PROBE = Probe(
     "generate", "prefill and decode with a KV cache: times, tokens/s, decode bandwidth, peak memory and "
     "cache bytes, each beside the roofline's and the serving calculators' prediction", GenerateParams,
-    GenerateResult, "app.bench.generate:run", need, least_seconds, GENERATE_SIZES,
+    GenerateResult, "app.bench.generate:run", need, least_seconds,
     faces=Faces(headline=faces.headline, tables=faces.tables, page="probes/generate.html",
                 form=(faces.FIELDS,), csv_rows=faces.csv_rows, compared=faces.COMPARED,
                 differences=faces.differences))
