@@ -80,6 +80,9 @@
   const KIND_COLORS = {
     parameters: "#1f6feb", gradients: "#8250df", optimizer_state: "#bf3989", master_weights: "#d4a72c",
     weight_copies: "#1b7c83", activations: "#2da44e", transient: "#9198a1",
+    // What the start of backward does not hold: the inputs (token ids), and the step's peak moment
+    // beyond it (app/accounting/training/phases.py).
+    inputs: "#6e7781", peak_phase_extra: "#fb8f44",
     // The Inference page's stack (app/web/inference.py KINDS).
     weights: "#1f6feb", kv_cache: "#2da44e", workspace: "#d4a72c", overhead: "#9198a1",
     // Fine-tuning's (the fit page): the frozen base, lighter than the weights that train.

@@ -55,7 +55,9 @@ def _time_charts(body: time.TrainingTimeRequest, answer: dict, jobs: Store) -> d
 
 
 STACK = ("parameters", "gradients", "optimizer_state", "master_weights", "weight_copies", "activations",
-         "transient")
+         "transient", "inputs", "peak_phase_extra")
+"""The kinds held at the start of backward, bottom up, then what the step's peak moment holds
+beyond them (its LM head's weight gradient, say): the bar's height is the answer's total."""
 
 
 def _bar(label: str, body: memory.TrainingMemoryRequest) -> dict | None:
@@ -65,6 +67,7 @@ def _bar(label: str, body: memory.TrainingMemoryRequest) -> dict | None:
         a = jsonable(memory.training(body))
     except InvalidInput:
         return None
+    a["peak_phase_extra"] = a["total"] - a["start_of_backward"]
     return {"label": label, "total": a["total"] / 1e9, **{k: (a.get(k) or 0) / 1e9 for k in STACK}}
 
 

@@ -172,3 +172,23 @@ def test_a_measured_mfu_not_yet_measured_offers_the_probe(make_api):
                                                                      "precision": "bf16_autocast"}
     fp32 = api.get("/ui/time?params=70e9&tokens=15e12&gpu=h100-sxm&dtype=float32&mfu=measured").text
     assert "&#34;precision&#34;: &#34;fp32&#34;" in fp32 or '"precision": "fp32"' in html.unescape(fp32)
+
+
+def test_the_memory_page_shows_the_steps_phases_and_charts_their_peak(make_api):
+    """The total is the largest of the step's phases (app/accounting/training/phases.py): the page
+    lists each phase with the API's bytes, marks the peak, and each chart bar's segments add up to
+    that bar's total, whichever phase holds it. GPT-2 (tied embeddings, a 50,257-token vocabulary)
+    at 8 tokens: the head's and the embedding's weight gradients held together at the end of
+    backward outgrow the start of backward's few activations, so the peak is that later moment."""
+    api = make_api()
+    given = {"model": "gpt2", "gpu": "h100-sxm", "seq_len": 8, "batch_size": 1}
+    answer = api.ok("/api/v1/memory/training", given)
+    fragment = api.get("/ui/memory?" + urlencode(given)).text
+    phases = re.search(r'data-testid="memory-phases">(.*?)</table>', fragment, re.S).group(1)
+    for phase, n in answer["phases"].items():
+        assert f"{n:,}" in phases, phase
+    assert f'{answer["peak_phase"].replace("_", " ")} (the peak)' in phases
+    assert answer["total"] == max(answer["phases"].values()) and answer["peak_phase"] != "start_of_backward"
+    chart = json.loads(html.unescape(re.search(r"data-chart='([^']*memory_stack[^']*)'", fragment).group(1)))
+    for bar in chart["bars"]:
+        assert sum(bar[k] for k in chart["kinds"]) == pytest.approx(bar["total"], rel=1e-9)
