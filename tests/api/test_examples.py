@@ -3,15 +3,15 @@ question the API answers: each is replayed against the app and must get a 2xx.""
 
 import json
 import re
-from pathlib import Path
 
 import pytest
 
 from app.device import fleet_device
 from app.main import create_app
+from tests.support import ROOT
 
 DOC = create_app().openapi()
-README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+README = (ROOT / "README.md").read_text()
 
 
 def _operations():

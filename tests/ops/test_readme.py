@@ -3,16 +3,16 @@
 import json
 import re
 import shlex
-from pathlib import Path
 
 import pytest
 
 from app.config import Settings
 from app.jobs.dispatcher import Dispatcher
 from app.main import create_app
-from tests.conftest import Api
+from tests.support import ROOT
+from tests.support.api import Api
 
-README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+README = (ROOT / "README.md").read_text()
 
 
 def curl_examples() -> list[str]:
