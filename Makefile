@@ -1,12 +1,13 @@
 # Two commands do all the set-up on a fresh machine:
 #   make run    create .venv, install Tally and torch, serve http://127.0.0.1:8000 with the worker
 #   make test   install the test extras too (torch CPU wheel, pytest, schemathesis), run the suite
+#   (make test-fast: the engine and the API alone; make screenshots: the README's pictures)
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: run worker test fuzz bench load gpu-targets clean postgres docs
+.PHONY: run worker test test-fast screenshots fuzz bench load gpu-targets clean postgres docs
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -39,8 +40,20 @@ postgres:
 test: $(VENV)/.installed-test $(CHROMIUM) postgres
 	TALLY_CHROMIUM=$(CHROMIUM) $(BIN)/python -m pytest -n 2 $(PYTEST_ARGS)
 
+# The engine and the API in under three minutes on two cores: no browser, no PostgreSQL, no
+# oracle library, nothing marked slow (tests/conftest.py lists the folders and their markers).
+test-fast: $(VENV)/.installed-test
+	$(BIN)/python -m pytest -n 2 -m "not slow and not browser and not postgres and not oracle" \
+	  tests/engine tests/api $(PYTEST_ARGS)
+
+# The README's pictures: the browser tests, writing their screenshots into docs/screenshots/
+# (make test writes them to a temporary directory and leaves the checkout as it was).
+screenshots: $(VENV)/.installed-test $(CHROMIUM)
+	TALLY_SCREENSHOTS_DIR=docs/screenshots TALLY_CHROMIUM=$(CHROMIUM) $(BIN)/python -m pytest -n 2 \
+	  tests/web/browser $(PYTEST_ARGS)
+
 fuzz: $(VENV)/.installed-test  # fresh random schemathesis cases, 1000 per operation
-	TALLY_FUZZ_RANDOM=1 TALLY_FUZZ_EXAMPLES=1000 $(BIN)/python -m pytest -n 2 tests/test_schemathesis.py
+	TALLY_FUZZ_RANDOM=1 TALLY_FUZZ_EXAMPLES=1000 $(BIN)/python -m pytest -n 2 tests/fuzz/test_schemathesis.py
 
 # The documentation site from docs/ (mkdocs.yml), built strictly (a broken link or anchor fails)
 # into a fresh temporary directory, never into the checkout.

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from tests.conftest import assert_names_field
+from tests.support.api import assert_names_field
 
 RAW = {"content-type": "application/json"}
 

@@ -2,7 +2,7 @@
 every level, no database or torch in calc, and real probes on the CPU.
 
 Numbers are checked against the course's formulas and datasheet figures, and every answer
-and refusal against the real app's for the same body (tests/conftest.py's Api)."""
+and refusal against the real app's for the same body (tests/support/api.py's Api)."""
 
 import io
 import json
@@ -20,40 +20,23 @@ from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
 from app.api import router as api_router
-from app.cli import main, options
+from app.cli import options
 from app.cli.probe import printed
 from app.config import Settings
 from app.jobs.store import Store
 from app.main import create_app
 from app.numbers import percent, sig
 from app.probes.registry import RESULTS
-from tests.conftest import Api
+from tests.support import ROOT
+from tests.support.api import Api
+from tests.support.cli import TALLY, run_main, tally
 from tests.support.waiting import wait_for
 
-ROOT = Path(__file__).resolve().parents[2]
-TALLY = [sys.executable, "-c", "import sys; from app.cli import main; sys.exit(main())"]
 # Probes small enough to take a second on two CPU cores (cf. tests/probes/test_probes.py).
 FAST = ["--warmup-s", "0", "--measure-s", "0.005", "--min-iters", "2", "--max-iters", "3"]
 SHAPES = [{"m": 48, "k": 32, "n": 16}, {"m": 64, "k": 16, "n": 8}]
 H100_BF16_DENSE_FLOP_PER_SEC = 989.5e12  # NVIDIA's 1,979 TFLOP/s with 2:4 sparsity, halved
 H100_MEMORY_BYTES = 80e9
-
-
-def tally(*argv: str, env: dict | None = None, cwd: Path | None = None, stdin: str | None = None,
-          timeout: float = 120) -> subprocess.CompletedProcess:
-    """The CLI in a fresh interpreter, as a shell runs it (stdout and stderr are pipes, not TTYs)."""
-    return subprocess.run([*TALLY, *argv], capture_output=True, text=True, input=stdin, timeout=timeout,
-                          cwd=cwd or ROOT, env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})
-
-
-def run_main(capsys, *argv: str) -> tuple[int, str, str]:
-    """In process; argparse's own exits (help, usage errors) come back as their status."""
-    try:
-        status = main(list(argv))
-    except SystemExit as exit:
-        status = exit.code
-    out, err = capsys.readouterr()
-    return status, out, err
 
 
 # --- calc: the course's numbers -------------------------------------------------------------------
@@ -414,6 +397,7 @@ OOM = {"type": "OutOfMemoryError", "message": "CUDA out of memory", "detail": {"
 
 # --- probe: real runs on the CPU ------------------------------------------------------------------
 
+@pytest.mark.slow  # a real probe in a child, through `tally probe`
 def test_matmul_probe_prints_a_table_of_its_shapes():
     result = tally("probe", "matmul", "--sweep", "custom", "--shapes", json.dumps(SHAPES),
                    "--dtypes", "float32,bfloat16", *FAST)
@@ -428,6 +412,7 @@ def test_matmul_probe_prints_a_table_of_its_shapes():
     assert "\r" not in result.stderr and result.stderr.strip() == "matmul on cpu, time limit 600 s"
 
 
+@pytest.mark.slow  # a real probe in a child, through `tally probe`
 def test_collectives_probe_prints_each_point_and_the_fits():
     """Two gloo ranks started by the probe's child: a row per collective and size, values checked."""
     result = tally("probe", "collectives", "--device", "cpu", "--collectives", "all_reduce,broadcast",
@@ -441,6 +426,7 @@ def test_collectives_probe_prints_each_point_and_the_fits():
     assert "2 ranks over gloo, float32" in result.stdout and "values: all correct" in result.stdout
 
 
+@pytest.mark.slow  # a real probe in a child, through `tally probe`
 def test_matmul_probe_json_has_2mkn_flops_per_shape():
     result = tally("probe", "matmul", "--sweep", "custom", "--shapes", json.dumps(SHAPES),
                    "--dtypes", "float32", "--output", "json", *FAST)
@@ -453,6 +439,7 @@ def test_matmul_probe_json_has_2mkn_flops_per_shape():
         assert p["flop_per_sec"] == pytest.approx(p["flops"] / p["time"]["median"])
 
 
+@pytest.mark.slow  # a real probe in a child, through `tally probe`
 def test_train_step_probe_json_and_its_table():
     result = tally("probe", "train_step", "--model", '{"kind": "cruncher", "dim": 32, "num_layers": 2}',
                    "--batch-size", "2", "--seq-len", "4", "--steps", "1", "--warmup-steps", "1",
@@ -487,12 +474,14 @@ LONG = ["probe", "matmul", "--sweep", "custom", "--shapes", '[{"m": 256, "k": 25
         "--dtypes", "float32", "--measure-s", "60", "--min-iters", "10000", "--max-iters", "100000"]
 
 
+@pytest.mark.slow  # a real probe in a child, through `tally probe`
 def test_a_probe_past_its_time_limit_is_stopped():
     result = tally(*LONG, "--timeout", "1")
     assert result.returncode == 1 and result.stdout == ""
     assert "tally probe: timeout: Timeout: the job exceeded its time limit of 1 s" in result.stderr
 
 
+@pytest.mark.slow  # a real probe in a child, through `tally probe`
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads child pids from /proc")
 def test_ctrl_c_stops_the_probe_and_its_child(tmp_path):
     # TMPDIR: the probe's private job store is then under tmp_path, where the test can read it.

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from tests.api.test_cli import run_main
-from tests.conftest import assert_names_field
+from tests.support.api import assert_names_field
+from tests.support.cli import run_main
 
 SERVING = ["--model", "llama3.1-70b", "--weight-format", "fp8_e4m3", "--gpu", "h100-sxm", "--num-gpus", "2",
            "--tensor-parallel", "2", "--concurrency", "16"]

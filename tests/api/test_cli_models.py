@@ -15,7 +15,7 @@ import torch
 from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
 
 from app.accounting.transformer import TransformerConfig
-from tests.api.test_cli import run_main
+from tests.support.cli import run_main
 
 MIXTRAL_TOTAL, MIXTRAL_ACTIVE = 46_702_792_704, 12_879_925_248
 FLOPS = "/api/v1/flops/transformer"

@@ -3,15 +3,14 @@ question the API answers: each is replayed against the app and must get a 2xx.""
 
 import json
 import re
-from pathlib import Path
 
 import pytest
 
 from app.device import fleet_device
 from app.main import create_app
+from tests.support import ROOT
 
 DOC = create_app().openapi()
-ROOT = next(p for p in Path(__file__).resolve().parents if (p / "mkdocs.yml").exists())
 DOCS = "\n".join(p.read_text() for p in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))])
 
 

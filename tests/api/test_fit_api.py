@@ -9,7 +9,7 @@ ASK = {"model": "llama3-8b", "gpu": "rtx-4090", "seq_len": 2048}
 
 @pytest.fixture(scope="module")
 def on_a_4090():
-    from tests.conftest import Api
+    from tests.support.api import Api
     api = Api()
     yield api, {o["option"]: o for o in api.ok(URL, ASK)["options"]}
     api.close()

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from app.cli import main
-from tests.conftest import assert_names_field
+from tests.support.api import assert_names_field
 
 MEMORY = "/api/v1/memory/training"
 MAX_MODEL = "/api/v1/memory/max-model"

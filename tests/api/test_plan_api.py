@@ -2,7 +2,7 @@
 
 import pytest
 
-from tests.conftest import assert_names_field
+from tests.support.api import assert_names_field
 
 BASE = {"model": "llama3-8b", "gpu": "h100-sxm", "num_gpus": 16, "global_batch_sequences": 32,
         "seq_len": 2048}

@@ -7,7 +7,7 @@ import pytest
 
 from app.inputs import quantities
 from app.main import create_app
-from tests.conftest import assert_names_field
+from tests.support.api import assert_names_field
 
 TIME = "/api/v1/time/training"
 MEMORY = "/api/v1/memory/training"

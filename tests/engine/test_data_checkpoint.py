@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from app.accounting import dataset
-from tests.conftest import assert_names_field
+from tests.support.api import assert_names_field
 
 DATA = "/api/v1/data/dataset"
 CHECKPOINT = "/api/v1/checkpoint"

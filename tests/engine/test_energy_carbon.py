@@ -9,13 +9,13 @@ GPU energy (no PUE), 24.7 tonnes on the French grid's 57 gCO2eq/kWh.
 
 import json
 import math
-from pathlib import Path
 
 import pytest
 
 from app.jobs.store import Store
 from app.probes.sustained import Sustained
-from tests.conftest import assert_names_field
+from tests.support import ROOT
+from tests.support.api import assert_names_field
 from tests.support.bench_jobs import finished, here
 from tests.support.results import minimal, result_for
 
@@ -189,7 +189,7 @@ def test_tally_calc_energy_gives_the_7b_row_and_refuses_a_pue_below_1(capsys):
 
 def test_docs_state_the_time_examples_energy(api):
     """The figures docs/api/time.md quotes for the course's 70B run are the API's."""
-    doc = (Path(__file__).resolve().parents[2] / "docs" / "api" / "time.md").read_text()
+    doc = (ROOT / "docs" / "api" / "time.md").read_text()
     course = {"params": 70e9, "tokens": 15e12, "gpu": "h100-sxm", "num_gpus": 1024, "mfu": 0.5}
     e = api.ok(TIME, course)["energy"]
     assert f"{e['gpu_hours']:,.0f}\nGPU-hours" in doc or f"{e['gpu_hours']:,.0f} GPU-hours" in doc

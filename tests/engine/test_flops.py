@@ -4,7 +4,7 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from tests.conftest import assert_names_field
+from tests.support.api import assert_names_field
 from tests.support.reference import lm_from_config
 
 

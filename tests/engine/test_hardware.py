@@ -3,7 +3,7 @@
 import tomllib
 from importlib import resources
 
-from tests.conftest import assert_names_field
+from tests.support.api import assert_names_field
 
 IDS = ["h100-sxm", "h100-pcie", "h200", "b200", "a100-40gb", "a100-80gb", "l40s", "l4", "a10g",
        "rtx-4090", "mi300x", "tpu-v5e", "tpu-v5p"]

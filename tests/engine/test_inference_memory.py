@@ -1,11 +1,12 @@
 """Serving memory and capacity: the budget vLLM's convention leaves for the KV cache, and what it
 holds. Weights of a 16-bit model are 2 bytes per parameter (the count is transformers'); the
-cache is kv_cache.py's (checked against transformers' own caches in test_kv_cache_hf.py)."""
+cache is kv_cache.py's (checked against transformers' own caches in
+tests/oracles/test_kv_cache_hf.py)."""
 
 import pytest
 
 from app.accounting.units import GIB
-from tests.conftest import assert_names_field
+from tests.support.api import assert_names_field
 
 MEMORY, CAPACITY = "/api/v1/inference/memory", "/api/v1/inference/capacity"
 LLAMA2_7B_PARAMS = 6_738_415_616  # meta-llama/Llama-2-7b-hf, transformers' count

@@ -9,7 +9,7 @@ test-13b.json: 40 layers, d_model 5120, 40 heads, d_ff 20480, vocabulary 50272, 
 
 import pytest
 
-from tests.conftest import assert_names_field
+from tests.support.api import assert_names_field
 
 TIME = "/api/v1/inference/time"
 TEST_13B = {"n_layers": 40, "d_model": 5120, "n_heads": 40, "vocab_size": 50272, "d_ff": 20480,

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from app.accounting.training import memory
-from tests.conftest import assert_names_field
+from tests.support.api import assert_names_field
 from tests.support.reference import lm_from_config
 
 TRAINING = "/api/v1/memory/training"

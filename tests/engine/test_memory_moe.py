@@ -11,7 +11,7 @@ import torch
 
 from app.accounting.models import TransformerConfig
 from app.accounting.training import sharding
-from tests.conftest import assert_names_field
+from tests.support.api import assert_names_field
 
 TRAINING = "/api/v1/memory/training"
 

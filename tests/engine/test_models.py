@@ -1,15 +1,15 @@
 """Presets and Hugging Face import, against published parameter counts."""
 
 import json
-from pathlib import Path
 
 import pytest
 
-from tests.conftest import assert_names_field
+from tests.support import FIXTURES
+from tests.support.api import assert_names_field
 from tests.support.reference import lm_from_config, n_params
 
-FIXTURES = Path(__file__).resolve().parents[1] / "support" / "fixtures" / "hf_configs"
-EXPECTED = json.loads((FIXTURES / "expected.json").read_text())
+HF_CONFIGS = FIXTURES / "hf_configs"
+EXPECTED = json.loads((HF_CONFIGS / "expected.json").read_text())
 
 
 def test_course_preset_counts(api):
@@ -46,7 +46,7 @@ def test_preset_counts_match_the_reference_model(api, name):
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_hf_import_matches_published_counts(api, name):
-    config = json.loads((FIXTURES / f"{name}.json").read_text())
+    config = json.loads((HF_CONFIGS / f"{name}.json").read_text())
     body = api.ok("/api/v1/models/import", config)
     assert body["params"]["total"] == EXPECTED[name]["total_params"], EXPECTED[name]["source"]
     assert body["model_type"] == config["model_type"]
@@ -56,7 +56,7 @@ def test_hf_import_matches_published_counts(api, name):
 
 
 def test_pythia_non_embedding_count(api):
-    config = json.loads((FIXTURES / "pythia-160m.json").read_text())
+    config = json.loads((HF_CONFIGS / "pythia-160m.json").read_text())
     body = api.ok("/api/v1/models/import", config)
     assert body["params"]["non_embedding"] == EXPECTED["pythia-160m"]["non_embedding_params"]
 
@@ -64,7 +64,7 @@ def test_pythia_non_embedding_count(api):
 def test_import_rejections_name_the_config_key(api):
     assert_names_field(api.post("/api/v1/models/import", {"model_type": "mamba"}), "model_type")
     assert_names_field(api.post("/api/v1/models/import", {"hidden_size": 8}), "model_type")
-    llama = json.loads((FIXTURES / "llama-2-7b.json").read_text())
+    llama = json.loads((HF_CONFIGS / "llama-2-7b.json").read_text())
     assert_names_field(api.post("/api/v1/models/import", {**llama, "hidden_size": 0}), "hidden_size")
     assert_names_field(api.post("/api/v1/models/import", {**llama, "hidden_size": "4096"}), "hidden_size")
     missing = {k: v for k, v in llama.items() if k != "num_hidden_layers"}

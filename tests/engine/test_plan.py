@@ -14,7 +14,7 @@ from app.accounting.plan.layout import Cluster, Layout, divisors, groups
 from app.accounting.plan.search import Limits, search
 from app.accounting.plan.step import Workload, memory_of, step_time
 from app.accounting.training import memory
-from tests.conftest import assert_names_field
+from tests.support.api import assert_names_field
 
 H100 = hardware.gpu("h100-sxm")
 NVLINK = Link(450e9, 3.4e-6)

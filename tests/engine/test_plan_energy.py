@@ -7,7 +7,7 @@ import math
 import pytest
 
 from app.numbers import kwh, sig
-from tests.conftest import assert_names_field
+from tests.support.api import assert_names_field
 
 PLAN = "/api/v1/plan/training"
 # gpt2 on one HGX node: 64 sequences of 1,024 tokens = 65,536 tokens per step.

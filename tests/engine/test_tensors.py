@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from app.accounting import tensors
-from tests.conftest import assert_names_field
+from tests.support.api import assert_names_field
 
 
 def test_course_gpt3_ffn_matrix_is_2304_mib(api):

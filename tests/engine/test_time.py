@@ -2,7 +2,7 @@
 
 import pytest
 
-from tests.conftest import assert_names_field
+from tests.support.api import assert_names_field
 
 TRAINING = "/api/v1/time/training"
 

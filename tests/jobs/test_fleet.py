@@ -18,7 +18,7 @@ from app.api.services import fleet as fleet_service
 from app.device import fleet_device
 from app.jobs.dispatcher import CHILD_ARGV, Dispatcher
 from app.jobs.fleet import Serves, Targets
-from tests.conftest import assert_names_field
+from tests.support.api import assert_names_field
 
 H100 = {
     "device": "GPU-1111",
@@ -253,7 +253,7 @@ def test_tally_burn_in_runs_a_campaign_through_a_live_server_and_prints_its_tabl
     """A real server on SQLite, its embedded CPU dispatcher registered as
     box-x; `tally burn-in` posts the campaign, follows it and prints the table. One device alone
     is never flagged, so it exits 0."""
-    from tests.api.test_cli import TALLY, tally
+    from tests.support.cli import TALLY, tally
     from tests.support.live import serve
 
     env = {

@@ -14,8 +14,8 @@ from app.jobs.dispatcher import Dispatcher, default_worker_id
 from app.jobs.store import Store
 from app.main import create_app, dispatchers
 from app.ops.metrics import Metrics
-from tests.conftest import Api, assert_names_field
-from tests.jobs.test_jobs import FAULT_ARGV, overlapping
+from tests.support.api import Api, assert_names_field
+from tests.support.jobs import FAULT_ARGV, overlapping
 from tests.support.results import report
 from tests.support.waiting import PATIENCE_S, wait_for
 

@@ -1,11 +1,10 @@
 """The dispatcher and the standalone worker, over a real job queue (the queue itself: test_store.py),
-on SQLite and on PostgreSQL (`store`, tests/conftest.py).
+on SQLite and on PostgreSQL (`store`, tests/jobs/conftest.py).
 
 Children are tests/support/fault_child.py: the real child protocol with probes that misbehave on
 request. Waits poll against generous deadlines; nothing here asserts a speed.
 """
 
-import itertools
 import json
 import logging
 import signal
@@ -19,26 +18,11 @@ from pathlib import Path
 import pytest
 
 from app.jobs.dispatcher import Dispatcher
-from app.jobs.job import Job
 from app.jobs.store import Store
+from tests.support import ROOT
+from tests.support.jobs import FAULT_ARGV, alive, overlapping, pids
 from tests.support.results import report
 from tests.support.waiting import PATIENCE_S, wait_for
-
-ROOT = Path(__file__).resolve().parents[2]
-FAULT_ARGV = [sys.executable, "-m", "tests.support.fault_child"]
-
-
-def alive(pid: int) -> bool:
-    """Running, not merely a zombie that nobody has reaped yet (a container's init may not)."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
-def pids(path: Path) -> list[int]:
-    return [int(line) for line in path.read_text().split()] if path.exists() else []
 
 
 @pytest.fixture
@@ -149,16 +133,6 @@ def test_stop_requeues_the_running_job(store, pidfile):
     after = store.get(job.id)
     assert (after.status, after.attempts) == ("queued", 0)
     assert not alive(pid)
-
-
-def overlapping(jobs: list[Job]) -> list[tuple[int, int]]:
-    """The pairs of ended jobs whose runs, [started_at, finished_at] from their rows, share a moment.
-
-    A dispatcher claims its next job only after recording the last one's end, so the rows alone
-    show whether two ever ran at once, however briefly: no sampling that could miss it.
-    """
-    return [(a.id, b.id) for a, b in itertools.combinations(jobs, 2)
-            if a.started_at < b.finished_at and b.started_at < a.finished_at]
 
 
 def test_one_job_at_a_time_under_concurrent_submits(store):

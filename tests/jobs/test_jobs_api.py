@@ -10,9 +10,9 @@ import pytest
 from pydantic import SecretStr
 
 from app import device
-from app.jobs.dispatcher import Dispatcher
 from app.probes.results import Environment
-from tests.conftest import Api, assert_names_field
+from tests.support.api import assert_names_field
+from tests.support.jobs import H100, run_all
 from tests.support.results import minimal, result_for
 
 JOBS = "/api/v1/jobs"
@@ -22,13 +22,6 @@ TINY_MATMUL = {"probe": "matmul", "params": {
 TINY_STEP = {"probe": "train_step", "params": {
     "model": {"kind": "cruncher", "dim": 16, "num_layers": 1}, "batch_size": 2, "seq_len": 4,
     "steps": 1, "warmup_steps": 1}}
-
-
-def run_all(api: Api) -> None:
-    """Drain the queue with a real dispatcher and real children."""
-    dispatcher = Dispatcher(api.app.state.store, "test-worker")
-    while dispatcher.run_once():
-        pass
 
 
 def test_submit_answers_202_with_the_queued_job(make_api):
@@ -174,12 +167,6 @@ def test_device_is_described_without_torch(make_api):
     info = make_api().get("/api/v1/device").json()
     assert info["kind"] in ("cpu", "cuda")
     assert info["memory_bytes"] > 0 and info["cpu_count"] >= 1
-
-
-H100 = device.DeviceInfo(
-    kind="cuda", name="NVIDIA H100 80GB HBM3", catalogue_id="h100-sxm", index=0, memory_bytes=80 * 10**9,
-    memory_used_bytes=0, gpu_count=1, compute_capability="9.0", driver_version="550",
-    cuda_driver_version="12.4", cpu_count=16, source="nvml", note=None)
 
 
 def test_time_calculator_uses_the_measured_mfu(make_api, monkeypatch):

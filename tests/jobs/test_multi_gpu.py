@@ -19,9 +19,9 @@ from app.jobs.dispatcher import Dispatcher
 from app.jobs.job import Job
 from app.jobs.store import Store
 from app.main import create_app
-from tests.api.test_cli import run_main
-from tests.conftest import Api, assert_names_field
-from tests.jobs.test_jobs import FAULT_ARGV
+from tests.support.api import Api, assert_names_field
+from tests.support.cli import run_main
+from tests.support.jobs import FAULT_ARGV
 from tests.support.results import report, result_for
 from tests.support.waiting import PATIENCE_S, wait_for
 

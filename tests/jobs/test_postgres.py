@@ -9,6 +9,8 @@ import pytest
 
 from tests.support import pg
 
+pytestmark = pytest.mark.postgres  # its own cluster, not the pg_server fixture's
+
 
 @pytest.fixture(scope="module")
 def url():

@@ -20,7 +20,7 @@ import pytest
 from app.jobs import sweep
 from app.jobs.dispatcher import Dispatcher
 from app.jobs.store import Store
-from tests.jobs.test_jobs import FAULT_ARGV, alive, pids
+from tests.support.jobs import FAULT_ARGV, alive, pids
 from tests.support.waiting import PATIENCE_S, wait_for
 
 RANKS = 4

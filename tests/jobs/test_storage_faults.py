@@ -13,7 +13,7 @@ from app.config import Settings
 from app.jobs.storage import StoreUnavailable
 from app.jobs.store import Store
 from app.main import create_app
-from tests.conftest import Api
+from tests.support.api import Api
 from tests.support.live import ROOT
 
 JOB = {"probe": "bandwidth", "params": {"device": "cpu", "size_bytes": 2**20}}

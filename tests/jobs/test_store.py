@@ -1,6 +1,6 @@
 """The job queue (app/jobs/store.py): submitting, claiming, finishing, cancelling, recovering,
 and the table of state moves every change goes through (app/jobs/job.py). Every test that takes
-`store` runs on SQLite and on PostgreSQL (tests/conftest.py)."""
+`store` runs on SQLite and on PostgreSQL (tests/jobs/conftest.py)."""
 
 import ast
 import inspect

@@ -12,8 +12,8 @@ from app.config import Settings
 from app.jobs.storage import StoreUnavailable
 from app.jobs.store import Store
 from app.main import create_app
-from tests.conftest import Api, pg_database
 from tests.support import pg
+from tests.support.api import Api
 from tests.support.live import ROOT
 
 JOB = {"probe": "bandwidth", "params": {"device": "cpu", "size_bytes": 2**20}}
@@ -78,7 +78,7 @@ def test_a_bad_scheme_is_a_settings_error_naming_the_variable(tmp_path):
 
 
 def test_a_database_gone_at_run_time_is_a_json_503_and_nothing_else_breaks(pg_server):
-    url = pg_database(pg_server)
+    url = pg.new_database(pg_server)
     api = Api(create_app(Settings(database_url=url, embedded_worker=False)))
     try:
         first = api.post("/api/v1/jobs", JOB)

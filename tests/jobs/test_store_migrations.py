@@ -19,7 +19,7 @@ from app.jobs import schema
 from app.jobs.job import STATES, result_json
 from app.jobs.storage import StoreUnavailable
 from app.jobs.store import Store
-from tests.conftest import pg_database
+from tests.support import pg
 from tests.support.results import result_for
 
 JOBS_V0 = """
@@ -206,7 +206,7 @@ def test_a_new_sqlite_file_is_the_last_shipped_schema_migrated_exactly(tmp_path)
 @pytest.mark.parametrize("name", POSTGRES)
 def test_a_postgresql_schema_of_each_version_is_migrated_keeping_every_row(pg_server, name):
     ddl = POSTGRES[name]
-    url = pg_database(pg_server)
+    url = pg.new_database(pg_server)
     with psycopg.connect(url, autocommit=True, row_factory=dict_row) as db:
         db.execute(ddl)
         have = [row["column_name"] for row in db.execute(
@@ -219,7 +219,7 @@ def test_a_postgresql_schema_of_each_version_is_migrated_keeping_every_row(pg_se
         assert db.execute("SELECT version FROM tally_schema").fetchall() == [{"version": schema.VERSION}]
     try:
         _check_migrated(store, before, after, tuple(sorted(set(after[0]) - set(before[0]))))
-        fresh = Store(pg_database(pg_server))
+        fresh = Store(pg.new_database(pg_server))
         assert _table_shape(store.database) == _table_shape(fresh.database)
         fresh.close()
         shape = _table_shape(store.database)
@@ -260,7 +260,7 @@ def test_stores_opening_an_old_database_at_once_migrate_it_once(tmp_path, reques
             for row in rows(without=ADDED_SINCE_V0):
                 _insert(db.execute, "?", "jobs", row)
     else:
-        database = pg_database(request.getfixturevalue("pg_server"))
+        database = pg.new_database(request.getfixturevalue("pg_server"))
         with psycopg.connect(database, autocommit=True) as db:
             db.execute(POSTGRES["v0"])
             for row in rows(without=ADDED_SINCE_V0):

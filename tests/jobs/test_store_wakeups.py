@@ -10,8 +10,8 @@ import pytest
 
 from app.jobs.dispatcher import Dispatcher
 from app.jobs.store import Store
-from tests.conftest import pg_database
-from tests.jobs.test_jobs import FAULT_ARGV
+from tests.support import pg
+from tests.support.jobs import FAULT_ARGV
 from tests.support.waiting import PATIENCE_S, wait_for
 
 # An idle dispatcher's poll interval far beyond the pick-up the test asks for.
@@ -28,7 +28,7 @@ def listening(store: Store) -> int:
 
 @pytest.fixture
 def pg_store(pg_server) -> Store:
-    store = Store(pg_database(pg_server))
+    store = Store(pg.new_database(pg_server))
     yield store
     store.close()
 

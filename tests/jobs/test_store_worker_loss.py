@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 
-from tests.jobs.test_jobs import ROOT
+from tests.support import ROOT
 from tests.support.waiting import wait_for
 
 # Seconds without a heartbeat before the second worker takes the job as its dead worker's (the

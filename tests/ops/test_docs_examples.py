@@ -4,7 +4,6 @@ works, every figure their prose quotes is the API's, every setting is listed wit
 import json
 import re
 import shlex
-from pathlib import Path
 
 import pytest
 import yaml
@@ -12,9 +11,8 @@ import yaml
 from app.config import Settings
 from app.jobs.dispatcher import Dispatcher
 from app.main import create_app
-from tests.conftest import Api
-
-ROOT = next(p for p in Path(__file__).resolve().parents if (p / "mkdocs.yml").exists())
+from tests.support import ROOT
+from tests.support.api import Api
 
 
 def _nav_pages(nav: list) -> list[str]:

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support import ROOT
+
 APP = ROOT / "app"
 
 # Lowest first. A part may import the parts of earlier layers only.

@@ -13,7 +13,7 @@ from pydantic import SecretStr
 from app import logs
 from app.config import Settings, is_loopback
 from app.main import create_app
-from tests.conftest import Api
+from tests.support.api import Api
 from tests.support.live import serve
 
 JOBS = "/api/v1/jobs"

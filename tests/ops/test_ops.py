@@ -6,7 +6,7 @@ import pytest
 
 from app.config import Settings
 from app.main import create_app
-from tests.conftest import Api
+from tests.support.api import Api
 from tests.support.waiting import wait_for
 
 

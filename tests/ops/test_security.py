@@ -11,7 +11,7 @@ import pytest
 from app.config import Settings
 from app.ops.security import hostname
 from app.paths import TEMPLATES_DIR
-from tests.conftest import Api, assert_names_field
+from tests.support.api import Api, assert_names_field
 
 JOBS = "/api/v1/jobs"
 JOB = {"probe": "bandwidth", "params": {"size_bytes": 2**20, "measure_s": 0.01}}

@@ -8,7 +8,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 from transformers import AutoConfig, AutoModelForCausalLM
 
-from tests.oracles.test_hf_dense import SMALL
+from tests.support.hf_configs_dense import SMALL
 
 
 def counted(config: dict, batch: int, seq: int) -> tuple[int, int]:

@@ -13,37 +13,9 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 from transformers import AutoConfig, AutoModelForCausalLM
 
+from tests.support.hf_configs_moe import SMALL as CONFIGS
 from tests.support.hf_configs_moe import random_configs
 from tests.support.hf_oracle import one_thread
-
-# One small config.json per family, typed here; between them: shared experts and their gate, dense
-# layers by first_k_dense_replace, decoder_sparse_step and mlp_only_layers, a query latent and none,
-# attention biases, head_dim, grouped-query attention, tied embeddings.
-CONFIGS = {
-    "mixtral": {"model_type": "mixtral", "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
-                "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 300,
-                "num_local_experts": 4, "num_experts_per_tok": 2, "sliding_window": 16},
-    "qwen2_moe": {"model_type": "qwen2_moe", "hidden_size": 48, "intermediate_size": 80,
-                  "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2,
-                  "vocab_size": 200, "num_experts": 6, "num_experts_per_tok": 2, "moe_intermediate_size": 24,
-                  "shared_expert_intermediate_size": 40, "decoder_sparse_step": 1, "mlp_only_layers": [2],
-                  "tie_word_embeddings": True},
-    "qwen3_moe": {"model_type": "qwen3_moe", "hidden_size": 32, "intermediate_size": 64,
-                  "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 1,
-                  "head_dim": 12, "vocab_size": 150, "num_experts": 8, "num_experts_per_tok": 3,
-                  "moe_intermediate_size": 16, "decoder_sparse_step": 2, "attention_bias": True},
-    "deepseek_v2": {"model_type": "deepseek_v2", "hidden_size": 64, "intermediate_size": 96,
-                    "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 4,
-                    "vocab_size": 250, "q_lora_rank": None, "kv_lora_rank": 16, "qk_nope_head_dim": 8,
-                    "qk_rope_head_dim": 4, "v_head_dim": 12, "n_routed_experts": 8, "num_experts_per_tok": 3,
-                    "n_shared_experts": 2, "moe_intermediate_size": 20, "first_k_dense_replace": 1},
-    "deepseek_v3": {"model_type": "deepseek_v3", "hidden_size": 64, "intermediate_size": 96,
-                    "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 4,
-                    "vocab_size": 250, "q_lora_rank": 24, "kv_lora_rank": 16, "qk_nope_head_dim": 8,
-                    "qk_rope_head_dim": 4, "v_head_dim": 8, "n_routed_experts": 8, "num_experts_per_tok": 2,
-                    "n_group": 2, "topk_group": 1, "n_shared_experts": 1, "moe_intermediate_size": 20,
-                    "first_k_dense_replace": 1, "attention_bias": True},
-}
 
 
 def counted(config: dict, batch: int, seq: int, seed: int = 0) -> tuple[int, int, list[list[int]]]:

@@ -9,7 +9,7 @@ from transformers import AutoConfig, AutoModelForCausalLM
 from app.accounting.errors import InvalidInput
 from app.accounting.finetune.freeze import freeze_params
 from app.accounting.hf.read import import_config
-from tests.oracles.test_lora_peft import FAMILIES
+from tests.support.lora import FAMILIES
 
 CASES = [(False, False, 1), (True, True, 0), (True, True, 2), (False, False, 0), (True, False, 1),
          (False, True, 2)]

@@ -10,7 +10,7 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from app.accounting.hf import import_config
-from tests.conftest import assert_names_field
+from tests.support.api import assert_names_field
 from tests.support.hf_configs_dense import (
     FALCON_7B,
     FALCON_40B,
@@ -22,51 +22,15 @@ from tests.support.hf_configs_dense import (
     OLMO_7B,
     PHI3_MINI,
     QWEN3_8B,
+    SMALL,
+    SMALL_BASE,
+    SMALL_GEMMA3_TEXT,
     STARCODER2_7B,
 )
 from tests.support.hf_configs_real import GEMMA2_9B
 from tests.support.hf_oracle import hf_param_count
 
 IMPORT = "/api/v1/models/import"
-_BASE = {"hidden_size": 64, "num_attention_heads": 4, "intermediate_size": 96, "num_hidden_layers": 2,
-         "vocab_size": 100}
-_FALCON = {k: v for k, v in _BASE.items() if k != "intermediate_size"}  # Falcon: ffn_hidden_size
-_TEXT3 = {**_BASE, "model_type": "gemma3_text", "num_key_value_heads": 2, "head_dim": 24,
-          "num_hidden_layers": 7, "sliding_window_pattern": 3, "sliding_window": 16,
-          "tie_word_embeddings": False}
-# Small config.json bodies typed here: each family, and each Falcon block layout.
-SMALL = {
-    "qwen3": {**_BASE, "model_type": "qwen3", "num_key_value_heads": 2, "head_dim": 24,
-              "attention_bias": True},
-    "qwen3-window": {**_BASE, "model_type": "qwen3", "num_key_value_heads": 1, "head_dim": 16,
-                     "use_sliding_window": True, "sliding_window": 16, "max_window_layers": 0,
-                     "tie_word_embeddings": True},
-    "gemma": {**_BASE, "model_type": "gemma", "num_key_value_heads": 2, "head_dim": 24},
-    "gemma2": {**_BASE, "model_type": "gemma2", "num_key_value_heads": 2, "head_dim": 24,
-               "num_hidden_layers": 3, "sliding_window": 16},
-    "gemma3_text": _TEXT3,
-    "gemma3": {"model_type": "gemma3", "tie_word_embeddings": False, "text_config": _TEXT3,
-               "vision_config": {"model_type": "siglip_vision_model", "hidden_size": 32,
-                                 "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2,
-                                 "image_size": 28, "patch_size": 14}, "mm_tokens_per_image": 4},
-    "phi3": {**_BASE, "model_type": "phi3", "num_key_value_heads": 2, "sliding_window": 16,
-             "pad_token_id": 0},
-    "olmo": {**_BASE, "model_type": "olmo", "num_key_value_heads": 2, "attention_bias": True},
-    "olmo2": {**_BASE, "model_type": "olmo2", "num_key_value_heads": 2, "head_dim": 8},
-    "falcon-mq": {**_FALCON, "model_type": "falcon"},  # Falcon-7B's block: multi-query, one shared norm
-    "falcon-gqa": {**_FALCON, "model_type": "falcon", "new_decoder_architecture": True, "num_kv_heads": 2,
-                   "bias": True, "ffn_hidden_size": 72, "tie_word_embeddings": False},
-    "falcon-gqa-shared": {**_FALCON, "model_type": "falcon", "new_decoder_architecture": True,
-                          "num_kv_heads": 1, "num_ln_in_parallel_attn": 1},
-    "falcon-n-embed": {**{k: v for k, v in _FALCON.items() if k != "hidden_size"}, "model_type": "falcon",
-                       "n_embed": 32},  # FalconConfig's old spelling of hidden_size
-    "falcon-rw": {**_FALCON, "model_type": "falcon", "alibi": True, "multi_query": False,
-                  "parallel_attn": False, "bias": True, "ffn_hidden_size": 40},
-    "starcoder2": {**_BASE, "model_type": "starcoder2", "num_key_value_heads": 2, "head_dim": 24,
-                   "sliding_window": 16, "bos_token_id": 0, "eos_token_id": 0},
-    "starcoder2-no-bias": {**_BASE, "model_type": "starcoder2", "num_key_value_heads": 1, "use_bias": False,
-                           "tie_word_embeddings": False, "bos_token_id": 0, "eos_token_id": 0},
-}
 
 
 def oracle(config: dict) -> int:
@@ -158,7 +122,7 @@ def test_conventions_are_warned(api):
     ({**SMALL["gemma3_text"], "num_hidden_layers": 4,
       "layer_types": ["sliding_attention", "full_attention", "full_attention", "sliding_attention"]},
      "layer_types"),
-    ({**SMALL["gemma3"], "text_config": {**_TEXT3, "num_hidden_layers": 3, "layer_types": [
+    ({**SMALL["gemma3"], "text_config": {**SMALL_GEMMA3_TEXT, "num_hidden_layers": 3, "layer_types": [
         "full_attention", "sliding_attention", "sliding_attention"]}}, "text_config.layer_types"),
     ({**SMALL["gemma2"], "layer_types": ["sliding_attention", "full_attention"]}, "layer_types"),  # 3 layers
     ({**SMALL["gemma2"], "layer_types": ["sliding_attention", "linear_attention", "full_attention"]},
@@ -180,17 +144,19 @@ def test_conventions_are_warned(api):
     ({**SMALL["falcon-gqa"], "n_head_kv": 4}, "n_head_kv"),
     # gemma3: the wrapper's keys, and its text_config's, named as nested.
     ({**SMALL["gemma3"], "tie_word_embeddings": True}, "tie_word_embeddings"),
-    ({**SMALL["gemma3"], "text_config": {**_TEXT3, "num_key_value_heads": 3}},
+    ({**SMALL["gemma3"], "text_config": {**SMALL_GEMMA3_TEXT, "num_key_value_heads": 3}},
      "text_config.num_key_value_heads"),
-    ({**SMALL["gemma3"], "text_config": {**_TEXT3, "hidden_size": "64"}}, "text_config.hidden_size"),
-    ({**SMALL["gemma3"], "text_config": {**_TEXT3, "num_experts": 4}}, "text_config.num_experts"),
-    ({**SMALL["gemma3"], "text_config": {**_TEXT3, "model_type": "gemma2"}}, "text_config.model_type"),
+    ({**SMALL["gemma3"], "text_config": {**SMALL_GEMMA3_TEXT, "hidden_size": "64"}},
+     "text_config.hidden_size"),
+    ({**SMALL["gemma3"], "text_config": {**SMALL_GEMMA3_TEXT, "num_experts": 4}}, "text_config.num_experts"),
+    ({**SMALL["gemma3"], "text_config": {**SMALL_GEMMA3_TEXT, "model_type": "gemma2"}},
+     "text_config.model_type"),
 ])
 def test_what_cannot_be_honoured_is_refused(api, config, field):
     assert_names_field(api.post(IMPORT, config), field)
 
 
-_LLAMA = {**_BASE, "model_type": "llama", "num_key_value_heads": 2}
+_LLAMA = {**SMALL_BASE, "model_type": "llama", "num_key_value_heads": 2}
 
 
 @pytest.mark.parametrize("config,key", [

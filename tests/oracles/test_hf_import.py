@@ -3,7 +3,7 @@ exact totals, and a 422 naming the key wherever a count cannot be exact."""
 
 import pytest
 
-from tests.conftest import assert_names_field
+from tests.support.api import assert_names_field
 from tests.support.hf_oracle import hf_param_count
 
 NEOX_NO_ATTN_BIAS = {"model_type": "gpt_neox", "hidden_size": 64, "num_attention_heads": 4,

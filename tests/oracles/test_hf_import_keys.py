@@ -3,16 +3,16 @@ configs, and every count-changing key a supported family does not read, are 422s
 naming the key; neutral values and count-neutral keys still import."""
 
 import json
-from pathlib import Path
 
 import pytest
 
-from tests.conftest import assert_names_field
+from tests.support import FIXTURES
+from tests.support.api import assert_names_field
 from tests.support.hf_configs_real import DEEPSEEK_V3, GEMMA2_9B
 from tests.support.hf_oracle import hf_param_count
 
 IMPORT = "/api/v1/models/import"
-FIXTURES = Path(__file__).resolve().parents[1] / "support" / "fixtures" / "hf_configs"
+HF_CONFIGS = FIXTURES / "hf_configs"
 LLAMA = {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 4,
          "intermediate_size": 96,
          "num_hidden_layers": 2, "vocab_size": 100}
@@ -99,6 +99,6 @@ def test_gpt2_reads_hidden_size_as_gpt2config_does(api):
 @pytest.mark.parametrize("name", ["llama-2-7b", "llama-3-8b", "mistral-7b", "qwen2-0.5b", "qwen2-7b",
                                   "gpt2", "pythia-160m"])
 def test_real_configs_list_only_the_unknown_key(api, name):
-    config = {**json.loads((FIXTURES / f"{name}.json").read_text()), "my_custom_flag": 3}
+    config = {**json.loads((HF_CONFIGS / f"{name}.json").read_text()), "my_custom_flag": 3}
     unknown = [w for w in api.ok(IMPORT, config)["warnings"] if "does not know" in w]
     assert unknown == ["keys Tally does not know, assumed not to change the count: my_custom_flag"]

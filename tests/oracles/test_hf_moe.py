@@ -8,7 +8,7 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from app.accounting.hf import import_config
-from tests.conftest import assert_names_field
+from tests.support.api import assert_names_field
 from tests.support.hf_configs_moe import (
     DEEPSEEK_V2_LITE,
     MIXTRAL_8X7B,

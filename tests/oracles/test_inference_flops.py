@@ -12,8 +12,8 @@ from transformers import AutoConfig, AutoModelForCausalLM
 
 from app.accounting.hf.read import import_config
 from app.accounting.inference import roofline
-from tests.oracles.test_flops_hf_moe import CONFIGS as MOE
-from tests.oracles.test_hf_dense import SMALL
+from tests.support.hf_configs_dense import SMALL
+from tests.support.hf_configs_moe import SMALL as MOE
 from tests.support.hf_oracle import one_thread
 
 FAMILIES = {

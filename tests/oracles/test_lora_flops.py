@@ -13,8 +13,8 @@ from app.accounting.finetune.flops import step_flops
 from app.accounting.finetune.lora import HF_NAMES
 from app.accounting.finetune.spec import FineTune
 from app.accounting.hf.read import import_config
-from tests.oracles.test_lora_peft import FAMILIES, FUSED, lora_config
 from tests.support.hf_oracle import one_thread
+from tests.support.lora import FAMILIES, FUSED, lora_config
 
 MOE = {"mixtral", "qwen2_moe"}
 TARGET_SETS = [("q", "v"), ("v",), ("k", "o"), ("q", "k", "v", "o", "gate", "up", "down"), ("down",),

@@ -7,7 +7,7 @@ from app.bench import burn_in
 from app.measured.burn_in import METRICS, Reading, compare, leaderboard, reading
 from app.probes.burn_in import BURN_IN_SIZES, BurnInParams, parts
 from app.probes.registry import PROBES, RESULTS
-from tests.conftest import assert_names_field
+from tests.support.api import assert_names_field
 
 T = 1e12
 QUICK = {"device": "cpu", "warmup_s": 0.01, "measure_s": 0.02, "min_iters": 2, "max_iters": 3,
@@ -108,7 +108,7 @@ def test_bad_burn_in_params_are_refused_by_name(make_api, field, value):
 
 
 def test_tally_probe_burn_in_prints_the_three_sustained_runs(tmp_path):
-    from tests.api.test_cli import tally
+    from tests.support.cli import tally
 
     done = tally("probe", "burn_in", "--sustain-s", "0.1", "--warmup-s", "0.01", "--measure-s", "0.02",
                  cwd=tmp_path)

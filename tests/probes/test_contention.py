@@ -9,7 +9,7 @@ from app.config import Settings
 from app.main import create_app
 from app.probes.registry import RESULTS
 from app.probes.results import BusyProcess, Contention, Environment
-from tests.conftest import Api
+from tests.support.api import Api
 from tests.support.results import minimal, result_for
 from tests.support.waiting import wait_for
 

@@ -5,9 +5,9 @@ for another GPU. An H100's identity stands in for this CPU box, as test_jobs_api
 
 from app import device
 from app.probes.results import Environment
-from tests.conftest import assert_names_field
-from tests.jobs.test_jobs_api import H100
+from tests.support.api import assert_names_field
 from tests.support.bench_jobs import matmul, matmul_point
+from tests.support.jobs import H100
 from tests.support.results import minimal, result_for
 
 TIME = "/api/v1/inference/time"

@@ -22,7 +22,8 @@ from app.bench import lora, train_step
 from app.bench.models import Transformer, blocks
 from app.probes.train_step import predict
 from app.probes.train_step.params import TrainStepParams
-from tests.conftest import assert_names_field
+from tests.support import ROOT
+from tests.support.api import assert_names_field
 
 QUICK = {"warmup_s": 0.01, "measure_s": 0.01, "min_iters": 3, "max_iters": 5}
 LLAMA = {"vocab_size": 512, "d_model": 64, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2, "mlp": "swiglu",
@@ -235,7 +236,7 @@ def test_qlora_without_bitsandbytes_is_refused_before_it_runs(tmp_path):
     for entry in site.iterdir():
         if not entry.name.startswith("bitsandbytes"):
             (tmp_path / entry.name).symlink_to(entry)
-    root = Path(__file__).resolve().parents[2]
+    root = ROOT
     script = (
         "import importlib.util, json\n"
         "from app.accounting.errors import InvalidInput\n"

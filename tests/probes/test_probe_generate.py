@@ -27,11 +27,11 @@ from app.bench import decode, generate
 from app.bench.models import Transformer
 from app.cli.probe import printed
 from app.probes.registry import PROBES, RESULTS
-from tests.api.test_cli import run_main
-from tests.conftest import assert_names_field
-from tests.jobs.test_jobs_api import run_all
+from tests.support.api import assert_names_field
 from tests.support.bench_jobs import finished
+from tests.support.cli import run_main
 from tests.support.hf_oracle import one_thread
+from tests.support.jobs import run_all
 
 JOBS = "/api/v1/jobs"
 QUICK = {"warmup_s": 0.01, "measure_s": 0.01, "min_iters": 3, "max_iters": 5}

@@ -11,7 +11,7 @@ from app.bench import checkpoint, data_loader
 from app.probes import scratch
 from app.probes.data_loader import MAX_FILE_BYTES
 from app.probes.registry import PROBES, RESULTS
-from tests.conftest import assert_names_field
+from tests.support.api import assert_names_field
 
 QUICK = {"device": "cpu", "warmup_s": 0.01, "measure_s": 0.02, "min_iters": 3, "max_iters": 10}
 CRUNCHER = {"kind": "cruncher", "dim": 256, "num_layers": 2}
@@ -145,7 +145,7 @@ def test_each_probe_states_its_scratch_file():
 
 
 def test_tally_probe_prints_both_tables_through_the_child(tmp_path):
-    from tests.api.test_cli import tally
+    from tests.support.cli import tally
 
     quick = ("--device", "cpu", "--warmup-s", "0.01", "--measure-s", "0.02", "--max-iters", "10")
     done = tally("probe", "data_loader", "--model", '{"kind": "cruncher", "dim": 64, "num_layers": 1}',
@@ -167,7 +167,7 @@ def test_tally_probe_prints_both_tables_through_the_child(tmp_path):
 def test_the_job_pages_show_the_headline_figures_and_charts(make_api):
     from app.numbers import sig
     from tests.support.bench_jobs import finished
-    from tests.web.test_bench_pages import chart, element
+    from tests.support.html import chart, element
 
     api = make_api()
     store = api.app.state.store

@@ -8,7 +8,7 @@ import torch
 from app.accounting.models import TransformerConfig
 from app.bench import train_step
 from app.bench.models import Transformer
-from tests.probes.test_probe_moe import LLAMA, QUICK, TRAINING, quiet, saved_bytes_per_layer
+from tests.support.train_step import LLAMA, QUICK, TRAINING, quiet, saved_bytes_per_layer
 
 CONFIGS = {
     "post (OLMo 2)": LLAMA | {"norm_layout": "post", "qk_norm": "projection"},

@@ -3,8 +3,6 @@ sizes: the layers compute what transformers' do, the model is the one the calcul
 count (parameters and FLOPs against FlopCounterMode), and its measured memory (peak live
 bytes, and the bytes autograd saves per layer) is what the calculators predict."""
 
-from collections import defaultdict
-
 import pytest
 import torch
 import torch.nn.functional as F
@@ -14,12 +12,8 @@ from torch.utils.flop_counter import FlopCounterMode
 from app.accounting.models import TransformerConfig
 from app.bench import train_step
 from app.bench.models import Experts, LatentAttention, Transformer, _NarrowValueAttention, rope_tables
+from tests.support.train_step import LLAMA, QUICK, TRAINING, quiet, saved_bytes_per_layer
 
-QUICK = {"warmup_s": 0.01, "measure_s": 0.01, "min_iters": 3, "max_iters": 5}
-TRAINING = "/api/v1/memory/training"
-
-LLAMA = {"vocab_size": 512, "d_model": 64, "n_layers": 2, "n_heads": 4, "mlp": "swiglu", "norm": "rmsnorm",
-         "position": "rope", "bias": False, "tied_embeddings": False}
 CONFIGS = {
     # Mixtral's layout: every layer routes, top-2 of 4 experts.
     "mixtral": LLAMA | {"n_experts": 4, "top_k": 2, "d_ff_expert": 96},
@@ -41,10 +35,6 @@ CONFIGS = {
                          "d_ff_expert": 32, "n_shared_experts": 2, "first_dense_layers": 1},
 }
 NAMES = list(CONFIGS)
-
-
-def quiet(*_):
-    return None
 
 
 def engine(name: str) -> TransformerConfig:
@@ -83,30 +73,6 @@ def test_train_step_flops_and_params_match_torch(name):
         logits = model(ids)
         F.cross_entropy(logits.flatten(0, 1), ids.flatten()).backward()
     assert result["flops_per_step"] == counter.get_total_flops()
-
-
-def saved_bytes_per_layer(cfg: TransformerConfig, b: int, s: int, dtype: torch.dtype) -> list[int]:
-    """Bytes autograd keeps for backward in each block's forward: distinct storages,
-    parameters excluded."""
-    torch.manual_seed(0)
-    model = Transformer(cfg).to(dtype)
-    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
-    current: list = [None]
-    seen: dict = defaultdict(dict)
-    for i, block in enumerate(model.blocks):
-        block.register_forward_pre_hook(lambda m, a, i=i: current.__setitem__(0, i))
-        block.register_forward_hook(lambda m, a, o: current.__setitem__(0, None))
-
-    def pack(t):
-        storage = t.untyped_storage()
-        if storage.data_ptr() not in params:
-            seen[current[0]][storage.data_ptr()] = storage.nbytes()
-        return t
-
-    ids = torch.randint(cfg.vocab_size, (b, s))
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        model(ids)
-    return [sum(seen[i].values()) for i in range(cfg.n_layers)]
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -16,7 +16,7 @@ from app.jobs import admission
 from app.probes import params as probe_params
 from app.probes.bandwidth import BandwidthParams
 from app.probes.registry import PROBES
-from tests.api.test_cli import run_main
+from tests.support.cli import run_main
 
 NAMES = list(PROBES)
 

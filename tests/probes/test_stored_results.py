@@ -14,16 +14,16 @@ import json
 import re
 import sqlite3
 import time
-from pathlib import Path
 
 import pytest
 
 from app.config import Settings
 from app.main import create_app
-from tests.conftest import Api
+from tests.support import FIXTURES
+from tests.support.api import Api
 
-FIXTURES = sorted((Path(__file__).resolve().parents[1] / "support" / "fixtures" / "results").glob("*.json"))
-CASES = [(path.stem, name) for path in FIXTURES for name in json.loads(path.read_text())]
+STORED = sorted((FIXTURES / "results").glob("*.json"))
+CASES = [(path.stem, name) for path in STORED for name in json.loads(path.read_text())]
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +33,7 @@ def stored(tmp_path_factory):
     api = Api(create_app(Settings(database_path=database)))
     ids = {}
     with sqlite3.connect(database) as db:
-        for path in FIXTURES:
+        for path in STORED:
             for name, result in json.loads(path.read_text()).items():
                 now = time.time()
                 cursor = db.execute(
@@ -50,9 +50,9 @@ def test_the_newest_version_has_a_fixture_of_every_probe_and_no_probe_was_droppe
     (v4 added generate)."""
     from app.probes.registry import PROBES
 
-    newest = max(FIXTURES, key=lambda path: int(path.stem.split("-")[0][1:]))
+    newest = max(STORED, key=lambda path: int(path.stem.split("-")[0][1:]))
     assert {r["probe"] for r in json.loads(newest.read_text()).values()} == set(PROBES), newest.name
-    for path in FIXTURES:
+    for path in STORED:
         assert {r["probe"] for r in json.loads(path.read_text()).values()} <= set(PROBES), path.name
 
 
@@ -89,7 +89,7 @@ def test_every_results_table_reads_without_exponents(version, name):
     from app.cli.probe import printed
     from app.probes.registry import RESULTS
 
-    path = next(p for p in FIXTURES if p.stem == version)
+    path = next(p for p in STORED if p.stem == version)
     result = RESULTS.validate_python(json.loads(path.read_text())[name])
     console = Console(width=400, record=True, file=io.StringIO())
     for part in printed(result):

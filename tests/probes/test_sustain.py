@@ -9,7 +9,7 @@ from app import device
 from app.bench import bandwidth, matmul, nvml, sustain, train_step
 from app.probes.matmul import MatmulParams
 from app.probes.registry import PROBES
-from tests.conftest import assert_names_field
+from tests.support.api import assert_names_field
 
 QUICK = {"device": "cpu", "warmup_s": 0.0, "measure_s": 0.005, "min_iters": 2, "max_iters": 3}
 

@@ -1,6 +1,7 @@
 """Real config.json files of the dense families (from the model cards; auto_map dropped where it
 names remote code). The two published totals the issue names for them are checked against
-these very dicts, so a mistyped shape would fail there first."""
+these very dicts, so a mistyped shape would fail there first. SMALL: tiny bodies of each family,
+typed for transformers to build on the CPU or the meta device."""
 
 # Qwen/Qwen3-8B config.json (published total 8,190,735,360).
 QWEN3_8B = {"architectures": ["Qwen3ForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
@@ -104,3 +105,46 @@ STARCODER2_7B = {"architectures": ["Starcoder2ForCausalLM"], "attention_dropout"
                  "num_hidden_layers": 32, "num_key_value_heads": 4, "rope_theta": 1000000,
                  "sliding_window": 4096, "torch_dtype": "bfloat16", "transformers_version": "4.37.0.dev0",
                  "use_bias": True, "use_cache": True, "vocab_size": 49152}
+
+
+# Small config.json bodies typed here, for the oracles to build: what every family shares, then
+# each family, and each Falcon block layout.
+SMALL_BASE = {"hidden_size": 64, "num_attention_heads": 4, "intermediate_size": 96, "num_hidden_layers": 2,
+              "vocab_size": 100}
+_FALCON = {k: v for k, v in SMALL_BASE.items() if k != "intermediate_size"}  # Falcon: ffn_hidden_size
+SMALL_GEMMA3_TEXT = {**SMALL_BASE, "model_type": "gemma3_text", "num_key_value_heads": 2, "head_dim": 24,
+                     "num_hidden_layers": 7, "sliding_window_pattern": 3, "sliding_window": 16,
+                     "tie_word_embeddings": False}
+SMALL = {
+    "qwen3": {**SMALL_BASE, "model_type": "qwen3", "num_key_value_heads": 2, "head_dim": 24,
+              "attention_bias": True},
+    "qwen3-window": {**SMALL_BASE, "model_type": "qwen3", "num_key_value_heads": 1, "head_dim": 16,
+                     "use_sliding_window": True, "sliding_window": 16, "max_window_layers": 0,
+                     "tie_word_embeddings": True},
+    "gemma": {**SMALL_BASE, "model_type": "gemma", "num_key_value_heads": 2, "head_dim": 24},
+    "gemma2": {**SMALL_BASE, "model_type": "gemma2", "num_key_value_heads": 2, "head_dim": 24,
+               "num_hidden_layers": 3, "sliding_window": 16},
+    "gemma3_text": SMALL_GEMMA3_TEXT,
+    "gemma3": {"model_type": "gemma3", "tie_word_embeddings": False, "text_config": SMALL_GEMMA3_TEXT,
+               "vision_config": {"model_type": "siglip_vision_model", "hidden_size": 32,
+                                 "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2,
+                                 "image_size": 28, "patch_size": 14}, "mm_tokens_per_image": 4},
+    "phi3": {**SMALL_BASE, "model_type": "phi3", "num_key_value_heads": 2, "sliding_window": 16,
+             "pad_token_id": 0},
+    "olmo": {**SMALL_BASE, "model_type": "olmo", "num_key_value_heads": 2, "attention_bias": True},
+    "olmo2": {**SMALL_BASE, "model_type": "olmo2", "num_key_value_heads": 2, "head_dim": 8},
+    "falcon-mq": {**_FALCON, "model_type": "falcon"},  # Falcon-7B's block: multi-query, one shared norm
+    "falcon-gqa": {**_FALCON, "model_type": "falcon", "new_decoder_architecture": True, "num_kv_heads": 2,
+                   "bias": True, "ffn_hidden_size": 72, "tie_word_embeddings": False},
+    "falcon-gqa-shared": {**_FALCON, "model_type": "falcon", "new_decoder_architecture": True,
+                          "num_kv_heads": 1, "num_ln_in_parallel_attn": 1},
+    "falcon-n-embed": {**{k: v for k, v in _FALCON.items() if k != "hidden_size"}, "model_type": "falcon",
+                       "n_embed": 32},  # FalconConfig's old spelling of hidden_size
+    "falcon-rw": {**_FALCON, "model_type": "falcon", "alibi": True, "multi_query": False,
+                  "parallel_attn": False, "bias": True, "ffn_hidden_size": 40},
+    "starcoder2": {**SMALL_BASE, "model_type": "starcoder2", "num_key_value_heads": 2, "head_dim": 24,
+                   "sliding_window": 16, "bos_token_id": 0, "eos_token_id": 0},
+    "starcoder2-no-bias": {**SMALL_BASE, "model_type": "starcoder2", "num_key_value_heads": 1,
+                           "use_bias": False, "tie_word_embeddings": False, "bos_token_id": 0,
+                           "eos_token_id": 0},
+}

@@ -1,6 +1,7 @@
 """Real config.json files of mixture-of-experts models (from the model cards), typed here so the
 import and transformers read the very same bytes (DeepSeek-V3's is in hf_configs_real.py), and
-seeded random small configs of each family."""
+seeded random small configs of each family; SMALL, one small config.json per family for the
+oracles to build."""
 
 import random
 
@@ -135,3 +136,33 @@ GENERATORS = {"mixtral": _mixtral, "qwen2_moe": lambda rng: _qwen_moe(rng, "qwen
 def random_configs(per_family: int, seed: int) -> list[dict]:
     rng = random.Random(seed)
     return [GENERATORS[family](rng) for _ in range(per_family) for family in GENERATORS]
+
+
+# One small config.json per family, typed here; between them: shared experts and their gate, dense
+# layers by first_k_dense_replace, decoder_sparse_step and mlp_only_layers, a query latent and none,
+# attention biases, head_dim, grouped-query attention, tied embeddings.
+SMALL = {
+    "mixtral": {"model_type": "mixtral", "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
+                "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 300,
+                "num_local_experts": 4, "num_experts_per_tok": 2, "sliding_window": 16},
+    "qwen2_moe": {"model_type": "qwen2_moe", "hidden_size": 48, "intermediate_size": 80,
+                  "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2,
+                  "vocab_size": 200, "num_experts": 6, "num_experts_per_tok": 2, "moe_intermediate_size": 24,
+                  "shared_expert_intermediate_size": 40, "decoder_sparse_step": 1, "mlp_only_layers": [2],
+                  "tie_word_embeddings": True},
+    "qwen3_moe": {"model_type": "qwen3_moe", "hidden_size": 32, "intermediate_size": 64,
+                  "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 1,
+                  "head_dim": 12, "vocab_size": 150, "num_experts": 8, "num_experts_per_tok": 3,
+                  "moe_intermediate_size": 16, "decoder_sparse_step": 2, "attention_bias": True},
+    "deepseek_v2": {"model_type": "deepseek_v2", "hidden_size": 64, "intermediate_size": 96,
+                    "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 4,
+                    "vocab_size": 250, "q_lora_rank": None, "kv_lora_rank": 16, "qk_nope_head_dim": 8,
+                    "qk_rope_head_dim": 4, "v_head_dim": 12, "n_routed_experts": 8, "num_experts_per_tok": 3,
+                    "n_shared_experts": 2, "moe_intermediate_size": 20, "first_k_dense_replace": 1},
+    "deepseek_v3": {"model_type": "deepseek_v3", "hidden_size": 64, "intermediate_size": 96,
+                    "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 4,
+                    "vocab_size": 250, "q_lora_rank": 24, "kv_lora_rank": 16, "qk_nope_head_dim": 8,
+                    "qk_rope_head_dim": 4, "v_head_dim": 8, "n_routed_experts": 8, "num_experts_per_tok": 2,
+                    "n_group": 2, "topk_group": 1, "n_shared_experts": 1, "moe_intermediate_size": 20,
+                    "first_k_dense_replace": 1, "attention_bias": True},
+}

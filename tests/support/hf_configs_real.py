@@ -1,4 +1,5 @@
-"""Real config.json files (from the model cards) for the relabelling tests."""
+"""Real config.json files (from the model cards) for the relabelling tests and the model pages,
+and Mixtral-8x7B typed as the API's inline config."""
 
 # google/gemma-2-9b config.json.
 GEMMA2_9B = {"architectures": ["Gemma2ForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
@@ -29,3 +30,19 @@ DEEPSEEK_V3 = {"architectures": ["DeepseekV3ForCausalLM"], "attention_bias": Fal
                "tie_word_embeddings": False, "topk_group": 4, "topk_method": "noaux_tc",
                "torch_dtype": "bfloat16", "transformers_version": "4.33.1", "use_cache": True,
                "v_head_dim": 128, "vocab_size": 129280}
+
+
+# meta-llama/Llama-2-7b-hf config.json.
+LLAMA2_7B = {"architectures": ["LlamaForCausalLM"], "bos_token_id": 1, "eos_token_id": 2,
+             "hidden_act": "silu", "hidden_size": 4096, "initializer_range": 0.02, "intermediate_size": 11008,
+             "max_position_embeddings": 4096, "model_type": "llama", "num_attention_heads": 32,
+             "num_hidden_layers": 32, "num_key_value_heads": 32, "pretraining_tp": 1, "rms_norm_eps": 1e-05,
+             "rope_scaling": None, "tie_word_embeddings": False, "torch_dtype": "float16",
+             "transformers_version": "4.31.0.dev0", "use_cache": True, "vocab_size": 32000}
+
+
+# mistralai/Mixtral-8x7B-v0.1 (tests/support/hf_configs_moe.py) typed as the API's inline TransformerConfig.
+MIXTRAL_INLINE = {"n_layers": 32, "d_model": 4096, "n_heads": 32, "n_kv_heads": 8, "d_ff": 14336,
+                  "vocab_size": 32000, "mlp": "swiglu", "norm": "rmsnorm", "bias": False,
+                  "tied_embeddings": False, "position": "rope", "max_seq_len": 32768, "n_experts": 8,
+                  "top_k": 2}

@@ -12,9 +12,8 @@ from pathlib import Path
 
 import httpx
 
+from tests.support import ROOT
 from tests.support.waiting import wait_for
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def free_port() -> int:

@@ -7,30 +7,18 @@ Expected figures are worked by hand from the stored times: a 256-cube matmul is
 
 import dataclasses
 import io
-import json
 import re
-from html import unescape
 from typing import Any
 
 from app.cli.probe import printed
 from app.probes.results import MemoryComparison
 from tests.support.bench_jobs import finished, here, matmul, matmul_point, stats
+from tests.support.html import chart, element, text
 from tests.support.results import minimal, result_for
 
 # 33,554,432 FLOPs in 0.3258 ms = 1.030e11 FLOP/s = 0.103 TFLOP/s; in 0.3 ms = 0.112 TFLOP/s.
 GOOD = matmul_point(256, 256, 256, "float32", 0.3258e-3, 0.3e-3)
 SMALL = matmul_point(64, 64, 64, "float32", 1e-4, 0.9e-4)  # 524,288 FLOPs: 0.00524 TFLOP/s median
-
-
-def text(html: str) -> str:
-    return re.sub(r"\s+", " ", unescape(re.sub(r"<[^>]+>", " ", html))).strip()
-
-
-def element(html: str, testid: str) -> str:
-    """The text of the element with this data-testid (its first closing tag of the same name)."""
-    match = re.search(rf'<(\w+)[^>]*data-testid="{re.escape(testid)}"[^>]*>(.*?)</\1>', html, re.S)
-    assert match, testid
-    return text(match.group(2))
 
 
 def row(html: str, label: str) -> list[str]:
@@ -40,10 +28,6 @@ def row(html: str, label: str) -> list[str]:
         if cells and cells[0] == label:
             return cells[1:]
     raise AssertionError(f"no row {label!r}")
-
-
-def chart(html: str, index: int = 0) -> dict:
-    return json.loads(unescape(re.findall(r"data-chart='([^']*)'", html)[index]))
 
 
 def test_one_word_per_meaning_the_same_number_on_job_and_compare_pages(make_api):

@@ -10,7 +10,7 @@ from urllib.parse import urlencode
 import pytest
 
 from app.web.calculators import CALCULATORS
-from tests.conftest import assert_names_field
+from tests.support.api import assert_names_field
 
 TIME = "/api/v1/time/training"
 

@@ -10,9 +10,10 @@ from app.bench import energy
 from app.cli.probe import printed
 from app.probes.energy import Energy
 from app.probes.results import Environment, MemoryComparison, Stats
+from tests.support import FIXTURES
 from tests.support.bench_jobs import finished, here, matmul, matmul_point
+from tests.support.html import element, text
 from tests.support.results import minimal, result_for
-from tests.web.test_bench_pages import element, text
 
 NOTE = "Energy per measurement: its work run back to back for at least 0.5 s (a test's note)."
 
@@ -94,14 +95,12 @@ def test_a_cpu_result_says_why_there_is_no_energy_and_shows_no_column(make_api):
 def _stored(probe: str, **changes):
     """The v7 fixture's CPU result of `probe`, on an H200's environment, with `changes`."""
     import json
-    from pathlib import Path
 
     from pydantic import TypeAdapter
 
     from app.probes.registry import PROBES
 
-    stored = Path(__file__).resolve().parents[1] / "support" / "fixtures" / "results"
-    raw = json.loads(next(stored.glob("v7-*.json")).read_text())[probe]
+    raw = json.loads(next((FIXTURES / "results").glob("v7-*.json")).read_text())[probe]
     result = TypeAdapter(PROBES[probe].result).validate_python(raw)
     result.environment = gpu_environment()
     for name, value in changes.items():

@@ -15,32 +15,12 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 import pytest
 
 from app.numbers import amount, sig
+from tests.support.hf_configs_moe import MIXTRAL_8X7B
+from tests.support.hf_configs_real import LLAMA2_7B, MIXTRAL_INLINE
 
 MIXTRAL_TOTAL, MIXTRAL_ACTIVE = 46_702_792_704, 12_879_925_248
 H100_BF16 = 989.5e12
 PICKER_PAGES = ("/flops", "/memory", "/time")
-
-# meta-llama/Llama-2-7b-hf config.json.
-LLAMA2_7B = {"architectures": ["LlamaForCausalLM"], "bos_token_id": 1, "eos_token_id": 2,
-             "hidden_act": "silu", "hidden_size": 4096, "initializer_range": 0.02, "intermediate_size": 11008,
-             "max_position_embeddings": 4096, "model_type": "llama", "num_attention_heads": 32,
-             "num_hidden_layers": 32, "num_key_value_heads": 32, "pretraining_tp": 1, "rms_norm_eps": 1e-05,
-             "rope_scaling": None, "tie_word_embeddings": False, "torch_dtype": "float16",
-             "transformers_version": "4.31.0.dev0", "use_cache": True, "vocab_size": 32000}
-# mistralai/Mixtral-8x7B-v0.1 config.json.
-MIXTRAL_8X7B = {"architectures": ["MixtralForCausalLM"], "attention_dropout": 0.0, "bos_token_id": 1,
-                "eos_token_id": 2, "hidden_act": "silu", "hidden_size": 4096, "initializer_range": 0.02,
-                "intermediate_size": 14336, "max_position_embeddings": 32768, "model_type": "mixtral",
-                "num_attention_heads": 32, "num_experts_per_tok": 2, "num_hidden_layers": 32,
-                "num_key_value_heads": 8, "num_local_experts": 8, "output_router_logits": False,
-                "rms_norm_eps": 1e-05, "rope_theta": 1000000.0, "router_aux_loss_coef": 0.02,
-                "sliding_window": None, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
-                "transformers_version": "4.36.0.dev0", "use_cache": True, "vocab_size": 32000}
-# The same model typed as the API's inline TransformerConfig.
-MIXTRAL_INLINE = {"n_layers": 32, "d_model": 4096, "n_heads": 32, "n_kv_heads": 8, "d_ff": 14336,
-                  "vocab_size": 32000, "mlp": "swiglu", "norm": "rmsnorm", "bias": False,
-                  "tied_embeddings": False, "position": "rope", "max_seq_len": 32768, "n_experts": 8,
-                  "top_k": 2}
 
 
 def _errors(fragment: str) -> dict[str, str]:

@@ -7,7 +7,7 @@ from app.api.services.flops import TransformerRequest
 from app.api.services.memory import TrainingMemoryRequest
 from app.inputs.schemas import PresetName
 from app.web.calculators import CALCULATORS, choices
-from tests.conftest import Api
+from tests.support.api import Api
 
 
 def _request_routes(metrics: str) -> set[str]:

@@ -1,115 +1,20 @@
-"""The pages in a real browser: Debian's chromium driven by Playwright, headless, against
-a live server on 127.0.0.1. No skip: `make test` installs chromium where it is missing,
-and a browser that cannot start fails these tests."""
+"""Every page in a real browser (tests/web/browser/conftest.py): each loads with no console error
+and nothing fetched off the box, the course's figures on the calculators, a CPU probe launched
+from the page, each probe's job page, a burn-in campaign, two runs compared, a phone's width and
+dark mode, and a page on another origin that cannot launch or cancel jobs."""
 
 import functools
 import http.server
-import os
 import struct
 import threading
-from pathlib import Path
-from urllib.parse import urlparse
 
 import httpx
 import pytest
 import torch
-import uvicorn
-from playwright.sync_api import Page, expect, sync_playwright
+from playwright.sync_api import expect
 
-from app.config import Settings
-from app.main import create_app
+from tests.support.browser import wait_for_charts
 from tests.support.waiting import wait_for
-
-CHROMIUM = os.environ.get("TALLY_CHROMIUM", "/usr/bin/chromium")
-FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-         "--disable-sync", "--no-first-run"]
-SCREENSHOTS = Path(__file__).resolve().parents[3] / "docs" / "screenshots"
-
-
-@pytest.fixture(scope="module")
-def base_url(tmp_path_factory):
-    # The embedded dispatcher runs jobs launched from the pages, in real children, on CPU.
-    settings = Settings(database_path=tmp_path_factory.mktemp("browser") / "tally.db", embedded_worker=True,
-                        worker_id="browser-tests")
-    config = uvicorn.Config(create_app(settings), host="127.0.0.1", port=0, log_level="warning")
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    wait_for(lambda: server.started, timeout=30, what="the server to start", every=0.05)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(10)
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=FLAGS)
-        yield browser
-        browser.close()
-
-
-def wait_for_charts(page: Page, selector: str, count: int) -> None:
-    """Until `count` canvases match and Chart.js has drawn each (htmx settles a swap a moment
-    after its text appears, and the charts are drawn then)."""
-    drawn = f"[...document.querySelectorAll({selector!r})].map(c => Chart.getChart(c) !== undefined)"
-    page.wait_for_function(f"{drawn}.length === {count} && {drawn}.every(Boolean)")
-
-
-# Chromium logs a Content-Security-Policy violation as a console error; this makes sure of it
-# (and names the directive), whatever the browser's wording.
-REPORT_CSP = """document.addEventListener("securitypolicyviolation", e => console.error(
-    `CSP violation: ${e.effectiveDirective} blocked ${e.blockedURI || "inline"}`
-    + ` at ${e.sourceFile}:${e.lineNumber}`));"""
-
-
-class Watched:
-    """A page that records console errors, Content-Security-Policy violations among them,
-    and every request leaving 127.0.0.1."""
-
-    def __init__(self, page: Page) -> None:
-        self.page, self.errors, self.outside = page, [], []
-        page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
-        page.on("pageerror", lambda e: self.errors.append(str(e)))
-        page.on("request", lambda r: self.outside.append(r.url)
-                if urlparse(r.url).hostname not in ("127.0.0.1", None) else None)
-
-    def violations(self) -> list[str]:
-        return [e for e in self.errors if "Content Security Policy" in e or "CSP violation" in e]
-
-    def clean(self) -> None:
-        assert self.violations() == [], self.violations()
-        assert self.errors == [], self.errors
-        assert self.outside == [], self.outside
-
-
-def watched_at(browser, width: int = 1280, height: int = 900) -> Watched:
-    """A page of its own viewport, watched as `watched` is; close its context when done."""
-    context = browser.new_context(viewport={"width": width, "height": height})
-    context.add_init_script(REPORT_CSP)
-    return Watched(context.new_page())
-
-
-def assert_fits_a_phone(browser, url: str, charts: int, shot: str) -> None:
-    """A 390 px phone: the page's charts drawn, no sideways scroll, nothing off the box."""
-    watched = watched_at(browser, 390, 844)
-    page = watched.page
-    page.goto(url, wait_until="networkidle")
-    wait_for_charts(page, "#result canvas", charts)
-    assert page.evaluate("document.documentElement.scrollWidth - window.innerWidth") <= 0
-    page.screenshot(path=shot, full_page=True)
-    watched.clean()
-    page.context.close()
-
-
-@pytest.fixture
-def watched(browser):
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    context.add_init_script(REPORT_CSP)
-    yield Watched(context.new_page())
-    context.close()
-
 
 PAGES = ["/", "/formats", "/tensors", "/time", "/memory", "/flops", "/matmul", "/mlp", "/fit", "/benchmarks",
          "/docs", "/fleet", "/burn-in"]
@@ -122,7 +27,7 @@ def test_pages_load_cleanly_and_stay_on_the_box(watched, base_url, path):
     watched.clean()
 
 
-def test_time_form_computes_the_course_example(watched, base_url):
+def test_time_form_computes_the_course_example(watched, base_url, screenshots):
     page = watched.page
     page.goto(base_url + "/time?params=1e9&tokens=1e12&num_gpus=8&mfu=0.3", wait_until="networkidle")
     for name, value in {"params": "70e9", "tokens": "15e12", "num_gpus": "1024", "mfu": "0.5"}.items():
@@ -134,8 +39,7 @@ def test_time_form_computes_the_course_example(watched, base_url):
     expect(page.get_by_test_id("energy")).to_have_text("2,724 MWh")
     expect(page.get_by_test_id("co2e")).to_have_text("1,049 t")
     wait_for_charts(page, "#result canvas", 1)
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=SCREENSHOTS / "time.png", full_page=True)
+    page.screenshot(path=screenshots / "time.png", full_page=True)
     page.fill("#pue", "1.2")  # 2,723.6 MWh / 1.1 x 1.2 = 2,971 MWh
     expect(page.get_by_test_id("energy")).to_have_text("2,971 MWh")
     watched.clean()
@@ -153,7 +57,7 @@ def test_an_invalid_field_shows_its_message_beside_it(watched, base_url):
     watched.clean()
 
 
-def test_memory_page_stacks_each_zero_stage_against_the_gpu(watched, base_url):
+def test_memory_page_stacks_each_zero_stage_against_the_gpu(watched, base_url, screenshots):
     """The course's question: the largest model 8 H100s train in fp32 with AdamW (16 bytes
     per parameter, no activations), with the states sharded over all 8 (ZeRO 3), is 40e9."""
     page = watched.page
@@ -163,16 +67,18 @@ def test_memory_page_stacks_each_zero_stage_against_the_gpu(watched, base_url):
     wait_for_charts(page, "#result canvas", 1)
     chart = page.evaluate("(() => { const c = Chart.getChart(document.querySelector('#result canvas'));"
                           " return {labels: c.data.labels, sets: c.data.datasets.length}; })()")
-    assert chart["labels"] == ["ZeRO 0", "ZeRO 1", "ZeRO 2", "ZeRO 3"] and chart["sets"] == 8
+    # Nine kinds stacked (the states, weight copies, activations, transient, inputs, and the peak
+    # moment's bytes beyond the start of backward) and the GPU's capacity line.
+    assert chart["labels"] == ["ZeRO 0", "ZeRO 1", "ZeRO 2", "ZeRO 3"] and chart["sets"] == 10
     page.fill("#seq_len", "-1")
     expect(page.locator("#seq_len-error")).not_to_have_text("")
     page.fill("#seq_len", "4096")
     expect(page.locator("#seq_len-error")).to_have_text("")
-    page.screenshot(path=SCREENSHOTS / "memory.png", full_page=True)
+    page.screenshot(path=screenshots / "memory.png", full_page=True)
     watched.clean()
 
 
-def test_flops_page_sets_the_exact_count_beside_6nd(watched, base_url):
+def test_flops_page_sets_the_exact_count_beside_6nd(watched, base_url, screenshots):
     """Independent check: 6 x params x tokens from the page's own parameter count."""
     page = watched.page
     page.goto(base_url + "/flops?model=gpt2&batch_size=8&seq_len=1024", wait_until="networkidle")
@@ -183,11 +89,11 @@ def test_flops_page_sets_the_exact_count_beside_6nd(watched, base_url):
     assert "causal=halved" in page.url
     page.wait_for_function(
         "Chart.getChart(document.querySelector('#result canvas'))?.data.labels.length === 6")
-    page.screenshot(path=SCREENSHOTS / "flops.png", full_page=True)
+    page.screenshot(path=screenshots / "flops.png", full_page=True)
     watched.clean()
 
 
-def test_formats_page_shows_the_course_examples_one_click_away(watched, base_url):
+def test_formats_page_shows_the_course_examples_one_click_away(watched, base_url, screenshots):
     """1e-8 underflows to 0 in float16 (smallest subnormal 2**-24, torch.finfo's tiny is
     2**-14) and 0.15625 = 1.01b x 2**-3 is exact: the bit boxes spell it out."""
     page = watched.page
@@ -201,11 +107,11 @@ def test_formats_page_shows_the_course_examples_one_click_away(watched, base_url
     assert page.locator(".bits .bit").count() == 16
     expect(page.locator("#value")).to_have_value("1e-8")  # the form follows the example
     expect(page.locator("#dtype")).to_have_value("float16")
-    page.screenshot(path=SCREENSHOTS / "formats.png", full_page=True)
+    page.screenshot(path=screenshots / "formats.png", full_page=True)
     watched.clean()
 
 
-def test_tensors_page_follows_torch_view_rules(watched, base_url):
+def test_tensors_page_follows_torch_view_rules(watched, base_url, screenshots):
     """Oracle: torch itself, on the same strides."""
     x = torch.arange(6).view(2, 3).t()
     page = watched.page
@@ -225,11 +131,11 @@ def test_tensors_page_follows_torch_view_rules(watched, base_url):
     page.fill("#shape", "2, 3")
     expect(page.locator("#shape-error")).to_have_text("")
     expect(page.get_by_test_id("view")).to_contain_text("possible")
-    page.screenshot(path=SCREENSHOTS / "tensors.png", full_page=True)
+    page.screenshot(path=screenshots / "tensors.png", full_page=True)
     watched.clean()
 
 
-def test_a_cpu_probe_launched_from_the_page_runs_and_charts(watched, base_url):
+def test_a_cpu_probe_launched_from_the_page_runs_and_charts(watched, base_url, screenshots):
     page = watched.page
     page.goto(base_url + "/benchmarks", wait_until="networkidle")
     page.select_option("#sweep", "custom")
@@ -240,7 +146,7 @@ def test_a_cpu_probe_launched_from_the_page_runs_and_charts(watched, base_url):
     wait_for_charts(page, "#job canvas", 2)  # TFLOP/s by size, and the roofline
     rows = page.locator("#job table tbody tr")
     expect(rows).to_have_count(2)  # float32 and bfloat16, the boxes ticked by default
-    page.screenshot(path=SCREENSHOTS / "benchmarks.png", full_page=True)
+    page.screenshot(path=screenshots / "benchmarks.png", full_page=True)
     page.goto(base_url + "/benchmarks", wait_until="networkidle")
     link = page.locator("table a", has_text="CSV").first
     assert link.get_attribute("href").endswith("format=csv")
@@ -257,14 +163,14 @@ def test_launch_refusals_show_the_api_message(watched, base_url):
     watched.clean()
 
 
-def test_overview_shows_this_box_and_its_latest_calibration(watched, base_url):
+def test_overview_shows_this_box_and_its_latest_calibration(watched, base_url, screenshots):
     device = httpx.get(base_url + "/api/v1/device").json()
     page = watched.page
     page.goto(base_url + "/", wait_until="networkidle")
     expect(page.get_by_test_id("device-name")).to_have_text(device["name"])
     for path in ("/fit", "/formats", "/tensors", "/flops", "/memory", "/time", "/inference", "/benchmarks"):
         expect(page.locator(f"a.card[href='{path}']")).to_be_visible()
-    page.screenshot(path=SCREENSHOTS / "overview.png", full_page=True)
+    page.screenshot(path=screenshots / "overview.png", full_page=True)
     watched.clean()
 
 
@@ -276,17 +182,17 @@ def test_overview_shows_this_box_and_its_latest_calibration(watched, base_url):
     ("generate", {"prompt_lens": [16], "batch_sizes": [1, 2], "contexts": [32], "decode_steps": 2,
                   "warmup_s": 0, "measure_s": 0.01, "min_iters": 2, "max_iters": 3}, 0),
 ])
-def test_job_pages_chart_each_probe(watched, base_url, probe, params, charts):
+def test_job_pages_chart_each_probe(watched, base_url, probe, params, charts, screenshots):
     job = httpx.post(base_url + "/api/v1/jobs", json={"probe": probe, "params": params}).json()
     page = watched.page
     page.goto(base_url + f"/benchmarks/jobs/{job['id']}", wait_until="networkidle")
     expect(page.get_by_test_id("job-status")).to_have_text("succeeded", timeout=60_000)
     wait_for_charts(page, "canvas", charts)
-    page.screenshot(path=SCREENSHOTS / f"job-{probe}.png", full_page=True)
+    page.screenshot(path=screenshots / f"job-{probe}.png", full_page=True)
     watched.clean()
 
 
-def test_a_burn_in_campaign_on_the_fleet_page_and_the_burn_in_page(watched, base_url):
+def test_a_burn_in_campaign_on_the_fleet_page_and_the_burn_in_page(watched, base_url, screenshots):
     """This server's embedded CPU dispatcher is the fleet's one device: a campaign runs on it and
     both pages show it."""
     made = httpx.post(f"{base_url}/api/v1/campaigns", json={"probe": "burn_in", "params": {
@@ -300,14 +206,14 @@ def test_a_burn_in_campaign_on_the_fleet_page_and_the_burn_in_page(watched, base
     expect(page.get_by_test_id("burn-in-table")).to_be_visible()
     expect(page.get_by_test_id("leaderboard")).to_contain_text("1")
     expect(page.get_by_test_id("device-history")).to_be_visible()
-    page.screenshot(path=SCREENSHOTS / "burn-in.png", full_page=True)
+    page.screenshot(path=screenshots / "burn-in.png", full_page=True)
     page.goto(f"{base_url}/fleet", wait_until="networkidle")
     expect(page.get_by_test_id("fleet-devices")).to_contain_text(":cpu")
-    page.screenshot(path=SCREENSHOTS / "fleet.png", full_page=True)
+    page.screenshot(path=screenshots / "fleet.png", full_page=True)
     watched.clean()
 
 
-def test_two_runs_side_by_side(watched, base_url):
+def test_two_runs_side_by_side(watched, base_url, screenshots):
     ids = [httpx.post(base_url + "/api/v1/jobs", json={"probe": "bandwidth", "params": {
         "size_bytes": 2**20, "measure_s": 0.01, "seed": seed}}).json()["id"] for seed in (1, 2)]
     page = watched.page
@@ -321,11 +227,11 @@ def test_two_runs_side_by_side(watched, base_url):
     expect(page.locator(".runs li").nth(0)).to_contain_text(f"#{ids[0]}")
     expect(page.get_by_test_id("compare-table")).to_contain_text("GB/s")
     wait_for_charts(page, "canvas", 1)  # both runs on one chart
-    page.screenshot(path=SCREENSHOTS / "compare.png", full_page=True)
+    page.screenshot(path=screenshots / "compare.png", full_page=True)
     watched.clean()
 
 
-def test_pages_fit_a_phone_and_follow_dark_mode(browser, base_url):
+def test_pages_fit_a_phone_and_follow_dark_mode(browser, base_url, screenshots):
     context = browser.new_context(viewport={"width": 390, "height": 844}, color_scheme="dark")
     page = context.new_page()
     for path in ("/", "/memory", "/benchmarks"):
@@ -335,11 +241,11 @@ def test_pages_fit_a_phone_and_follow_dark_mode(browser, base_url):
     background = page.evaluate("getComputedStyle(document.body).backgroundColor")
     assert background == "rgb(13, 17, 23)"  # the dark palette's --bg
     page.goto(base_url + "/memory", wait_until="networkidle")
-    page.screenshot(path=SCREENSHOTS / "memory-phone-dark.png", full_page=True)
+    page.screenshot(path=screenshots / "memory-phone-dark.png", full_page=True)
     context.close()
 
 
-def test_matmul_and_mlp_pages_count_like_flop_counter_mode(watched, base_url):
+def test_matmul_and_mlp_pages_count_like_flop_counter_mode(watched, base_url, screenshots):
     from torch.utils.flop_counter import FlopCounterMode
     page = watched.page
     page.goto(base_url + "/matmul?m=1024&k=256&n=64", wait_until="networkidle")
@@ -352,7 +258,7 @@ def test_matmul_and_mlp_pages_count_like_flop_counter_mode(watched, base_url):
         (torch.randn(8, 16) @ w1 @ w2).sum().backward()
     expect(page.get_by_test_id("mlp-total")).to_have_text(f"{counter.get_total_flops():,}")
     wait_for_charts(page, "#result canvas", 1)
-    page.screenshot(path=SCREENSHOTS / "mlp.png", full_page=True)
+    page.screenshot(path=screenshots / "mlp.png", full_page=True)
     watched.clean()
 
 

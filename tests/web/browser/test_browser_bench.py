@@ -1,30 +1,18 @@
-"""The Benchmarks pages in a real browser, on a server of their own: the launch form shows the
+"""The Benchmarks pages in a real browser: the launch form shows the
 one-shape field only for the one-shape sweep (and does not send it otherwise), the history's
 A/B pickers are labelled and its button styled, the matmul table's shape column stays on one
 line on a 390 px phone, and the compare page draws both runs on one chart."""
 
-import re
-
-import httpx
 from playwright.sync_api import expect
 
-from tests.support.waiting import wait_for
-from tests.web.browser.test_browser import base_url, browser, wait_for_charts, watched  # noqa: F401  (fixtures)
+from tests.support.browser import AXES, cancel_launched, readable, run, wait_for_charts
 
-SHOTS = "/tmp/tally-bench-{}.png"  # not docs/screenshots: these are for looking at, not committed
 TINY = {"sweep": "custom", "shapes": [{"m": 512, "k": 512, "n": 512}, {"m": 64, "k": 64, "n": 64}],
         "dtypes": ["float32", "bfloat16"], "warmup_s": 0.0, "measure_s": 0.001, "min_iters": 2,
         "max_iters": 3}
 
 
-def run(base: str, probe: str, params: dict) -> int:
-    job = httpx.post(base + "/api/v1/jobs", json={"probe": probe, "params": params}).json()
-    wait_for(lambda: httpx.get(f"{base}/api/v1/jobs/{job['id']}").json()["status"] == "succeeded",
-             timeout=120, what=f"job {job['id']} to succeed")
-    return job["id"]
-
-
-def test_the_one_shape_field_is_there_only_for_the_one_shape_sweep(watched, base_url):  # noqa: F811
+def test_the_one_shape_field_is_there_only_for_the_one_shape_sweep(watched, base_url):
     page = watched.page
     page.goto(base_url + "/benchmarks", wait_until="networkidle")
     shape = page.locator("#shape")
@@ -41,10 +29,11 @@ def test_the_one_shape_field_is_there_only_for_the_one_shape_sweep(watched, base
         page.click("#launch-form button[type=submit]")
     body = launched.value.post_data
     assert "sweep=quick" in body and "shape=" not in body
+    cancel_launched(page, base_url)
     watched.clean()
 
 
-def test_history_pickers_are_labelled_and_the_compare_button_is_a_button(watched, base_url):  # noqa: F811
+def test_history_pickers_are_labelled_and_the_compare_button_is_a_button(watched, base_url, tmp_path):
     ids = [run(base_url, "bandwidth", {"size_bytes": 2**20, "measure_s": 0.01, "seed": s}) for s in (1, 2)]
     page = watched.page
     page.goto(base_url + "/benchmarks", wait_until="networkidle")
@@ -66,11 +55,11 @@ def test_history_pickers_are_labelled_and_the_compare_button_is_a_button(watched
     wait_for_charts(page, "canvas", 1)
     labels = page.evaluate("Chart.getChart(document.querySelector('canvas')).data.datasets.map(d => d.label)")
     assert sorted(labels) == ["A copy", "B copy"]
-    page.screenshot(path=SHOTS.format("compare-bandwidth"), full_page=True)
+    page.screenshot(path=tmp_path / "compare-bandwidth.png", full_page=True)
     watched.clean()
 
 
-def test_matmul_runs_overlay_on_one_chart(watched, base_url):  # noqa: F811
+def test_matmul_runs_overlay_on_one_chart(watched, base_url, tmp_path):
     a, b = run(base_url, "matmul", TINY), run(base_url, "matmul", TINY)
     page = watched.page
     page.goto(base_url + f"/benchmarks/compare?a={a}&b={b}", wait_until="networkidle")
@@ -80,11 +69,11 @@ def test_matmul_runs_overlay_on_one_chart(watched, base_url):  # noqa: F811
     assert sorted(sets) == [["A bfloat16", 2, False], ["A float32", 2, False],
                             ["B bfloat16", 2, True], ["B float32", 2, True]]
     expect(page.get_by_test_id("compare-differences")).to_have_count(0)  # same shapes, same dtypes
-    page.screenshot(path=SHOTS.format("compare-matmul"), full_page=True)
+    page.screenshot(path=tmp_path / "compare-matmul.png", full_page=True)
     watched.clean()
 
 
-def test_the_shape_column_stays_on_one_line_on_a_phone(browser, base_url):  # noqa: F811
+def test_the_shape_column_stays_on_one_line_on_a_phone(browser, base_url, tmp_path):
     job = run(base_url, "matmul", TINY)
     context = browser.new_context(viewport={"width": 390, "height": 844})
     page = context.new_page()
@@ -97,34 +86,11 @@ def test_the_shape_column_stays_on_one_line_on_a_phone(browser, base_url):  # no
     assert height < 1.5 * line, (height, line)  # one line, not five
     overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
     assert overflow <= 0, overflow  # the table scrolls inside itself; the page does not
-    page.screenshot(path=SHOTS.format("job-phone"), full_page=True)
+    page.screenshot(path=tmp_path / "job-phone.png", full_page=True)
     context.close()
 
 
-# Every axis of every chart on a page: its tick labels, their pixel positions and widths.
-AXES = """() => [...document.querySelectorAll('canvas')].flatMap(c => {
-  const chart = Chart.getChart(c);
-  return Object.values(chart.scales).map(s => ({id: s.id, horizontal: s.isHorizontal(),
-    labels: s.ticks.map(t => String(t.label)), pixels: s.ticks.map(t => s.getPixelForValue(t.value)),
-    sizes: s.isHorizontal() ? s._labelSizes.widths : s._labelSizes.heights}));
-})"""
-
-
-NUMERIC = re.compile(r"^-?[0-9][0-9,.]*( × 10[⁻⁰¹²³⁴⁵⁶⁷⁸⁹]+|e[+-][0-9]+)?$")
-
-
-def readable(axes: list[dict]) -> None:
-    for axis in axes:
-        for label in filter(NUMERIC.match, axis["labels"]):  # not category names ("mlp")
-            assert "e+" not in label and "e-" not in label, (axis["id"], axis["labels"])
-            digits = label.split("×")[0].replace(",", "").replace(".", "").strip().strip("0")
-            assert len(digits) <= 3, (axis["id"], axis["labels"])
-        along = sorted(zip(axis["pixels"], axis["sizes"], strict=True))
-        for (p0, s0), (p1, s1) in zip(along, along[1:], strict=False):
-            assert p1 - p0 >= (s0 + s1) / 2, (axis["id"], axis["labels"], axis["pixels"])
-
-
-def test_calculator_chart_ticks_are_readable(watched, base_url):  # noqa: F811
+def test_calculator_chart_ticks_are_readable(watched, base_url):
     """The FLOPs chart once wrote its axis as 5.0e+11, 1.0e+12."""
     page = watched.page
     for path in ("/flops", "/mlp"):
@@ -134,7 +100,7 @@ def test_calculator_chart_ticks_are_readable(watched, base_url):  # noqa: F811
     watched.clean()
 
 
-def test_benchmark_chart_ticks_are_readable(watched, base_url):  # noqa: F811
+def test_benchmark_chart_ticks_are_readable(watched, base_url):
     """Axis labels written as the pages write numbers (no 0.0040000, no 1.0000), at most
     three significant figures, and no two labels on an axis overlapping (a log axis once
     printed 80, 90 and 100 on top of one another)."""
@@ -148,7 +114,7 @@ def test_benchmark_chart_ticks_are_readable(watched, base_url):  # noqa: F811
     watched.clean()
 
 
-def test_the_collectives_job_draws_busbw_beside_the_fitted_line(watched, base_url):  # noqa: F811
+def test_the_collectives_job_draws_busbw_beside_the_fitted_line(watched, base_url, tmp_path):
     """Two gloo ranks through the real dispatcher and child: the page draws each collective's
     measured busbw as points and the model fitted to them as a dashed line, with readable log axes."""
     sizes = [1024, 16384, 262144, 1048576]
@@ -165,5 +131,5 @@ def test_the_collectives_job_draws_busbw_beside_the_fitted_line(watched, base_ur
     expect(page.get_by_test_id("busbw-caption")).to_contain_text("No catalogue link")
     expect(page.get_by_test_id("collective-points").locator("tbody tr")).to_have_count(5 * len(sizes))
     readable(page.evaluate(AXES))
-    page.screenshot(path=SHOTS.format("collectives"), full_page=True)
+    page.screenshot(path=tmp_path / "collectives.png", full_page=True)
     watched.clean()

@@ -6,7 +6,7 @@ table's rows on one line; "measured" MFU offers the probe that would measure it.
 import httpx
 from playwright.sync_api import expect
 
-from tests.web.browser.test_browser import base_url, browser, wait_for_charts  # noqa: F401  (fixtures)
+from tests.support.browser import wait_for_charts
 
 CHART = "Chart.getChart(document.querySelector('#result canvas'))"
 # Datasets in the order Chart.js draws them: it draws the sorted list from its end, so the
@@ -14,11 +14,11 @@ CHART = "Chart.getChart(document.querySelector('#result canvas'))"
 DRAWN_LAST = f"{CHART}.getSortedVisibleDatasetMetas()[0].label"
 
 
-def _page(browser, **context):  # noqa: F811
+def _page(browser, **context):
     return browser.new_context(**({"viewport": {"width": 1280, "height": 900}} | context)).new_page()
 
 
-def test_memory_chart_shows_what_changes_with_the_capacity_on_top(browser, base_url):  # noqa: F811
+def test_memory_chart_shows_what_changes_with_the_capacity_on_top(browser, base_url, tmp_path):
     page = _page(browser)
     # One data-parallel rank: every ZeRO stage holds the same bytes, so the ranks are charted.
     page.goto(base_url + "/memory?model=llama3-8b&gpu=h100-sxm&seq_len=4096&zero_stage=1&data_parallel=1",
@@ -39,11 +39,11 @@ def test_memory_chart_shows_what_changes_with_the_capacity_on_top(browser, base_
                            " return c !== undefined && c.data.labels[0] === 'ZeRO 0'; }")
     assert page.evaluate(f"{CHART}.data.labels") == ["ZeRO 0", "ZeRO 1", "ZeRO 2", "ZeRO 3"]
     assert page.evaluate(DRAWN_LAST) == "h100-sxm memory"
-    page.screenshot(path="/tmp/i12-memory.png", full_page=True)
+    page.screenshot(path=tmp_path / "i12-memory.png", full_page=True)
     page.context.close()
 
 
-def test_memory_chart_at_the_defaults_charts_sequence_length(browser, base_url):  # noqa: F811
+def test_memory_chart_at_the_defaults_charts_sequence_length(browser, base_url):
     """ZeRO 0 on one rank: neither the stage nor more ranks change a GPU's bytes; the
     sequence length does (activations)."""
     page = _page(browser)
@@ -54,7 +54,7 @@ def test_memory_chart_at_the_defaults_charts_sequence_length(browser, base_url):
     page.context.close()
 
 
-def test_time_chart_is_centred_on_the_run_and_readable(browser, base_url):  # noqa: F811
+def test_time_chart_is_centred_on_the_run_and_readable(browser, base_url, tmp_path):
     page = _page(browser)
     page.goto(base_url + "/time?params=70e9&tokens=15e12&gpu=h100-sxm&num_gpus=8", wait_until="networkidle")
     wait_for_charts(page, "#result canvas", 1)
@@ -78,11 +78,11 @@ def test_time_chart_is_centred_on_the_run_and_readable(browser, base_url):  # no
     assert len(run["data"]) == 1 and run["data"][0]["x"] == 8
     assert abs(run["data"][0]["y"] - days) / days < 1e-9
     assert run["label"].startswith("this run: 8 GPUs, ")
-    page.screenshot(path="/tmp/i12-time.png", full_page=True)
+    page.screenshot(path=tmp_path / "i12-time.png", full_page=True)
     page.context.close()
 
 
-def test_the_memory_table_rows_stay_on_one_line_on_a_phone(browser, base_url):  # noqa: F811
+def test_the_memory_table_rows_stay_on_one_line_on_a_phone(browser, base_url, tmp_path):
     page = _page(browser, viewport={"width": 390, "height": 844})
     page.goto(base_url + "/memory?model=llama3-8b&gpu=h100-sxm&seq_len=4096", wait_until="networkidle")
     cells = page.evaluate("[...document.querySelectorAll('.breakdown td, .breakdown th')].map(c => {"
@@ -93,11 +93,11 @@ def test_the_memory_table_rows_stay_on_one_line_on_a_phone(browser, base_url):  
     for cell in cells:
         assert cell["h"] < cell["pad"] + 1.5 * cell["line"], cell
     assert page.evaluate("document.documentElement.scrollWidth - window.innerWidth") <= 0
-    page.screenshot(path="/tmp/i12-memory-390.png", full_page=True)
+    page.screenshot(path=tmp_path / "i12-memory-390.png", full_page=True)
     page.context.close()
 
 
-def test_emptying_parameters_says_so_beside_it(browser, base_url):  # noqa: F811
+def test_emptying_parameters_says_so_beside_it(browser, base_url):
     page = _page(browser)
     page.goto(base_url + "/time?params=70e9&tokens=15e12", wait_until="networkidle")
     page.fill("#params", "")
@@ -105,7 +105,7 @@ def test_emptying_parameters_says_so_beside_it(browser, base_url):  # noqa: F811
     page.context.close()
 
 
-def test_measured_mfu_offers_the_probe_and_launches_it(browser, base_url):  # noqa: F811
+def test_measured_mfu_offers_the_probe_and_launches_it(browser, base_url):
     page = _page(browser)
     page.goto(base_url + "/time?params=70e9&tokens=15e12&gpu=h100-sxm&num_gpus=1024",
               wait_until="networkidle")

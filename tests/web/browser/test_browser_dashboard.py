@@ -1,17 +1,18 @@
-"""The Benchmarks page keeps itself current, on a server of its own (so its history starts
-empty and nothing has measured bandwidth): the history lists a run launched from the page
+"""The Benchmarks page keeps itself current, on a server of its own (own_base_url: its history
+starts empty and nothing has measured bandwidth): the history lists a run launched from the page
 without a reload, and a roofline that lacks a ceiling says so and measures it in one click."""
 
 from playwright.sync_api import expect
 
-from tests.web.browser.test_browser import SCREENSHOTS, base_url, browser, wait_for_charts, watched  # noqa: F401
+from tests.support.browser import wait_for_charts
 
 CEILINGS = ("[...document.querySelectorAll('#job canvas')].map(c => Chart.getChart(c))"
             ".filter(c => c && c.config.type === 'line' && c.options.scales.x.type === 'logarithmic')"
             ".flatMap(c => c.data.datasets.map(d => d.label))")
 
 
-def test_history_and_roofline_follow_the_runs(watched, base_url):  # noqa: F811
+def test_history_and_roofline_follow_the_runs(watched, own_base_url, screenshots):
+    base_url = own_base_url
     page = watched.page
     page.goto(base_url + "/benchmarks", wait_until="networkidle")
     expect(page.locator("#history")).to_contain_text("No runs yet.")
@@ -34,5 +35,5 @@ def test_history_and_roofline_follow_the_runs(watched, base_url):  # noqa: F811
     wait_for_charts(page, "#job canvas", 2)
     page.wait_for_function(f"{CEILINGS}.includes('measured ceilings')")
     expect(page.locator("#history tbody tr")).to_have_count(2)
-    page.screenshot(path=SCREENSHOTS / "benchmarks-roofline.png", full_page=True)
+    page.screenshot(path=screenshots / "benchmarks-roofline.png", full_page=True)
     watched.clean()

@@ -7,18 +7,12 @@ its field; a phone's width; no console error and nothing fetched off the box."""
 import httpx
 from playwright.sync_api import expect
 
-from tests.web.browser.test_browser import (  # noqa: F401  (fixtures)
-    SCREENSHOTS,
-    base_url,
-    browser,
-    watched,
-    watched_at,
-)
+from tests.support.browser import watched_at
 
 LLAMA3_8B_PARAMS = 8_030_261_248  # Meta-Llama-3-8B's parameter count, as Hugging Face reports it
 
 
-def test_data_page_opens_on_the_courses_llama_figure(watched, base_url):  # noqa: F811
+def test_data_page_opens_on_the_courses_llama_figure(watched, base_url, screenshots):
     page = watched.page
     page.goto(base_url + "/data", wait_until="networkidle")
     expect(page.get_by_test_id("dataset-bytes")).to_have_text("2,800.0 GB")  # 1.4e12 tokens x 2 bytes
@@ -43,11 +37,12 @@ def test_data_page_opens_on_the_courses_llama_figure(watched, base_url):  # noqa
     assert "vocab_size=70000" in page.url  # the result is a link
     page.fill("#vocab_size", "32000")
     expect(page.get_by_test_id("dataset-bytes")).to_have_text("2,800.0 GB")
-    page.screenshot(path=SCREENSHOTS / "data.png", full_page=True)
+    page.screenshot(path=screenshots / "data.png", full_page=True)
     watched.clean()
 
 
-def test_checkpoint_page_times_a_save_and_its_share(watched, base_url):  # noqa: F811
+def test_checkpoint_page_times_a_save_and_its_share(watched, own_base_url, screenshots):
+    base_url = own_base_url  # a server of its own: nothing has measured its disk
     page = watched.page
     page.goto(base_url + "/data/checkpoint", wait_until="networkidle")
     write_s = LLAMA3_8B_PARAMS * 14 / 2e9  # bf16 weights 2 + fp32 master 4 + Adam's two fp32 moments 8
@@ -60,7 +55,7 @@ def test_checkpoint_page_times_a_save_and_its_share(watched, base_url):  # noqa:
     page.fill("#every_n_steps", "0")
     expect(page.locator("#every_n_steps-error")).not_to_have_text("")
     page.fill("#every_n_steps", "1000")
-    page.fill("#write_bytes_per_s", "measured")  # nothing has measured this server's disk
+    page.fill("#write_bytes_per_s", "measured")  # no checkpoint probe has run on this server
     expect(page.locator("#write_bytes_per_s-error")).to_contain_text("checkpoint probe")
     page.fill("#write_bytes_per_s", "2GB")
     expect(page.locator("#write_bytes_per_s-error")).to_have_text("")
@@ -68,11 +63,11 @@ def test_checkpoint_page_times_a_save_and_its_share(watched, base_url):  # noqa:
     page.get_by_test_id("data-link").click()
     expect(page.get_by_test_id("dataset-bytes")).to_be_visible()
     page.goto(base_url + "/data/checkpoint", wait_until="networkidle")
-    page.screenshot(path=SCREENSHOTS / "data-checkpoint.png", full_page=True)
+    page.screenshot(path=screenshots / "data-checkpoint.png", full_page=True)
     watched.clean()
 
 
-def test_data_pages_fit_a_phone(browser, base_url):  # noqa: F811
+def test_data_pages_fit_a_phone(browser, base_url):
     for path in ("/data", "/data/checkpoint"):
         phone = watched_at(browser, 390, 844)
         phone.page.goto(base_url + path, wait_until="networkidle")

@@ -7,14 +7,7 @@ nothing fetched off the box."""
 import httpx
 from playwright.sync_api import expect
 
-from tests.web.browser.test_browser import (  # noqa: F401  (fixtures)
-    SCREENSHOTS,
-    assert_fits_a_phone,
-    base_url,
-    browser,
-    wait_for_charts,
-    watched_at,
-)
+from tests.support.browser import assert_fits_a_phone, wait_for_charts, watched_at
 
 ASKED = {"model": "llama3-8b", "gpu": "rtx-4090", "seq_len": 2048}
 CHART = "Chart.getChart(document.querySelector('[data-testid=section-{}] canvas'))"
@@ -27,17 +20,17 @@ DRAWN_FOR = """(gpu) => {
 SETS = "{}.data.datasets.map(d => ({{label: d.label, type: d.type || 'bar', stack: d.stack, data: d.data}}))"
 
 
-def _watched(browser, width=1280, height=900):  # noqa: F811
+def _watched(browser, width=1280, height=900):
     return watched_at(browser, width, height)
 
 
-def _answer(base_url):  # noqa: F811
+def _answer(base_url):
     response = httpx.post(f"{base_url}/api/v1/fit", json=ASKED)
     assert response.status_code == 200, response.text
     return response.json()
 
 
-def test_llama3_8b_on_an_rtx_4090_qlora_fits_full_fine_tuning_does_not(browser, base_url):  # noqa: F811
+def test_llama3_8b_on_an_rtx_4090_qlora_fits_full_fine_tuning_does_not(browser, base_url, screenshots):
     watched = _watched(browser)
     page = watched.page
     # Opened on something else, then filled in as a person would: the form asks, htmx answers.
@@ -75,12 +68,12 @@ def test_llama3_8b_on_an_rtx_4090_qlora_fits_full_fine_tuning_does_not(browser, 
         # The marks are drawn over the bars: Chart.js draws the sorted list from its end.
         drawn_last = page.evaluate(f"{CHART.format(kind)}.getSortedVisibleDatasetMetas()[0].label")
         assert drawn_last == "usable memory"
-    page.screenshot(path=SCREENSHOTS / "fit.png", full_page=True)
+    page.screenshot(path=screenshots / "fit.png", full_page=True)
     watched.clean()
     page.context.close()
 
 
-def test_a_refused_field_shows_the_apis_message_beside_it(browser, base_url):  # noqa: F811
+def test_a_refused_field_shows_the_apis_message_beside_it(browser, base_url):
     watched = _watched(browser)
     page = watched.page
     page.goto(f"{base_url}/fit?model=llama3-8b&gpu=rtx-4090&seq_len=2048", wait_until="networkidle")
@@ -96,6 +89,6 @@ def test_a_refused_field_shows_the_apis_message_beside_it(browser, base_url):  #
     page.context.close()
 
 
-def test_the_page_fits_a_phone(browser, base_url):  # noqa: F811
+def test_the_page_fits_a_phone(browser, base_url, tmp_path):
     url = f"{base_url}/fit?model=llama3-8b&gpu=rtx-4090&seq_len=2048"
-    assert_fits_a_phone(browser, url, 2, "/tmp/fit-390.png")
+    assert_fits_a_phone(browser, url, 2, tmp_path / "fit-390.png")

@@ -6,14 +6,7 @@ inside the closed "More settings", no console error and nothing fetched off the 
 import httpx
 from playwright.sync_api import expect
 
-from tests.web.browser.test_browser import (  # noqa: F401  (fixtures)
-    SCREENSHOTS,
-    assert_fits_a_phone,
-    base_url,
-    browser,
-    wait_for_charts,
-    watched_at,
-)
+from tests.support.browser import assert_fits_a_phone, wait_for_charts, watched_at
 
 # Short requests (512 + 128 tokens): a sequence's cache read stays below its FLOPs' time, so
 # decode turns compute-bound at some batch. Memory at 8k tokens per sequence.
@@ -27,17 +20,17 @@ CHART = "Chart.getChart(document.querySelectorAll('#result canvas')[{}])"
 DRAWN_LAST = CHART.format(0) + ".getSortedVisibleDatasetMetas()[0].label"
 
 
-def _watched(browser, width=1280, height=900):  # noqa: F811
+def _watched(browser, width=1280, height=900):
     return watched_at(browser, width, height)
 
 
-def _api(base_url, route, body):  # noqa: F811
+def _api(base_url, route, body):
     response = httpx.post(f"{base_url}/api/v1/inference/{route}", json=body)
     assert response.status_code == 200, response.text
     return response.json()
 
 
-def test_the_two_charts_are_the_apis_curves(browser, base_url):  # noqa: F811
+def test_the_two_charts_are_the_apis_curves(browser, base_url, screenshots):
     watched = _watched(browser)
     page = watched.page
     page.goto(f"{base_url}/inference?{QUERY}", wait_until="networkidle")
@@ -65,12 +58,12 @@ def test_the_two_charts_are_the_apis_curves(browser, base_url):  # noqa: F811
     assert page.evaluate(f"{CHART.format(1)}.options.scales.x.type") == "logarithmic"
     expect(page.get_by_test_id("decode-chart-caption")).to_contain_text(f"batch {knee:,}")
     expect(page.get_by_test_id("fits")).to_have_text("yes" if memory["fits"] else "no")
-    page.screenshot(path=SCREENSHOTS / "inference.png", full_page=True)
+    page.screenshot(path=screenshots / "inference.png", full_page=True)
     watched.clean()
     page.context.close()
 
 
-def test_the_form_follows_a_change_and_says_when_decode_stays_memory_bound(browser, base_url):  # noqa: F811
+def test_the_form_follows_a_change_and_says_when_decode_stays_memory_bound(browser, base_url):
     """Llama-3.1-8B in bf16 at 576 tokens: a sequence's cache read (576 x 131,072 bytes, 32
     layers x 8 KV heads x 128 x 2 x 2 bytes per token, on 3.35 TB/s) takes longer than its
     ~16 GFLOPs (2 x 8B) at 990 TFLOP/s, so no batch turns compute-bound."""
@@ -95,7 +88,7 @@ def test_the_form_follows_a_change_and_says_when_decode_stays_memory_bound(brows
     page.context.close()
 
 
-def test_a_refused_setting_opens_more_settings_and_shows_the_apis_message(browser, base_url):  # noqa: F811
+def test_a_refused_setting_opens_more_settings_and_shows_the_apis_message(browser, base_url):
     watched = _watched(browser)
     page = watched.page
     page.goto(f"{base_url}/inference?{QUERY}", wait_until="networkidle")
@@ -118,5 +111,5 @@ def test_a_refused_setting_opens_more_settings_and_shows_the_apis_message(browse
     page.context.close()
 
 
-def test_the_page_fits_a_phone(browser, base_url):  # noqa: F811
-    assert_fits_a_phone(browser, f"{base_url}/inference?{QUERY}", 2, "/tmp/inference-390.png")
+def test_the_page_fits_a_phone(browser, base_url, tmp_path):
+    assert_fits_a_phone(browser, f"{base_url}/inference?{QUERY}", 2, tmp_path / "inference-390.png")

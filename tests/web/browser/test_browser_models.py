@@ -13,21 +13,21 @@ import httpx
 from playwright.sync_api import expect
 
 from app.numbers import amount
-from tests.web.browser.test_browser import REPORT_CSP, Watched, base_url, browser, wait_for_charts  # noqa: F401
-from tests.web.test_model_pages import LLAMA2_7B, MIXTRAL_INLINE
+from tests.support.browser import REPORT_CSP, Watched, wait_for_charts
+from tests.support.hf_configs_real import LLAMA2_7B, MIXTRAL_INLINE
 
 MIXTRAL_TOTAL, MIXTRAL_ACTIVE = 46_702_792_704, 12_879_925_248
 CHART = "Chart.getChart(document.querySelector('#result canvas'))"
 PAGE_CHART = "Chart.getChart(document.querySelector('figure canvas'))"
 
 
-def _watched(browser):  # noqa: F811
+def _watched(browser):
     context = browser.new_context(viewport={"width": 1280, "height": 900})
     context.add_init_script(REPORT_CSP)
     return Watched(context.new_page())
 
 
-def test_the_picker_groups_by_family_and_names_total_and_active(browser, base_url):  # noqa: F811
+def test_the_picker_groups_by_family_and_names_total_and_active(browser, base_url, tmp_path):
     listed = httpx.get(base_url + "/api/v1/models").json()["data"]
     families = list(dict.fromkeys(m["family"] for m in listed))
     watched = _watched(browser)
@@ -47,12 +47,12 @@ def test_the_picker_groups_by_family_and_names_total_and_active(browser, base_ur
     labels = page.evaluate(f"{CHART}.data.labels")
     assert "router" in labels and "routed experts" in labels and "shared experts" not in labels
     assert "attention latent" not in labels and "dense mlp" not in labels
-    page.screenshot(path="/tmp/i13-flops-mixtral.png", full_page=True)
+    page.screenshot(path=tmp_path / "i13-flops-mixtral.png", full_page=True)
     watched.clean()
     page.context.close()
 
 
-def test_a_pasted_config_computes_as_its_preset_and_the_link_reopens_it(browser, base_url):  # noqa: F811
+def test_a_pasted_config_computes_as_its_preset_and_the_link_reopens_it(browser, base_url, tmp_path):
     watched = _watched(browser)
     page = watched.page
     page.goto(base_url + "/flops?model=llama2-7b&seq_len=2048", wait_until="networkidle")
@@ -64,7 +64,7 @@ def test_a_pasted_config_computes_as_its_preset_and_the_link_reopens_it(browser,
     expect(page.get_by_test_id("step-flops")).to_have_text(preset)
     assert "model=custom" in page.url and "config=" in page.url  # the result is a link
     shared = page.url
-    page.screenshot(path="/tmp/i13-flops-pasted.png", full_page=True)
+    page.screenshot(path=tmp_path / "i13-flops-pasted.png", full_page=True)
     again = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
     again.goto(shared, wait_until="networkidle")
     expect(again.get_by_test_id("step-flops")).to_have_text(preset)
@@ -79,7 +79,7 @@ def test_a_pasted_config_computes_as_its_preset_and_the_link_reopens_it(browser,
     page.context.close()
 
 
-def test_a_bad_config_shows_the_message_naming_the_key(browser, base_url):  # noqa: F811
+def test_a_bad_config_shows_the_message_naming_the_key(browser, base_url, tmp_path):
     watched = _watched(browser)
     page = watched.page
     page.goto(base_url + "/memory?model=custom", wait_until="networkidle")
@@ -91,7 +91,7 @@ def test_a_bad_config_shows_the_message_naming_the_key(browser, base_url):  # no
     expect(page.locator("#config-error")).to_contain_text("model.top_k: 9 exceeds n_experts (8)")
     page.fill("#config", '{"n_layers": 2,')
     expect(page.locator("#config-error")).to_contain_text("malformed JSON")
-    page.screenshot(path="/tmp/i13-memory-bad-config.png", full_page=True)
+    page.screenshot(path=tmp_path / "i13-memory-bad-config.png", full_page=True)
     page.fill("#config", json.dumps(MIXTRAL_INLINE))
     expect(page.locator("#config-error")).to_have_text("")
     expect(page.get_by_test_id("total-gb")).to_be_visible()
@@ -99,7 +99,7 @@ def test_a_bad_config_shows_the_message_naming_the_key(browser, base_url):  # no
     page.context.close()
 
 
-def test_the_time_page_reads_a_models_active_parameters(browser, base_url):  # noqa: F811
+def test_the_time_page_reads_a_models_active_parameters(browser, base_url, tmp_path):
     watched = _watched(browser)
     page = watched.page
     page.goto(base_url + "/time?tokens=1e12&gpu=h100-sxm", wait_until="networkidle")
@@ -110,12 +110,12 @@ def test_the_time_page_reads_a_models_active_parameters(browser, base_url):  # n
     days = 6 * MIXTRAL_ACTIVE * 1e12 / (989.5e12 * 0.5) / 86_400
     expect(page.get_by_test_id("days")).to_have_text(f"{days:,.1f}")
     assert "params=" not in page.url and "model=mixtral-8x7b" in page.url
-    page.screenshot(path="/tmp/i13-time-model.png", full_page=True)
+    page.screenshot(path=tmp_path / "i13-time-model.png", full_page=True)
     watched.clean()
     page.context.close()
 
 
-def test_the_model_page_charts_each_component_total_against_active(browser, base_url):  # noqa: F811
+def test_the_model_page_charts_each_component_total_against_active(browser, base_url, tmp_path):
     summary = httpx.get(base_url + "/api/v1/models/deepseek-v3").json()
     params = summary["params"]
     watched = _watched(browser)
@@ -138,14 +138,14 @@ def test_the_model_page_charts_each_component_total_against_active(browser, base
     ticks = page.evaluate(f"{PAGE_CHART}.scales.x.ticks.map(t => t.label)")
     assert ticks and all("e+" not in t for t in ticks) and any(t.endswith(" B") for t in ticks), ticks
     expect(page.get_by_test_id("warnings")).to_contain_text("score-correction bias")
-    page.screenshot(path="/tmp/i13-model-deepseek.png", full_page=True)
+    page.screenshot(path=tmp_path / "i13-model-deepseek.png", full_page=True)
     page.goto(base_url + "/models", wait_until="networkidle")
-    page.screenshot(path="/tmp/i13-models.png", full_page=True)
+    page.screenshot(path=tmp_path / "i13-models.png", full_page=True)
     watched.clean()
     page.context.close()
 
 
-def test_a_pasted_config_opens_on_its_model_page(browser, base_url):  # noqa: F811
+def test_a_pasted_config_opens_on_its_model_page(browser, base_url, tmp_path):
     watched = _watched(browser)
     page = watched.page
     page.goto(base_url + "/models", wait_until="networkidle")
@@ -155,6 +155,6 @@ def test_a_pasted_config_opens_on_its_model_page(browser, base_url):  # noqa: F8
     wait_for_charts(page, "figure canvas", 1)
     expect(page.get_by_test_id("total")).to_have_text(amount(MIXTRAL_TOTAL))
     expect(page.get_by_test_id("active")).to_have_text(amount(MIXTRAL_ACTIVE))
-    page.screenshot(path="/tmp/i13-model-custom.png", full_page=True)
+    page.screenshot(path=tmp_path / "i13-model-custom.png", full_page=True)
     watched.clean()
     page.context.close()

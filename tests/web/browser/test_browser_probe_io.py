@@ -4,8 +4,7 @@ console error, nothing fetched off the box."""
 
 from playwright.sync_api import expect
 
-from tests.web.browser.test_browser import base_url, browser, wait_for_charts, watched  # noqa: F401  (fixtures)
-from tests.web.browser.test_browser_bench import AXES, SHOTS, readable, run
+from tests.support.browser import AXES, cancel_launched, readable, run, wait_for_charts
 
 QUICK = {"device": "cpu", "warmup_s": 0.01, "measure_s": 0.05, "min_iters": 3, "max_iters": 20}
 CRUNCHER = {"kind": "cruncher", "dim": 256, "num_layers": 2}
@@ -14,7 +13,7 @@ SETS = """() => [...document.querySelectorAll('canvas')].map(c => Chart.getChart
   d => [d.label, d.data]))"""
 
 
-def test_the_data_loader_page_sets_the_loader_beside_the_train_step(watched, base_url):  # noqa: F811
+def test_the_data_loader_page_sets_the_loader_beside_the_train_step(watched, base_url, tmp_path):
     job = run(base_url, "data_loader", QUICK | {"model": CRUNCHER, "batch_size": 8, "seq_len": 128,
                                                 "file_bytes": 4 * 2**20})
     page = watched.page
@@ -29,11 +28,11 @@ def test_the_data_loader_page_sets_the_loader_beside_the_train_step(watched, bas
     expect(page.get_by_test_id("metric-pageable/headroom")).to_contain_text("headroom over the train step")
     expect(page.get_by_test_id("loader-modes").locator("tbody tr")).to_have_count(1)  # no pinned on a CPU
     readable(page.evaluate(AXES))
-    page.screenshot(path=SHOTS.format("data-loader"), full_page=True)
+    page.screenshot(path=tmp_path / "data-loader.png", full_page=True)
     watched.clean()
 
 
-def test_the_checkpoint_page_sets_the_file_beside_the_prediction(watched, base_url):  # noqa: F811
+def test_the_checkpoint_page_sets_the_file_beside_the_prediction(watched, base_url, tmp_path):
     job = run(base_url, "checkpoint", QUICK | {"model": CRUNCHER, "optimizer": "adamw", "repeats": 2})
     page = watched.page
     page.goto(base_url + f"/benchmarks/jobs/{job}", wait_until="networkidle")
@@ -50,11 +49,11 @@ def test_the_checkpoint_page_sets_the_file_beside_the_prediction(watched, base_u
     expect(page.get_by_test_id("metric-bytes")).to_contain_text("checkpoint bytes, predicted vs file")
     expect(page.get_by_test_id("checkpoint-speed-caption")).to_contain_text("2 writes and reads")
     readable(page.evaluate(AXES))
-    page.screenshot(path=SHOTS.format("checkpoint"), full_page=True)
+    page.screenshot(path=tmp_path / "checkpoint.png", full_page=True)
     watched.clean()
 
 
-def test_the_launch_form_shows_the_train_steps_fields_for_both_probes(watched, base_url):  # noqa: F811
+def test_the_launch_form_shows_the_train_steps_fields_for_both_probes(watched, base_url, tmp_path):
     page = watched.page
     page.goto(base_url + "/benchmarks", wait_until="networkidle")
     step = page.locator("fieldset[data-probe~=train_step]")
@@ -68,10 +67,11 @@ def test_the_launch_form_shows_the_train_steps_fields_for_both_probes(watched, b
     page.fill("#file_bytes", "2MiB")
     page.fill("#dim", "64")
     page.fill("#seq_len", "32")
-    page.screenshot(path=SHOTS.format("launch-data-loader"), full_page=True)
+    page.screenshot(path=tmp_path / "launch-data-loader.png", full_page=True)
     with page.expect_request(lambda r: r.url.endswith("/ui/benchmarks/launch")) as launched:
         page.click("#launch-form button[type=submit]")
     body = launched.value.post_data
     assert "probe=data_loader" in body and "file_bytes=2MiB" in body
     expect(page.locator("#job")).to_contain_text("data_loader")
+    cancel_launched(page, base_url)
     watched.clean()

@@ -9,14 +9,7 @@ import pytest
 from playwright.sync_api import expect
 
 from app.numbers import duration, gb, sig
-from tests.web.browser.test_browser import (  # noqa: F401  (fixtures)
-    SCREENSHOTS,
-    assert_fits_a_phone,
-    base_url,
-    browser,
-    wait_for_charts,
-    watched_at,
-)
+from tests.support.browser import assert_fits_a_phone, wait_for_charts, watched_at
 
 ASKED = {"model": "llama3-8b", "gpu": "h100-sxm", "num_gpus": 64, "global_batch_sequences": 256,
          "seq_len": 4096}
@@ -32,13 +25,13 @@ DRAWN_FOR = """(evaluated) => {
 SETS = "{}.data.datasets.map(d => ({{label: d.label, type: d.type || 'scatter', data: d.data}}))"
 
 
-def _plan(base_url, body: dict) -> dict:  # noqa: F811
+def _plan(base_url, body: dict) -> dict:
     response = httpx.post(f"{base_url}/api/v1/plan/training", json=body | {"include_points": True})
     assert response.status_code == 200, response.text
     return response.json()
 
 
-def test_llama3_8b_on_64_h100s_every_layout_and_the_fastest(browser, base_url):  # noqa: F811
+def test_llama3_8b_on_64_h100s_every_layout_and_the_fastest(browser, base_url, screenshots):
     watched = watched_at(browser, 1280, 900)
     page = watched.page
     # Opened on something else, then filled in as a person would: the form asks, htmx answers.
@@ -86,12 +79,12 @@ def test_llama3_8b_on_64_h100s_every_layout_and_the_fastest(browser, base_url): 
         assert abs(sum(d[i] for d in bar_sets) - s["step_seconds"]) < 1e-9 * s["step_seconds"]
     assert page.evaluate(f"{BARS}.options.indexAxis") == "y"  # horizontal
     page.mouse.move(0, 0)
-    page.screenshot(path=SCREENSHOTS / "scale.png", full_page=True)
+    page.screenshot(path=screenshots / "scale.png", full_page=True)
     watched.clean()
     page.context.close()
 
 
-def test_nothing_fitting_and_a_refused_limit(browser, base_url):  # noqa: F811
+def test_nothing_fitting_and_a_refused_limit(browser, base_url):
     watched = watched_at(browser, 1280, 900)
     page = watched.page
     one_node = ASKED | {"model": "llama3-70b", "num_gpus": 8, "global_batch_sequences": 64}
@@ -114,7 +107,7 @@ def test_nothing_fitting_and_a_refused_limit(browser, base_url):  # noqa: F811
     page.context.close()
 
 
-def test_the_collective_calculator(browser, base_url):  # noqa: F811
+def test_the_collective_calculator(browser, base_url, screenshots):
     watched = watched_at(browser, 1280, 900)
     page = watched.page
     page.goto(f"{base_url}/scale", wait_until="networkidle")
@@ -131,10 +124,10 @@ def test_the_collective_calculator(browser, base_url):  # noqa: F811
     for level in answer["levels"]:
         expect(page.get_by_test_id(f"level-seconds-{level['name']}")).to_have_text(duration(level["seconds"]))
     assert "collective=all_gather" in page.url and "ranks=256" in page.url
-    page.screenshot(path=SCREENSHOTS / "scale-collective.png", full_page=True)
+    page.screenshot(path=screenshots / "scale-collective.png", full_page=True)
     watched.clean()
     page.context.close()
 
 
-def test_the_page_fits_a_phone(browser, base_url):  # noqa: F811
-    assert_fits_a_phone(browser, f"{base_url}/scale", 2, "/tmp/scale-390.png")
+def test_the_page_fits_a_phone(browser, base_url, tmp_path):
+    assert_fits_a_phone(browser, f"{base_url}/scale", 2, tmp_path / "scale-390.png")

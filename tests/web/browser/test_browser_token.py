@@ -2,35 +2,26 @@
 token to the dashboard once; the browser keeps it for that origin, takes it out of the address
 bar, and the launch form sends it, so a run starts without typing it again."""
 
-import threading
-
 import pytest
-import uvicorn
 from playwright.sync_api import expect
 
 from app.config import Settings
-from app.main import create_app
-from tests.support.waiting import wait_for
-from tests.web.browser.test_browser import browser, watched  # noqa: F401
+from tests.support.browser import served
 
 TOKEN = "Tok3n-s3cret_for-the-browser"
 
 
 @pytest.fixture(scope="module")
-def base_url(tmp_path_factory):
+def token_url(tmp_path_factory):
+    """A server of its own that requires TOKEN."""
     settings = Settings(database_path=tmp_path_factory.mktemp("token") / "tally.db", embedded_worker=True,
                         worker_id="token-tests", api_token=TOKEN)
-    config = uvicorn.Config(create_app(settings), host="127.0.0.1", port=0, log_level="warning")
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    wait_for(lambda: server.started, timeout=30, what="the server to start", every=0.05)
-    yield f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}"
-    server.should_exit = True
-    thread.join(10)
+    with served(settings) as url:
+        yield url
 
 
-def test_the_logged_link_hands_the_token_to_the_launch_form(watched, base_url):  # noqa: F811
+def test_the_logged_link_hands_the_token_to_the_launch_form(watched, token_url):
+    base_url = token_url
     page = watched.page
     page.goto(base_url + "/benchmarks", wait_until="networkidle")
     page.select_option("#sweep", "custom")

@@ -4,7 +4,6 @@ static/app.js, run in the browser, agreeing with it value for value."""
 import pytest
 
 from app import numbers
-from tests.web.browser.test_browser import base_url, browser  # noqa: F401  (fixtures)
 
 SAMPLES = [7e12, 6.3e24, 1024, 0.15625, 0.00816, 999_600, -0.0, 1e-8, 123_456, 0.103, 9.996, -2.5e-7]
 
@@ -40,7 +39,7 @@ def test_durations_read_in_the_unit_that_fits():
     assert numbers.duration(0.999) == "999 ms" and numbers.duration(None) == "n/a"
 
 
-def test_the_charts_format_as_the_pages_do(browser, base_url):  # noqa: F811
+def test_the_charts_format_as_the_pages_do(browser, base_url):
     page = browser.new_page()
     page.goto(base_url + "/time")
     got = page.evaluate("(xs) => xs.map((x) => window.Tally.sig(x))", SAMPLES)
