@@ -225,7 +225,8 @@ class WidgetRequest(BaseModel):
 
 def _widgets(monkeypatch, path: str) -> APIRouter:
     """A route module the CLI has never seen, POST /widgets{path} doubling its body, added to
-    the route table."""
+    the route table; the CLI's table read from it, as `python -m app.cli.calc` rewrites
+    app/cli/calc_table.py."""
     router = APIRouter(prefix="/widgets")
 
     @router.post(path)
@@ -235,7 +236,10 @@ def _widgets(monkeypatch, path: str) -> APIRouter:
 
     module = types.ModuleType("app.api.routes.widgets", "Widgets, for the test.")
     module.router = router
-    monkeypatch.setattr(api_router, "MODULES", (*api_router.MODULES, module))
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    monkeypatch.setattr(api_router, "MODULES", (*api_router.MODULES, module.__name__))
+    from app.cli import calc
+    monkeypatch.setattr(calc, "table", calc.calculators)
     return router
 
 
