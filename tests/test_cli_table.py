@@ -4,6 +4,7 @@ calculator answers and refuses as the whole API does, byte for byte, and a comma
 what it uses. The CPU seconds themselves are bench/cli_speed.py's: too noisy on a shared machine
 to assert."""
 
+import gc
 import json
 import subprocess
 import sys
@@ -129,3 +130,12 @@ def test_a_command_imports_what_it_uses():
     answer = _imported("calc", "flops", "matmul", "--m", "2", "--k", "3", "--n", "4")
     assert answer & routes == {"app.api.routes.flops"}
     assert not {"sqlalchemy", "httpx", "app.jobs.store", "app.probes.registry"} & answer
+
+
+@pytest.mark.parametrize("argv", [["flops", "matmul", "--m", "2", "--k", "3", "--n", "4"],
+                                  ["flops", "matmul", "--help"], ["flops", "matmul", "--m", "0"]])
+def test_a_command_gives_the_collector_back(capsys, argv):
+    """A command holds the garbage collector off while it imports (app/cli/calc.py run); a caller
+    that goes on, as these tests do, gets it back running, with nothing left frozen."""
+    run_main(capsys, "calc", *argv)
+    assert gc.isenabled() and gc.get_freeze_count() == 0

@@ -16,6 +16,8 @@ imports its body model only, and a call the route modules of its group only
 """
 
 import argparse
+import atexit
+import gc
 import importlib
 import inspect
 import pprint
@@ -257,20 +259,32 @@ class _StoreOnDemand:
 
 
 def run(args: argparse.Namespace) -> int:
-    calcs = table()
-    cli = parser(calcs, chosen(calcs, args.argv))
-    opts = cli.parse_args(args.argv)
+    # Importing the models and building the routes makes thousands of objects that live as long
+    # as the process, and the collector only rescans them: run meanwhile, during the call, or by
+    # the interpreter as it exits, it cost a third of a call's CPU (bench/cli_speed.py). So none
+    # runs until the app is built, the calculation's pass over what it made itself (gc.freeze),
+    # and the exit's over nothing: what is alive then dies with the process. Unfrozen after the
+    # call, for a caller that goes on (the tests run many commands in one process).
+    atexit.unregister(gc.freeze)
+    atexit.register(gc.freeze)
+    gc.disable()
+    try:
+        calcs = table()
+        cli = parser(calcs, chosen(calcs, args.argv))
+        opts = cli.parse_args(args.argv)
+        app = _app(calcs, opts.calc)
+    finally:
+        gc.enable()
+    gc.freeze()
+    try:
+        return _answer(cli, opts, app)
+    finally:
+        gc.unfreeze()
+
+
+def _answer(cli: argparse.ArgumentParser, opts: argparse.Namespace, app: Any) -> int:
+    """The command's request to `app`; its answer printed, and the exit status."""
     calc: Calculator = opts.calc
-
-    from app.api.build import build_api
-    from app.config import get_settings
-
-    settings = get_settings()
-    # The routes of the modules that serve its group: every path that group's commands can
-    # name (their first segment is the group's) is routed as the whole table routes it.
-    routes = {c.module for c in calcs if c.group == calc.group}
-    store = _StoreOnDemand(settings.database())
-    app = store.app = build_api(settings, store, routes=routes, database=False)
     path = calc.path
     for name in calc.path_params:
         path = path.replace(f"{{{name}}}", urllib.parse.quote(getattr(opts, name), safe=""))
@@ -283,6 +297,19 @@ def run(args: argparse.Namespace) -> int:
     ok = response.status_code < 300
     options.print_json(response.text, opts.compact, sys.stdout if ok else sys.stderr)
     return options.exit_status(response.status_code)
+
+
+def _app(calcs: list[Calculator], calc: Calculator) -> Any:
+    """The API with the route modules of `calc`'s group: every path that group's commands can
+    name (their first segment is the group's) is routed as the whole table routes it."""
+    from app.api.build import build_api
+    from app.config import get_settings
+
+    settings = get_settings()
+    store = _StoreOnDemand(settings.database())
+    store.app = build_api(settings, store, routes={c.module for c in calcs if c.group == calc.group},
+                          database=False)
+    return store.app
 
 
 if __name__ == "__main__":  # python -m app.cli.calc: rewrite app/cli/calc_table.py from the routes
