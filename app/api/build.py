@@ -2,10 +2,12 @@
 store; the server's core (app/main.py create_app adds the pages, metrics and dispatchers) and
 what `tally calc` and `tally probe` call in process.
 
-`routes` narrows the table to some route modules: `tally calc` builds the API with the modules
-that serve its command only, as importing them all costs more than a second of CPU
-(bench/cli_speed.py). A route answers the same in either table: routes of different modules
-never share a path, so one module's answers and refusals do not depend on the others.
+`routes` narrows the table to some route modules, and `path` to their routes that can route a
+request for that path: `tally calc` builds the API for its one request, as importing every
+module costs more than a second of CPU and each route it builds ~10 ms (bench/cli_speed.py).
+The request is answered as the whole table answers it: routes of different modules never share
+a path's first segment (tests/test_cli_table.py), and a route whose pattern does not match the
+path takes no part in routing it.
 """
 
 from collections.abc import Callable, Iterable
@@ -62,17 +64,18 @@ Lifespan = Callable[[FastAPI], AbstractAsyncContextManager[None]]
 
 
 def build_api(settings: Settings, store: "Store", *, lifespan: Lifespan | None = None,
-              routes: Iterable[str] | None = None, database: bool = True) -> FastAPI:
+              routes: Iterable[str] | None = None, path: str | None = None,
+              database: bool = True) -> FastAPI:
     """The JSON API (/api/v1) with its error handlers, over `settings` and `store` (app.state);
-    the routes of the modules `routes` (app/api/router.py MODULES), or of every one.
-    `database=False`: without the database's error handlers, for a store not open yet
-    (errors.install)."""
+    the routes of the modules `routes` (app/api/router.py MODULES), or of every one; with
+    `path`, only those that route a request for it (router.include_api). `database=False`:
+    without the database's error handlers, for a store not open yet (errors.install)."""
     app = FastAPI(title="Tally", version=__version__, description=DESCRIPTION, lifespan=lifespan,
                   openapi_tags=TAGS, docs_url=None, redoc_url=None)
     app.state.settings, app.state.store = settings, store
     errors.install(app, max_body_bytes=settings.max_body_bytes, body_timeout_s=settings.body_timeout_s,
                    database=database)
     app.router.route_class = StrictJsonRoute  # every route added from here on parses JSON strictly
-    router.include_api(app, routes)
+    router.include_api(app, routes, path)
     openapi.state_auth(app, required=settings.api_token is not None)
     return app

@@ -18,6 +18,7 @@ from types import ModuleType
 
 from fastapi import FastAPI
 from fastapi.routing import APIRoute, APIRouter
+from starlette.routing import compile_path
 
 PREFIX = "/api/v1"
 # Tried in this order: the calculators most called first, catalogue reads last.
@@ -35,17 +36,29 @@ def modules(names: Iterable[str] | None = None) -> list[ModuleType]:
     return [importlib.import_module(name) for name in MODULES if name in wanted]
 
 
-def include_api(app: FastAPI, names: Iterable[str] | None = None) -> None:
+def include_api(app: FastAPI, names: Iterable[str] | None = None, path: str | None = None) -> None:
     """Add the routes of the modules `names` (every one by default) to the app under PREFIX,
-    with all their options."""
+    with all their options. With `path`, only the routes that can take part in routing a
+    request for it: those whose pattern matches it, or matches it with its trailing slash
+    toggled (Starlette redirects there); the others match neither, so they change nothing."""
     for module in modules(names):
         for route in module.router.routes:
             assert isinstance(route, APIRoute), route
+            if path is not None and not _matches(PREFIX + route.path, path):
+                continue
             options = {name: getattr(route, name) for name in _ROUTE_OPTIONS if hasattr(route, name)}
             app.router.add_api_route(PREFIX + route.path, route.endpoint, **options)
 
 
-def include_api_nested(app: FastAPI, names: Iterable[str] | None = None) -> None:
-    """The same routes through include_router: the reference the flat table must match."""
+def _matches(pattern: str, path: str) -> bool:
+    regex = compile_path(pattern)[0]
+    toggled = path.rstrip("/") if path.endswith("/") else path + "/"
+    return any(regex.match(p) for p in (path, toggled))
+
+
+def include_api_nested(app: FastAPI, names: Iterable[str] | None = None, path: str | None = None) -> None:
+    """The same routes through include_router: the reference the flat table must match (whole
+    modules only: no `path`)."""
+    assert path is None, path
     for module in modules(names):
         app.include_router(module.router, prefix=PREFIX)

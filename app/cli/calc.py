@@ -272,7 +272,7 @@ def run(args: argparse.Namespace) -> int:
         calcs = table()
         cli = parser(calcs, chosen(calcs, args.argv))
         opts = cli.parse_args(args.argv)
-        app = _app(calcs, opts.calc)
+        app = _app(calcs, opts.calc, _path(opts))
     finally:
         gc.enable()
     gc.freeze()
@@ -285,9 +285,7 @@ def run(args: argparse.Namespace) -> int:
 def _answer(cli: argparse.ArgumentParser, opts: argparse.Namespace, app: Any) -> int:
     """The command's request to `app`; its answer printed, and the exit status."""
     calc: Calculator = opts.calc
-    path = calc.path
-    for name in calc.path_params:
-        path = path.replace(f"{{{name}}}", urllib.parse.quote(getattr(opts, name), safe=""))
+    path = _path(opts)
     query = {n: v for n in calc.query_params if (v := vars(opts)[f"query:{n}"]) is not None}
     content = None
     if calc.takes_body:
@@ -299,16 +297,24 @@ def _answer(cli: argparse.ArgumentParser, opts: argparse.Namespace, app: Any) ->
     return options.exit_status(response.status_code)
 
 
-def _app(calcs: list[Calculator], calc: Calculator) -> Any:
-    """The API with the route modules of `calc`'s group: every path that group's commands can
-    name (their first segment is the group's) is routed as the whole table routes it."""
+def _path(opts: argparse.Namespace) -> str:
+    """The request's path: the calculator's, its placeholders filled from the arguments."""
+    path = opts.calc.path
+    for name in opts.calc.path_params:
+        path = path.replace(f"{{{name}}}", urllib.parse.quote(getattr(opts, name), safe=""))
+    return path
+
+
+def _app(calcs: list[Calculator], calc: Calculator, path: str) -> Any:
+    """The API that routes a request for `path`: the routes of `calc`'s group (its route
+    modules) that match it. It answers as the whole API (app/api/build.py)."""
     from app.api.build import build_api
     from app.config import get_settings
 
     settings = get_settings()
     store = _StoreOnDemand(settings.database())
     store.app = build_api(settings, store, routes={c.module for c in calcs if c.group == calc.group},
-                          database=False)
+                          path=urllib.parse.unquote(path), database=False)
     return store.app
 
 
