@@ -6,7 +6,7 @@ what `tally calc` and `tally probe` call in process.
 request for that path: `tally calc` builds the API for its one request, as importing every
 module costs more than a second of CPU and each route it builds ~10 ms (bench/cli_speed.py).
 The request is answered as the whole table answers it: routes of different modules never share
-a path's first segment (tests/test_cli_table.py), and a route whose pattern does not match the
+a path's first segment (tests/api/test_cli_table.py), and a route whose pattern does not match the
 path takes no part in routing it.
 """
 

@@ -10,7 +10,7 @@ HTTP API's, byte for byte.
 
 Importing every route module costs more than a second of CPU, so the commands come from
 app/cli/calc_table.py, written from the route table by `python -m app.cli.calc` and checked
-against it by tests/test_cli_table.py. `tally calc --help` imports no route; a command's help
+against it by tests/api/test_cli_table.py. `tally calc --help` imports no route; a command's help
 imports its body model only, and a call the route modules of its group only
 (bench/cli_speed.py).
 """
@@ -150,7 +150,7 @@ def table_text(calcs: list[Calculator]) -> str:
     fields = textwrap.fill(", ".join(Calculator.__dataclass_fields__), 100, initial_indent="# Calculator's ",
                            subsequent_indent="# ")
     return ('"""Every calculator of `tally calc`, read from the API\'s route table: written by\n'
-            '`python -m app.cli.calc`, checked by tests/test_cli_table.py. Do not edit."""\n\n'
+            '`python -m app.cli.calc`, checked by tests/api/test_cli_table.py. Do not edit."""\n\n'
             f"{fields}\nCALCULATORS = [\n{rows}]\n")
 
 

@@ -1,5 +1,5 @@
 """Every calculator of `tally calc`, read from the API's route table: written by
-`python -m app.cli.calc`, checked by tests/test_cli_table.py. Do not edit."""
+`python -m app.cli.calc`, checked by tests/api/test_cli_table.py. Do not edit."""
 
 # Calculator's group, action, method, path, summary, description, path_params, query_params, body,
 # takes_body, body_help, module, group_help
@@ -138,8 +138,8 @@ CALCULATORS = [
     ('models', 'import', 'POST', '/api/v1/models/import',
      'Read a Hugging Face config.json into a TransformerConfig, with its parameters.',
      'Read a Hugging Face config.json into a TransformerConfig, with its parameters.', [], [], None, True,
-     'A Hugging Face config.json (model_type llama, mistral, qwen2, gpt2, gpt_neox, qwen3, gemma, gemma2, '
-     'gemma3_text, gemma3, phi3, olmo, olmo2, falcon, starcoder2, mixtral, qwen2_moe, qwen3_moe, '
+     'A Hugging Face config.json (model_type llama, mistral, qwen2, qwen3, phi3, olmo, olmo2, gpt2, '
+     'gpt_neox, falcon, starcoder2, gemma, gemma2, gemma3_text, gemma3, mixtral, qwen2_moe, qwen3_moe, '
      'deepseek_v2, deepseek_v3). Nothing is fetched. A key that changes the count but that model_type does '
      'not read is refused; unknown keys are listed in warnings.',
      'app.api.routes.models', 'Model presets, and Hugging Face config.json import.'),

@@ -22,7 +22,7 @@ from app.config import get_settings
 from app.jobs.store import Store
 from app.main import create_app
 from tests.conftest import Api
-from tests.test_cli import ROOT, run_main
+from tests.api.test_cli import ROOT, run_main
 
 CALCULATORS = calc.table()
 
