@@ -259,12 +259,12 @@ class _StoreOnDemand:
 
 
 def run(args: argparse.Namespace) -> int:
-    # Importing the models and building the routes makes thousands of objects that live as long
-    # as the process, and the collector only rescans them: run meanwhile, during the call, or by
-    # the interpreter as it exits, it cost a third of a call's CPU (bench/cli_speed.py). So none
-    # runs until the app is built, the calculation's pass over what it made itself (gc.freeze),
-    # and the exit's over nothing: what is alive then dies with the process. Unfrozen after the
-    # call, for a caller that goes on (the tests run many commands in one process).
+    # Garbage collection: importing the models and building the routes makes thousands of
+    # objects that live as long as the process, and each collection rescans them all; run while
+    # they are made, during the call, or by the interpreter on its way out, it took a third of a
+    # call's CPU (bench/cli_speed.py). So none runs until the app is built, the call's skip what
+    # existed before it (gc.freeze), and the exit's skip all: what is alive then dies with the
+    # process. Unfrozen after the call, for a caller that goes on (the tests, many commands).
     atexit.unregister(gc.freeze)
     atexit.register(gc.freeze)
     gc.disable()

@@ -220,9 +220,8 @@ def call(app: Any, method: str, path: str, content: str | None = None,
     headers = [(b"host", b"tally.cli")]
     if content is not None:
         headers += [(b"content-length", str(len(body)).encode()), (b"content-type", b"application/json")]
-    raw_path = path.encode()
     scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": method,
-             "scheme": "http", "path": urllib.parse.unquote(path), "raw_path": raw_path,
+             "scheme": "http", "path": urllib.parse.unquote(path), "raw_path": path.encode(),
              "query_string": urllib.parse.urlencode(params or {}).encode(), "headers": headers,
              "server": ("tally.cli", 80), "client": ("127.0.0.1", 123), "root_path": ""}
     start: dict[str, Any] = {}

@@ -21,8 +21,8 @@ from app.cli import calc, calc_table, options
 from app.config import get_settings
 from app.jobs.store import Store
 from app.main import create_app
-from tests.conftest import Api
 from tests.api.test_cli import ROOT, run_main
+from tests.conftest import Api
 
 CALCULATORS = calc.table()
 
@@ -136,7 +136,7 @@ def _imported(*argv: str) -> set[str]:
 
 
 def test_a_command_imports_what_it_uses():
-    routes = {m for m in router.MODULES}
+    routes = set(router.MODULES)
     listing = _imported("calc", "--help")
     assert not listing & routes and "fastapi" not in listing and "pydantic" not in listing
     options = _imported("calc", "flops", "matmul", "--help")
