@@ -1,6 +1,7 @@
 """create_app(): the JSON API, the pages, static files and error handlers; a uvicorn app
 factory (`uvicorn --factory app.main:create_app`), so importing this module creates nothing.
-build_api(): the JSON API alone, which `tally calc` and `tally probe` call in process.
+build_api() (app/api/build.py): the JSON API alone, which `tally calc` and `tally probe` call
+in process.
 
 This process never imports torch: GPU work runs in child processes.
 """
@@ -9,8 +10,8 @@ import logging
 import secrets
 import socket
 import sys
-from collections.abc import AsyncIterator, Callable
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 from fastapi import FastAPI
@@ -18,10 +19,8 @@ from fastapi.staticfiles import StaticFiles
 from pydantic import SecretStr
 from starlette.concurrency import run_in_threadpool
 
-from app import __version__, device, logs
-from app.api import errors, openapi
-from app.api.router import include_api
-from app.api.strict_json import StrictJsonRoute
+from app import device, logs
+from app.api.build import build_api
 from app.config import Settings, get_settings
 from app.jobs.dispatcher import Dispatcher, default_worker_id
 from app.jobs.storage import StoreUnavailable
@@ -35,44 +34,7 @@ from app.web.fleet import router as fleet_router
 from app.web.headers import PageHeaders
 from app.web.pages import router as pages_router
 
-DESCRIPTION = """Deep-learning resource accounting: FLOPs, bytes and seconds.
-
-Conventions: one multiply-add is 2 FLOPs (MACs are reported separately); GPU peaks
-are dense (no 2:4 sparsity); byte counts are exact integers, with GB = 10^9 and
-GiB = 2^30 both given where a human reading helps. Every 4xx names its field.
-"""
-
-
-# The order /docs shows; routes themselves are matched hottest-first (app/api/router.py).
-TAGS = [
-    {"name": "number formats", "description": "Bit layouts, limits and exact encoding."},
-    {"name": "tensors", "description": "Bytes, strides, contiguity and views."},
-    {"name": "flops", "description": "Matmul, linear stack and transformer FLOPs."},
-    {"name": "models", "description": "Presets and Hugging Face config import."},
-    {"name": "memory", "description": "Training memory per GPU; the largest model that fits."},
-    {"name": "time", "description": "Training time, cost and MFU."},
-    {"name": "energy", "description": "Energy (kWh) and carbon (CO2e) of GPU-hours, every input sourced."},
-    {"name": "inference", "description": "Serving: weights by format, KV cache, capacity, prefill and decode "
-                                         "time on the roofline."},
-    {"name": "fine-tuning", "description": "LoRA, QLoRA, frozen parts and full fine-tuning: parameters, "
-                                           "memory, FLOPs and time of a step."},
-    {"name": "fit", "description": "Will it run on my GPU: serving and fine-tuning options side by side."},
-    {"name": "communication", "description": "Collectives between GPUs: time, algbw and busbw as nccl-tests "
-                                             "reports them."},
-    {"name": "planning", "description": "Training layouts over many GPUs: data, tensor, pipeline and expert "
-                                        "parallelism searched, timed and sized."},
-    {"name": "data", "description": "A tokenized dataset on disk: bytes by token dtype, shards, and the read "
-                                    "bandwidth a run needs."},
-    {"name": "checkpoints", "description": "A checkpoint's bytes, its write and read time, and the share "
-                                           "of a run spent saving it."},
-    {"name": "hardware", "description": "Accelerator catalogue: dense peaks, memory, bandwidth."},
-    {"name": "jobs", "description": "Benchmark probes queued and run on this server's device."},
-    {"name": "device", "description": "The worker's device and what it has measured."},
-    {"name": "fleet", "description": "Many boxes on one queue: their devices, campaigns, burn-ins."},
-    {"name": "operations", "description": "Liveness, readiness and Prometheus metrics."},
-]
 log = logging.getLogger("tally")
-Lifespan = Callable[[FastAPI], AbstractAsyncContextManager[None]]
 
 
 def dispatchers(store: Store, settings: Settings) -> list[Dispatcher]:
@@ -103,18 +65,6 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
             dispatcher.request_stop()
         for dispatcher in running:
             await run_in_threadpool(dispatcher.stop)
-
-
-def build_api(settings: Settings, store: Store, *, lifespan: Lifespan | None = None) -> FastAPI:
-    """The JSON API (/api/v1) with its error handlers, over `settings` and `store` (app.state)."""
-    app = FastAPI(title="Tally", version=__version__, description=DESCRIPTION, lifespan=lifespan,
-                  openapi_tags=TAGS, docs_url=None, redoc_url=None)
-    app.state.settings, app.state.store = settings, store
-    errors.install(app, max_body_bytes=settings.max_body_bytes, body_timeout_s=settings.body_timeout_s)
-    app.router.route_class = StrictJsonRoute  # every route added from here on parses JSON strictly
-    include_api(app)
-    openapi.state_auth(app, required=settings.api_token is not None)
-    return app
 
 
 def open_store_or_exit(database: str | Path) -> Store:

@@ -60,7 +60,7 @@ from app.api import router
 from app import main
 
 if os.environ["TALLY_BENCH_ROUTING"] == "nested":
-    main.include_api = router.include_api_nested
+    router.include_api = router.include_api_nested
 app = main.create_app()
 
 @app.post("/bench/echo")

@@ -12,7 +12,6 @@ import math
 import sqlite3
 from typing import Any
 
-import sqlalchemy.exc
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -312,7 +311,20 @@ async def _internal_error(request: Request, exc: Exception) -> JSONResponse:
                         status_code=500)
 
 
-def install(app: FastAPI, *, max_body_bytes: int, body_timeout_s: float = 30) -> None:
+def database_handlers() -> dict[type[Exception], Any]:
+    """The answers to a failing job database. SQLAlchemy wraps the driver's errors (sqlite3's,
+    psycopg's) in DBAPIError (OperationalError and the others); TimeoutError: no pooled connection
+    came free in time, an overloaded server. Imported here, not at the top: SQLAlchemy costs
+    0.1 s of CPU, and a calculator that reads no database should not pay it (bench/cli_speed.py)."""
+    import sqlalchemy.exc
+
+    return {sqlite3.Error: _database_error, sqlalchemy.exc.DBAPIError: _database_error,
+            sqlalchemy.exc.TimeoutError: _database_error, storage.StoreUnavailable: _store_unavailable}
+
+
+def install(app: FastAPI, *, max_body_bytes: int, body_timeout_s: float = 30, database: bool = True) -> None:
+    """The error handlers and the body limit. `database=False` leaves out database_handlers():
+    for an app whose store is not open yet, which adds them as it opens it (app/cli/calc.py)."""
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes, timeout_s=body_timeout_s)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(Conflict, _conflict)
@@ -320,12 +332,8 @@ def install(app: FastAPI, *, max_body_bytes: int, body_timeout_s: float = 30) ->
     app.add_exception_handler(HTTPException, _http_error)
     app.add_exception_handler(DuplicateKey, _json_refused)
     app.add_exception_handler(TooManyKeys, _json_refused)
-    app.add_exception_handler(sqlite3.Error, _database_error)
-    # SQLAlchemy wraps the driver's errors (sqlite3's, psycopg's) in DBAPIError (OperationalError
-    # and the others); TimeoutError: no pooled connection came free in time, an overloaded server.
-    app.add_exception_handler(sqlalchemy.exc.DBAPIError, _database_error)
-    app.add_exception_handler(sqlalchemy.exc.TimeoutError, _database_error)
-    app.add_exception_handler(storage.StoreUnavailable, _store_unavailable)
+    for error, handler in database_handlers().items() if database else ():
+        app.add_exception_handler(error, handler)
     app.add_exception_handler(Exception, _internal_error)
 
 

@@ -1,7 +1,9 @@
 """The `tally` command. Each subcommand lives in its own module here and offers two
 functions: `add(commands, name, help)` registers its parser, `run(args)` runs it and
 returns the exit status. Each keeps its heavy imports (the app, torch-free as it is)
-inside `run`, so `tally --help` and `tally healthcheck` stay quick.
+inside `run`, so `tally --help` and `tally healthcheck` stay quick; and only the command
+named is registered by its module, the others by name and help alone, so `tally calc` pays
+for no other command's parser (bench/cli_speed.py).
 
 Exit status: 0 success, 1 the work failed (a probe that failed, a server that did
 not answer), 2 bad usage or input (argparse's own convention).
@@ -9,6 +11,7 @@ not answer), 2 bad usage or input (argparse's own convention).
 
 import argparse
 import importlib
+import sys
 
 # name -> (module, one-line help). The order is the order `tally --help` lists them.
 COMMANDS = {
@@ -25,7 +28,8 @@ COMMANDS = {
 }
 
 
-def parser() -> argparse.ArgumentParser:
+def parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The parser of `tally`, with the options of the command `argv` names (its first word)."""
     cli = argparse.ArgumentParser(
         prog="tally",
         description="Tally: deep-learning resource accounting. FLOPs, bytes and seconds a model costs "
@@ -33,11 +37,15 @@ def parser() -> argparse.ArgumentParser:
         epilog="Settings come from TALLY_* environment variables or a .env file (see the README). "
                "`tally COMMAND --help` describes each command.")
     commands = cli.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    named = (sys.argv[1:] if argv is None else argv)[:1]
     for name, (module, help_text) in COMMANDS.items():
-        importlib.import_module(module).add(commands, name, help_text)
+        if [name] == named:
+            importlib.import_module(module).add(commands, name, help_text)
+        else:  # never parsed: a command's parser is reached only as the first word
+            commands.add_parser(name, help=help_text)
     return cli
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    args = parser(argv).parse_args(argv)
     return importlib.import_module(COMMANDS[args.command][0]).run(args)

@@ -1,6 +1,6 @@
 """A checkpoint's size, its write and read times, and the share of a run spent saving it."""
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field
 
@@ -12,8 +12,10 @@ from app.accounting.training import memory
 from app.api.services.memory import TrainingMemoryRequest
 from app.inputs.fields import Input, byte_count, count, number
 from app.inputs.schemas import ModelOrParams, engine_model
-from app.jobs.store import Store
 from app.measured import calibration
+
+if TYPE_CHECKING:  # SQLAlchemy and the probes, imported only by a calculator that reads the store
+    from app.jobs.store import Store
 
 _MEMORY = TrainingMemoryRequest.model_fields  # the same model, precision and optimizer inputs
 DiskRate = byte_count(1, 10**15) | Literal["measured"]
@@ -57,7 +59,7 @@ def _rate(field: str, value: int | str, disk: calibration.CheckpointDisk | None)
     return rate, f"measured: checkpoint job {disk.job_id} at {disk.measured_at.isoformat()}"
 
 
-def answer(body: CheckpointRequest, *, store: Store) -> checkpoint.CheckpointTime:
+def answer(body: CheckpointRequest, *, store: "Store") -> checkpoint.CheckpointTime:
     """`store` is read only for a measured rate."""
     params = body.model if isinstance(body.model, int) else count_params(engine_model(body.model)).total
     disk = calibration.checkpoint_disk(store, device.describe()) if reads_store(body) else None

@@ -1,6 +1,6 @@
 """A tokenized dataset's bytes, shards and loader bandwidth."""
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field
 
@@ -9,8 +9,10 @@ from app.accounting import dataset, models
 from app.accounting.errors import InvalidInput
 from app.inputs.fields import Input, byte_count, count, number, sequence_length
 from app.inputs.schemas import Preset
-from app.jobs.store import Store
 from app.measured import calibration
+
+if TYPE_CHECKING:  # SQLAlchemy and the probes, imported only by a calculator that reads the store
+    from app.jobs.store import Store
 
 # Bytes and bytes/s as the other calculators take them: 2.8e12, "2.8TB", "512MiB".
 Bytes = byte_count(1, 10**18)
@@ -61,7 +63,7 @@ def reads_store(body: DatasetRequest) -> bool:
     return body.loader_tokens_per_s == "measured"
 
 
-def _loader_rate(body: DatasetRequest, store: Store | None) -> tuple[float | None, str | None]:
+def _loader_rate(body: DatasetRequest, store: "Store | None") -> tuple[float | None, str | None]:
     if body.loader_tokens_per_s != "measured":
         return body.loader_tokens_per_s, None if body.loader_tokens_per_s is None else "given"
     best = None if store is None else calibration.data_loader(store, device.describe())
@@ -73,7 +75,7 @@ def _loader_rate(body: DatasetRequest, store: Store | None) -> tuple[float | Non
                                f"{best.measured_at.isoformat()}")
 
 
-def answer(body: DatasetRequest, *, store: Store | None = None) -> dataset.Dataset:
+def answer(body: DatasetRequest, *, store: "Store | None" = None) -> dataset.Dataset:
     """`store` is read only for a measured loader rate."""
     rate, source = _loader_rate(body, store)
     return dataset.dataset(

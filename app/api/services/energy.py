@@ -1,7 +1,7 @@
 """Energy and carbon of GPU work: the inputs every calculator that answers with energy shares
 (the time calculator, the layout search), and the energy calculator itself."""
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field
 
@@ -12,8 +12,10 @@ from app.accounting.hardware import Accelerator
 from app.accounting.units import SECONDS_PER_HOUR
 from app.inputs.fields import Input, count, number
 from app.inputs.schemas import GpuId, accelerator
-from app.jobs.store import Store
 from app.measured import power as measured
+
+if TYPE_CHECKING:  # SQLAlchemy and the probes, imported only by a calculator that reads the store
+    from app.jobs.store import Store
 
 RegionId = Literal[tuple(energy.regions())]  # type: ignore[valid-type]
 """A refusal lists the few known regions; each answer states its region's figure and source."""
@@ -44,7 +46,7 @@ class EnergyInputs(Input):
         return self.power_watts == "measured"
 
 
-def power(body: EnergyInputs, acc: Accelerator | None, store: Store) -> energy.Power:
+def power(body: EnergyInputs, acc: Accelerator | None, store: "Store") -> energy.Power:
     """One GPU's average power: given, measured here, or the catalogue's board power x utilisation."""
     # A utilisation of 1 (the default, which a page's form sends) scales nothing: only another one
     # conflicts with a power that is not the board power's.
@@ -60,7 +62,7 @@ def power(body: EnergyInputs, acc: Accelerator | None, store: Store) -> energy.P
     return energy.board_power(acc, body.power_utilization)
 
 
-def measured_power(acc: Accelerator | None, store: Store) -> energy.Power:
+def measured_power(acc: Accelerator | None, store: "Store") -> energy.Power:
     here = device.describe()
     found = measured.measured_power(store, here)
     if found is None:
@@ -85,12 +87,12 @@ def pue_source(body: EnergyInputs) -> str:
 
 
 def of_gpu_hours(body: EnergyInputs, gpu_hours: float, acc: Accelerator | None,
-                 store: Store) -> energy.Energy:
+                 store: "Store") -> energy.Energy:
     return energy.energy(gpu_hours=gpu_hours, power=power(body, acc, store), pue=body.pue,
                          pue_source=pue_source(body), grid=grid(body))
 
 
-def optional(body: EnergyInputs, gpu_hours: float, acc: Accelerator, store: Store) -> energy.Energy | None:
+def optional(body: EnergyInputs, gpu_hours: float, acc: Accelerator, store: "Store") -> energy.Energy | None:
     """A calculator's energy beside its time: null where the catalogue lists no board power for the
     gpu and no power_watts was sent (TPUs, A10G), so an answer about time is never refused for it."""
     if body.power_watts is None and acc.board_power_watts is None:
@@ -107,7 +109,7 @@ class EnergyRequest(EnergyInputs):
         None, description="A catalogue accelerator, for its board power; or give power_watts.")
 
 
-def calculate(body: EnergyRequest, *, store: Store) -> energy.Energy:
+def calculate(body: EnergyRequest, *, store: "Store") -> energy.Energy:
     """`store` is read only for a measured power."""
     if (body.gpu_hours is None) == (body.seconds is None):
         raise InvalidInput("gpu_hours", "give gpu_hours, or seconds (x num_gpus), not both and not neither")

@@ -1,7 +1,7 @@
 """Serving: memory per GPU, what fits, and prefill/decode time."""
 
 from functools import lru_cache
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
 
@@ -15,8 +15,10 @@ from app.accounting.inference.workspace import DEFAULT_OVERHEAD_BYTES
 from app.api.services.time import Currency
 from app.inputs.fields import byte_count, count, number, sequence_length
 from app.inputs.schemas import GpuInput, ModelSpec, engine_model, named
-from app.jobs.store import Store
 from app.measured import calibration
+
+if TYPE_CHECKING:  # SQLAlchemy and the probes, imported only by a calculator that reads the store
+    from app.jobs.store import Store
 
 WeightFormat = named("weight format", tuple(formats.FORMATS), formats.QUANTIZATION_LISTING,
                       lambda name: formats.lookup_format(name).id)
@@ -159,7 +161,7 @@ def compute_dtype(weight_format: str, dtype: str, acc: hardware.Accelerator) -> 
     return w8a8 if w8a8 and dtypes.peak_key(w8a8) in acc.peak_flop_per_sec else dtype
 
 
-def serving_time(body: InferenceTimeRequest, *, store: Store | None) -> latency.InferenceTime:
+def serving_time(body: InferenceTimeRequest, *, store: "Store | None") -> latency.InferenceTime:
     """`store` is read only for measured efficiencies (reads_store), and needed only then."""
     setup = body.setup()
     _context(setup, body.prompt_tokens, "prompt_tokens")
@@ -186,7 +188,7 @@ def serving_time(body: InferenceTimeRequest, *, store: Store | None) -> latency.
                                 currency=body.currency, peak_dtype=peak_dtype, sources=sources)
 
 
-def _measured(body: InferenceTimeRequest, store: Store, peak_dtype: str,
+def _measured(body: InferenceTimeRequest, store: "Store", peak_dtype: str,
               sources: tuple[str, ...]) -> tuple[float, float, tuple[str, ...]]:
     here = device.describe()
     if here.catalogue_id != body.gpu:

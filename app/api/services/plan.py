@@ -1,6 +1,6 @@
 """Planning a training run over many GPUs: every valid layout timed and sized, the fastest that fit."""
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 from pydantic import Field
 
@@ -17,7 +17,9 @@ from app.api.services.energy import EnergyInputs
 from app.api.services.time import DEFAULT_MFU
 from app.inputs.fields import Input, count, number, sequence_length
 from app.inputs.schemas import GpuId, GpuOverridesIn, ModelSpec, accelerator, engine_model
-from app.jobs.store import Store
+
+if TYPE_CHECKING:  # SQLAlchemy and the probes, imported only by a calculator that reads the store
+    from app.jobs.store import Store
 
 Degrees = Annotated[list[count(1, 1_000_000)], Field(min_length=1, max_length=64)]  # type: ignore[valid-type]
 
@@ -86,7 +88,7 @@ class TrainingPlanRequest(EnergyInputs):
                           "fitting layout (whole steps).")
 
 
-def plan_training(body: TrainingPlanRequest, store: Store) -> training.TrainingPlan:
+def plan_training(body: TrainingPlanRequest, store: "Store") -> training.TrainingPlan:
     """`store` is read only for a measured power."""
     cfg = engine_model(body.model)
     acc = accelerator(body.gpu, body.gpu_overrides)

@@ -1,6 +1,6 @@
 """Training time and MFU."""
 
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import Field, StringConstraints
 
@@ -11,8 +11,10 @@ from app.api.services import energy
 from app.api.services.energy import EnergyInputs
 from app.inputs.fields import Input, count, number
 from app.inputs.schemas import GpuId, GpuInput, GpuOverridesIn, PeakDtype, accelerator
-from app.jobs.store import Store
 from app.measured import calibration
+
+if TYPE_CHECKING:  # SQLAlchemy and the probes, imported only by a calculator that reads the store
+    from app.jobs.store import Store
 
 Flops = number(gt=0, le=1e35)
 Gpus = count(1, 10_000_000)
@@ -57,7 +59,7 @@ def reads_store(body: TrainingTimeRequest) -> bool:
     return body.mfu == "measured" or body.reads_store()
 
 
-def training(body: TrainingTimeRequest, *, store: Store) -> timing.TrainingTime:
+def training(body: TrainingTimeRequest, *, store: "Store") -> timing.TrainingTime:
     """`store` is read only for a measured MFU or power."""
     flops, source = _flops(body)
     acc = body.accelerator()
@@ -100,7 +102,7 @@ class NotMeasured(InvalidInput):
         self.launch = launch
 
 
-def measured_mfu(body: TrainingTimeRequest, store: Store) -> tuple[float, str]:
+def measured_mfu(body: TrainingTimeRequest, store: "Store") -> tuple[float, str]:
     """The calibration's train-step MFU for this dtype, measured on this very GPU model."""
     key = dtypes.peak_key(body.dtype)
     precision = _PRECISION.get(key)
