@@ -8,13 +8,18 @@ thermal state a long run sees), not the sub-second bursts: a GPU capped at its p
 its bursts at full clocks and shows only when held.
 """
 
+from __future__ import annotations
+
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from app.jobs.job import Job
-from app.jobs.store import Store
 from app.probes.burn_in import BurnInResult
+
+if TYPE_CHECKING:  # annotations only: the job store (SQLAlchemy) loads when a caller opens one
+    from app.jobs.job import Job
+    from app.jobs.store import Store
 
 RUNS = {
     "matmul_flop_per_sec": "matmul",

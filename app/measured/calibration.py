@@ -4,15 +4,19 @@ run (another process on the box) then does not hide a good one, and a run older 
 window no longer speaks for the device. Only results whose recorded environment is this
 device count."""
 
+from __future__ import annotations
+
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from app.accounting.records import RECORD
 from app.device import DeviceInfo
-from app.jobs.job import Job
-from app.jobs.store import Store
+
+if TYPE_CHECKING:  # annotations only: the job store (SQLAlchemy) loads when a caller opens one
+    from app.jobs.job import Job
+    from app.jobs.store import Store
 
 WINDOW = 5  # recent succeeded runs per dtype (matmul) or precision (train_step) considered
 LOOKBACK = 200  # newest succeeded jobs per probe searched to fill each window

@@ -2,11 +2,15 @@
 protocol): the service that submits a job and the page that draws one pass a StoredPast over the
 job store, so no probe module reads the store itself."""
 
-from dataclasses import dataclass
-from typing import Any
+from __future__ import annotations
 
-from app.jobs.store import Store
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
 from app.measured import calibration, train_rate
+
+if TYPE_CHECKING:  # annotations only: the job store (SQLAlchemy) loads when a caller opens one
+    from app.jobs.store import Store
 
 
 @dataclass(frozen=True)

@@ -5,14 +5,19 @@ this device, a train_step job with sustain_s or a burn_in job's train_step part.
 (forward, backward, optimizer) is what a training run's GPUs do, so its power, not a bare
 matmul's, stands for the run's."""
 
+from __future__ import annotations
+
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from app.accounting.records import RECORD
 from app.device import DeviceInfo
-from app.jobs.job import Job
-from app.jobs.store import Store
 from app.measured.calibration import LOOKBACK, WINDOW, finished, on_device
 from app.probes.sustained import Sustained
+
+if TYPE_CHECKING:  # annotations only: the job store (SQLAlchemy) loads when a caller opens one
+    from app.jobs.job import Job
+    from app.jobs.store import Store
 
 RULE = (f"The mean of the average watts of the last {WINDOW} sustained train-step runs on this device "
         "(train_step with sustain_s, or a burn_in's train_step part): NVML's energy over the run's seconds.")

@@ -3,12 +3,16 @@ prepare hook asks it through app/measured/past.py): of the last WINDOW succeeded
 on a device with the same model, precision, optimizer, batch_size and seq_len (mode full), the
 fastest, by calibration's rule (app/measured/calibration.py); or the run a job names."""
 
-from typing import Any
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 from app.device import DeviceInfo
-from app.jobs.job import Job
-from app.jobs.store import Store
 from app.measured.calibration import LOOKBACK, WINDOW, on_device
+
+if TYPE_CHECKING:  # annotations only: the job store (SQLAlchemy) loads when a caller opens one
+    from app.jobs.job import Job
+    from app.jobs.store import Store
 
 SAME = ("model", "precision", "optimizer", "batch_size", "seq_len", "mode")
 """The train_step parameters that make a run the one a step of `params` would be."""
