@@ -38,7 +38,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON = ROOT / ".venv" / "bin" / "python"
 
-# The docs' curl examples (docs/api/; every one is run by tests/test_docs_examples.py, so they stay valid).
+# The docs' curl examples (docs/api/; tests/ops/test_docs_examples.py runs every one, so they stay valid).
 CALCULATORS = {
     "/api/v1/flops/transformer": {"model": "llama3-8b", "batch_size": 1, "seq_len": 8192, "causal": "halved"},
     "/api/v1/memory/training": {"model": "llama2-7b", "precision": "bf16_mixed", "optimizer": "adamw",

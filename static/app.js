@@ -4,7 +4,7 @@
   "use strict";
   const charts = new WeakMap();
 
-  // Numbers as app/web/numbers.py writes them: three significant figures, plain digits from
+  // Numbers as app/numbers.py writes them: three significant figures, plain digits from
   // 0.001 to a million, a power of ten outside; counts in short scale (K, M, B, T).
   const SUPER = { "-": "⁻", 0: "⁰", 1: "¹", 2: "²", 3: "³", 4: "⁴", 5: "⁵", 6: "⁶", 7: "⁷", 8: "⁸", 9: "⁹" };
   function sig(x, figures = 3) {

@@ -38,6 +38,6 @@ def state_auth(app: FastAPI, *, required: bool) -> None:
 def examples(**bodies: Any) -> dict[str, dict[str, Any]]:
     """FastAPI `openapi_examples` from named bodies, the first of which Swagger's "Try it out"
     pre-fills (instead of a body generated from the schema, with every optional object in it).
-    tests/test_examples.py replays every one and expects a 2xx."""
+    tests/api/test_examples.py replays every one and expects a 2xx."""
     return {name.replace("_", " "): {"summary": name.replace("_", " "), "value": body}
             for name, body in bodies.items()}

@@ -4,7 +4,7 @@ Each module keeps its own APIRouter; the app gets their routes flat. FastAPI
 0.16x matches an included router as a live subtree, re-matching it at each
 level, which cost ~20-40 us per request here (bench/api_throughput.py), more
 than most calculators take. Copying the routes keeps one router per module in
-the source and a flat table at run time; tests/test_openapi.py checks that
+the source and a flat table at run time; tests/api/test_openapi.py checks that
 the OpenAPI document is the one include_router would give.
 
 The modules are named, not imported, here: importing them all costs more than a second of

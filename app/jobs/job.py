@@ -29,7 +29,7 @@ from app.probes.registry import RESULTS, ProbeResult
 STATES = ("queued", "running", "succeeded", "failed", "timeout", "oom", "crashed", "cancelled")
 TERMINAL = frozenset(STATES[2:])
 ACTIVE = ("queued", "running")
-# The module docstring draws this table; tests/test_jobs.py holds the two to each other.
+# The module docstring draws this table; tests/jobs/test_jobs.py holds the two to each other.
 TRANSITIONS: dict[str, frozenset[str]] = {
     "queued": frozenset({"running", "cancelled"}),
     "running": TERMINAL | {"queued"},

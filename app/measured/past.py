@@ -23,7 +23,7 @@ class RanOn:
     catalogue_id: str | None
 
     @classmethod
-    def of(cls, environment: Any) -> "RanOn":
+    def of(cls, environment: Any) -> RanOn:
         return cls(environment.device, environment.device_name, environment.catalogue_id)
 
 

@@ -118,7 +118,8 @@ def need(params: CheckpointParams, kind: Kind) -> Need:
 
 
 def scratch(params: CheckpointParams, kind: Kind) -> Need:
-    # One file at a time; torch's zip framing adds well under 1% to the tensors (tests/test_probe_io.py).
+    # One file at a time; torch's zip framing adds well under 1% to the tensors
+    # (tests/probes/test_probe_io.py).
     return prediction(params, kind == "cuda").checkpoint.checkpoint_bytes * 101 // 100, "params.model"
 
 

@@ -32,7 +32,7 @@ from app.accounting.transformer import TransformerConfig
 PEFT_EXPERT_MERGES = 2
 """Times peft 0.21's ParamWrapper computes each merged expert weight in one forward (baddbmm):
 one for its parametrization's cache and one more, discarded (FlopCounterMode counts both;
-tests/test_lora_flops.py)."""
+tests/oracles/test_lora_flops.py)."""
 
 
 @dataclass(slots=True)

@@ -9,7 +9,7 @@ different moments. The moments that can hold the peak, each as live bytes:
 - the optimizer step: model states plus its temporaries (autocast's copies are gone).
 
 Checked against live tensor bytes op by op and torch.cuda.max_memory_allocated by
-app/bench/train_step.py (tests/test_probes.py, tests/test_probe_finetune.py). The training and
+app/bench/train_step.py (tests/probes/test_probes.py, tests/probes/test_probe_finetune.py). The training and
 fine-tuning calculators (memory.py, finetune/memory.py) report the largest as their total, the
 probes read the same composition (breakdown).
 """
