@@ -8,6 +8,7 @@ them, and are enforced exactly as the schema writes them.
 """
 
 import dataclasses
+import types
 import typing
 from collections.abc import Callable
 from decimal import Decimal
@@ -63,6 +64,17 @@ def _mentions_input(hint: Any) -> bool:
     if isinstance(hint, type) and issubclass(hint, Input):
         return True
     return any(_mentions_input(a) for a in typing.get_args(hint))
+
+
+def members(hint: Any) -> list[Any]:
+    """The types a field's hint admits, through Annotated and unions (the pages' and the launch
+    form's controls are chosen by them)."""
+    origin = typing.get_origin(hint)
+    if origin is Annotated:
+        return members(typing.get_args(hint)[0])
+    if origin in (Union, types.UnionType):
+        return [m for arg in typing.get_args(hint) for m in members(arg)]
+    return [hint]
 
 
 def _mentions_int(hint: Any) -> bool:

@@ -10,15 +10,15 @@ Words, one per meaning (pages and tables use the same):
 - "best shape": per dtype, the matmul shape with the highest median.
 """
 
-import types
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Literal, Union
+from typing import Any, Literal
 
 from pydantic_core import PydanticUndefined
 
 from app import numbers
+from app.inputs.fields import members
 from app.probes.past import Past
 
 MetricKind = Literal["flop_per_sec", "seconds", "gb_per_sec", "tokens_per_sec", "fraction", "signed_fraction",
@@ -182,15 +182,6 @@ BASE_FIELDS = ("device", "seed", "warmup_s", "measure_s", "min_iters", "max_iter
 their defaults."""
 
 
-def _members(hint: Any) -> list[Any]:
-    origin = typing.get_origin(hint)
-    if origin is Annotated:
-        return _members(typing.get_args(hint)[0])
-    if origin in (Union, types.UnionType):
-        return [m for arg in typing.get_args(hint) for m in _members(arg)]
-    return [hint]
-
-
 def derived_form(name: str, params: type) -> tuple[Fieldset, ...]:
     """A fieldset for a probe that declares none: one input per parameter that a form can hold
     (a choice, a flag, a number, a list, text), named `<probe>_<parameter>`, empty for its
@@ -199,20 +190,20 @@ def derived_form(name: str, params: type) -> tuple[Fieldset, ...]:
     for field_name, info in params.model_fields.items():
         if field_name in BASE_FIELDS:
             continue
-        members = [m for m in _members(info.annotation) if m is not type(None)]
+        kinds = [m for m in members(info.annotation) if m is not type(None)]
         default = "" if info.default is None or info.default is PydanticUndefined else str(info.default)
-        choices = [v for m in members if typing.get_origin(m) is Literal for v in typing.get_args(m)]
+        choices = [v for m in kinds if typing.get_origin(m) is Literal for v in typing.get_args(m)]
         label = field_name.replace("_", " ")
         if choices:
             inp = Input(f"{name}_{field_name}", label, "select", field_name, tuple(map(str, choices)),
                         default)
-        elif members == [bool]:
+        elif kinds == [bool]:
             inp = Input(f"{name}_{field_name}", label, "check", field_name, value=default.lower())
-        elif members and all(m in (int, float) for m in members):
+        elif kinds and all(m in (int, float) for m in kinds):
             inp = Input(f"{name}_{field_name}", label, "number", field_name, placeholder=default or "default")
-        elif members and all(typing.get_origin(m) is list for m in members):
+        elif kinds and all(typing.get_origin(m) is list for m in kinds):
             inp = Input(f"{name}_{field_name}", label, "list", field_name, placeholder="default")
-        elif members == [str]:
+        elif kinds == [str]:
             inp = Input(f"{name}_{field_name}", label, "text", field_name, placeholder=default or "default")
         else:
             continue

@@ -2,11 +2,10 @@
 (app/api/services). Each input opens on the request model's own default, and its choice list
 comes from the field's type, so a page never holds a value or a list the API would not use."""
 
-import types
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Annotated, Any, Literal, Union
+from typing import Any, Literal
 
 from annotated_types import Ge, Le
 from pydantic import BaseModel
@@ -14,6 +13,7 @@ from pydantic import BaseModel
 from app.accounting import dtypes, models
 from app.accounting.models import count_params
 from app.api.responses import defaults_applied, jsonable
+from app.inputs.fields import members
 from app.inputs.schemas import TransformerConfigIn
 from app.jobs.store import Store
 from app.web import forms, picker
@@ -65,16 +65,6 @@ def _with_default(model: type[BaseModel], field: Input) -> Input:
     return field if field.default is not None else replace(field, default="")
 
 
-def _members(hint: Any) -> list[Any]:
-    """The types a hint admits, through Annotated and unions."""
-    origin = typing.get_origin(hint)
-    if origin is Annotated:
-        return _members(typing.get_args(hint)[0])
-    if origin in (Union, types.UnionType):
-        return [m for arg in typing.get_args(hint) for m in _members(arg)]
-    return [hint]
-
-
 def _offered(value: Any, listed: list[Any]) -> bool:
     """A format's alias (bf16, fp32) is not offered beside its name; a name that is only a
     dtype's alias elsewhere (fp8_e4m3, a weight format) is offered where it is no alias."""
@@ -86,15 +76,15 @@ def _offered(value: Any, listed: list[Any]) -> bool:
 
 def choices(model: type[BaseModel], name: str) -> tuple[str, ...]:
     info = model.model_fields[name]
-    members = _members(info.annotation)
-    values = [v for m in members if typing.get_origin(m) is Literal for v in typing.get_args(m)]
+    kinds = members(info.annotation)
+    values = [v for m in kinds if typing.get_origin(m) is Literal for v in typing.get_args(m)]
     if values:
         return tuple(str(v) for v in values if _offered(v, values))
-    if members == [bool]:
+    if kinds == [bool]:
         return ("false", "true")
     lo = next((m.ge for m in info.metadata if isinstance(m, Ge)), None)
     hi = next((m.le for m in info.metadata if isinstance(m, Le)), None)
-    if members == [int] and lo is not None and hi is not None and hi - lo < 8:
+    if kinds == [int] and lo is not None and hi is not None and hi - lo < 8:
         return tuple(str(v) for v in range(lo, hi + 1))
     return ()
 
