@@ -139,6 +139,9 @@ class Dispatcher:
         self.worker_loss_retries = worker_loss_retries
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        # Times it has found nothing it may run and begun to wait for work: a caller (a test, a
+        # readiness check) sees that the queue has been looked at since it last changed.
+        self.idle_waits = 0
 
     def _env(self, job: Job) -> dict[str, str]:
         env = {**os.environ, **self.child_env}
@@ -194,6 +197,9 @@ class Dispatcher:
                 log.exception("dispatcher %s: error in the job loop; retrying", self.worker_id)
                 ran = False
             if not ran:  # on PostgreSQL a submit wakes it at once; poll_s bounds the wait for the rest
+                self.idle_waits += 1
+                log.debug("dispatcher %s: nothing it may run is queued; waiting (%d)", self.worker_id,
+                          self.idle_waits)
                 self.store.wait_for_work(self.poll_s, stop)
         self.store.stop_waiting()
         log.info("dispatcher %s stopped", self.worker_id)

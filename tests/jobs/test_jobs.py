@@ -22,7 +22,7 @@ from app.jobs.store import Store
 from tests.support import ROOT
 from tests.support.jobs import FAULT_ARGV, alive, overlapping, pids
 from tests.support.results import report
-from tests.support.waiting import PATIENCE_S, wait_for
+from tests.support.waiting import PATIENCE_S, wait_for, wait_for_count
 
 
 @pytest.fixture
@@ -143,7 +143,7 @@ def test_one_job_at_a_time_under_concurrent_submits(store):
             jobs = pool.map(lambda i: store.submit(probe="matmul", params={"i": i, "sleep_s": 0},
                                                    timeout_s=60, limit=100), range(50))
             ids = [job.id for job in jobs]
-        wait_for(lambda: store.counts()["succeeded"] == 50, what="50 jobs to finish")
+        wait_for_count(lambda: store.counts()["succeeded"], 50, what="jobs finished")
     finally:
         running.stop(PATIENCE_S)
     assert sorted(ids) == list(range(1, 51))
@@ -174,6 +174,7 @@ WORKER = """
 import json, logging, sys
 from app.jobs.worker import run
 logging.basicConfig(level=logging.INFO)
+logging.getLogger("tally.jobs").setLevel(logging.DEBUG)  # its idle waits too: a test counts them
 run(**json.loads(sys.argv[1]))
 """
 # Seconds without a heartbeat before a killed worker's job is recovered (the dispatcher beats every 1 s).
@@ -277,8 +278,12 @@ def test_a_starting_worker_leaves_a_live_workers_job_alone(store, workers, pidfi
     workers("gated", "same", TALLY_FAULT_GATE=str(gate))
     log = tmp_path / "same.log"
     wait_for(lambda: log.read_text().count("dispatcher same started") == 2, what="the second worker to start")
+    idle = "nothing it may run is queued"
     later = store.submit(probe="matmul", params={}, timeout_s=60, limit=10)
-    time.sleep(1)  # several polls of both workers: neither may start a second child on the one device
+    looked = log.read_text().count(idle)
+    # The idle one has looked at the queue twice since (the first of them may have begun before the
+    # submit; the other worker is busy with the job): neither may start a second child on the device.
+    wait_for(lambda: log.read_text().count(idle) >= looked + 2, what="the idle worker to look twice")
     assert (store.get(job.id).status, store.get(job.id).attempts, len(pids(pidfile))) == ("running", 1, 1)
     assert store.get(later.id).status == "queued"
     gate.touch()

@@ -14,8 +14,8 @@ from tests.support import pg
 from tests.support.jobs import FAULT_ARGV
 from tests.support.waiting import PATIENCE_S, wait_for
 
-# An idle dispatcher's poll interval far beyond the pick-up the test asks for.
-LONG_POLL_S = 30
+# An idle dispatcher's poll interval, far beyond any test's patience (PATIENCE_S).
+LONG_POLL_S = 3600
 
 
 def listening(store: Store) -> int:
@@ -33,13 +33,17 @@ def pg_store(pg_server) -> Store:
     store.close()
 
 
-def test_on_postgresql_an_idle_dispatcher_starts_a_submitted_job_within_a_second(pg_store):
+def test_on_postgresql_an_idle_dispatcher_is_woken_by_a_submit_not_by_its_poll(pg_store):
+    """Its poll interval is an hour, so a job it runs within the test's patience was announced to it.
+    How soon (tens of milliseconds) is printed, not asserted: speed lives in bench/store_contention.py."""
     dispatcher = Dispatcher(pg_store, "idle", child_argv=FAULT_ARGV, child_env={"TALLY_FAULT": "ok"},
                             poll_s=LONG_POLL_S)
     dispatcher.start()
     try:
-        wait_for(lambda: listening(pg_store) == 1, what="the dispatcher to listen")
-        time.sleep(0.3)  # it has looked at the empty queue and is waiting on its listener
+        # Its first wait starts the listener and looks again; in its second it has seen the empty
+        # queue after listening, so only the notice can bring it the job.
+        wait_for(lambda: dispatcher.idle_waits >= 2 and listening(pg_store) == 1,
+                 what="the dispatcher to wait on its listener")
         job = pg_store.submit(probe="matmul", params={"sleep_s": 0}, timeout_s=60, limit=10)
         done = wait_for(lambda: (row := pg_store.get(job.id)).terminal and row, what="the job to run")
     finally:
@@ -48,17 +52,15 @@ def test_on_postgresql_an_idle_dispatcher_starts_a_submitted_job_within_a_second
     assert listening(pg_store) == 0  # a stopped dispatcher leaves no connection behind
     picked_up_s = done.started_at - done.created_at
     print(f"\npostgresql: submitted to claimed in {picked_up_s * 1000:.1f} ms (poll: {LONG_POLL_S} s)")
-    assert picked_up_s < 1.0
 
 
 def test_a_waiting_dispatcher_stops_at_once_whatever_its_poll_interval(store):
+    """Its poll interval is an hour: a stop within the test's patience cut its wait short."""
     dispatcher = Dispatcher(store, "idle", child_argv=FAULT_ARGV, poll_s=LONG_POLL_S)
     dispatcher.start()
-    wait_for(lambda: store.live_workers(within_s=60) == ["idle"], what="the dispatcher to start")
-    time.sleep(0.5)  # inside its wait
-    asked = time.monotonic()
+    wait_for(lambda: store.live_workers(within_s=60) == ["idle"] and dispatcher.idle_waits >= 1,
+             what="the dispatcher to wait for work")
     assert dispatcher.stop(PATIENCE_S)
-    assert time.monotonic() - asked < 5  # a poll interval is 30 s
 
 
 def test_wait_for_work_is_woken_by_a_submit_from_another_connection(pg_store):
@@ -70,9 +72,7 @@ def test_wait_for_work_is_woken_by_a_submit_from_another_connection(pg_store):
         assert time.monotonic() - started >= 0.3
         timer = threading.Timer(0.2, lambda: other.submit(probe="matmul", params={}, timeout_s=60, limit=10))
         timer.start()
-        started = time.monotonic()
-        assert pg_store.wait_for_work(LONG_POLL_S) is True
-        assert time.monotonic() - started < LONG_POLL_S / 3  # the notice, not the timeout (box may be slow)
+        assert pg_store.wait_for_work(PATIENCE_S) is True  # True is the notice; a timeout is False
         timer.join()
         for _ in range(3):  # three submits before the next wait
             other.submit(probe="matmul", params={}, timeout_s=60, limit=10)
@@ -85,7 +85,7 @@ def test_wait_for_work_is_woken_by_a_submit_from_another_connection(pg_store):
         claimed = pg_store.claim(worker_id="w", host="box")
         assert pg_store.wait_for_work(0.3) is False  # a claim announces nothing
         pg_store.requeue(claimed.id)  # a job back in the queue is announced
-        assert pg_store.wait_for_work(LONG_POLL_S) is True
+        assert pg_store.wait_for_work(PATIENCE_S) is True
         again = pg_store.claim(worker_id="w", host="box")
         pg_store.finish(again.id, status="failed", error={"type": "E", "message": "m", "detail": {}})
         assert pg_store.wait_for_work(0.3) is False  # nor does an ending
@@ -100,6 +100,9 @@ def test_on_sqlite_wait_for_work_sleeps_its_timeout(tmp_path):
     assert time.monotonic() - started >= 0.3
     stop = threading.Event()
     stop.set()
-    started = time.monotonic()
-    assert store.wait_for_work(LONG_POLL_S, stop) is False
-    assert time.monotonic() - started < 1
+    answers: list[bool] = []  # an hour's wait, in a thread, so that one that ignored `stop` fails here
+    waiting = threading.Thread(target=lambda: answers.append(store.wait_for_work(LONG_POLL_S, stop)),
+                               daemon=True)
+    waiting.start()
+    waiting.join(PATIENCE_S)
+    assert answers == [False]

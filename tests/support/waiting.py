@@ -27,3 +27,23 @@ def wait_for(predicate: Callable[[], T], *, timeout: float = PATIENCE_S, what: s
         time.sleep(every)
     message = f"timed out after {timeout} s waiting for {what}"
     raise AssertionError(message + (f":\n{context()}" if context is not None else ""))
+
+
+def wait_for_count(count: Callable[[], int], target: int, *, stall: float = PATIENCE_S,
+                   what: str = "count", every: float = 0.05) -> int:
+    """Wait until `count()` reaches `target`, for as long as it keeps rising.
+
+    For a queue of work whose total time depends on the box (fifty child processes, each a second
+    of CPU, take a minute on two loaded cores): AssertionError naming `what` only when the count
+    has not moved for `stall` seconds, so a slow box passes and a stuck queue still fails.
+    """
+    last = count()
+    moved = time.monotonic()
+    while last < target:
+        time.sleep(every)
+        now = count()
+        if now != last:
+            last, moved = now, time.monotonic()
+        elif time.monotonic() - moved >= stall:
+            raise AssertionError(f"{what} stuck at {last} of {target} for {stall} s")
+    return last
