@@ -1,6 +1,7 @@
 """Settings, in one place: environment variables with the TALLY_ prefix, or .env."""
 
 import ipaddress
+import os
 import socket
 import sys
 from functools import cache
@@ -46,6 +47,18 @@ class Settings(BaseSettings):
     """A request's whole body must arrive within this long of the first read; else 408."""
     max_header_bytes: Annotated[int, Field(ge=1024, le=1 << 20)] = 16384
     """Largest request line plus headers (uvicorn's h11_max_incomplete_event_size)."""
+
+    compute_workers: Annotated[int, Field(ge=1, le=256)] | None = None
+    """Worker processes for the heavy calculations (layout search, will-it-run, fine-tuning, training
+    memory, serving time; app/api/compute.py), so none runs on the event loop. Default (None): the
+    cores but one, at least 1 and at most 4 (`compute_pool_size`)."""
+    compute_budget_s: Annotated[float, Field(gt=0, le=3600)] = 20
+    """A heavy calculation still running after this long is stopped: 422 `too_costly`, naming what to
+    narrow."""
+    compute_per_client: Annotated[int, Field(ge=1, le=1000)] = 2
+    """Heavy calculations one client address may have running or waiting at once; beyond it, 429."""
+    compute_queue: Annotated[int, Field(ge=1, le=10_000)] = 16
+    """Heavy calculations running or waiting at once, from all clients; beyond it, 503."""
 
     database_path: Path = Path("tally.db")
     """SQLite file holding the job queue and results (WAL mode: keep it on a local disk)."""
@@ -132,6 +145,9 @@ class Settings(BaseSettings):
         if value is not None and len(set(value)) != len(value):
             raise ValueError(f"lists a GPU twice: {value}")
         return value
+
+    def compute_pool_size(self) -> int:
+        return self.compute_workers or max(1, min(4, (os.cpu_count() or 2) - 1))
 
     def box(self) -> str:
         return self.box_name or socket.gethostname()

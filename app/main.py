@@ -21,6 +21,7 @@ from starlette.concurrency import run_in_threadpool
 
 from app import device, logs
 from app.api.build import build_api
+from app.api.compute import Compute, close_pools
 from app.config import Settings, get_settings
 from app.jobs.dispatcher import Dispatcher, default_worker_id
 from app.jobs.storage import StoreUnavailable
@@ -51,6 +52,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     """The embedded dispatchers run for as long as the server does."""
     settings: Settings = app.state.settings
     running: list[Dispatcher] = []
+    app.state.compute.start()  # its workers start now, not on the first heavy request
     if settings.embedded_worker:
         running = dispatchers(app.state.store, settings)
         for dispatcher in running:
@@ -65,6 +67,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
             dispatcher.request_stop()
         for dispatcher in running:
             await run_in_threadpool(dispatcher.stop)
+        await run_in_threadpool(close_pools)
 
 
 def open_store_or_exit(database: str | Path) -> Store:
@@ -101,8 +104,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     them all (app/ops/security.py), the security headers on the pages (app/web/headers.py)."""
     settings = with_token(settings or get_settings())
     logs.protect(settings.secrets())
-    app = build_api(settings, open_store_or_exit(settings.database()), lifespan=lifespan)
-    app.state.metrics = Metrics(app.state.store, device.gauges)
+    # The pool's fork server also holds the heavy pages' task and calculators (app/web/heavy.py).
+    app = build_api(settings, open_store_or_exit(settings.database()), lifespan=lifespan,
+                    compute=Compute.of(settings, preload=("app.web.heavy",)))
+    app.state.metrics = Metrics(app.state.store, device.gauges, app.state.compute)
     # The last added runs first: metrics count the guard's refusals too.
     app.add_middleware(PageHeaders)
     app.add_middleware(RequestGuard, allowed_hosts=settings.host_names())

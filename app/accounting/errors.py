@@ -12,3 +12,8 @@ class InvalidInput(ValueError):
         super().__init__(f"{field}: {message}")
         self.field = field
         self.message = message
+
+    def __reduce__(self) -> tuple:
+        # Rebuilt from (field, message), not from Exception's args (the joined text): a worker
+        # process raises it, the server answers it (app/api/compute.py).
+        return type(self), (self.field, self.message)

@@ -18,6 +18,7 @@ from fastapi import FastAPI
 
 from app import __version__
 from app.api import errors, openapi, router
+from app.api.compute import Compute
 from app.api.strict_json import StrictJsonRoute
 from app.config import Settings
 
@@ -65,14 +66,16 @@ Lifespan = Callable[[FastAPI], AbstractAsyncContextManager[None]]
 
 def build_api(settings: Settings, store: "Store", *, lifespan: Lifespan | None = None,
               routes: Iterable[str] | None = None, path: str | None = None,
-              database: bool = True) -> FastAPI:
+              database: bool = True, compute: Compute | None = None) -> FastAPI:
     """The JSON API (/api/v1) with its error handlers, over `settings` and `store` (app.state);
     the routes of the modules `routes` (app/api/router.py MODULES), or of every one; with
     `path`, only those that route a request for it (router.include_api). `database=False`:
-    without the database's error handlers, for a store not open yet (errors.install)."""
+    without the database's error handlers, for a store not open yet (errors.install).
+    `compute`: where heavy calculations run (app/api/compute.py); default a worker pool."""
     app = FastAPI(title="Tally", version=__version__, description=DESCRIPTION, lifespan=lifespan,
                   openapi_tags=TAGS, docs_url=None, redoc_url=None)
     app.state.settings, app.state.store = settings, store
+    app.state.compute = compute or Compute.of(settings)
     errors.install(app, max_body_bytes=settings.max_body_bytes, body_timeout_s=settings.body_timeout_s,
                    database=database)
     app.router.route_class = StrictJsonRoute  # every route added from here on parses JSON strictly

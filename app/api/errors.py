@@ -146,10 +146,31 @@ class NotFound(InvalidInput):
     """No item under this path parameter: 404."""
 
 
+class TooCostly(InvalidInput):
+    """A heavy calculation stopped at its time budget (app/api/compute.py): 422 `too_costly`,
+    naming the field to narrow."""
+
+
+class Busy(Exception):
+    """Too many heavy calculations at once (app/api/compute.py): this client's (429) or the
+    server's (503), with Retry-After; `field` names whose limit it is."""
+
+    def __init__(self, status: int, field: str, message: str, retry_after_s: int) -> None:
+        super().__init__(message)
+        self.status, self.field, self.message, self.retry_after_s = status, field, message, retry_after_s
+
+
+async def _busy(_: Request, exc: Busy) -> JSONResponse:
+    item = {"loc": [exc.field], "field": exc.field, "msg": exc.message, "type": "busy"}
+    return JSONResponse(error_body([item]), status_code=exc.status,
+                        headers={"Retry-After": str(exc.retry_after_s)})
+
+
 def invalid_input_item(exc: InvalidInput) -> dict:
     """An engine rule's refusal (or a missing item's) as an item naming its field."""
     where = "path" if isinstance(exc, NotFound) else "body"
-    kind = "not_found" if isinstance(exc, NotFound) else "invalid_input"
+    kind = ("not_found" if isinstance(exc, NotFound) else "too_costly" if isinstance(exc, TooCostly)
+            else "invalid_input")
     loc = [where] if exc.field == where else [where, *exc.field.split(".")]  # the whole body: ["body"]
     return {"loc": loc, "field": exc.field, "msg": exc.message, "type": kind}
 
@@ -332,6 +353,7 @@ def install(app: FastAPI, *, max_body_bytes: int, body_timeout_s: float = 30, da
     app.add_exception_handler(HTTPException, _http_error)
     app.add_exception_handler(DuplicateKey, _json_refused)
     app.add_exception_handler(TooManyKeys, _json_refused)
+    app.add_exception_handler(Busy, _busy)
     for error, handler in database_handlers().items() if database else ():
         app.add_exception_handler(error, handler)
     app.add_exception_handler(Exception, _internal_error)
@@ -352,4 +374,14 @@ AUTH = {401: {"model": ErrorResponse, "description": "TALLY_API_TOKEN is set and
                                                       "missing or wrong."}}
 UNAVAILABLE = {503: {"model": ErrorResponse, "description": "The job database cannot be read or written "
                                                           "(a full disk, say); try again after Retry-After."}}
+HEAVY = {
+    422: {"model": ErrorResponse,
+          "description": REQUEST_ERRORS[422]["description"] + " Type `too_costly`: the calculation ran past "
+                         "TALLY_COMPUTE_BUDGET_S; narrow the field named."},
+    429: {"model": ErrorResponse, "description": "This client has TALLY_COMPUTE_PER_CLIENT heavy calculations "
+                                                 "running or waiting; retry after Retry-After."},
+    503: {"model": ErrorResponse, "description": "TALLY_COMPUTE_QUEUE heavy calculations are running or "
+                                                 "waiting; retry after Retry-After."},
+}
+"""The refusals of a heavy calculator (app/api/compute.py), beside REQUEST_ERRORS."""
 QUEUE_FULL = {429: {"model": ErrorResponse, "description": "TALLY_QUEUE_LIMIT jobs are queued or running."}}

@@ -60,12 +60,21 @@ def _with_defaults(text: bytes, body: BaseModel) -> bytes:
     return text[:-1] + b',"defaults_applied":{' + b",".join(parts) + b"}}"
 
 
-def respond(result: Any, body: BaseModel | None = None) -> Response:
-    """`result` as JSON; given the request `body`, with the defaults it applied."""
-    text = _adapter(type(result)).dump_json(result)
+def dump_json(result: Any) -> bytes:
+    """`result` as JSON, by its own type's schema."""
+    return _adapter(type(result)).dump_json(result)
+
+
+def respond_json(text: bytes, body: BaseModel | None = None) -> Response:
+    """A result's JSON (dump_json's); given the request `body`, with the defaults it applied."""
     if body is not None:
         text = _with_defaults(text, body)
     return Response(text, media_type="application/json")
+
+
+def respond(result: Any, body: BaseModel | None = None) -> Response:
+    """`result` as JSON; given the request `body`, with the defaults it applied."""
+    return respond_json(dump_json(result), body)
 
 
 def jsonable(result: Any) -> Any:

@@ -2,4 +2,5 @@
 
 from app.cli import main
 
-raise SystemExit(main())
+if __name__ == "__main__":  # a worker process of the pool imports this module again as __mp_main__
+    raise SystemExit(main())

@@ -309,12 +309,15 @@ def _app(calcs: list[Calculator], calc: Calculator, path: str) -> Any:
     """The API that routes a request for `path`: the routes of `calc`'s group (its route
     modules) that match it. It answers as the whole API (app/api/build.py)."""
     from app.api.build import build_api
+    from app.api.compute import Compute
     from app.config import get_settings
 
     settings = get_settings()
     store = _StoreOnDemand(settings.database())
+    # Inline: one request, nothing beside it to stall, and no worker pool worth starting.
     store.app = build_api(settings, store, routes={c.module for c in calcs if c.group == calc.group},
-                          path=urllib.parse.unquote(path), database=False)
+                          path=urllib.parse.unquote(path), database=False,
+                          compute=Compute.of(settings, inline=True))
     return store.app
 
 

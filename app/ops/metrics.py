@@ -6,9 +6,10 @@ import time
 from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from app.api.compute import Compute
 from app.jobs.job import STATES
 from app.jobs.store import Store
 
@@ -17,7 +18,8 @@ BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
 
 
 class Metrics:
-    def __init__(self, store: Store, gpu: Callable[[], dict[int, dict[str, float]]]) -> None:
+    def __init__(self, store: Store, gpu: Callable[[], dict[int, dict[str, float]]],
+                 compute: Compute | None = None) -> None:
         self.registry = CollectorRegistry()
         self.requests = Counter("tally_http_requests", "HTTP requests by route template, method and status",
                                 ["route", "method", "status"], registry=self.registry)
@@ -25,6 +27,8 @@ class Metrics:
                                  ["route", "method"], buckets=BUCKETS_S, registry=self.registry)
         self.registry.register(_Jobs(store))
         self.registry.register(_Gpu(gpu))
+        if compute is not None:
+            self.registry.register(_Compute(compute))
         self._children: dict[tuple[str, str, int], tuple] = {}
 
     def record(self, route: str, method: str, status: int, seconds: float) -> None:
@@ -54,6 +58,21 @@ class _Jobs:
         yield by_state
         yield GaugeMetricFamily("tally_queue_depth", "Jobs queued or running",
                                 value=counts.get("queued", 0) + counts.get("running", 0))
+
+
+class _Compute:
+    """The heavy calculations (app/api/compute.py): running or waiting, and stopped at the budget."""
+
+    def __init__(self, compute: Compute) -> None:
+        self.compute = compute
+
+    def collect(self):
+        yield GaugeMetricFamily("tally_compute_in_flight", "Heavy calculations running or waiting",
+                                value=self.compute.in_flight)
+        yield GaugeMetricFamily("tally_compute_workers", "Worker processes for heavy calculations",
+                                value=0 if self.compute.inline else self.compute.workers)
+        yield CounterMetricFamily("tally_compute_over_budget", "Heavy calculations stopped at "
+                                  "TALLY_COMPUTE_BUDGET_S", value=self.compute.over_budget)
 
 
 class _Gpu:

@@ -3,6 +3,9 @@
 - DNS rebinding: a Host the server does not answer to (TALLY_ALLOWED_HOSTS) gets a 400
   naming `host`. A page on another site whose name was rebound to 127.0.0.1 reaches the
   server under that name, so a loopback server answers only its loopback names.
+- Heavy work for another site: a page's result fragment (/ui/..., which may run a layout search)
+  asked for by another site (`Sec-Fetch-Site: cross-site`: a hostile page's <img> tags) gets the
+  same 403; the pages themselves defer their heavy calculations (app/web/pages.py).
 - Cross-site request forgery: a state-changing request (any method but GET, HEAD and
   OPTIONS) that a browser marks as coming from another site, `Sec-Fetch-Site: cross-site`
   or an `Origin` that is not this server's, gets a 403 naming `origin` (OWASP's fetch
@@ -40,6 +43,8 @@ BAD_HOST = _refusal(400, "host", "this server does not answer to this Host (see 
                     "host_not_allowed")
 CROSS_SITE = _refusal(403, "origin", "a request from another site may not change anything here "
                       "(Origin is not this server's, or Sec-Fetch-Site is cross-site)", "cross_site")
+CROSS_SITE_FRAGMENT = _refusal(403, "origin", "a page's result fragments (/ui/...) answer this server's own "
+                               "pages only (Sec-Fetch-Site is cross-site)", "cross_site")
 
 
 class RequestGuard:
@@ -71,6 +76,8 @@ class RequestGuard:
                 site = value
         if self.allowed_hosts is not None and (host is None or not self._host_allowed(host)):
             return await BAD_HOST(scope, receive, send)
+        if site == b"cross-site" and scope["path"].startswith("/ui/"):
+            return await CROSS_SITE_FRAGMENT(scope, receive, send)  # <img src=/ui/scale?...>: no search
         if scope["method"] not in SAFE_METHODS and (
                 site == b"cross-site"
                 # "http://host:port" against the Host header; "null" (a sandboxed or file: page)

@@ -12,6 +12,7 @@ from pydantic import BaseModel
 
 from app import numbers
 from app.accounting.errors import InvalidInput
+from app.api.compute import Narrow
 from app.api.responses import jsonable
 from app.api.services import dtypes, flops, memory, tensors, time
 from app.inputs.schemas import engine_model
@@ -196,7 +197,8 @@ CALCULATORS = {c.slug: c for c in (
          Input("expert_parallel", "Expert-parallel ranks", hint="routed experts split over these ranks, "
                "inside data parallelism; 1 for a dense model"),
          Input("gpu", "GPU", "h100-sxm", "checks the total against its memory")),
-        _memory_charts, takes_model="model"),
+        _memory_charts, takes_model="model",
+        heavy=Narrow("model", "a smaller model (fewer layers)")),
     Calculator(
         "matmul", "Matmul FLOPs",
         "(m × k) @ (k × n): 2·m·k·n FLOPs, one multiply and one add per multiply-accumulate; with a "

@@ -4,6 +4,7 @@ and fine-tuning, each with a chart of its bytes per GPU stacked by kind against 
 memory. The charts are the answer's own bytes in GB; nothing here computes a figure."""
 
 from app.accounting.units import GB
+from app.api.compute import Narrow
 from app.api.services import fit as service
 from app.api.services.fit import FitRequest
 from app.jobs.store import Store
@@ -65,4 +66,4 @@ PAGE = Calculator(
      Input("recompute", "Recompute", hint="training: full is gradient checkpointing"),
      Input("lora_rank", "LoRA rank", hint="LoRA and QLoRA, on peft's default targets", more=True),
      Input("mfu", "MFU", hint="training: share of the dense bf16 peak, 0 to 1", more=True)),
-    _charts, takes_model="model")
+    _charts, takes_model="model", heavy=Narrow("model", "a smaller model (fewer layers)"))

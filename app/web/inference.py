@@ -11,6 +11,7 @@ from app import numbers
 from app.accounting.inference.capacity import InferenceMemory, ServingCapacity
 from app.accounting.inference.latency import InferenceTime
 from app.accounting.records import RECORD
+from app.api.compute import Narrow
 from app.api.services import inference as service
 from app.api.services.inference import InferenceMemoryRequest, InferenceTimeRequest
 from app.jobs.store import Store
@@ -130,4 +131,5 @@ PAGE = Calculator(
      Input("interconnect_bytes_per_sec", "Interconnect bytes/s", hint="per direction; empty: the catalogue's",
            more=True),
      Input("allreduce_latency_s", "All-reduce latency (s)", more=True)),
-    _charts, takes_model="model")
+    _charts, takes_model="model",
+    heavy=Narrow("model", "a smaller model (fewer layers), or fewer prompt tokens and output tokens"))

@@ -17,6 +17,7 @@ from pydantic import create_model
 from app.accounting.plan import search
 from app.accounting.plan.layout import Layout
 from app.accounting.units import GB
+from app.api.compute import Narrow
 from app.api.services import comm
 from app.api.services import plan as service
 from app.api.services.plan import PlanLimits, TrainingPlanRequest
@@ -101,6 +102,8 @@ def _plan(form: Any, jobs: Store) -> Any:
 
 
 LIST = "comma-separated; empty for any valid"
+NARROW = Narrow("tensor_parallel", "search fewer layouts: list fewer tensor-parallel, pipeline or "
+                "micro-batch choices, or fewer GPUs")
 
 PAGE = Calculator(
     "scale", "Scale",
@@ -138,7 +141,7 @@ PAGE = Calculator(
      Input("pue", "PUE", hint="data centre energy / IT energy, >= 1", more=True),
      Input("region", "Grid", more=True),
      Input("grid_g_per_kwh", "Grid intensity (g/kWh)", hint="instead of a named grid", more=True)),
-    _charts, takes_model="model")
+    _charts, takes_model="model", heavy=NARROW)
 
 
 COLLECTIVE = Calculator(

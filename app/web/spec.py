@@ -12,6 +12,7 @@ from pydantic import BaseModel
 
 from app.accounting import dtypes, models
 from app.accounting.models import count_params
+from app.api.compute import Narrow
 from app.api.responses import defaults_applied, jsonable
 from app.inputs.fields import members
 from app.inputs.schemas import TransformerConfigIn
@@ -103,6 +104,10 @@ class Calculator:
     inputs: tuple[Input, ...]
     charts: Charts | None = None
     takes_model: Literal["model", "params"] | None = None
+    heavy: Narrow | None = None
+    """Set where a form can ask for seconds of work (a search, a sweep, a huge pasted model): the
+    page computes in the server's worker processes (app/api/compute.py), within their budget,
+    and this says what to narrow when it runs out."""
     """The page's model picker (app/web/picker.py), with its box for a pasted config. "model":
     the input named model is the picker, sent as the request's `model` (a preset name, or the
     config inline). "params": the request takes a parameter count, and the picker (a field of

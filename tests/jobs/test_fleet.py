@@ -18,6 +18,7 @@ from app.api.services import fleet as fleet_service
 from app.device import fleet_device
 from app.jobs.dispatcher import CHILD_ARGV, Dispatcher
 from app.jobs.fleet import Serves, Targets
+from tests.support import procs
 from tests.support.api import assert_names_field
 
 H100 = {
@@ -125,20 +126,8 @@ def test_the_fleet_api_lists_devices_and_refuses_a_campaign_with_none(make_api):
 
 
 def _children() -> list[int]:
-    """This process's probe children (python -m app.bench.child), from /proc."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-                with open(f"/proc/{entry}/cmdline", "rb") as f:
-                    cmdline = f.read()
-            except (OSError, ValueError, IndexError):
-                continue
-            if ppid == os.getpid() and b"app.bench.child" in cmdline:
-                found.append(int(entry))
-    return found
+    """This process's probe children (python -m app.bench.child)."""
+    return procs.children(os.getpid(), b"app.bench.child")
 
 
 def throttle(stop: threading.Event, stopped_s: float = 0.07, running_s: float = 0.03) -> None:

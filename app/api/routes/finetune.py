@@ -5,9 +5,10 @@ from typing import Annotated
 from fastapi import APIRouter, Body, Response
 
 from app.accounting.finetune.step import FineTuneStep
-from app.api.errors import REQUEST_ERRORS
+from app.api.compute import HeavyDep, Narrow
+from app.api.errors import HEAVY, REQUEST_ERRORS
 from app.api.openapi import examples
-from app.api.responses import answer, respond
+from app.api.responses import answer
 from app.api.services import finetune as service
 from app.api.services.finetune import FineTuneRequest
 
@@ -23,8 +24,11 @@ FINETUNE = examples(
                         "freeze_head": True, "freeze_layers": 12, "seq_len": 1024})
 
 
-@router.post("", response_model=answer(FineTuneStep), responses=REQUEST_ERRORS)
-async def finetune(body: Annotated[FineTuneRequest, Body(openapi_examples=FINETUNE)]) -> Response:
+NARROW = Narrow("model", "a smaller model (fewer layers)")
+
+
+@router.post("", response_model=answer(FineTuneStep), responses=REQUEST_ERRORS | HEAVY)
+async def finetune(body: Annotated[FineTuneRequest, Body(openapi_examples=FINETUNE)], heavy: HeavyDep) -> Response:
     """Trainable and frozen parameters, bytes per GPU item by item (frozen base in its format,
     trainable states, activations autograd keeps), the step's FLOPs and its time at an MFU."""
-    return respond(service.step(body), body)
+    return await heavy.respond(service.step, body, NARROW)

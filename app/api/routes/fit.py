@@ -5,9 +5,10 @@ from typing import Annotated
 from fastapi import APIRouter, Body, Response
 
 from app.accounting.fit import FitAnswer
-from app.api.errors import REQUEST_ERRORS
+from app.api.compute import HeavyDep, Narrow
+from app.api.errors import HEAVY, REQUEST_ERRORS
 from app.api.openapi import examples
-from app.api.responses import answer, respond
+from app.api.responses import answer
 from app.api.services import fit as service
 from app.api.services.fit import FitRequest
 
@@ -18,9 +19,12 @@ FIT = examples(
     llama3_8b_on_an_h100={"model": "llama3-8b", "gpu": "h100-sxm", "seq_len": 2048, "batch_size": 4})
 
 
-@router.post("/fit", response_model=answer(FitAnswer), responses=REQUEST_ERRORS)
-async def will_it_fit(body: Annotated[FitRequest, Body(openapi_examples=FIT)]) -> Response:
+NARROW = Narrow("model", "a smaller model (fewer layers)")
+
+
+@router.post("/fit", response_model=answer(FitAnswer), responses=REQUEST_ERRORS | HEAVY)
+async def will_it_fit(body: Annotated[FitRequest, Body(openapi_examples=FIT)], heavy: HeavyDep) -> Response:
     """Serving in the weight formats that make sense on this GPU, LoRA, QLoRA and full fine-tuning:
     whether each fits, its bytes by kind, the largest batch and context, its time, and when it
     does not fit, the smallest change that makes it fit."""
-    return respond(service.answer(body), body)
+    return await heavy.respond(service.answer, body, NARROW)

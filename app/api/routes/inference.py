@@ -3,10 +3,10 @@
 from typing import Annotated
 
 from fastapi import APIRouter, Body, Request, Response
-from starlette.concurrency import run_in_threadpool
 
 from app.accounting.inference import capacity, formats, latency, quant
-from app.api.errors import REQUEST_ERRORS
+from app.api.compute import HeavyDep, Narrow
+from app.api.errors import HEAVY, REQUEST_ERRORS
 from app.api.openapi import examples
 from app.api.responses import answer, respond
 from app.api.services import inference as service
@@ -31,15 +31,17 @@ MemoryBody = Annotated[InferenceMemoryRequest, Body(openapi_examples=MEMORY)]
 # Routes are tried in the order written (app/api/router.py): the question asked most, first.
 
 
-@router.post("/inference/time", response_model=answer(latency.InferenceTime), responses=REQUEST_ERRORS)
+NARROW_TIME = Narrow("model", "a smaller model (fewer layers), or fewer prompt_tokens and output_tokens")
+
+
+@router.post("/inference/time", response_model=answer(latency.InferenceTime),
+             responses=REQUEST_ERRORS | HEAVY)
 async def inference_time(body: Annotated[InferenceTimeRequest, Body(openapi_examples=TIME)],
-                         request: Request) -> Response:
+                         request: Request, heavy: HeavyDep) -> Response:
     """Time to first token, inter-token latency, tokens/s, requests/s and cost on the roofline."""
-    # The store is read only for measured efficiencies; taken from the request rather than as a
-    # StoreDep, whose dependency resolution cost more than this calculator's arithmetic.
-    if service.reads_store(body):  # a database read: off the event loop
-        return respond(await run_in_threadpool(service.serving_time, body, store=store_of(request)), body)
-    return respond(service.serving_time(body, store=None), body)
+    # The store is read only for measured efficiencies (in the worker, on its own connection).
+    store = store_of(request) if service.reads_store(body) else None
+    return await heavy.respond(service.serving_time, body, NARROW_TIME, store=store)
 
 
 @router.post("/inference/memory", response_model=answer(capacity.InferenceMemory), responses=REQUEST_ERRORS)

@@ -5,7 +5,8 @@ from typing import Annotated
 from fastapi import APIRouter, Body, Response
 
 from app.accounting.training import memory
-from app.api.errors import REQUEST_ERRORS
+from app.api.compute import HeavyDep, Narrow
+from app.api.errors import HEAVY, REQUEST_ERRORS
 from app.api.openapi import examples
 from app.api.responses import answer, respond
 from app.api.services import memory as service
@@ -23,10 +24,13 @@ MAX_MODEL = examples(fp32_adamw_on_8_h100s={"gpu": "h100-sxm", "num_gpus": 8, "p
 TrainingBody = Annotated[TrainingMemoryRequest, Body(openapi_examples=TRAINING)]
 
 
-@router.post("/training", response_model=answer(memory.TrainingMemory), responses=REQUEST_ERRORS)
-async def training_memory(body: TrainingBody) -> Response:
+NARROW_TRAINING = Narrow("model", "a smaller model (fewer layers)")
+
+
+@router.post("/training", response_model=answer(memory.TrainingMemory), responses=REQUEST_ERRORS | HEAVY)
+async def training_memory(body: TrainingBody, heavy: HeavyDep) -> Response:
     """Per-GPU bytes of parameters, gradients, optimizer state, master weights and activations."""
-    return respond(service.training(body), body)
+    return await heavy.respond(service.training, body, NARROW_TRAINING)
 
 
 @router.post("/max-model", response_model=answer(memory.MaxModel), responses=REQUEST_ERRORS)

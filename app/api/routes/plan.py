@@ -3,12 +3,12 @@
 from typing import Annotated
 
 from fastapi import APIRouter, Body, Response
-from starlette.concurrency import run_in_threadpool
 
 from app.accounting.plan.training import TrainingPlan
-from app.api.errors import REQUEST_ERRORS
+from app.api.compute import HeavyDep, Narrow
+from app.api.errors import HEAVY, REQUEST_ERRORS
 from app.api.openapi import examples
-from app.api.responses import answer, respond
+from app.api.responses import answer
 from app.api.services import plan as service
 from app.api.services.plan import TrainingPlanRequest
 from app.deps import StoreDep
@@ -22,12 +22,15 @@ TRAINING = examples(
                            "global_batch_sequences": 64, "seq_len": 4096, "limits": {"zero_stage": [1, 3]}})
 
 
-@router.post("/training", response_model=answer(TrainingPlan), responses=REQUEST_ERRORS)
+NARROW = Narrow("limits", "search fewer layouts: fewer tensor_parallel, pipeline_parallel, "
+                          "virtual_stages, micro_batch or zero_stage choices in limits, or fewer num_gpus")
+
+
+@router.post("/training", response_model=answer(TrainingPlan), responses=REQUEST_ERRORS | HEAVY)
 async def training(body: Annotated[TrainingPlanRequest, Body(openapi_examples=TRAINING)],
-                   jobs: StoreDep) -> Response:
+                   jobs: StoreDep, heavy: HeavyDep) -> Response:
     """Every valid data x tensor x pipeline x expert layout, ZeRO stage, micro-batch, interleaving and
     recompute for the GPUs: timed (compute, exposed communication, bubble) and sized by the memory engine;
     the fastest that fit, and the counts evaluated, fitting and refused by reason."""
-    if body.reads_store():  # a measured power: a database read, off the event loop
-        return respond(await run_in_threadpool(service.plan_training, body, jobs), body)
-    return respond(service.plan_training(body, jobs), body)
+    # The store is read only for a measured power (in the worker, on its own connection).
+    return await heavy.respond(service.plan_training, body, NARROW, store=jobs if body.reads_store() else None)

@@ -161,7 +161,7 @@ def compute_dtype(weight_format: str, dtype: str, acc: hardware.Accelerator) -> 
     return w8a8 if w8a8 and dtypes.peak_key(w8a8) in acc.peak_flop_per_sec else dtype
 
 
-def serving_time(body: InferenceTimeRequest, *, store: "Store | None") -> latency.InferenceTime:
+def serving_time(body: InferenceTimeRequest, store: "Store | None" = None) -> latency.InferenceTime:
     """`store` is read only for measured efficiencies (reads_store), and needed only then."""
     setup = body.setup()
     _context(setup, body.prompt_tokens, "prompt_tokens")

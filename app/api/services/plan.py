@@ -88,7 +88,7 @@ class TrainingPlanRequest(EnergyInputs):
                           "fitting layout (whole steps).")
 
 
-def plan_training(body: TrainingPlanRequest, store: "Store") -> training.TrainingPlan:
+def plan_training(body: TrainingPlanRequest, store: "Store | None" = None) -> training.TrainingPlan:
     """`store` is read only for a measured power."""
     cfg = engine_model(body.model)
     acc = accelerator(body.gpu, body.gpu_overrides)
