@@ -18,7 +18,8 @@ times each calculator at its largest inputs) run in worker processes instead:
 A request crosses to a worker as its model and its JSON (`Sent`), validated again there, and
 comes back as the answer's JSON: the strict models made from the engine's dataclasses
 (inputs/fields.strict_input) have no importable name, so they do not pickle, and JSON keeps the
-values and the fields set. A calculation that reads the job store (a measured power or MFU) gets
+values and the fields set. What the job store says (a measured power or efficiency) is read in
+the server first and sent along (app/measured/here.py); a heavy page, which may read more, gets
 the worker's own connection to the same database (`StoreRef`).
 
 `tally calc` answers inline (`Compute(inline=True)`): one request, nothing else to stall.
@@ -46,7 +47,7 @@ from pydantic import BaseModel
 
 from app.api import compute_tasks
 from app.api.errors import Busy, TooCostly
-from app.api.compute_tasks import Sent, StoreRef
+from app.api.compute_tasks import Sent
 from app.api.responses import respond, respond_json
 
 if TYPE_CHECKING:
@@ -197,21 +198,19 @@ class Heavy:
 
     compute: Compute
     client: str
-    database: str
 
-    async def respond(self, service: Callable[..., Any], body: BaseModel, narrow: Narrow, *,
-                      store: Any = None) -> Response:
-        """service(body), or service(body, store) where `store` is given, answered as `respond`
-        answers it (defaults_applied added here, from this body), computed in a worker."""
+    async def respond(self, service: Callable[..., Any], body: BaseModel, narrow: Narrow, *args: Any) -> Response:
+        """service(body, *args), answered as `respond` answers it (defaults_applied added here, from
+        this body), computed in a worker: `service` and `args` must pickle (what the store says is
+        read here first: app/measured/here.py)."""
         if self.compute.inline:
-            return respond(service(body) if store is None else service(body, store), body)
-        ref = None if store is None else StoreRef(self.database)
-        text = await self.compute.call(self.client, narrow, compute_tasks.answer, service, Sent.of(body), ref)
+            return respond(service(body, *args), body)
+        text = await self.compute.call(self.client, narrow, compute_tasks.answer, service, Sent.of(body), args)
         return respond_json(text, body)
 
 
 async def heavy(request: Request) -> Heavy:
-    return Heavy(request.app.state.compute, client_of(request), str(request.app.state.settings.database()))
+    return Heavy(request.app.state.compute, client_of(request))
 
 
 HeavyDep = Annotated[Heavy, Depends(heavy)]

@@ -74,10 +74,8 @@ def guarded(task: Callable[..., Any]) -> Callable[..., Any]:
 
 
 @guarded
-def answer(service: Any, sent: Sent, store: StoreRef | None) -> bytes:
-    """service(body) or service(body, store), as the JSON the route sends (without defaults_applied,
-    which the server adds from its own copy of the body)."""
-    body = sent.body()
-    result = service(body) if store is None else service(body, store_of(store))
-    return dump_json(result)
+def answer(service: Any, sent: Sent, args: tuple) -> bytes:
+    """service(body, *args), as the JSON the route sends (without defaults_applied, which the
+    server adds from its own copy of the body)."""
+    return dump_json(service(sent.body(), *args))
 

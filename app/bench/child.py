@@ -5,8 +5,12 @@ CUDA context or lock is inherited) and speaks JSON lines with it:
 
 - stdin, one line: {"job_id": int, "probe": str, "params": {...}}. The parent keeps
   stdin open while the job runs; end-of-file means the parent died, and the
-  child exits rather than run on as an orphan holding the GPU, ending its process
-  group (the ranks it started) when it leads one, as the dispatcher starts it.
+  child exits (code 3) rather than run on as an orphan holding the GPU, ending its
+  process group (the ranks it started) when it leads one, as the dispatcher starts it.
+  After that line the parent writes a keep-alive (a newline) every second or so; with
+  TALLY_KEEPALIVE_S set, a child that hears none for that long takes its parent for
+  stalled (paused, say) and ends the same way (code 4), before the parent's device
+  lease can go stale and another dispatcher start a job on its device.
 - stdout, one message per line:
     {"type": "progress", "done": int, "total": int, "message": str}
     {"type": "result", "result": {...}}                      then exit 0
@@ -19,6 +23,7 @@ CUDA context or lock is inherited) and speaks JSON lines with it:
 import importlib
 import json
 import os
+import select
 import signal
 import sys
 import threading
@@ -27,6 +32,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 Progress = Callable[[int, int, str], None]
+KEEPALIVE_VAR = "TALLY_KEEPALIVE_S"
+PARENT_DIED_EXIT = 3
+PARENT_STALLED_EXIT = 4
 
 
 def _load(target: str) -> Callable[[dict, Progress], dict]:
@@ -60,14 +68,41 @@ _reported = threading.Event()
 
 
 def _exit_when_parent_dies() -> None:
-    sys.stdin.read()
+    deadline_s = float(os.environ.get(KEEPALIVE_VAR) or 0) or None  # None: wait for the end alone
+    fd = sys.stdin.fileno()
+    while True:
+        ready, _, _ = select.select([fd], [], [], deadline_s)
+        if not ready:
+            code = PARENT_STALLED_EXIT  # no keep-alive for deadline_s: the parent is stalled
+            break
+        if not os.read(fd, 4096):
+            code = PARENT_DIED_EXIT  # end of file: the parent died
+            break
     if not _reported.is_set():
         if os.getpgrp() == os.getpid():
             # The dispatcher starts us leading a group of our own, our ranks in it: with the dispatcher
-            # dead nobody else will end them. SIGTERM (which ends us too): torch.distributed.run's
-            # agent ends its workers, each in a session of its own, when it gets one.
-            os.killpg(os.getpid(), signal.SIGTERM)
-        os._exit(3)
+            # gone nobody else will end them. SIGTERM: torch.distributed.run's agent ends its workers,
+            # each in a session of its own, when it gets one. Not to us: our exit code says why.
+            _signal_group_but_me(signal.SIGTERM)
+        os._exit(code)
+
+
+def _signal_group_but_me(sig: signal.Signals) -> None:
+    """`sig` to every other process of our process group (from /proc; elsewhere, to the whole group)."""
+    me = os.getpid()
+    if not os.path.isdir("/proc"):
+        os.killpg(me, sig)
+        return
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == me:
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as stat:
+                group = int(stat.read().rsplit(b")", 1)[1].split()[2])
+            if group == me:
+                os.kill(int(entry), sig)
+        except (OSError, ValueError, IndexError):
+            continue
 
 
 def main(probes: Mapping[str, str] | None = None) -> int:

@@ -4,6 +4,7 @@ an idle dispatcher's wait for work. Each database's own ways: app/jobs/backends.
 """
 
 import contextlib
+import hashlib
 import logging
 import sqlite3
 import threading
@@ -35,6 +36,10 @@ class Database:
         """The SQLite file; None on PostgreSQL."""
         self.where = str(self.path) if self.path is not None else backends.shown(self.url)
         """The database as messages name it: the file, or the URL without its password."""
+        self.identity = hashlib.sha256((str(self.path.resolve()) if self.path is not None else self.where)
+                                       .encode()).hexdigest()[:12]
+        """The same for every process on this machine that opens this database (its file's real path,
+        or its URL without the password): it scopes the device marks children carry (app/jobs/sweep.py)."""
         self.engine = backends.create(self.url, lambda: self._open())
         self.listeners = None if self.path is not None else backends.Listeners(self.url)
         try:

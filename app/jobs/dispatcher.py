@@ -27,6 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from app import logs
+from app.bench.child import KEEPALIVE_VAR, PARENT_STALLED_EXIT
+from app.jobs import devicelock, sweep
 from app.jobs.fleet import Serves
 from app.jobs.job import Job
 from app.jobs.process import Child, error, parse_message
@@ -93,6 +95,8 @@ class Watch:
     next_heartbeat: float
     progress_due: float
     """When the newest progress may be written: at most one write per PROGRESS_EVERY_S."""
+    next_keepalive: float
+    """When the child is next told its parent lives (app/bench/child.py)."""
     pending: dict | None = None
     """The newest progress message, not yet written."""
     exited_at: float | None = None
@@ -143,8 +147,18 @@ class Dispatcher:
         # readiness check) sees that the queue has been looked at since it last changed.
         self.idle_waits = 0
 
-    def _env(self, job: Job) -> dict[str, str]:
-        env = {**os.environ, **self.child_env}
+    @property
+    def keepalive_deadline_s(self) -> float:
+        """How long the child waits without a keep-alive before it stops itself. Its last keep-alive
+        comes at most a heartbeat's interval after the job's last heartbeat, and another dispatcher
+        may take the device's lease stale_after_s after that heartbeat: half what is left between
+        them, so the child is gone well before."""
+        return (self.stale_after_s - HEARTBEAT_EVERY_S) / 2
+
+    def _env(self, job: Job, keys: list[str]) -> dict[str, str]:
+        marks = [devicelock.mark(self.store.identity, key) for key in keys]
+        env = {**os.environ, **self.child_env, sweep.DEVICES_VAR: sweep.devices_value(marks),
+               KEEPALIVE_VAR: f"{self.keepalive_deadline_s:g}"}
         if job.ran_on_gpus:
             # The child sees its GPUs alone, as cuda:0..n-1 in ran_on_gpus' order: a probe never
             # picks a device itself. PCI bus order makes CUDA's numbering NVML's (CUDA's default
@@ -223,14 +237,27 @@ class Dispatcher:
 
     def _run(self, job: Job) -> None:
         jlog = logs.for_job(log, job.id)
+        keys = self.store.leases_of(job.id)
+        # The lease is this job's; a process of another job may still hold the device (its dispatcher
+        # paused past the stale bound): it stops itself within its keep-alive deadline, or is ended.
+        locks, ended = devicelock.take(self.store.identity, keys, wait_s=self.keepalive_deadline_s,
+                                       grace_s=self.kill_grace_s)
+        if ended:
+            jlog.warning("ended %s, another job's processes still on %s", ended, ", ".join(keys))
+        if locks is None:
+            jlog.error("%s still held by another job's processes; back to the queue", ", ".join(keys))
+            self.store.requeue(job.id, claim=job.claim)
+            return
         try:
-            child = Child(self.child_argv, self._env(job), job)
+            child = Child(self.child_argv, self._env(job, keys), job, pass_fds=locks)
         except OSError as exc:  # a missing interpreter, no pids or fds left: the job cannot start
             jlog.error("could not start its process: %s", exc)
             self.store.finish(job.id, status="crashed", error=error(
                 "ChildCrashed", f"the job's process could not start: {exc}", argv=self.child_argv),
-                worker_id=self.worker_id)
+                claim=job.claim)
             return
+        finally:
+            devicelock.release(locks)  # the child holds them now, for as long as it lives
         jlog.info("started: probe=%s attempt=%d pid=%d", job.probe, job.attempts, child.pid)
         try:
             outcome = self._watch(job, child)
@@ -240,15 +267,20 @@ class Dispatcher:
         finally:
             child.close(self.kill_grace_s)
         if outcome.ending is Ending.STOPPING:
-            self.store.requeue(job.id)
+            self.store.requeue(job.id, claim=job.claim)
             jlog.info("requeued: the dispatcher is stopping")
             return
         if outcome.ending is Ending.LOST:
             return
+        if outcome.ending is Ending.CRASHED and child.proc.returncode == PARENT_STALLED_EXIT:
+            # It stopped itself because this dispatcher fell silent (paused): not the job's fault.
+            jlog.warning("its process stopped itself: no keep-alive for %g s", self.keepalive_deadline_s)
+            self.store.lose(job.id, claim=job.claim, loss_retries=self.worker_loss_retries)
+            return
         if outcome.ending is Ending.CRASHED:
             outcome = _crashed(child)
         if self.store.finish(job.id, status=outcome.status, result=outcome.result, error=outcome.error,
-                             worker_id=self.worker_id):
+                             claim=job.claim):
             jlog.info("ended: %s", outcome.status)
         else:
             jlog.warning("ended %s, but its row is no longer running here; left as it is", outcome.status)
@@ -258,7 +290,7 @@ class Dispatcher:
         running is stopped), and say how it ended."""
         now = time.monotonic()
         w = Watch(job, child, deadline=child.started + job.timeout_s, next_poll=now + self.poll_s,
-                  next_heartbeat=now + HEARTBEAT_EVERY_S, progress_due=now)
+                  next_heartbeat=now + HEARTBEAT_EVERY_S, progress_due=now, next_keepalive=now)
         while True:
             line = self._next_line(w)
             if line is None:
@@ -272,12 +304,20 @@ class Dispatcher:
             self._progress_if_due(w, now)
             if outcome := self._past_deadline(w, now) or self._stopping(w) or self._poll_row(w, now):
                 return outcome
+            self._keepalive_if_due(w, now)
             self._heartbeat_if_due(w, now)
+
+    def _keepalive_if_due(self, w: Watch, now: float) -> None:
+        # Before the heartbeat's database write, which may block: the child hears from us still.
+        if now >= w.next_keepalive:
+            w.next_keepalive = now + min(HEARTBEAT_EVERY_S, self.keepalive_deadline_s / 4)
+            w.child.keepalive()
 
     @staticmethod
     def _next_line(w: Watch) -> bytes | None:
         """The child's next line; b"" when a timer falls due first; None at the end of its output."""
-        wakeups = [w.deadline, w.next_poll, w.next_heartbeat] + ([w.progress_due] if w.pending else [])
+        wakeups = [w.deadline, w.next_poll, w.next_heartbeat, w.next_keepalive] + (
+            [w.progress_due] if w.pending else [])
         try:
             return w.child.lines.get(timeout=max(0.0, min(wakeups) - time.monotonic()))
         except queue.Empty:
@@ -359,7 +399,7 @@ class Dispatcher:
             return None
         w.next_poll = now + self.poll_s
         row = self.store.get(w.job.id)
-        if row is None or row.status != "running" or row.worker_id != self.worker_id:
+        if row is None or row.status != "running" or row.claim != w.job.claim:
             w.jlog.warning("was taken from this worker (now %s); stopping pid %d", row and row.status,
                            w.child.pid)
             w.child.stop(self.kill_grace_s)
@@ -375,7 +415,8 @@ class Dispatcher:
         # The row's heartbeat keeps other workers from recovering the job; seen() keeps /readyz green.
         if now >= w.next_heartbeat:
             w.next_heartbeat = now + HEARTBEAT_EVERY_S
-            self.store.heartbeat(w.job.id, worker_id=self.worker_id)
+            if not self.store.heartbeat(w.job.id, claim=w.job.claim):
+                w.next_poll = now  # its attempt is over (recovered, or ended elsewhere): the poll says how
             self._seen()
 
     def _seen(self) -> None:
@@ -387,4 +428,4 @@ class Dispatcher:
     def _write_progress(self, job: Job, message: dict | None) -> None:
         if message is not None:
             self.store.progress(job.id, done=message["done"], total=message["total"],
-                                message=message.get("message", ""), worker_id=self.worker_id)
+                                message=message.get("message", ""), claim=job.claim)

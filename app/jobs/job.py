@@ -86,6 +86,10 @@ class Job:
     ran_on_device: str | None = None
     """The device its dispatcher serves (a UUID, or "<host>:cpu"); None before it starts, and for a
     dispatcher that serves no one device."""
+    claim: str | None = None
+    """The running attempt's token, new at each claim: the writes of that attempt name it, so a
+    writer whose attempt was taken from it (a paused worker, recovered as dead) changes nothing.
+    Never shown by the API."""
 
     @property
     def terminal(self) -> bool:

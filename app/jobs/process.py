@@ -55,15 +55,17 @@ def parse_message(line: bytes) -> dict:
 class Child:
     """One child interpreter running one job: its pipes, the threads draining them, how to stop it."""
 
-    def __init__(self, argv: list[str], env: dict[str, str], job: Job) -> None:
+    def __init__(self, argv: list[str], env: dict[str, str], job: Job, pass_fds: list[int] = ()) -> None:
         # Every process the child starts inherits the token, whatever group it moves to.
         self.token = sweep.new_token()
         env = {**env, sweep.TOKEN_VAR: self.token}
         self._lost = False  # reaped by someone else: its pid, and so its group's id, may be reused
         # A new session: a Ctrl-C meant for the server's terminal does not reach the child; its
         # group is the job's ranks too.
+        # pass_fds: its device locks (app/jobs/devicelock.py), held for as long as it lives.
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, env=env, start_new_session=True)
+                                     stderr=subprocess.PIPE, env=env, start_new_session=True,
+                                     pass_fds=tuple(pass_fds))
         self.started = time.monotonic()
         self.lines: queue.Queue[bytes | None] = queue.Queue()  # None: end of stdout
         self._tail = bytearray()
@@ -93,6 +95,12 @@ class Child:
         while chunk := os.read(fd, 65536):
             self._tail += chunk
             del self._tail[:-STDERR_TAIL_BYTES]
+
+    def keepalive(self) -> None:
+        """Tell the child its parent is alive (app/bench/child.py): a newline on its stdin."""
+        with contextlib.suppress(OSError):  # it has exited, or closed stdin: its exit says the rest
+            self.proc.stdin.write(b"\n")
+            self.proc.stdin.flush()
 
     def stderr_tail(self) -> str:
         return bytes(self._tail).decode("utf-8", "replace")

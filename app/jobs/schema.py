@@ -12,7 +12,8 @@ attempts_log, or with some of them); 1, those three columns; 2, a job may ask fo
 (num_gpus; gpus, a JSON list of indices) and records those it ran on (ran_on_gpus, a JSON list);
 NULL in a row from before means one GPU, as the row's gpu says; 3, the fleet: a job's targets
 (target_host, target_device, target_model), its campaign, and the device it ran on, beside the
-devices and campaigns tables. The version lives in the one-row
+devices and campaigns tables; 4, a running job's claim token (`claim`, app/jobs/store.py), which
+every write of the attempt that holds it names. The version lives in the one-row
 table tally_schema; on SQLite also in PRAGMA user_version, which Tally kept before tally_schema
 (and is read where tally_schema is absent or empty) and still writes, so an older Tally finds
 the version it expects.
@@ -67,6 +68,7 @@ jobs = sa.Table(
     sa.Column("target_model", TEXT),
     sa.Column("campaign_id", INTEGER),
     sa.Column("ran_on_device", TEXT),
+    sa.Column("claim", TEXT),
     sqlite_autoincrement=True,
 )
 GPU_INDEX = sa.Index("jobs_status_gpu_id", jobs.c.status, jobs.c.gpu, jobs.c.id)
@@ -155,11 +157,16 @@ def _v3(ops: Operations, db: sa.Connection) -> None:
             ops.create_index(index.name, "jobs", [column.name for column in index.columns])
 
 
+def _v4(ops: Operations, db: sa.Connection) -> None:
+    """Writes after a claim are fenced by the claim's token, not by a worker's name."""
+    _add_columns(ops, db, ("claim",))
+
+
 # Oldest first, each step run in a transaction of its own that also records its number. A step
 # alters the tables a database already has; tables it lacks (workers, leases, tally_schema in the
 # oldest) are then created whole, as declared above.
 MIGRATIONS: tuple[tuple[int, Callable[[Operations, sa.Connection], None]], ...] = (
-    (1, _v1), (2, _v2), (3, _v3))
+    (1, _v1), (2, _v2), (3, _v3), (4, _v4))
 VERSION = MIGRATIONS[-1][0]
 # The advisory lock (PostgreSQL) under which one process at a time reads and moves the version.
 LOCK = "tally:schema"

@@ -26,6 +26,7 @@ app/jobs/job.py's TRANSITIONS table allows.
 
 import json
 import logging
+import secrets
 import socket
 import time
 from collections.abc import Sequence
@@ -45,7 +46,7 @@ log = logging.getLogger("tally.jobs")
 # What a move may write besides status (its one writer is Store._move) and revision (every write's).
 MOVE_COLUMNS = ("attempts", "started_at", "finished_at", "heartbeat_at", "worker_id", "ran_on_gpu",
                 "ran_on_gpus", "ran_on_device", "progress_done", "progress_total", "progress_message",
-                "result", "error", "cancel_requested")
+                "result", "error", "cancel_requested", "claim")
 # A claimed or requeued job starts its progress over.
 FRESH_PROGRESS = {"progress_done": 0, "progress_total": 0, "progress_message": ""}
 # Times a job whose worker died under it goes back to the queue (TALLY_WORKER_LOSS_RETRIES);
@@ -85,9 +86,15 @@ def _statuses(status: str | Sequence[str]) -> list[str]:
     return statuses
 
 
-def _held_by(worker_id: str | None) -> list[sa.ColumnElement[bool]]:
-    """The condition that the row is still `worker_id`'s (none when no worker is named)."""
-    return [] if worker_id is None else [jobs.c.worker_id == worker_id]
+def _held_by(claim: str | None) -> list[sa.ColumnElement[bool]]:
+    """The condition that the row is still in the attempt `claim` started (none when no claim is named).
+
+    The fence is the claim's token, not a worker's name: two dispatchers may share a name
+    (TALLY_WORKER_ID), and one paused past the stale bound comes back to a job recovered and
+    claimed again, maybe under its own name. Its late heartbeat, progress, ending or lease
+    release names a token that is no longer the row's, and changes nothing; it learns (False)
+    that it lost the job."""
+    return [] if claim is None else [jobs.c.claim == claim]
 
 
 class Store(Database, FleetStore):
@@ -115,15 +122,15 @@ class Store(Database, FleetStore):
 
     @staticmethod
     def _move(db: sa.Connection, job_id: int, *, old: str, new: str, values: dict[str, Any],
-              worker_id: str | None = None, reason: str | None = None) -> bool:
+              claim: str | None = None, reason: str | None = None) -> bool:
         """Move job `job_id` from state `old` to `new`, writing `values` (column: value) with it.
 
         A move out of `running` ends an attempt: its entry goes on the job's attempts_log, with
         `reason` (default: the new status), and its device lease is released.
 
         The only writer of `status`: a move TRANSITIONS lacks raises ValueError, writing nothing.
-        False, changing nothing, when the row is not in `old` or, with worker_id, no longer held by
-        that worker (another may have recovered it as stale and claimed it since).
+        False, changing nothing, when the row is not in `old` or, with `claim`, no longer in the
+        attempt that claim started (it may have been recovered as stale and claimed again since).
         """
         if new not in TRANSITIONS.get(old, ()):
             raise ValueError(f"a job cannot move from {old!r} to {new!r}; from {old!r} it may go to "
@@ -136,14 +143,15 @@ class Store(Database, FleetStore):
             # The row as it is before the move, locked until the move commits (PostgreSQL; SQLite's
             # write lock is already held), so the attempt's entry is the one that is ending.
             row = db.execute(sa.select(jobs.c.status, jobs.c.worker_id, jobs.c.attempts, jobs.c.started_at,
-                                       jobs.c.attempts_log)
+                                       jobs.c.attempts_log, jobs.c.claim)
                              .where(jobs.c.id == job_id).with_for_update()).first()
-            if row is None or row.status != old or (worker_id is not None and row.worker_id != worker_id):
+            if row is None or row.status != old or (claim is not None and row.claim != claim):
                 return False
+            changes["claim"] = None  # the attempt is over: no write may name its token again
             changes["attempts_log"] = attempt_log.append(
                 row.attempts_log, attempt=row.attempts, worker_id=row.worker_id, started_at=row.started_at,
                 ended_at=values.get("finished_at") or time.time(), reason=reason or new)
-        update = jobs.update().where(jobs.c.id == job_id, jobs.c.status == old, *_held_by(worker_id))
+        update = jobs.update().where(jobs.c.id == job_id, jobs.c.status == old, *_held_by(claim))
         moved = db.execute(update.values(status=new, revision=jobs.c.revision + 1, **changes)).rowcount == 1
         if moved and old == "running":  # the job's child is gone: its device is free for the next
             leases.release(db, job_id=job_id)
@@ -246,40 +254,43 @@ class Store(Database, FleetStore):
             attempts = next(row.attempts for row in rows if row.id == job_id)
             self._move(db, job_id, old="queued", new="running", values={
                 "attempts": attempts + 1, "started_at": now, "heartbeat_at": now, "worker_id": worker_id,
+                "claim": secrets.token_hex(16),
                 "ran_on_gpu": on[0] if len(on) == 1 else None, "ran_on_gpus": _json(on) if on else None,
                 "ran_on_device": serves.device if serves else None, **FRESH_PROGRESS})
             return self._row(db, job_id)
 
-    def _beat(self, job_id: int, worker_id: str | None, **values: Any) -> bool:
-        """Write `values` and a heartbeat on a running job (for that worker), renewing its leases."""
+    def _beat(self, job_id: int, claim: str | None, **values: Any) -> bool:
+        """Write `values` and a heartbeat on a running job (in the attempt `claim` started), renewing
+        its leases."""
         now = time.time()
         with self._write() as db:
             beat = db.execute(jobs.update().where(jobs.c.id == job_id, jobs.c.status == "running",
-                                                  *_held_by(worker_id))
+                                                  *_held_by(claim))
                               .values(heartbeat_at=now, revision=jobs.c.revision + 1, **values)).rowcount == 1
             if beat:
                 leases.renew(db, job_id=job_id, now=now)
             return beat
 
     def progress(self, job_id: int, *, done: int, total: int, message: str = "",
-                 worker_id: str | None = None) -> bool:
+                 claim: str | None = None) -> bool:
         """Record a running job's progress (a heartbeat too); False when it is no longer running
-        (for that worker)."""
-        return self._beat(job_id, worker_id, progress_done=done, progress_total=total,
+        (in the attempt `claim` started)."""
+        return self._beat(job_id, claim, progress_done=done, progress_total=total,
                           progress_message=message)
 
-    def heartbeat(self, job_id: int, *, worker_id: str | None = None) -> bool:
+    def heartbeat(self, job_id: int, *, claim: str | None = None) -> bool:
         """Say the job's worker is alive, renewing its device lease; False when the job is no
-        longer running (for that worker)."""
-        return self._beat(job_id, worker_id)
+        longer running (in the attempt `claim` started)."""
+        return self._beat(job_id, claim)
 
     def finish(self, job_id: int, *, status: str, result: ProbeResult | None = None,  # type: ignore[valid-type]
-               error: dict | None = None, worker_id: str | None = None) -> bool:
-        """Record a running job's end; False, changing nothing, when it was not running (for that worker)."""
+               error: dict | None = None, claim: str | None = None) -> bool:
+        """Record a running job's end; False, changing nothing, when it was not running (in the
+        attempt `claim` started)."""
         if status not in TERMINAL:
             raise ValueError(f"finish needs a terminal status, one of {sorted(TERMINAL)}; got {status!r}")
         with self._write() as db:
-            return self._move(db, job_id, old="running", new=status, worker_id=worker_id, values={
+            return self._move(db, job_id, old="running", new=status, claim=claim, values={
                 "result": None if result is None else result_json(result), "error": _json(error),
                 "finished_at": time.time()})
 
@@ -313,44 +324,63 @@ class Store(Database, FleetStore):
                                         jobs.c.attempts_log)
                               .where(jobs.c.status == "running", stale)
                               .order_by(jobs.c.id).with_for_update(skip_locked=True)).all()
-            lost = attempt_log.WORKER_LOST
             for row in rows:
-                losses = attempt_log.worker_losses(row.attempts_log) + 1  # this one too
-                if row.cancel_requested:
-                    moved = self._end(db, row.id, status="cancelled", error=None, reason=lost)
-                elif losses <= loss_retries:
-                    moved = self._requeue(db, row.id, attempts=row.attempts, reason=lost)
-                else:
-                    moved = self._end(db, row.id, status="failed",
-                                      error=attempt_log.lost_too_often(losses, loss_retries), reason=lost)
-                if moved:
+                if self._lose(db, row, loss_retries=loss_retries):
                     recovered.append(row.id)
         return recovered
 
+    def lose(self, job_id: int, *, claim: str, loss_retries: int = WORKER_LOSS_RETRIES) -> bool:
+        """The attempt `claim` started ended for want of its worker, not by the job's fault (its
+        child stopped itself when its dispatcher stalled): requeued or failed as `recover` does;
+        False when that attempt is over already."""
+        with self._write() as db:
+            row = db.execute(sa.select(jobs.c.id, jobs.c.attempts, jobs.c.cancel_requested, jobs.c.attempts_log)
+                             .where(jobs.c.id == job_id, jobs.c.status == "running", jobs.c.claim == claim)
+                             .with_for_update()).first()
+            return row is not None and self._lose(db, row, loss_retries=loss_retries, claim=claim)
+
+    @classmethod
+    def _lose(cls, db: sa.Connection, row: Any, *, loss_retries: int, claim: str | None = None) -> bool:
+        lost = attempt_log.WORKER_LOST
+        losses = attempt_log.worker_losses(row.attempts_log) + 1  # this one too
+        if row.cancel_requested:
+            return cls._end(db, row.id, status="cancelled", error=None, reason=lost, claim=claim)
+        if losses <= loss_retries:
+            return cls._requeue(db, row.id, attempts=row.attempts, reason=lost, claim=claim)
+        return cls._end(db, row.id, status="failed", error=attempt_log.lost_too_often(losses, loss_retries),
+                        reason=lost, claim=claim)
+
     @classmethod
     def _end(cls, db: sa.Connection, job_id: int, *, status: str, error: dict | None,
-             reason: str | None = None) -> bool:
-        return cls._move(db, job_id, old="running", new=status, reason=reason,
+             reason: str | None = None, claim: str | None = None) -> bool:
+        return cls._move(db, job_id, old="running", new=status, reason=reason, claim=claim,
                          values={"error": _json(error), "finished_at": time.time()})
 
     @classmethod
-    def _requeue(cls, db: sa.Connection, job_id: int, *, attempts: int, reason: str) -> bool:
-        return cls._move(db, job_id, old="running", new="queued", reason=reason, values={
+    def _requeue(cls, db: sa.Connection, job_id: int, *, attempts: int, reason: str,
+                 claim: str | None = None) -> bool:
+        return cls._move(db, job_id, old="running", new="queued", reason=reason, claim=claim, values={
             "attempts": attempts, "started_at": None, "heartbeat_at": None, "worker_id": None,
             "ran_on_gpu": None, "ran_on_gpus": None, **FRESH_PROGRESS})
 
-    def requeue(self, job_id: int) -> bool:
+    def requeue(self, job_id: int, *, claim: str | None = None) -> bool:
         """Graceful shutdown: a running job goes back to the queue, this attempt not counted.
 
         One whose cancellation was asked for is cancelled instead; nobody wants it run again.
+        With `claim`, only while the job is still in the attempt that claim started.
         """
         with self._write() as db:
             job = self._row(db, job_id)
-            if job is None or job.status != "running":
+            if job is None or job.status != "running" or (claim is not None and job.claim != claim):
                 return False
             if job.cancel_requested:
-                return self._end(db, job_id, status="cancelled", error=None)
-            return self._requeue(db, job_id, attempts=max(job.attempts - 1, 0), reason=attempt_log.REQUEUED)
+                return self._end(db, job_id, status="cancelled", error=None, claim=claim)
+            return self._requeue(db, job_id, attempts=max(job.attempts - 1, 0), reason=attempt_log.REQUEUED,
+                                 claim=claim)
+
+    def leases_of(self, job_id: int) -> list[str]:
+        """The devices ("box:gpu0", "box:cpu", "box:*") whose leases job `job_id` holds."""
+        return [device for device, holder in self.held_leases() if holder == job_id]
 
     def held_leases(self) -> list[tuple[str, int]]:
         """(device, job id) of every device lease held, live or stale."""

@@ -12,6 +12,13 @@ clears its environment and leaves the group escapes: nothing Tally starts does.)
 
 The group id is used only while the child is unreaped (running, or a zombie nobody has
 waited for): until then its pid, and so its group's id, cannot be given to another process.
+
+A child also carries the device leases its job holds (DEVICES_VAR: ",<db>/box:gpu0,<db>/box:gpu1,",
+each scoped by its job database's identity), so a
+dispatcher about to start a job can see whether any process of another job still runs on those
+devices (`on_devices`): a child whose dispatcher was paused past the stale bound, say, which
+stops itself for want of keep-alives (app/bench/child.py), or holds its device lock
+(app/jobs/devicelock.py) past the wait, and is then ended (`kill_on_devices`).
 """
 
 import contextlib
@@ -21,7 +28,25 @@ import signal
 from pathlib import Path
 
 TOKEN_VAR = "TALLY_JOB_TOKEN"
+DEVICES_VAR = "TALLY_DEVICES"
 PROC = Path("/proc")
+
+
+def devices_value(keys: list[str]) -> str:
+    """DEVICES_VAR's value for a child holding the leases `keys` ("box:gpu0", "box:cpu", "box:*")."""
+    return "," + ",".join(keys) + ","
+
+
+def _overlap(ours: list[str], theirs: list[str]) -> bool:
+    """Whether two jobs' leases share a device: a unit in common on one host, or "*" (any device
+    of its host, app/jobs/leases.py) on a host of the other's."""
+    for mine in ours:
+        host, _, unit = mine.rpartition(":")
+        for other in theirs:
+            other_host, _, other_unit = other.rpartition(":")
+            if host == other_host and (unit == other_unit or "*" in (unit, other_unit)):
+                return True
+    return False
 
 
 def new_token() -> str:
@@ -61,6 +86,39 @@ def members(*, group: int | None, token: str) -> list[int]:
             continue
         if (group is not None and seen[1] == group) or _carries(entry.name, needle):
             found.append(int(entry.name))
+    return found
+
+
+def on_devices(keys: list[str], *, token: str | None = None) -> list[int]:
+    """Running processes of any job but `token`'s whose leases share a device with `keys`."""
+    if not PROC.is_dir():
+        return []
+    prefix, own = f"{DEVICES_VAR}=".encode(), None if token is None else f"{TOKEN_VAR}={token}".encode()
+    found = []
+    for entry in os.scandir(PROC):
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:  # another user's process refuses (PermissionError): it is none of Tally's
+            environ = (PROC / entry.name / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        held = next((item[len(prefix):] for item in environ if item.startswith(prefix)), None)
+        if held is None or (own is not None and own in environ):
+            continue
+        seen = _stat(entry.name)
+        if seen is None or seen[0] in (b"Z", b"X"):
+            continue
+        if _overlap(keys, [k for k in held.decode(errors="replace").split(",") if k]):
+            found.append(int(entry.name))
+    return found
+
+
+def kill_on_devices(marks: list[str]) -> list[int]:
+    """SIGKILL every process of another job on the devices `marks` names; those it found."""
+    found = on_devices(marks)
+    for pid in found:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
     return found
 
 

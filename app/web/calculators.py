@@ -17,6 +17,7 @@ from app.api.responses import jsonable
 from app.api.services import dtypes, flops, memory, tensors, time
 from app.inputs.schemas import engine_model
 from app.jobs.store import Store
+from app.measured.here import read_if
 from app.web import data, fit, forms, inference, scale
 from app.web.spec import Calculator, Compute, Input, choices
 
@@ -48,7 +49,8 @@ def _time_charts(body: time.TrainingTimeRequest, answer: dict, jobs: Store) -> d
     """Days against the number of GPUs, 1/16 to 16 times this run's (a range centred on it,
     in powers of 2), at this MFU; the run itself is marked."""
     gpus = _powers_of_two(body.num_gpus, 16, 1, 10_000_000)
-    points = [{"x": g, "y": time.training(body.model_copy(update={"num_gpus": g}), store=jobs).days}
+    here = read_if(time.reads_store(body), jobs)
+    points = [{"x": g, "y": time.training(body.model_copy(update={"num_gpus": g}), here).days}
               for g in gpus]
     label = f"this run: {answer['num_gpus']:,} GPUs, {numbers.sig(answer['days'])} days"
     return {"days": {"type": "days_vs_gpus", "points": points,
@@ -163,7 +165,7 @@ CALCULATORS = {c.slug: c for c in (
         "of the GPUs' dense peak; GPU-hours × power × PUE × the grid's carbon intensity. The course's "
         "example is filled in: 70B parameters on 15T tokens (on its 1,024 H100s, 144 days). Or pick a "
         "model: its active parameters are N.",
-        time.TrainingTimeRequest, lambda body, jobs: time.training(body, store=jobs),
+        time.TrainingTimeRequest, lambda body, jobs: time.training(body, read_if(time.reads_store(body), jobs)),
         (Input("params", "Parameters", "70e9", "N, e.g. 70e9"),
          Input("tokens", "Training tokens", "15e12", "D, e.g. 15e12"),
          Input("gpu", "GPU", "h100-sxm"),

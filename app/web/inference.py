@@ -15,6 +15,7 @@ from app.api.compute import Narrow
 from app.api.services import inference as service
 from app.api.services.inference import InferenceMemoryRequest, InferenceTimeRequest
 from app.jobs.store import Store
+from app.measured.here import read_if
 from app.web.spec import Calculator, Input
 
 
@@ -50,8 +51,8 @@ def _fields(body: InferencePageRequest, route: type[InferenceTimeRequest | Infer
 def serve(body: InferencePageRequest, jobs: Store) -> InferenceAnswer:
     """Time first: a prompt or output past the model's positions is refused naming its own
     field, before the memory request (whose context defaults to their sum) could name context."""
-    time = service.serving_time(InferenceTimeRequest.model_validate(_fields(body, InferenceTimeRequest)),
-                                store=jobs)
+    asked = InferenceTimeRequest.model_validate(_fields(body, InferenceTimeRequest))
+    time = service.serving_time(asked, read_if(service.reads_store(asked), jobs))
     context = body.context or body.prompt_tokens + body.output_tokens
     fields = _fields(body, InferenceMemoryRequest) | {"context": context}
     asked = InferenceMemoryRequest.model_validate(fields)

@@ -24,6 +24,7 @@ from app.api.services.plan import PlanLimits, TrainingPlanRequest
 from app.inputs.fields import Input as InputModel
 from app.inputs.schemas import accelerator
 from app.jobs.store import Store
+from app.measured.here import read_if
 from app.web.spec import Calculator, Input
 
 LIMITS = ("zero_stage", "recompute", "allow_tensor_parallel_across_nodes", "tensor_parallel",
@@ -98,7 +99,8 @@ def _charts(body: Any, answer: dict, jobs: Store) -> dict:
 
 
 def _plan(form: Any, jobs: Store) -> Any:
-    return service.plan_training(request(form), jobs)
+    body = request(form)
+    return service.plan_training(body, read_if(body.reads_store(), jobs))
 
 
 LIST = "comma-separated; empty for any valid"

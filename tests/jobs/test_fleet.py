@@ -66,7 +66,7 @@ def test_a_job_is_taken_only_where_its_targets_allow(store):
         store.claim(worker_id="b", gpu=0, host="box-b", serves=serves(H200), served=[0]) for _ in range(2)
     ]
     store.finish(
-        taken[0].id, status="failed", error={"type": "E", "message": "m", "detail": {}}, worker_id="b"
+        taken[0].id, status="failed", error={"type": "E", "message": "m", "detail": {}}, claim=taken[0].claim
     )
     taken[1] = taken[1] or store.claim(worker_id="b", gpu=0, host="box-b", serves=serves(H200), served=[0])
     assert {j.id for j in taken} == {on_device.id, on_host.id}

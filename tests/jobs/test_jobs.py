@@ -8,6 +8,7 @@ request. Waits poll against generous deadlines; nothing here asserts a speed.
 import json
 import logging
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -17,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from app.jobs import sweep
 from app.jobs.dispatcher import Dispatcher
 from app.jobs.store import Store
 from tests.support import ROOT
@@ -289,6 +291,78 @@ def test_a_starting_worker_leaves_a_live_workers_job_alone(store, workers, pidfi
     gate.touch()
     wait_for(lambda: store.counts()["succeeded"] == 2, what="both jobs to finish")
     assert overlapping(store.page()[0]) == []
+
+
+def test_a_paused_workers_late_result_is_fenced_off_by_its_claim(store, workers, pidfile, tmp_path):
+    """Two workers under one TALLY_WORKER_ID. The first is paused (SIGSTOP) while its child runs; its
+    child reports and exits, the report waiting in the paused worker's pipe; past the stale bound the
+    second recovers the job and runs it again. The first, resumed, must record nothing (its claim is
+    no longer the row's) and must not stop the live attempt."""
+    gates = tmp_path / "gate1", tmp_path / "gate2"
+    job = store.submit(probe="matmul", params={}, timeout_s=60, limit=10)
+    first = workers("gated", "same", TALLY_FAULT_GATE=str(gates[0]))
+    wait_for(lambda: len(pids(pidfile)) == 1 and store.get(job.id).status == "running", what="attempt 1")
+    first.send_signal(signal.SIGSTOP)
+    try:
+        gates[0].touch()  # its child reports and exits; the report waits in the paused worker's pipe
+        wait_for(lambda: not alive(pids(pidfile)[0]), what="attempt 1's child to exit")
+        workers("gated", "same", TALLY_FAULT_GATE=str(gates[1]))
+        wait_for(lambda: len(pids(pidfile)) == 2 and store.get(job.id).attempts == 2, what="attempt 2",
+                 timeout=PATIENCE_S + STALE_S)
+    finally:
+        first.send_signal(signal.SIGCONT)
+    log = tmp_path / "same.log"
+    wait_for(lambda: "no longer running here" in log.read_text() or "was taken from this worker"
+             in log.read_text(), what="the resumed worker to find its attempt over")
+    live = store.get(job.id)
+    assert (live.status, live.attempts, live.result) == ("running", 2, None)
+    assert alive(pids(pidfile)[1])  # the live attempt's child runs on
+    gates[1].touch()
+    done = wait_for(lambda: (row := store.get(job.id)).terminal and row, what="attempt 2 to end")
+    assert (done.status, done.attempts) == ("succeeded", 2)
+    assert [e["reason"] for e in done.attempts_log] == ["worker_lost", "succeeded"]
+
+
+def test_no_two_children_run_on_one_device_whatever_the_pause(store, workers):
+    """Two workers of one box, and a job at a time; the busy worker is paused (SIGSTOP) for less than
+    its child's keep-alive deadline (2 s: two thirds of STALE_S), for between that and the stale
+    bound, and for past the stale bound (when the other may take the device's lease). A sampler
+    reading the process table every 10 ms never finds two children on the box's CPU: a child whose
+    worker falls silent stops itself before its lease can be taken, and a claimer waits for any
+    process still on its device."""
+    device = f"{store.identity}/{socket.gethostname()}:cpu"
+    counts: list[int] = []
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.is_set():
+            counts.append(len(sweep.on_devices([device])))
+            time.sleep(0.01)
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    started = {worker_id: workers("ok", worker_id) for worker_id in ("w1", "w2")}
+    try:
+        # Each child runs on through its worker's pause, and past the pause's end by as long as the
+        # other worker may take to recover the job (its recovery runs every STALE_S).
+        for pause_s in (1.0, 2.5, 4.0):
+            run_s = pause_s + (2 * STALE_S if pause_s > STALE_S else 0) + 1.5
+            job = store.submit(probe="matmul", params={"sleep_s": run_s}, timeout_s=60, limit=10)
+            running = wait_for(lambda j=job: (row := store.get(j.id)).status == "running" and row,
+                               what="the job to start")
+            busy = started[running.worker_id]
+            busy.send_signal(signal.SIGSTOP)
+            try:
+                time.sleep(pause_s)  # the pause is what is tried: not a wait for anything
+            finally:
+                busy.send_signal(signal.SIGCONT)
+            done = wait_for(lambda j=job: (row := store.get(j.id)).terminal and row, what="the job to end",
+                            timeout=PATIENCE_S + STALE_S)
+            assert done.status == "succeeded", (pause_s, done.error, done.attempts_log)
+    finally:
+        stop.set()
+        sampler.join()
+    assert max(counts) == 1, f"{counts.count(2)} samples saw two children on {device}"
 
 
 def test_two_worker_processes_never_run_two_jobs_on_one_device(store, workers):

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from app.bench.child import PARENT_DIED_EXIT
 from app.jobs import sweep
 from app.jobs.dispatcher import Dispatcher
 from app.jobs.store import Store
@@ -116,8 +117,8 @@ def test_the_token_finds_a_process_outside_the_group_and_nothing_else():
 
 
 def test_a_child_whose_dispatcher_died_ends_the_ranks_in_its_group(tmp_path):
-    """The dispatcher is SIGKILLed: its child reads end-of-file on stdin and SIGTERMs its own group
-    on the way out. Ranks outside the group (a session of their own), or deaf to SIGTERM, are past
+    """The dispatcher is SIGKILLed: its child reads end-of-file on stdin and SIGTERMs the rest of its
+    own group on the way out. Ranks outside the group (a session of their own), or deaf to SIGTERM, are past
     its reach; a dispatcher's sweep ends those, so this test ends them itself."""
     rankfile = tmp_path / "ranks.pids"
     env = {**os.environ, "TALLY_FAULT": "ranks", "TALLY_FAULT_THEN": "hang",
@@ -131,7 +132,7 @@ def test_a_child_whose_dispatcher_died_ends_the_ranks_in_its_group(tmp_path):
         in_group = [pid for pid in pids(rankfile) if os.getpgid(pid) == child.pid and not deaf(pid)]
         assert len(in_group) == 2  # the plain rank and the forked one
         child.stdin.close()  # what the dispatcher's death looks like from here
-        assert child.wait(PATIENCE_S) == -signal.SIGTERM
+        assert child.wait(PATIENCE_S) == PARENT_DIED_EXIT  # its own code: it spares itself its SIGTERM
         wait_for(lambda: not [pid for pid in in_group if alive(pid)], timeout=5,
                  what="the group's ranks to end")
     finally:

@@ -98,11 +98,27 @@ def test_cancel_a_running_job_flags_it_and_a_late_finish_is_a_no_op(store):
     assert (after.status, after.result) == ("cancelled", None)
 
 
-def test_writes_guarded_by_worker_id(store):
+def test_writes_after_a_claim_are_fenced_by_its_token_not_the_workers_name(store):
+    """A worker paused past the stale bound comes back to a job recovered and claimed again, here
+    under its own name: its late writes name its old claim, and change nothing."""
     job = store.submit(probe="matmul", params={}, timeout_s=60, limit=10)
-    store.claim(worker_id="w1")
-    assert not store.finish(job.id, status="succeeded", result=result_for("matmul"), worker_id="w2")
-    assert store.finish(job.id, status="succeeded", result=result_for("matmul"), worker_id="w1")
+    first = store.claim(worker_id="same")
+    assert first.claim and store.heartbeat(job.id, claim=first.claim)
+    assert store.recover(stale_after_s=-1) == [job.id]  # its heartbeat counts as stale: back in the queue
+    second = store.claim(worker_id="same")
+    assert (second.id, second.attempts, second.worker_id) == (job.id, 2, "same") and second.claim != first.claim
+    stale = first.claim
+    assert not store.heartbeat(job.id, claim=stale)
+    assert not store.progress(job.id, done=1, total=2, claim=stale)
+    assert not store.finish(job.id, status="succeeded", result=result_for("matmul"), claim=stale)
+    assert not store.requeue(job.id, claim=stale)
+    row = store.get(job.id)
+    assert (row.status, row.attempts, row.claim, row.progress_done) == ("running", 2, second.claim, 0)
+    assert store.held_leases() != []  # the live attempt's lease is still held
+    assert store.finish(job.id, status="succeeded", result=result_for("matmul"), claim=second.claim)
+    ended = store.get(job.id)
+    assert ended.status == "succeeded" and ended.claim is None and store.held_leases() == []
+    assert [entry["attempt"] for entry in ended.attempts_log] == [1, 2]
 
 
 def test_finish_needs_a_terminal_status(store):

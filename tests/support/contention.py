@@ -57,7 +57,7 @@ def _work(index: int, workers: int, inbox, outbox, barrier) -> None:
                     break
                 continue
             claimed.append(job.id)
-            store.finish(job.id, status="succeeded", result=result, worker_id=f"{host}:gpu{gpu}")
+            store.finish(job.id, status="succeeded", result=result, claim=job.claim)
         outbox.put((index, claimed, time.monotonic()))
         store.close()
 

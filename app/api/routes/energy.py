@@ -12,6 +12,7 @@ from app.api.responses import answer, respond
 from app.api.services import energy as service
 from app.api.services.energy import EnergyRequest
 from app.deps import StoreDep
+from app.measured.here import read
 
 router = APIRouter(prefix="/energy", tags=["energy"])
 
@@ -29,6 +30,6 @@ ENERGY = examples(
 async def energy_and_carbon(body: Annotated[EnergyRequest, Body(openapi_examples=ENERGY)],
                             jobs: StoreDep) -> Response:
     """kWh and CO2e of some GPU-hours: power x PUE x grid intensity, each input stated."""
-    if body.reads_store():  # a database read: off the event loop
-        return respond(await run_in_threadpool(service.calculate, body, store=jobs), body)
-    return respond(service.calculate(body, store=jobs), body)
+    # What is measured here, read off the event loop only when the request asks for it.
+    here = await run_in_threadpool(read, jobs) if body.reads_store() else None
+    return respond(service.calculate(body, here), body)

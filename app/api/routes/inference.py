@@ -3,6 +3,7 @@
 from typing import Annotated
 
 from fastapi import APIRouter, Body, Request, Response
+from starlette.concurrency import run_in_threadpool
 
 from app.accounting.inference import capacity, formats, latency, quant
 from app.api.compute import HeavyDep, Narrow
@@ -13,6 +14,7 @@ from app.api.services import inference as service
 from app.api.services.inference import InferenceMemoryRequest, InferenceTimeRequest
 from app.deps import store_of
 from app.inputs.schemas import Page
+from app.measured.here import read
 
 router = APIRouter(tags=["inference"])
 
@@ -39,9 +41,10 @@ NARROW_TIME = Narrow("model", "a smaller model (fewer layers), or fewer prompt_t
 async def inference_time(body: Annotated[InferenceTimeRequest, Body(openapi_examples=TIME)],
                          request: Request, heavy: HeavyDep) -> Response:
     """Time to first token, inter-token latency, tokens/s, requests/s and cost on the roofline."""
-    # The store is read only for measured efficiencies (in the worker, on its own connection).
-    store = store_of(request) if service.reads_store(body) else None
-    return await heavy.respond(service.serving_time, body, NARROW_TIME, store=store)
+    # What is measured here (for measured efficiencies), read off the event loop, then the worker computes.
+    needed = service.reads_store(body)
+    here = await run_in_threadpool(read, store_of(request)) if needed else None
+    return await heavy.respond(service.serving_time, body, NARROW_TIME, here)
 
 
 @router.post("/inference/memory", response_model=answer(capacity.InferenceMemory), responses=REQUEST_ERRORS)

@@ -3,6 +3,7 @@
 from typing import Annotated
 
 from fastapi import APIRouter, Body, Response
+from starlette.concurrency import run_in_threadpool
 
 from app.accounting.plan.training import TrainingPlan
 from app.api.compute import HeavyDep, Narrow
@@ -12,6 +13,7 @@ from app.api.responses import answer
 from app.api.services import plan as service
 from app.api.services.plan import TrainingPlanRequest
 from app.deps import StoreDep
+from app.measured.here import read
 
 router = APIRouter(prefix="/plan", tags=["planning"])
 
@@ -32,5 +34,6 @@ async def training(body: Annotated[TrainingPlanRequest, Body(openapi_examples=TR
     """Every valid data x tensor x pipeline x expert layout, ZeRO stage, micro-batch, interleaving and
     recompute for the GPUs: timed (compute, exposed communication, bubble) and sized by the memory engine;
     the fastest that fit, and the counts evaluated, fitting and refused by reason."""
-    # The store is read only for a measured power (in the worker, on its own connection).
-    return await heavy.respond(service.plan_training, body, NARROW, store=jobs if body.reads_store() else None)
+    # What is measured here (for a measured power), read off the event loop, then the worker searches.
+    here = await run_in_threadpool(read, jobs) if body.reads_store() else None
+    return await heavy.respond(service.plan_training, body, NARROW, here)

@@ -12,6 +12,7 @@ from app.api.responses import answer, respond
 from app.api.services import time as service
 from app.api.services.time import MfuRequest, TrainingTimeRequest
 from app.deps import StoreDep
+from app.measured.here import read
 
 router = APIRouter(prefix="/time", tags=["time"])
 
@@ -28,9 +29,9 @@ TrainingBody = Annotated[TrainingTimeRequest, Body(openapi_examples=TRAINING)]
 @router.post("/training", response_model=answer(timing.TrainingTime), responses=REQUEST_ERRORS)
 async def training_time(body: TrainingBody, jobs: StoreDep) -> Response:
     """Days, GPU-hours and cost of a run at a given MFU."""
-    if service.reads_store(body):  # a database read: off the event loop
-        return respond(await run_in_threadpool(service.training, body, store=jobs), body)
-    return respond(service.training(body, store=jobs), body)
+    # What is measured here, read off the event loop only when the request asks for it.
+    here = await run_in_threadpool(read, jobs) if service.reads_store(body) else None
+    return respond(service.training(body, here), body)
 
 
 @router.post("/mfu", response_model=answer(timing.Utilization), responses=REQUEST_ERRORS)

@@ -1,11 +1,10 @@
 """Energy and carbon of GPU work: the inputs every calculator that answers with energy shares
 (the time calculator, the layout search), and the energy calculator itself."""
 
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from pydantic import Field
 
-from app import device
 from app.accounting import energy
 from app.accounting.errors import InvalidInput
 from app.accounting.hardware import Accelerator
@@ -13,9 +12,7 @@ from app.accounting.units import SECONDS_PER_HOUR
 from app.inputs.fields import Input, count, number
 from app.inputs.schemas import GpuId, accelerator
 from app.measured import power as measured
-
-if TYPE_CHECKING:  # SQLAlchemy and the probes, imported only by a calculator that reads the store
-    from app.jobs.store import Store
+from app.measured.here import Here
 
 RegionId = Literal[tuple(energy.regions())]  # type: ignore[valid-type]
 """A refusal lists the few known regions; each answer states its region's figure and source."""
@@ -46,15 +43,17 @@ class EnergyInputs(Input):
         return self.power_watts == "measured"
 
 
-def power(body: EnergyInputs, acc: Accelerator | None, store: "Store") -> energy.Power:
-    """One GPU's average power: given, measured here, or the catalogue's board power x utilisation."""
+def power(body: EnergyInputs, acc: Accelerator | None, here: Here | None) -> energy.Power:
+    """One GPU's average power: given, measured here (`here`, read when body.reads_store()), or the
+    catalogue's board power x utilisation."""
     # A utilisation of 1 (the default, which a page's form sends) scales nothing: only another one
     # conflicts with a power that is not the board power's.
     if body.power_utilization != energy.DEFAULT_POWER_UTILIZATION and body.power_watts is not None:
         raise InvalidInput("power_utilization", "scales the catalogue's board power: give power_watts or "
                                                 "power_utilization, not both")
     if body.power_watts == "measured":
-        return measured_power(acc, store)
+        assert here is not None, "body.reads_store(): the caller reads what is measured here"
+        return measured_power(acc, here)
     if body.power_watts is not None:
         return energy.Power(body.power_watts, "given")
     if acc is None:
@@ -62,15 +61,14 @@ def power(body: EnergyInputs, acc: Accelerator | None, store: "Store") -> energy
     return energy.board_power(acc, body.power_utilization)
 
 
-def measured_power(acc: Accelerator | None, store: "Store") -> energy.Power:
-    here = device.describe()
-    found = measured.measured_power(store, here)
+def measured_power(acc: Accelerator | None, here: Here) -> energy.Power:
+    found, on = here.power, here.device
     if found is None:
         raise InvalidInput("power_watts", f"no sustained train-step run has measured power on this server's "
-                                          f"device ({here.name}) yet: run one (POST /api/v1/jobs "
+                                          f"device ({on.name}) yet: run one (POST /api/v1/jobs "
                                           f"{MEASURE_POWER}, or a burn_in), or give a number")
-    if acc is not None and here.catalogue_id != acc.id:
-        raise InvalidInput("power_watts", f"the measured power is from {here.catalogue_id or here.name}, "
+    if acc is not None and on.catalogue_id != acc.id:
+        raise InvalidInput("power_watts", f"the measured power is from {on.catalogue_id or on.name}, "
                                           f"not {acc.id}")
     return energy.Power(found.watts, found.source)
 
@@ -87,17 +85,17 @@ def pue_source(body: EnergyInputs) -> str:
 
 
 def of_gpu_hours(body: EnergyInputs, gpu_hours: float, acc: Accelerator | None,
-                 store: "Store") -> energy.Energy:
-    return energy.energy(gpu_hours=gpu_hours, power=power(body, acc, store), pue=body.pue,
+                 here: Here | None) -> energy.Energy:
+    return energy.energy(gpu_hours=gpu_hours, power=power(body, acc, here), pue=body.pue,
                          pue_source=pue_source(body), grid=grid(body))
 
 
-def optional(body: EnergyInputs, gpu_hours: float, acc: Accelerator, store: "Store") -> energy.Energy | None:
+def optional(body: EnergyInputs, gpu_hours: float, acc: Accelerator, here: Here | None) -> energy.Energy | None:
     """A calculator's energy beside its time: null where the catalogue lists no board power for the
     gpu and no power_watts was sent (TPUs, A10G), so an answer about time is never refused for it."""
     if body.power_watts is None and acc.board_power_watts is None:
         return None
-    return of_gpu_hours(body, gpu_hours, acc, store)
+    return of_gpu_hours(body, gpu_hours, acc, here)
 
 
 class EnergyRequest(EnergyInputs):
@@ -109,12 +107,12 @@ class EnergyRequest(EnergyInputs):
         None, description="A catalogue accelerator, for its board power; or give power_watts.")
 
 
-def calculate(body: EnergyRequest, *, store: "Store") -> energy.Energy:
-    """`store` is read only for a measured power."""
+def calculate(body: EnergyRequest, here: Here | None = None) -> energy.Energy:
+    """`here` (read when body.reads_store()) only for a measured power."""
     if (body.gpu_hours is None) == (body.seconds is None):
         raise InvalidInput("gpu_hours", "give gpu_hours, or seconds (x num_gpus), not both and not neither")
     if body.gpu_hours is not None and "num_gpus" in body.model_fields_set:
         raise InvalidInput("num_gpus", "gpu_hours counts every GPU already: give num_gpus with seconds")
     hours = body.gpu_hours if body.gpu_hours is not None else body.seconds * body.num_gpus / SECONDS_PER_HOUR
     acc = None if body.gpu is None else accelerator(body.gpu, None)
-    return of_gpu_hours(body, hours, acc, store)
+    return of_gpu_hours(body, hours, acc, here)

@@ -101,7 +101,7 @@ def _served(body: FitRequest, fmt: str) -> fit.FitOption:
     output = min(128, max(1, s // 2))
     timed = inference.serving_time(inference.InferenceTimeRequest(
         **_serving(body, fmt, body.num_gpus), prompt_tokens=s - output, output_tokens=output,
-        concurrency=b), store=None)
+        concurrency=b))
     advice = None
     if not mem.fits:
         advice = fit.first_fitting(

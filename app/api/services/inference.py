@@ -1,11 +1,10 @@
 """Serving: memory per GPU, what fits, and prefill/decode time."""
 
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from pydantic import Field
 
-from app import device
 from app.accounting import dtypes, hardware
 from app.accounting.errors import InvalidInput
 from app.accounting.inference import capacity, formats, kv_cache, latency, weights
@@ -15,10 +14,7 @@ from app.accounting.inference.workspace import DEFAULT_OVERHEAD_BYTES
 from app.api.services.time import Currency
 from app.inputs.fields import byte_count, count, number, sequence_length
 from app.inputs.schemas import GpuInput, ModelSpec, engine_model, named
-from app.measured import calibration
-
-if TYPE_CHECKING:  # SQLAlchemy and the probes, imported only by a calculator that reads the store
-    from app.jobs.store import Store
+from app.measured.here import Here
 
 WeightFormat = named("weight format", tuple(formats.FORMATS), formats.QUANTIZATION_LISTING,
                       lambda name: formats.lookup_format(name).id)
@@ -150,6 +146,7 @@ def serving_capacity(body: InferenceMemoryRequest) -> capacity.ServingCapacity:
 
 
 def reads_store(body: InferenceTimeRequest) -> bool:
+    """Whether `serving_time` needs what is measured here (app/measured/here.py)."""
     return "measured" in (body.flops_efficiency, body.memory_efficiency)
 
 
@@ -161,8 +158,8 @@ def compute_dtype(weight_format: str, dtype: str, acc: hardware.Accelerator) -> 
     return w8a8 if w8a8 and dtypes.peak_key(w8a8) in acc.peak_flop_per_sec else dtype
 
 
-def serving_time(body: InferenceTimeRequest, store: "Store | None" = None) -> latency.InferenceTime:
-    """`store` is read only for measured efficiencies (reads_store), and needed only then."""
+def serving_time(body: InferenceTimeRequest, here: Here | None = None) -> latency.InferenceTime:
+    """`here` (read when reads_store(body)) only for measured efficiencies."""
     setup = body.setup()
     _context(setup, body.prompt_tokens, "prompt_tokens")
     _context(setup, body.prompt_tokens + body.output_tokens, "output_tokens")
@@ -177,8 +174,8 @@ def serving_time(body: InferenceTimeRequest, store: "Store | None" = None) -> la
     sources = tuple("given" if name in body.model_fields_set else "default"
                     for name in ("flops_efficiency", "memory_efficiency"))
     if "measured" in (flops_eff, mem_eff):
-        assert store is not None, "reads_store(body): the caller passes the store"
-        flops_eff, mem_eff, sources = _measured(body, store, peak_dtype, sources)
+        assert here is not None, "reads_store(body): the caller reads what is measured here"
+        flops_eff, mem_eff, sources = _measured(body, here, peak_dtype, sources)
     hw = Hardware(peak_flop_per_sec=hardware.peak_flop_per_sec(acc, peak_dtype),
                   bandwidth_bytes_per_sec=acc.memory_bandwidth_bytes_per_sec, flops_efficiency=flops_eff,
                   memory_efficiency=mem_eff, interconnect_bytes_per_sec=link,
@@ -188,14 +185,14 @@ def serving_time(body: InferenceTimeRequest, store: "Store | None" = None) -> la
                                 currency=body.currency, peak_dtype=peak_dtype, sources=sources)
 
 
-def _measured(body: InferenceTimeRequest, store: "Store", peak_dtype: str,
+def _measured(body: InferenceTimeRequest, here: Here, peak_dtype: str,
               sources: tuple[str, ...]) -> tuple[float, float, tuple[str, ...]]:
-    here = device.describe()
-    if here.catalogue_id != body.gpu:
+    on = here.device
+    if on.catalogue_id != body.gpu:
         field = "flops_efficiency" if body.flops_efficiency == "measured" else "memory_efficiency"
-        raise InvalidInput(field, f"this server's device is {here.catalogue_id or here.name}, not "
+        raise InvalidInput(field, f"this server's device is {on.catalogue_id or on.name}, not "
                                   f"{body.gpu}: measured efficiencies hold only where they were measured")
-    cal = calibration.calibration(store, here)
+    cal = here.calibration
     flops_eff, mem_eff = body.flops_efficiency, body.memory_efficiency
     if flops_eff == "measured":
         key = dtypes.peak_key(peak_dtype)

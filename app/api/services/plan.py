@@ -1,6 +1,6 @@
 """Planning a training run over many GPUs: every valid layout timed and sized, the fastest that fit."""
 
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 from pydantic import Field
 
@@ -17,9 +17,8 @@ from app.api.services.energy import EnergyInputs
 from app.api.services.time import DEFAULT_MFU
 from app.inputs.fields import Input, count, number, sequence_length
 from app.inputs.schemas import GpuId, GpuOverridesIn, ModelSpec, accelerator, engine_model
+from app.measured.here import Here
 
-if TYPE_CHECKING:  # SQLAlchemy and the probes, imported only by a calculator that reads the store
-    from app.jobs.store import Store
 
 Degrees = Annotated[list[count(1, 1_000_000)], Field(min_length=1, max_length=64)]  # type: ignore[valid-type]
 
@@ -88,8 +87,8 @@ class TrainingPlanRequest(EnergyInputs):
                           "fitting layout (whole steps).")
 
 
-def plan_training(body: TrainingPlanRequest, store: "Store | None" = None) -> training.TrainingPlan:
-    """`store` is read only for a measured power."""
+def plan_training(body: TrainingPlanRequest, here: Here | None = None) -> training.TrainingPlan:
+    """`here` (read when body.reads_store()) only for a measured power."""
     cfg = engine_model(body.model)
     acc = accelerator(body.gpu, body.gpu_overrides)
     seq = body.seq_len or cfg.max_seq_len
@@ -116,6 +115,6 @@ def plan_training(body: TrainingPlanRequest, store: "Store | None" = None) -> tr
     if body.power_watts is not None or acc.board_power_watts is not None:  # else no energy: as the time's
         plan.energy = plan_energy.cost(
             [*plan.best, plan.least_memory], gpus=plan.num_gpus, tokens_per_step=plan.tokens_per_step,
-            power=energy.power(body, acc, store), pue=body.pue, pue_source=energy.pue_source(body),
+            power=energy.power(body, acc, here), pue=body.pue, pue_source=energy.pue_source(body),
             grid=energy.grid(body), training_tokens=body.training_tokens)
     return plan

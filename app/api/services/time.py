@@ -1,20 +1,16 @@
 """Training time and MFU."""
 
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, StringConstraints
 
-from app import device
 from app.accounting import dtypes, hardware, timing
 from app.accounting.errors import InvalidInput
 from app.api.services import energy
 from app.api.services.energy import EnergyInputs
 from app.inputs.fields import Input, count, number
 from app.inputs.schemas import GpuId, GpuInput, GpuOverridesIn, PeakDtype, accelerator
-from app.measured import calibration
-
-if TYPE_CHECKING:  # SQLAlchemy and the probes, imported only by a calculator that reads the store
-    from app.jobs.store import Store
+from app.measured.here import Here
 
 Flops = number(gt=0, le=1e35)
 Gpus = count(1, 10_000_000)
@@ -55,23 +51,24 @@ class MfuRequest(Input):
 
 
 def reads_store(body: TrainingTimeRequest) -> bool:
-    """Whether `training` reads the job database (keep it off an event loop then)."""
+    """Whether `training` needs what is measured here (app/measured/here.py: read it off an event loop)."""
     return body.mfu == "measured" or body.reads_store()
 
 
-def training(body: TrainingTimeRequest, *, store: "Store") -> timing.TrainingTime:
-    """`store` is read only for a measured MFU or power."""
+def training(body: TrainingTimeRequest, here: Here | None = None) -> timing.TrainingTime:
+    """`here` (read when reads_store(body)) only for a measured MFU or power."""
     flops, source = _flops(body)
     acc = body.accelerator()
     if body.mfu == "measured":
-        mfu, mfu_source = measured_mfu(body, store)
+        assert here is not None, "reads_store(body): the caller reads what is measured here"
+        mfu, mfu_source = measured_mfu(body, here)
     else:  # "default": the request left mfu out, so 0.5 is ours, not the caller's
         mfu, mfu_source = body.mfu, "given" if "mfu" in body.model_fields_set else "default"
     result = timing.training_time(
         flops=flops, flops_source=source,
         peak_flop_per_sec=hardware.peak_flop_per_sec(acc, body.dtype), num_gpus=body.num_gpus,
         mfu=mfu, mfu_source=mfu_source, price_per_gpu_hour=body.price_per_gpu_hour, currency=body.currency)
-    result.energy = energy.optional(body, result.gpu_hours, acc, store)
+    result.energy = energy.optional(body, result.gpu_hours, acc, here)
     return result
 
 
@@ -101,25 +98,28 @@ class NotMeasured(InvalidInput):
         super().__init__(field, message)
         self.launch = launch
 
+    def __reduce__(self) -> tuple:
+        return type(self), (self.field, self.message, self.launch)
 
-def measured_mfu(body: TrainingTimeRequest, store: "Store") -> tuple[float, str]:
+
+def measured_mfu(body: TrainingTimeRequest, here: Here) -> tuple[float, str]:
     """The calibration's train-step MFU for this dtype, measured on this very GPU model."""
     key = dtypes.peak_key(body.dtype)
     precision = _PRECISION.get(key)
     if precision is None:
         raise InvalidInput("mfu", f"train_step measures fp32 and bf16_autocast, not {key}; give a number")
-    here = device.describe()
-    measured = calibration.calibration(store, here).train_step.get(precision)
+    on = here.device
+    measured = here.calibration.train_step.get(precision)
     if measured is None or measured.mfu is None:
         job = f'{{"probe": "train_step", "params": {{"precision": "{precision}"}}}}'
         raise NotMeasured("mfu", f"no train_step probe with precision {precision} has measured MFU on this "
-                                 f"server's device ({here.name}) yet: run one (the benchmarks page, or POST "
+                                 f"server's device ({on.name}) yet: run one (the benchmarks page, or POST "
                                  f"/api/v1/jobs {job}), or give a number",
                           {"probe": "train_step", "precision": precision})
-    if here.catalogue_id != body.gpu:
-        raise InvalidInput("mfu", f"the measured MFU is from {here.catalogue_id}, not {body.gpu}")
+    if on.catalogue_id != body.gpu:
+        raise InvalidInput("mfu", f"the measured MFU is from {on.catalogue_id}, not {body.gpu}")
     return measured.mfu, (f"measured: train_step job {measured.job_id} ({measured.model}, {precision}) "
-                          f"on {here.name} at {measured.measured_at.isoformat()}")
+                          f"on {on.name} at {measured.measured_at.isoformat()}")
 
 
 def mfu(body: MfuRequest) -> timing.Utilization:
