@@ -38,7 +38,11 @@ class Settings(BaseSettings):
     max_body_bytes: Annotated[int, Field(ge=1024, le=1 << 30)] = 1 << 20
     # Slow clients: each open connection costs a little; these bound how many and how long.
     limit_concurrency: Annotated[int, Field(ge=1, le=100_000)] = 256
-    """Most connections (and requests in progress) at once; beyond it uvicorn answers 503."""
+    """Most requests being answered at once, each counted once its body is in (app/api/limits.py);
+    beyond it 503. A connection that has sent no whole request holds no slot."""
+    limit_connections: Annotated[int, Field(ge=1, le=100_000)] = 1000
+    """Most open connections (`tally serve`); one beyond it is closed as it opens. Keep it under the
+    process's file limit (ulimit -n)."""
     timeout_keep_alive_s: Annotated[int, Field(ge=1, le=3600)] = 5
     """An idle kept-alive connection is closed after this long."""
     header_timeout_s: Annotated[float, Field(gt=0, le=3600)] = 10

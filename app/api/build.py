@@ -19,6 +19,7 @@ from fastapi import FastAPI
 from app import __version__
 from app.api import errors, openapi, router
 from app.api.compute import Compute
+from app.api.limits import RequestLimit
 from app.api.strict_json import StrictJsonRoute
 from app.config import Settings
 
@@ -76,6 +77,8 @@ def build_api(settings: Settings, store: "Store", *, lifespan: Lifespan | None =
                   openapi_tags=TAGS, docs_url=None, redoc_url=None)
     app.state.settings, app.state.store = settings, store
     app.state.compute = compute or Compute.of(settings)
+    # Inside the body's limits (installed next, so run first): a request counts once its body is in.
+    app.add_middleware(RequestLimit, limit=settings.limit_concurrency, max_header_bytes=settings.max_header_bytes)
     errors.install(app, max_body_bytes=settings.max_body_bytes, body_timeout_s=settings.body_timeout_s,
                    database=database)
     app.router.route_class = StrictJsonRoute  # every route added from here on parses JSON strictly

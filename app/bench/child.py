@@ -31,10 +31,9 @@ import traceback
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from app.probes.protocol import KEEPALIVE_VAR, PARENT_DIED_EXIT, PARENT_STALLED_EXIT
+
 Progress = Callable[[int, int, str], None]
-KEEPALIVE_VAR = "TALLY_KEEPALIVE_S"
-PARENT_DIED_EXIT = 3
-PARENT_STALLED_EXIT = 4
 
 
 def _load(target: str) -> Callable[[dict, Progress], dict]:

@@ -18,15 +18,14 @@ def serve() -> int:
     import uvicorn
 
     from app import logs
-    from app.cli.protocol import with_header_timeout
+    from app.cli.protocol import with_limits
     from app.config import settings_or_exit
 
     settings = settings_or_exit()
     uvicorn.run("app.main:create_app", factory=True, host=settings.host, port=settings.port,
-                log_level=settings.log_level, limit_concurrency=settings.limit_concurrency,
-                timeout_keep_alive=settings.timeout_keep_alive_s,
+                log_level=settings.log_level, timeout_keep_alive=settings.timeout_keep_alive_s,
                 h11_max_incomplete_event_size=settings.max_header_bytes,
-                http=with_header_timeout(settings.header_timeout_s),
+                http=with_limits(settings.header_timeout_s, settings.limit_connections),
                 log_config=logs.config(settings.log_level, settings.log_format, settings.secrets()))
     return 0
 

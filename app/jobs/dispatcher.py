@@ -27,12 +27,12 @@ from pathlib import Path
 from typing import Any
 
 from app import logs
-from app.bench.child import KEEPALIVE_VAR, PARENT_STALLED_EXIT
 from app.jobs import devicelock, sweep
 from app.jobs.fleet import Serves
 from app.jobs.job import Job
 from app.jobs.process import Child, error, parse_message
 from app.jobs.store import STALE_AFTER_S, WORKER_LOSS_RETRIES, Store
+from app.probes.protocol import KEEPALIVE_VAR, PARENT_STALLED_EXIT
 from app.probes.registry import RESULTS
 
 log = logging.getLogger("tally.jobs")

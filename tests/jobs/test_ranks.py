@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from app.bench.child import PARENT_DIED_EXIT
+from app.probes.protocol import PARENT_DIED_EXIT
 from app.jobs import sweep
 from app.jobs.dispatcher import Dispatcher
 from app.jobs.store import Store

@@ -3,19 +3,14 @@ processes found in the process table and held stopped (SIGSTOP) so a heavy reque
 flight while the test asks the server for everything else; a search past its budget stopped and
 named; each client's share of heavy work bounded."""
 
-import os
-import re
-import signal
 import sys
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import httpx
 import pytest
 
-from tests.support import procs
-from tests.support.live import Live, serve
+from tests.support.live import compute_workers as workers
+from tests.support.live import gauge, serve, stopped
 from tests.support.waiting import wait_for
 
 FIT = {"model": "llama3-8b", "gpu": "rtx-4090", "seq_len": 2048}
@@ -24,31 +19,6 @@ HUGE_SEARCH = {"model": "llama3-70b", "gpu": "h100-sxm", "seq_len": 8192, "num_g
                "global_batch_sequences": 73513440,
                "limits": {"pipeline_parallel": [1, 2, 4], "virtual_stages": [1], "zero_stage": [0, 1]}}
 CHEAP = ("/api/v1/flops/matmul", {"m": 1024, "k": 256, "n": 64})
-
-
-def workers(live: Live) -> list[int]:
-    """The server's compute workers: the children of its fork server."""
-    return [w for s in procs.children(live.process.pid, b"forkserver") for w in procs.children(s)]
-
-
-def gauge(live: Live, name: str) -> float:
-    text = httpx.get(f"{live.url}/metrics", timeout=30).text
-    found = re.search(rf"^{name} (\S+)$", text, re.MULTILINE)
-    return float(found.group(1)) if found else -1
-
-
-@contextmanager
-def stopped(pids: list[int]) -> Iterator[None]:
-    for pid in pids:
-        os.kill(pid, signal.SIGSTOP)
-    try:
-        yield
-    finally:
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGCONT)
-            except ProcessLookupError:
-                pass
 
 
 class InFlight:

@@ -1,7 +1,9 @@
 """A real Tally process on loopback, for the tests that need the process itself: its
 start command, its start-up checks, its logs, its signals."""
 
+import contextlib
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -12,7 +14,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.support import ROOT
+from tests.support import ROOT, procs
 from tests.support.waiting import wait_for
 
 
@@ -60,3 +62,28 @@ def serve(argv: list[str], env: dict[str, str], log_path: Path, wait_s: float = 
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
+
+
+def compute_workers(live: Live) -> list[int]:
+    """The server's compute workers (app/api/compute.py): the children of its fork server."""
+    return [w for s in procs.children(live.process.pid, b"forkserver") for w in procs.children(s)]
+
+
+def gauge(live: Live, name: str) -> float:
+    """A metric's value on /metrics (-1 where it is not there)."""
+    text = httpx.get(f"{live.url}/metrics", timeout=30).text
+    found = re.search(rf"^{name} (\S+)$", text, re.MULTILINE)
+    return float(found.group(1)) if found else -1
+
+
+@contextmanager
+def stopped(pids: list[int]) -> Iterator[None]:
+    """The processes held stopped (SIGSTOP) for the block, continued after it."""
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
