@@ -18,10 +18,7 @@ missed or a cheap request failed.
 """
 
 import argparse
-import os
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -32,6 +29,10 @@ from pathlib import Path
 import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # tests/support/live.py, shared with the tests
+
+from tests.support.live import serve  # noqa: E402
+
 TARGETS_S = {"healthz": 0.100, "matmul": 0.150}
 SEARCH = ("/api/v1/plan/training", {
     "model": "llama3-70b", "gpu": "h100-sxm", "seq_len": 8192, "num_gpus": 8, "global_batch_sequences": 73513440,
@@ -42,30 +43,6 @@ HUGE = {"n_layers": 1024, "d_model": 131072, "n_heads": 1024, "vocab_size": 10_0
 FIT = ("/api/v1/fit", {"model": HUGE, "gpu": "h100-sxm", "seq_len": 8192})
 CHEAP_TIMEOUT_S = 30
 MATMUL = ("/api/v1/flops/matmul", {"m": 1024, "k": 256, "n": 64, "dtype": "bf16"})
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def serve(tmp: Path) -> tuple[subprocess.Popen, str]:
-    port = free_port()
-    env = {**os.environ, "TALLY_HOST": "127.0.0.1", "TALLY_PORT": str(port), "TALLY_EMBEDDED_WORKER": "false",
-           "TALLY_DATABASE_PATH": str(tmp / "tally.db"), "TALLY_LOG_LEVEL": "warning"}
-    server = subprocess.Popen([sys.executable, "-m", "app"], cwd=ROOT, env=env,
-                              stdout=subprocess.DEVNULL, stderr=open(tmp / "server.log", "wb"))
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                return server, url
-        except httpx.TransportError:
-            time.sleep(0.2)
-    server.kill()
-    raise SystemExit(f"the server did not start: {(tmp / 'server.log').read_text()[-2000:]}")
 
 
 def heavy(url: str, address: str, request: tuple[str, dict], stop: threading.Event, answers: Counter) -> None:
@@ -89,16 +66,10 @@ def main() -> int:
     cli.add_argument("--fits", type=int, default=2)
     args = cli.parse_args()
     with tempfile.TemporaryDirectory(prefix="tally-heavy-") as tmp:
-        server, url = serve(Path(tmp))
-        try:
-            return run(url, args)
-        finally:
-            server.terminate()
-            try:
-                server.wait(30)
-            except subprocess.TimeoutExpired:
-                server.kill()
-                server.wait()
+        env = {"TALLY_EMBEDDED_WORKER": "false", "TALLY_DATABASE_PATH": f"{tmp}/tally.db",
+               "TALLY_LOG_LEVEL": "warning"}
+        with serve([sys.executable, "-m", "app"], env, Path(tmp) / "server.log") as live:
+            return run(live.url, args)
 
 
 def run(url: str, args: argparse.Namespace) -> int:

@@ -16,13 +16,9 @@ that set the target saw 0 of 125 answered with 260 idle connections, uvicorn's l
 """
 
 import argparse
-import os
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -30,68 +26,13 @@ from pathlib import Path
 import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # tests/support/live.py and siege.py, shared with the tests
+
+from tests.support.live import serve  # noqa: E402
+from tests.support.siege import Siege  # noqa: E402
+
 TARGET = 0.95
 MATMUL = ("/api/v1/flops/matmul", {"m": 1024, "k": 256, "n": 64, "dtype": "bf16"})
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def serve(tmp: Path) -> tuple[subprocess.Popen, int]:
-    port = free_port()
-    env = {**os.environ, "TALLY_HOST": "127.0.0.1", "TALLY_PORT": str(port), "TALLY_EMBEDDED_WORKER": "false",
-           "TALLY_DATABASE_PATH": str(tmp / "tally.db"), "TALLY_LOG_LEVEL": "warning"}
-    server = subprocess.Popen([sys.executable, "-m", "app"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
-                              stderr=open(tmp / "server.log", "wb"))
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
-                return server, port
-        except httpx.TransportError:
-            time.sleep(0.2)
-    server.kill()
-    raise SystemExit(f"the server did not start: {(tmp / 'server.log').read_text()[-2000:]}")
-
-
-class Held:
-    def __init__(self, port: int, idle: int, slow: int) -> None:
-        self.port, self.stop, self.open = port, threading.Event(), 0
-        self.threads = ([threading.Thread(target=self._idle, daemon=True) for _ in range(idle)]
-                        + [threading.Thread(target=self._slow, daemon=True) for _ in range(slow)])
-        for thread in self.threads:
-            thread.start()
-
-    def _connect(self) -> socket.socket:
-        return socket.create_connection(("127.0.0.1", self.port), timeout=60)
-
-    def _idle(self) -> None:
-        while not self.stop.is_set():
-            try:
-                with self._connect() as sock:
-                    self.open += 1
-                    try:
-                        sock.recv(1)  # until the server drops it
-                    finally:
-                        self.open -= 1
-            except OSError:
-                time.sleep(0.05)
-
-    def _slow(self) -> None:
-        head = (b"POST /api/v1/flops/matmul HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                b"Content-Length: 100000\r\n\r\n")
-        while not self.stop.is_set():
-            try:
-                with self._connect() as sock:
-                    sock.sendall(head)
-                    while not self.stop.is_set():
-                        sock.sendall(b" ")
-                        time.sleep(1)
-            except OSError:
-                time.sleep(0.05)
 
 
 def main() -> int:
@@ -101,30 +42,27 @@ def main() -> int:
     cli.add_argument("--slow", type=int, default=300)
     args = cli.parse_args()
     with tempfile.TemporaryDirectory(prefix="tally-idle-") as tmp:
-        server, port = serve(Path(tmp))
-        held = Held(port, args.idle, args.slow)
-        try:
-            time.sleep(2)  # the connections open before the normal client starts
-            statuses: Counter = Counter()
-            seconds, open_counts = [], []
-            with httpx.Client(timeout=10) as client:
-                deadline = time.monotonic() + args.seconds
-                while time.monotonic() < deadline:
-                    started = time.perf_counter()
-                    try:
-                        statuses[client.post(f"http://127.0.0.1:{port}{MATMUL[0]}", json=MATMUL[1]).status_code] += 1
-                    except httpx.TransportError as e:
-                        statuses[type(e).__name__] += 1
-                    seconds.append(time.perf_counter() - started)
-                    open_counts.append(held.open)
-                    time.sleep(0.05)
-        finally:
-            held.stop.set()
-            server.terminate()
+        env = {"TALLY_EMBEDDED_WORKER": "false", "TALLY_DATABASE_PATH": f"{tmp}/tally.db",
+               "TALLY_LOG_LEVEL": "warning"}
+        with serve([sys.executable, "-m", "app"], env, Path(tmp) / "server.log") as live:
+            siege = Siege(live.url, idle=args.idle, slow=args.slow)
             try:
-                server.wait(30)
-            except subprocess.TimeoutExpired:
-                server.kill()
+                time.sleep(2)  # the connections open before the normal client starts
+                statuses: Counter = Counter()
+                seconds, open_counts = [], []
+                with httpx.Client(timeout=10) as client:
+                    deadline = time.monotonic() + args.seconds
+                    while time.monotonic() < deadline:
+                        started = time.perf_counter()
+                        try:
+                            statuses[client.post(live.url + MATMUL[0], json=MATMUL[1]).status_code] += 1
+                        except httpx.TransportError as e:
+                            statuses[type(e).__name__] += 1
+                        seconds.append(time.perf_counter() - started)
+                        open_counts.append(siege.open)
+                        time.sleep(0.05)
+            finally:
+                siege.stop.set()
     total = sum(statuses.values())
     share = statuses[200] / total
     seconds.sort()

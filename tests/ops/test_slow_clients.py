@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from tests.support.live import compute_workers, gauge, serve, stopped
+from tests.support.siege import Siege
 from tests.support.waiting import wait_for
 
 LIMIT = 6
@@ -62,47 +63,6 @@ def test_a_stalled_body_gets_408_and_is_dropped(server):
         received, waited = read_until_closed(sock)
     assert waited < 5
     assert received.startswith(b"HTTP/1.1 408") and b"TALLY_BODY_TIMEOUT_S" in received
-
-
-class Siege:
-    """`idle` connections that send nothing, each opened again as the server drops it, and `slow`
-    ones sending a body a byte a second, until stopped."""
-
-    def __init__(self, url: str, idle: int, slow: int) -> None:
-        self.url, self.stop = url, threading.Event()
-        self.open = 0
-        self.threads = [threading.Thread(target=self._idle, daemon=True) for _ in range(idle)]
-        self.threads += [threading.Thread(target=self._slow, daemon=True) for _ in range(slow)]
-        for thread in self.threads:
-            thread.start()
-
-    def _idle(self) -> None:
-        while not self.stop.is_set():
-            try:
-                with connect(self.url) as sock:
-                    self.open += 1
-                    sock.recv(1)  # until the server drops it
-                    self.open -= 1
-            except OSError:
-                time.sleep(0.05)
-
-    def _slow(self) -> None:
-        head = (b"POST /api/v1/flops/matmul HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                b"Content-Length: 1000\r\n\r\n")
-        while not self.stop.is_set():
-            try:
-                with connect(self.url) as sock:
-                    sock.sendall(head)
-                    while not self.stop.is_set():
-                        sock.sendall(b" ")
-                        time.sleep(1)
-            except OSError:
-                time.sleep(0.05)
-
-    def close(self) -> None:
-        self.stop.set()
-        for thread in self.threads:
-            thread.join(15)
 
 
 def test_idle_and_dripping_connections_take_no_request_place(server):
