@@ -88,6 +88,10 @@ class Settings(BaseSettings):
     box_name: Annotated[str, Field(min_length=1, max_length=253, pattern=BOX_NAME)] | None = None
     """This box's name in the fleet: its device leases, its registered devices ("<box>:cpu" for a
     CPU) and the jobs that target a host. Default: the machine's host name."""
+    device_lost_after_s: Annotated[float, Field(ge=1, le=30 * 86_400)] = 3600
+    """A queued job whose target (a device, a host, a GPU model) no device of the fleet has met for
+    this long fails as DeviceLost, and its campaign can end; the server checks every
+    min(30 s, a quarter of this)."""
     worker_loss_retries: Annotated[int, Field(ge=0, le=100)] = 3
     """Times a job goes back to the queue when its worker dies under it (a killed server or
     worker, not the job's fault), before it fails as WorkerLost."""

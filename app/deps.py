@@ -53,6 +53,13 @@ def check_token(settings: Settings, token: str | None) -> None:
         raise Unauthorized("the bearer token is not this server's TALLY_API_TOKEN")
 
 
+def bearer_token(request: Request) -> str | None:
+    """The credentials of an `Authorization: Bearer ...` header, as HTTPBearer reads them; None
+    without one."""
+    scheme, _, credentials = request.headers.get("authorization", "").partition(" ")
+    return credentials.strip() or None if scheme.lower() == "bearer" else None
+
+
 async def authorize(settings: SettingsDep,
               credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> None:
     check_token(settings, None if credentials is None else credentials.credentials)

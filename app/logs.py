@@ -17,6 +17,7 @@ import json
 import logging
 import logging.config
 import re
+import time
 from datetime import UTC, datetime
 from typing import Any, Literal
 from urllib.parse import unquote, unquote_plus
@@ -160,3 +161,30 @@ def configure(level: str, fmt: LogFormat, secrets: tuple[str, ...] = ()) -> None
 def for_job(logger: logging.Logger, job_id: int) -> logging.LoggerAdapter:
     """A logger whose every line carries `job_id`."""
     return logging.LoggerAdapter(logger, {"job_id": job_id})
+
+
+class Repeating:
+    """One error that may repeat many times a second (a dispatcher's loop against a database that is
+    down): logged in full the first time, then once every `every_s` seconds with how many times it
+    happened since, and once more when it stops."""
+
+    def __init__(self, logger: logging.Logger, every_s: float = 60.0) -> None:
+        self.logger, self.every_s = logger, every_s
+        self.since = 0  # times it happened since it was last logged
+        self.next_at: float | None = None  # monotonic; None while it is not happening
+
+    def happened(self, message: str, *args: Any) -> None:
+        """Log the exception being handled, unless it was logged less than every_s ago."""
+        now = time.monotonic()
+        if self.next_at is not None and now < self.next_at:
+            self.since += 1
+            return
+        again = f" ({self.since} more times in the last {self.every_s:g} s)" if self.since else ""
+        self.logger.exception(message + again, *args)
+        self.since, self.next_at = 0, now + self.every_s
+
+    def stopped(self, message: str, *args: Any) -> None:
+        """It has stopped happening: say so once (and nothing when it was not happening)."""
+        if self.next_at is not None:
+            self.logger.warning(message, *args)
+            self.since, self.next_at = 0, None

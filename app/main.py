@@ -6,6 +6,7 @@ in process.
 This process never imports torch: GPU work runs in child processes.
 """
 
+import asyncio
 import logging
 import secrets
 import socket
@@ -47,12 +48,26 @@ def dispatchers(store: Store, settings: Settings) -> list[Dispatcher]:
                        worker_loss_retries=settings.worker_loss_retries) for gpu in gpus or [None]]
 
 
+async def expire_lost(store: Store, after_s: float) -> None:
+    """Every min(30 s, after_s / 4), fail the queued jobs whose device was lost for good (the fleet's
+    rule: app/jobs/fleet.py expire_lost), whatever dispatchers run: lost ones run nothing."""
+    while True:
+        await asyncio.sleep(min(30.0, after_s / 4))
+        try:
+            if expired := await run_in_threadpool(store.expire_lost, after_s=after_s):
+                log.warning("jobs %s failed as DeviceLost: their targets were lost %g s ago", expired, after_s)
+        except Exception:  # a database out for a while: the next round tries again
+            log.exception("checking for jobs of lost devices failed; trying again")
+
+
 @asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-    """The embedded dispatchers run for as long as the server does."""
+    """The embedded dispatchers, and the check for jobs of lost devices, run for as long as the
+    server does."""
     settings: Settings = app.state.settings
     running: list[Dispatcher] = []
     app.state.compute.start()  # its workers start now, not on the first heavy request
+    janitor = asyncio.create_task(expire_lost(app.state.store, settings.device_lost_after_s))
     if settings.embedded_worker:
         running = dispatchers(app.state.store, settings)
         for dispatcher in running:
@@ -63,6 +78,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     try:
         yield
     finally:
+        janitor.cancel()
         for dispatcher in running:  # each stop requeues its running job; stop them all at once
             dispatcher.request_stop()
         for dispatcher in running:

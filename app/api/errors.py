@@ -318,7 +318,7 @@ async def _database_error(request: Request, exc: Exception) -> JSONResponse:
     log.error("job database error on %s %s: %s", request.method, request.url.path, exc)
     path = getattr(getattr(request.app.state, "store", None), "path", None)  # None: PostgreSQL
     why = storage.problem(exc, path=path)
-    return _unavailable(why, "disk_full" if storage.is_full(exc) else "database_unavailable")
+    return _unavailable(why, "disk_full" if storage.is_full(exc, path) else "database_unavailable")
 
 
 async def _store_unavailable(request: Request, exc: storage.StoreUnavailable) -> JSONResponse:

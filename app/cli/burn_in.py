@@ -4,7 +4,8 @@ It speaks the server's JSON API over HTTP (httpx): POST /api/v1/campaigns, then 
 job has ended, a line of progress on stderr meanwhile. The table: every device beside its model's
 fleet median on the three sustained figures, the ones more than --outlier-fraction below flagged
 with NVML's reason; then the models against the catalogue. Exit 0 when none is flagged, 1 when
-one is or a job did not succeed, 2 when the server refuses the request (its error on stderr).
+one is or a job did not succeed, 2 when the server refuses the request (its error on stderr), 3
+when --deadline passes first (the jobs still pending on stderr; the campaign runs on: --cancel).
 """
 
 import argparse
@@ -34,6 +35,10 @@ def add(commands: argparse._SubParsersAction, name: str, help_text: str) -> None
     )
     cli.add_argument("--timeout", type=float, help="each job's limit in seconds (default: the server's)")
     cli.add_argument("--campaign", type=int, help="show this campaign instead of starting one")
+    cli.add_argument("--deadline", type=float, metavar="SECONDS",
+                     help="wait at most this long for every job to end; then exit 3, naming those pending")
+    cli.add_argument("--cancel", action="store_true",
+                     help="with --campaign: cancel it (its queued jobs at once, its running ones within a moment)")
     cli.add_argument("--output", choices=["table", "json"], default="table")
 
 
@@ -46,9 +51,18 @@ def run(args: argparse.Namespace) -> int:
     server = args.server or f"http://127.0.0.1:{settings.port}"
     token = args.token or (settings.api_token.get_secret_value() if settings.api_token else None)
     headers = {"authorization": f"Bearer {token}"} if token else {}
+    if args.cancel and args.campaign is None:
+        print("tally burn-in: --cancel needs --campaign", file=sys.stderr)
+        return 2
+    if args.deadline is not None and args.deadline <= 0:
+        print("tally burn-in: --deadline must be a positive number of seconds", file=sys.stderr)
+        return 2
+    deadline = None if args.deadline is None else time.monotonic() + args.deadline
     with httpx.Client(base_url=server, headers=headers, timeout=30) as client:
         try:
-            if args.campaign is None:
+            if args.cancel:
+                answer = client.post(f"/api/v1/campaigns/{args.campaign}/cancel")
+            elif args.campaign is None:
                 body: dict[str, Any] = {
                     "probe": "burn_in",
                     "outlier_fraction": args.outlier_fraction,
@@ -72,8 +86,14 @@ def run(args: argparse.Namespace) -> int:
                     file=sys.stderr,
                     flush=True,
                 )
-                time.sleep(POLL_S)
-                campaign = client.get(f"/api/v1/campaigns/{campaign['id']}").json()
+                if deadline is not None and time.monotonic() >= deadline:
+                    return _past_deadline(campaign, args.deadline)
+                time.sleep(POLL_S if deadline is None else max(0.0, min(POLL_S, deadline - time.monotonic())))
+                answer = client.get(f"/api/v1/campaigns/{campaign['id']}")
+                if answer.status_code >= 400:
+                    print(f"\ntally burn-in: {answer.status_code}: {answer.text}", file=sys.stderr)
+                    return 2
+                campaign = answer.json()
         except httpx.HTTPError as e:
             print(f"tally burn-in: {server}: {e}", file=sys.stderr)
             return 2
@@ -84,6 +104,16 @@ def run(args: argparse.Namespace) -> int:
         _print(campaign)
     failed = [j for j in campaign["jobs"] if j["status"] != "succeeded"]
     return 1 if failed or any(row["flagged"] for row in campaign["compared"]) else 0
+
+
+def _past_deadline(campaign: dict, deadline_s: float) -> int:
+    pending = [j for j in campaign["jobs"] if j["status"] in ("queued", "running")]
+    print(f"\ntally burn-in: campaign {campaign['id']} still has {len(pending)} of {len(campaign['jobs'])} "
+          f"jobs pending after {deadline_s:g} s (it runs on; `tally burn-in --campaign {campaign['id']} "
+          "--cancel` ends it):", file=sys.stderr)
+    for job in pending:
+        print(f"  job {job['job_id']} on {job['device']}: {job['status']}", file=sys.stderr)
+    return 3
 
 
 def _print(c: dict) -> None:

@@ -1,6 +1,7 @@
 """Opening the job database, on either engine: the connections and transactions every verb of
-app/jobs/store.py runs in, a SQLite file created anew when deleted under a running server, and
-an idle dispatcher's wait for work. Each database's own ways: app/jobs/backends.py.
+app/jobs/store.py runs in, a SQLite file created anew when deleted under a running server (its
+ids going on from the highest this process saw, so an id never names two jobs), and an idle
+dispatcher's wait for work. Each database's own ways: app/jobs/backends.py.
 """
 
 import contextlib
@@ -22,6 +23,8 @@ log = logging.getLogger("tally.jobs")
 # Seconds a SQLite connection waits on another's write lock; writes are short, so only a stuck
 # peer gets near.
 BUSY_TIMEOUT_S = 30
+# The tables whose ids clients hold (/api/v1/jobs/{id}, /api/v1/campaigns/{id}): AUTOINCREMENT ones.
+ID_TABLES = ("jobs", "campaigns")
 
 
 class Database:
@@ -41,6 +44,10 @@ class Database:
         """The same for every process on this machine that opens this database (its file's real path,
         or its URL without the password): it scopes the device marks children carry (app/jobs/sweep.py)."""
         self.engine = backends.create(self.url, lambda: self._open())
+        self._keeper: sqlite3.Connection | None = None
+        self._last_ids: dict[str, int] = {}
+        """The highest id this process has seen in each table with ids (SQLite; read at open, and
+        at each insert): a file created anew goes on from there."""
         self.listeners = None if self.path is not None else backends.Listeners(self.url)
         try:
             self._create()
@@ -65,7 +72,25 @@ class Database:
         """Close the pooled connections and the listeners (the store is not used after)."""
         if self.listeners is not None:
             self.listeners.close()
+        self._let_go()
         self.engine.dispose()
+
+    def _keep(self) -> None:
+        """Hold one connection open for the store's life (SQLite). WAL mode deletes the -wal and
+        -shm files when the last connection closes, and every operation here opens its own, so
+        each would create them anew: on a disk that had filled up meanwhile every read and write
+        then failed as "disk I/O error". Kept, they stay: reads go on, and a write that needs
+        room fails as SQLITE_FULL, which is answered as a full disk."""
+        self._let_go()
+        keeper = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
+        keeper.execute("SELECT count(*) FROM sqlite_master").fetchone()  # maps the WAL index
+        self._keeper = keeper
+
+    def _let_go(self) -> None:
+        if self._keeper is not None:
+            with contextlib.suppress(sqlite3.Error):
+                self._keeper.close()
+            self._keeper = None
 
     def _create(self) -> None:
         if self.path is not None:
@@ -73,14 +98,31 @@ class Database:
                 # Persistent in the file: set once, every later connection is in WAL mode.
                 db.execute("PRAGMA journal_mode=WAL")
         schema.migrate(self.engine)
+        if self.path is not None:
+            with contextlib.closing(self._open()) as db:
+                for table in ID_TABLES:
+                    self.saw_id(table, db.execute(f"SELECT coalesce(max(id), 0) FROM {table}").fetchone()[0])
+            self._keep()
+
+    def saw_id(self, table: str, row_id: int) -> None:
+        """Note an id of `table` this process has seen (an insert's)."""
+        self._last_ids[table] = max(self._last_ids.get(table, 0), row_id)
 
     def _recreate(self) -> None:
         """The file was deleted under a running server: start a new one rather than answer every
         request with "no such table". Its WAL and shared-memory files belonged to the old one."""
         log.warning("the job database %s is gone; creating a new, empty one", self.path)
+        self._let_go()  # the old file's connection
         for leftover in ("-wal", "-shm"):
             Path(f"{self.path}{leftover}").unlink(missing_ok=True)
+        last = dict(self._last_ids)
         self._create()
+        with contextlib.closing(self._open()) as db:  # AUTOINCREMENT goes on past every id given out
+            for table, row_id in last.items():
+                if row_id and not db.execute("UPDATE sqlite_sequence SET seq = max(seq, ?) WHERE name = ?",
+                                             (row_id, table)).rowcount:
+                    db.execute("INSERT INTO sqlite_sequence (name, seq) VALUES (?, ?)", (table, row_id))
+                self.saw_id(table, row_id)
 
     def _open(self) -> sqlite3.Connection:
         """A SQLite connection (the engine's creator): sqlite3 emits no BEGIN of its own

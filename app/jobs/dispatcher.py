@@ -198,6 +198,8 @@ class Dispatcher:
         if self.fleet_device is not None:
             self.store.register(self.fleet_device | {"worker_id": self.worker_id})
         next_seen = 0.0
+        # A database that is down fails every pass of the loop: logged once a minute, not five times a second.
+        failing = logs.Repeating(log)
         while not stop.is_set():
             try:
                 if time.monotonic() >= next_seen:  # idle or between jobs: /readyz and the fleet read it
@@ -207,8 +209,9 @@ class Dispatcher:
                 if time.monotonic() >= next_recovery:
                     self._recover()
                     next_recovery = time.monotonic() + self.stale_after_s
+                failing.stopped("dispatcher %s: the job loop works again", self.worker_id)
             except Exception:  # a locked or broken database must not end the dispatcher
-                log.exception("dispatcher %s: error in the job loop; retrying", self.worker_id)
+                failing.happened("dispatcher %s: error in the job loop; retrying", self.worker_id)
                 ran = False
             if not ran:  # on PostgreSQL a submit wakes it at once; poll_s bounds the wait for the rest
                 self.idle_waits += 1

@@ -152,12 +152,58 @@ class FleetStore:
             ids = [self._insert(db, probe=probe, params=params, timeout_s=timeout_s,  # type: ignore[attr-defined]
                                 limit=limit, device=d.kind, targets=Targets(device=d.device),
                                 campaign_id=campaign_id) for d in chosen]
+            self.saw_id("campaigns", campaign_id)  # type: ignore[attr-defined]
+            for job_id in ids:
+                self.saw_id("jobs", job_id)  # type: ignore[attr-defined]
             return self._campaign(db, campaign_id), [self._row(db, i) for i in ids]  # type: ignore[attr-defined]
 
     @staticmethod
     def _campaign(db: sa.Connection, campaign_id: int) -> Campaign | None:
         row = db.execute(sa.select(campaigns).where(campaigns.c.id == campaign_id)).mappings().first()
         return None if row is None else Campaign(**(dict(row) | {"params": json.loads(row["params"])}))
+
+    def expire_lost(self, *, after_s: float) -> list[int]:
+        """Fail the queued jobs whose target (a device, a host, a GPU model) no device of the fleet
+        has met for `after_s` seconds, and that have waited that long (a device gone for good, a box
+        retired): DeviceLost, naming the target, so neither the job nor its campaign waits forever.
+        The ids failed, oldest first."""
+        now, expired = time.time(), []
+        with self._write() as db:  # type: ignore[attr-defined]
+            rows = db.execute(sa.select(jobs.c.id, jobs.c.target_host, jobs.c.target_device, jobs.c.target_model)
+                              .where(jobs.c.status == "queued", jobs.c.created_at < now - after_s,
+                                     sa.or_(jobs.c.target_host.is_not(None), jobs.c.target_device.is_not(None),
+                                            jobs.c.target_model.is_not(None)))
+                              .order_by(jobs.c.id).with_for_update(skip_locked=True)).all()
+            if not rows:
+                return []
+            live = [Device(**row) for row in db.execute(
+                sa.select(devices).where(devices.c.seen_at >= now - after_s)).mappings()]
+            for row in rows:
+                targets = Targets(row.target_host, row.target_device, row.target_model)
+                if any(_meets(d, targets) for d in live):
+                    continue
+                named = ", ".join(f"{k} {v}" for k, v in (("host", row.target_host), ("device", row.target_device),
+                                                         ("model", row.target_model)) if v)
+                error = {"type": "DeviceLost", "message": f"no device of the fleet has met its target ({named}) "
+                         f"for {after_s:g} s (TALLY_DEVICE_LOST_AFTER_S): it was lost for good",
+                         "detail": {"host": row.target_host, "device": row.target_device,
+                                    "model": row.target_model, "after_s": after_s}}
+                if self._move(db, row.id, old="queued", new="failed",  # type: ignore[attr-defined]
+                              values={"error": json.dumps(error), "finished_at": now}):
+                    expired.append(row.id)
+        return expired
+
+    def cancel_campaign(self, campaign_id: int) -> bool:
+        """Cancel every job of the campaign still queued, and ask its running ones to stop; False
+        when there is no such campaign."""
+        with self._read() as db:  # type: ignore[attr-defined]
+            if self._campaign(db, campaign_id) is None:
+                return False
+            ids = db.execute(sa.select(jobs.c.id).where(jobs.c.campaign_id == campaign_id,
+                                                        jobs.c.status.in_(("queued", "running")))).scalars().all()
+        for job_id in ids:
+            self.cancel(job_id)  # type: ignore[attr-defined]
+        return True
 
     def campaign(self, campaign_id: int) -> tuple[Campaign, list[Job]] | None:
         """A campaign and its jobs, oldest first; None when there is no such campaign."""
@@ -182,6 +228,13 @@ class FleetStore:
                                                     jobs.c.status == "succeeded")
                               .order_by(jobs.c.id.desc()).limit(limit)).mappings()
             return [from_row(row) for row in rows][::-1]
+
+
+def _meets(device: Device, targets: Targets) -> bool:
+    """Whether `device` meets every target of a job (the claim's rule, `claimable`, in Python)."""
+    return ((targets.host is None or device.host == targets.host)
+            and (targets.device is None or device.device == targets.device)
+            and (targets.model is None or targets.model in (device.name, device.catalogue_id)))
 
 
 def cpu_device(host: str) -> str:

@@ -5,7 +5,8 @@ A job's states and the only moves between them (TRANSITIONS; every change of sta
 through Store._move, which refuses any other):
 
     queued  -> running     claim: a dispatcher takes it, and the leases of its devices
-    queued  -> cancelled   cancel: before it ran
+    queued  -> cancelled   cancel: before it ran (alone, or with its campaign)
+    queued  -> failed      expire_lost: the device, host or model it targets was lost for good (DeviceLost)
     running -> succeeded   finish: the child reported a result
     running -> failed      finish: the probe raised; recover: its workers died too often (WorkerLost)
     running -> timeout     finish: it outlived its timeout_s and was stopped
@@ -31,7 +32,7 @@ TERMINAL = frozenset(STATES[2:])
 ACTIVE = ("queued", "running")
 # The module docstring draws this table; tests/jobs/test_jobs.py holds the two to each other.
 TRANSITIONS: dict[str, frozenset[str]] = {
-    "queued": frozenset({"running", "cancelled"}),
+    "queued": frozenset({"running", "cancelled", "failed"}),
     "running": TERMINAL | {"queued"},
     **{state: frozenset() for state in STATES[2:]},
 }

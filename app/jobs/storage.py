@@ -3,11 +3,15 @@ read-only directory, a file that is not a database, a full disk. A PostgreSQL se
 listening, no such database, a refused login. Start-up prints it and exits 2, as a bad setting
 does; at run time the API answers 503 with it (app/api/errors.py)."""
 
+import os
 import sqlite3
 from pathlib import Path
 
 # SQLite's own words for SQLITE_FULL: the disk, or a size limit, has no room for the write.
 _FULL = "database or disk is full"
+# Less free than this on the file's disk, and an I/O error or a file SQLite cannot open is a full
+# disk's doing (creating a -wal or -shm file, or growing one, needs a page or a few).
+NEARLY_FULL_BYTES = 256 * 1024
 # libpq's and the server's words, as psycopg passes them on, for the ways a connection is turned away.
 _REFUSED = ("connection refused", "no such file or directory", "could not connect", "timeout expired",
             "could not translate host name", "name or service not known", "network is unreachable")
@@ -20,9 +24,24 @@ def _driver_error(error: BaseException) -> BaseException:
     return getattr(error, "orig", None) or error
 
 
-def is_full(error: BaseException) -> bool:
+def is_full(error: BaseException, path: Path | None = None) -> bool:
+    """SQLITE_FULL; or, for the SQLite file at `path`, an I/O error (or a file it could not open) on
+    a disk with next to no room left."""
     error = _driver_error(error)
-    return isinstance(error, sqlite3.OperationalError) and _FULL in str(error)
+    if not isinstance(error, sqlite3.OperationalError):
+        return False
+    text = str(error)
+    if _FULL in text:
+        return True
+    if path is None or not ("disk I/O error" in text or "unable to open" in text):
+        return False
+    try:
+        disk = os.statvfs(path.parent)
+    except OSError:
+        return False
+    # A file system with no blocks at all (/proc) or mounted read-only is no full disk.
+    writable = disk.f_blocks > 0 and not disk.f_flag & os.ST_RDONLY
+    return writable and disk.f_bavail * disk.f_frsize < NEARLY_FULL_BYTES
 
 
 def _one_line(text: str) -> str:
@@ -48,7 +67,7 @@ def problem(error: BaseException, *, path: Path | None = None) -> str:
     text = str(error)
     if path is None:
         return _postgres(text)
-    if is_full(error):
+    if is_full(error, path):
         return f"the disk holding it is full ({text}); free some space"
     if isinstance(error, sqlite3.DatabaseError) and "not a database" in text:
         return "the file is not a SQLite database; point TALLY_DATABASE_PATH at another file"

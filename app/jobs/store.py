@@ -169,6 +169,7 @@ class Store(Database, FleetStore):
             job_id = self._insert(db, probe=probe, params=params, timeout_s=timeout_s, limit=limit,
                                   device=device, gpu=gpu, num_gpus=num_gpus, gpus=gpus,
                                   targets=targets or Targets())
+            self.saw_id("jobs", job_id)
             return self._row(db, job_id)
 
     @staticmethod

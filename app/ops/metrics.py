@@ -47,11 +47,21 @@ class Metrics:
 
 
 class _Jobs:
+    """Jobs by state and the queue's depth, read at scrape time; while the job database does not
+    answer, tally_jobs_available is 0 and they are left out, and the HTTP metrics still serve (the
+    outage is what monitoring must see)."""
+
     def __init__(self, store: Store) -> None:
         self.store = store
 
     def collect(self):
-        counts = self.store.counts()
+        try:
+            counts = self.store.counts()
+        except Exception:  # any database failure: say so, rather than fail the whole scrape
+            yield GaugeMetricFamily("tally_jobs_available", "1 when the job database answered this scrape",
+                                    value=0)
+            return
+        yield GaugeMetricFamily("tally_jobs_available", "1 when the job database answered this scrape", value=1)
         by_state = GaugeMetricFamily("tally_jobs", "Jobs by state", labels=["state"])
         for state in STATES:
             by_state.add_metric([state], counts.get(state, 0))

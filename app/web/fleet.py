@@ -5,11 +5,17 @@ services as the JSON API (app/api/services/fleet.py)."""
 import time
 from datetime import UTC, datetime
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import HTMLResponse
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
 
+from app import deps
+from app.accounting.errors import InvalidInput
+from app.api import errors
 from app.api.services import fleet as service
-from app.deps import StoreDep
+from app.deps import SettingsDep, StoreDep
+from app.web import forms
 from app.web.templating import templates
 
 router = APIRouter(include_in_schema=False)
@@ -45,4 +51,29 @@ def burn_in_page(
     listed = [{"id": c.id, "probe": c.probe, "created_at": datetime.fromtimestamp(c.created_at, UTC)}
               for c in campaigns]
     return templates.TemplateResponse(request, "burn_in.html", {
-        "campaigns": listed, "campaign": shown, "device": device, "history": history})
+        "campaigns": listed, "campaign": shown, "device": device, "history": history,
+        "token_needed": request.app.state.settings.api_token is not None})
+
+
+@router.post("/ui/burn-in/{campaign_id}/cancel", response_class=HTMLResponse)
+async def cancel_campaign(request: Request, jobs: StoreDep, settings: SettingsDep,
+                          campaign_id: int = Path(ge=1, le=2**62)) -> HTMLResponse:
+    """The page's Cancel button: POST /api/v1/campaigns/{id}/cancel with the token the form holds;
+    the page reloads on success, and a refusal shows beside the button."""
+    form = forms.posted(request.headers.get("content-type"), await request.body(), "token")
+    token = form["token"] or None
+    try:
+        if token is not None and not (token.isascii() and token.isprintable()):
+            raise InvalidInput("token", "may hold only printable ASCII characters; paste the server's "
+                                        "TALLY_API_TOKEN")
+        deps.check_token(settings, token)
+        await run_in_threadpool(service.cancel, campaign_id, jobs=jobs)
+    except InvalidInput as e:
+        refused = errors.error_body([errors.invalid_input_item(e)])
+    except HTTPException as e:
+        refused = errors.http_error_body(e)
+    else:
+        return HTMLResponse("", headers={"HX-Refresh": "true"})
+    return templates.TemplateResponse(request, "partials/launch_error.html", {
+        "message": refused["message"], "errors": forms.field_errors(refused)})
+

@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 
+import httpx
 import pytest
 
 from app.api.services import fleet as fleet_service
@@ -20,6 +21,7 @@ from app.jobs.dispatcher import CHILD_ARGV, Dispatcher
 from app.jobs.fleet import Serves, Targets
 from tests.support import procs
 from tests.support.api import assert_names_field
+from tests.support.waiting import wait_for
 
 H100 = {
     "device": "GPU-1111",
@@ -309,3 +311,84 @@ def test_a_campaign_sizes_its_jobs_against_the_devices_it_picks_only(make_api):
     made = api.post("/api/v1/campaigns", big | {"model": "h200"})
     assert made.status_code == 202, made.text
     assert [j["device"] for j in made.json()["jobs"]] == ["GPU-2222"]
+
+
+def test_a_job_for_a_device_lost_for_good_fails_as_device_lost_and_a_live_ones_waits(store):
+    """On both databases: two devices, one kept live (its dispatcher seen), the other gone; each
+    targeted by a queued job. Once the lost one has not been seen for after_s (and its job has
+    waited that long), only its job fails, as DeviceLost naming its target."""
+    store.register(H100)
+    store.register(H200)
+    gone = store.submit(probe="bandwidth", params={}, timeout_s=60, limit=10, device="cuda",
+                        targets=Targets(device="GPU-1111"))
+    kept = store.submit(probe="bandwidth", params={}, timeout_s=60, limit=10, device="cuda",
+                        targets=Targets(model="h200"))
+
+    def expired() -> list[int]:
+        store.touch("GPU-2222", worker_id="w")  # the H200's dispatcher is alive
+        return store.expire_lost(after_s=0.5)
+
+    assert wait_for(expired, what="the lost device's job to fail") == [gone.id]
+    failed = store.get(gone.id)
+    assert failed.status == "failed" and failed.error["type"] == "DeviceLost"
+    assert "device GPU-1111" in failed.error["message"] and "TALLY_DEVICE_LOST_AFTER_S" in failed.error["message"]
+    assert store.get(kept.id).status == "queued" and expired() == []
+
+
+def test_a_campaign_can_be_cancelled_from_the_api_and_from_its_page(make_api):
+    from tests.support.html import form_post
+
+    api = make_api(embedded_worker=False, api_token="s3cret")
+    store = api.app.state.store
+    store.register(H100)
+    store.register(H200)
+    auth = {"Authorization": "Bearer s3cret"}
+    first = api.post("/api/v1/campaigns", {"probe": "bandwidth"}, headers=auth).json()
+    assert api.post(f"/api/v1/campaigns/{first['id']}/cancel").status_code == 401
+    cancelled = api.post(f"/api/v1/campaigns/{first['id']}/cancel", headers=auth)
+    assert cancelled.status_code == 200, cancelled.text
+    out = cancelled.json()
+    assert out["done"] and {j["status"] for j in out["jobs"]} == {"cancelled"} and len(out["jobs"]) == 2
+    assert_names_field(api.post(f"/api/v1/campaigns/{first['id']}/cancel", headers=auth), "campaign_id", 409)
+    assert_names_field(api.post("/api/v1/campaigns/99/cancel", headers=auth), "campaign_id", 404)
+    second = api.post("/api/v1/campaigns", {"probe": "bandwidth"}, headers=auth).json()
+    page = api.get(f"/burn-in?campaign={second['id']}").text
+    assert 'data-testid="cancel-campaign"' in page and f"/ui/burn-in/{second['id']}/cancel" in page
+    wrong = form_post(api, f"/ui/burn-in/{second['id']}/cancel", {"token": "wrong"})
+    assert wrong.status_code == 200 and "TALLY_API_TOKEN" in wrong.text and "HX-Refresh" not in wrong.headers
+    done = form_post(api, f"/ui/burn-in/{second['id']}/cancel", {"token": "s3cret"})
+    assert done.headers["HX-Refresh"] == "true"
+    assert api.get(f"/api/v1/campaigns/{second['id']}").json()["done"]
+    assert 'data-testid="cancel-campaign"' not in api.get(f"/burn-in?campaign={second['id']}").text
+
+
+def test_tally_burn_in_stops_at_its_deadline_and_a_lost_devices_campaign_ends(tmp_path):
+    """A real server, and a real worker that registers box-gone and is then killed for good. A
+    campaign queued for it: `tally burn-in --deadline 1` exits 3 naming the pending job; within
+    TALLY_DEVICE_LOST_AFTER_S the server fails it as DeviceLost, and the campaign is done (exit 1:
+    a job did not succeed)."""
+    from tests.support.cli import TALLY, tally
+    from tests.support.live import serve
+
+    env = {"TALLY_DATABASE_PATH": str(tmp_path / "t.db"), "TALLY_EMBEDDED_WORKER": "false",
+           "TALLY_DEVICE_LOST_AFTER_S": "2"}
+    with serve([*TALLY, "serve"], env, tmp_path / "server.log") as live:
+        worker_env = {**os.environ, **env, "TALLY_BOX_NAME": "box-gone"}
+        worker = subprocess.Popen([*TALLY, "worker"], env=worker_env, stderr=subprocess.DEVNULL)
+        try:
+            wait_for(lambda: any(d["device"] == "box-gone:cpu" and d["state"] == "idle"
+                                 for d in httpx.get(f"{live.url}/api/v1/fleet", timeout=10).json()["devices"]),
+                     what="the worker's device to join the fleet", context=live.log)
+        finally:
+            worker.kill()
+            worker.wait()
+        waited = tally("burn-in", "--server", live.url, "--deadline", "1", timeout=120)
+        assert waited.returncode == 3, waited.stderr
+        assert "1 of 1 jobs pending after 1 s" in waited.stderr and "on box-gone:cpu: queued" in waited.stderr
+        job_id = httpx.get(f"{live.url}/api/v1/campaigns/1", timeout=10).json()["jobs"][0]["job_id"]
+        failed = wait_for(lambda: (j := httpx.get(f"{live.url}/api/v1/jobs/{job_id}", timeout=10).json())["status"]
+                          == "failed" and j, what="the lost device's job to fail", context=live.log)
+        assert failed["error"]["type"] == "DeviceLost"
+        ended = tally("burn-in", "--server", live.url, "--campaign", "1", "--deadline", "30", timeout=120)
+        assert ended.returncode == 1, ended.stderr
+        assert f"job {job_id} on box-gone:cpu: failed" in ended.stdout

@@ -112,6 +112,20 @@ def test_bearer_token_guards_submit_and_cancel(make_api):
     assert "s3cret" not in refused.text + wrong.text
 
 
+@pytest.mark.parametrize("path", [JOBS, "/api/v1/campaigns", f"{JOBS}/1/cancel", "/api/v1/campaigns/1/cancel"])
+@pytest.mark.parametrize("content", ["{not json", '{"probe": "matmul", "probe": "matmul"}',
+                                     "{" + ", ".join(f'"k{i}": 0' for i in range(1100)) + "}"],
+                         ids=["bad-json", "key-twice", "1100-keys"])
+def test_the_token_is_asked_for_before_the_body_is_read(make_api, path, content):
+    """401, not the body's 422: a client without the token learns only that it needs one."""
+    api = make_api(api_token=SecretStr("s3cret"))
+    refused = api.post(path, content=content, headers={"Content-Type": "application/json"})
+    assert_names_field(refused, "authorization", 401)
+    with_token = api.post(path, content=content, headers={"Content-Type": "application/json",
+                                                          "Authorization": "Bearer s3cret"})
+    assert with_token.status_code in (404, 422), with_token.text  # then the body (or the path) is judged
+
+
 def test_a_full_queue_answers_429(make_api):
     api = make_api(queue_limit=2)
     assert [api.post(JOBS, TINY_MATMUL).status_code for _ in range(2)] == [202, 202]

@@ -42,13 +42,17 @@ def api(tmp_path):
     client.close()
 
 
-def test_a_deleted_database_is_created_anew(api, tmp_path):
-    assert api.post("/api/v1/jobs", JOB).status_code == 202
+def test_a_deleted_database_is_created_anew_and_no_id_names_two_jobs(api, tmp_path):
+    """A client polling /api/v1/jobs/2 must not be handed another job once the file is made anew:
+    ids go on from the highest the server gave out."""
+    ids = [api.post("/api/v1/jobs", JOB).json()["id"] for _ in range(3)]
     for name in ("tally.db", "tally.db-wal", "tally.db-shm"):
         (tmp_path / name).unlink(missing_ok=True)
     listed = api.get("/api/v1/jobs")
     assert listed.status_code == 200 and listed.json()["count"] == 0
-    assert api.post("/api/v1/jobs", JOB).status_code == 202
+    assert api.get(f"/api/v1/jobs/{ids[1]}").status_code == 404  # gone with its file, not another job
+    again = api.post("/api/v1/jobs", JOB)
+    assert again.status_code == 202 and again.json()["id"] == ids[-1] + 1
     assert api.get("/readyz").json()["database"] is True
 
 
@@ -73,6 +77,38 @@ def test_a_full_disk_is_a_json_503_and_service_resumes_with_nothing_lost(api):
     again = api.post("/api/v1/jobs", JOB)
     assert again.status_code == 202
     assert api.get(f"/api/v1/jobs/{first}").status_code == 200
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 2 MB file system of its own (tmpfs: `make test` runs as root, as its apt-get does)."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(disk)], check=True)
+    yield disk
+    subprocess.run(["umount", "-l", str(disk)], check=True)
+
+
+def test_a_disk_that_filled_up_after_start_up_is_a_full_disk_and_reads_go_on(small_disk):
+    """A real full file system, filled after the server opened its database: the next write is a
+    503 disk_full (not database_unavailable), reads still answer, and writes resume once room is made."""
+    api = Api(create_app(Settings(database_path=small_disk / "tally.db", embedded_worker=False)))
+    try:
+        first = api.post("/api/v1/jobs", JOB).json()["id"]
+        filler = small_disk / "filler"
+        with open(filler, "wb", buffering=0) as out, pytest.raises(OSError, match="No space left"):
+            while True:
+                out.write(b"\0" * 65536)
+        refused = api.post("/api/v1/jobs", JOB)
+        assert refused.status_code == 503, refused.text
+        assert refused.json()["detail"][0]["type"] == "disk_full" and "full" in refused.json()["message"]
+        assert api.get(f"/api/v1/jobs/{first}").status_code == 200
+        assert api.get("/api/v1/jobs").json()["count"] == 1
+        filler.unlink()
+        assert api.post("/api/v1/jobs", JOB).status_code == 202
+    finally:
+        api.close()
+        api.app.state.store.close()
 
 
 def test_an_unexpected_error_keeps_the_json_shape(api, monkeypatch):

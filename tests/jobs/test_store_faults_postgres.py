@@ -2,6 +2,7 @@
 listening, no such database, a login refused. Start-up says which in one line and exits 2; at run
 time the API answers a JSON 503 naming the problem, never a 500."""
 
+import json
 import subprocess
 import sys
 
@@ -14,7 +15,9 @@ from app.jobs.store import Store
 from app.main import create_app
 from tests.support import pg
 from tests.support.api import Api
+from tests.support.jobs import FAULT_ARGV
 from tests.support.live import ROOT
+from tests.support.waiting import wait_for
 
 JOB = {"probe": "bandwidth", "params": {"device": "cpu", "size_bytes": 2**20}}
 PASSWORD = "right-horse-battery"
@@ -92,6 +95,9 @@ def test_a_database_gone_at_run_time_is_a_json_503_and_nothing_else_breaks(pg_se
             assert response.headers["retry-after"].isdigit()
         assert api.get("/readyz").json()["database"] is False
         assert api.get("/healthz").status_code == 200
+        scrape = api.get("/metrics")  # monitoring still sees the server, and that the database is out
+        assert scrape.status_code == 200 and "tally_jobs_available 0.0" in scrape.text
+        assert 'tally_http_requests_total{method="POST",route="/api/v1/jobs",status="503"}' in scrape.text
     finally:
         api.close()
         api.app.state.store.close()
@@ -127,3 +133,29 @@ def test_database_urls_refused_saying_why(given, said):
 def test_the_database_password_is_kept_out_of_the_logs():
     settings = Settings(database_url="postgresql://tally:s3cret-pw@db/tally")
     assert "s3cret-pw" in settings.secrets()
+
+
+def test_a_worker_whose_database_is_gone_logs_the_error_once_not_every_pass(tmp_path, pg_server):
+    """A real `tally worker` loop against a PostgreSQL database dropped under it fails on every pass
+    (five a second); its log holds the error once, however many passes fail (each one counted by
+    the loop's debug line), until a minute has gone by."""
+    url = pg.new_database(pg_server)
+    log = tmp_path / "worker.log"
+    script = ("import json, logging, sys\nfrom app.jobs.worker import run\n"
+              "logging.basicConfig(level=logging.INFO)\nlogging.getLogger('tally.jobs').setLevel(logging.DEBUG)\n"
+              "run(**json.loads(sys.argv[1]))\n")
+    args = {"database": url, "worker_id": "w", "child_argv": FAULT_ARGV}
+    with open(log, "w") as out:
+        worker = subprocess.Popen([sys.executable, "-c", script, json.dumps(args)], cwd=ROOT, stderr=out)
+    try:
+        wait_for(lambda: "dispatcher w started" in log.read_text(), what="the worker to start")
+        with psycopg.connect(pg_server, autocommit=True) as db:
+            db.execute(f"DROP DATABASE {url.split('?')[0].rsplit('/', 1)[1]} WITH (FORCE)")
+        wait_for(lambda: "error in the job loop" in log.read_text(), what="the first error")
+        failed_at = log.read_text().count("waiting (")
+        wait_for(lambda: log.read_text().count("waiting (") >= failed_at + 20, what="twenty more failing passes")
+        lines = log.read_text().splitlines()
+        assert sum(line.startswith("ERROR") for line in lines) == 1, [ln for ln in lines if ln.startswith("ERROR")]
+    finally:
+        worker.kill()
+        worker.wait()

@@ -18,3 +18,10 @@ def element(html: str, testid: str) -> str:
 
 def chart(html: str, index: int = 0) -> dict:
     return json.loads(unescape(re.findall(r"data-chart='([^']*)'", html)[index]))
+
+
+def form_post(api, path: str, fields: dict[str, str]):
+    """POST `fields` urlencoded, as htmx posts a page's form."""
+    from urllib.parse import urlencode
+
+    return api.post(path, content=urlencode(fields), headers={"Content-Type": "application/x-www-form-urlencoded"})

@@ -5,7 +5,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Body, Path, Request, Response
 
-from app.api.errors import AUTH, NOT_FOUND, QUEUE_FULL, REQUEST_ERRORS, UNAVAILABLE
+from app.api.errors import AUTH, CONFLICT, NOT_FOUND, QUEUE_FULL, REQUEST_ERRORS, UNAVAILABLE
 from app.api.services import fleet as service
 from app.api.services.fleet import CampaignOut, CampaignRequest, Fleet, HistoryPoint
 from app.deps import Authorized, SettingsDep, StoreDep
@@ -62,6 +62,14 @@ def get_campaign(campaign_id: CampaignId, jobs: StoreDep) -> CampaignOut:
     """Its jobs, and for a burn-in every device beside its model's fleet median, the ones more than
     outlier_fraction below it flagged with NVML's reason, and the models against the catalogue."""
     return service.campaign_out(jobs, campaign_id)
+
+
+@router.post("/campaigns/{campaign_id}/cancel", response_model=CampaignOut,
+             responses=NOT_FOUND | CONFLICT | AUTH | UNAVAILABLE)
+def cancel_campaign(campaign_id: CampaignId, jobs: StoreDep, authorized: Authorized) -> CampaignOut:
+    """Its queued jobs are cancelled at once, its running ones stopped within a moment; 409 when it
+    has ended already."""
+    return service.cancel(campaign_id, jobs=jobs)
 
 
 @router.get(

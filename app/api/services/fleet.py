@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import BaseModel, Field, create_model
 
 from app.accounting.errors import InvalidInput
-from app.api.errors import NotFound, QueueFull
+from app.api.errors import Conflict, NotFound, QueueFull
 from app.config import Settings
 from app.inputs.fields import Input, number
 from app.jobs import admission, store
@@ -244,3 +244,13 @@ def history(jobs: Store, device: str) -> list[HistoryPoint]:
         )
         for r in burn_in.readings(jobs, found)
     ]
+
+
+def cancel(campaign_id: int, *, jobs: Store) -> CampaignOut:
+    """Every job of the campaign still queued is cancelled at once, every running one is stopped
+    within a moment (as POST /jobs/{id}/cancel does); a campaign already done is a 409."""
+    out = campaign_out(jobs, campaign_id)  # 404 when there is none
+    if out.done:
+        raise Conflict("campaign_id", f"campaign {campaign_id} has already ended")
+    jobs.cancel_campaign(campaign_id)
+    return campaign_out(jobs, campaign_id)

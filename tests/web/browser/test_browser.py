@@ -192,6 +192,28 @@ def test_job_pages_chart_each_probe(watched, base_url, probe, params, charts, sc
     watched.clean()
 
 
+def test_a_running_campaign_is_cancelled_from_the_burn_in_page(watched, own_base_url):
+    """A campaign whose burn-in would run for a minute: the page's Cancel button stops it, and the
+    page, reloaded, shows it ended and offers no button."""
+    made = httpx.post(f"{own_base_url}/api/v1/campaigns", json={"probe": "burn_in", "params": {
+        "sustain_s": 60, "warmup_s": 0.01, "measure_s": 0.02}}, timeout=30)
+    assert made.status_code == 202, made.text
+    campaign = made.json()["id"]
+    page = watched.page
+    page.goto(f"{own_base_url}/burn-in?campaign={campaign}", wait_until="networkidle")
+    expect(page.get_by_test_id("campaign-summary")).to_contain_text("still running")
+    with page.expect_navigation():  # the button's answer reloads the page (HX-Refresh)
+        page.get_by_role("button", name="Cancel this campaign").click()
+    wait_for(lambda: httpx.get(f"{own_base_url}/api/v1/campaigns/{campaign}", timeout=10).json()["done"],
+             what="the campaign to end")
+    page.reload(wait_until="networkidle")
+    expect(page.get_by_test_id("campaign-summary")).not_to_contain_text("still running")
+    expect(page.get_by_test_id("cancel-campaign")).to_have_count(0)
+    statuses = {j["status"] for j in httpx.get(f"{own_base_url}/api/v1/campaigns/{campaign}", timeout=10).json()["jobs"]}
+    assert statuses == {"cancelled"}
+    watched.clean()
+
+
 def test_a_burn_in_campaign_on_the_fleet_page_and_the_burn_in_page(watched, base_url, screenshots):
     """This server's embedded CPU dispatcher is the fleet's one device: a campaign runs on it and
     both pages show it."""
