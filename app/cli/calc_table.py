@@ -4,6 +4,13 @@
 # Calculator's group, action, method, path, summary, description, path_params, query_params, body,
 # takes_body, body_help, module, group_help
 CALCULATORS = [
+    ('campaigns', 'cancel', 'POST', '/api/v1/campaigns/{campaign_id}/cancel',
+     'Its queued jobs are cancelled at once, its running ones stopped within a moment; 409 when it has '
+     'ended already.',
+     'Its queued jobs are cancelled at once, its running ones stopped within a moment; 409 when it\n'
+     'has ended already.',
+     ['campaign_id'], [], None, False, '', 'app.api.routes.fleet',
+     "The fleet's routes: its devices, campaigns over every live device, and a device's history."),
     ('campaigns', 'get', 'GET', '/api/v1/campaigns/{campaign_id}',
      "Its jobs, and for a burn-in every device beside its model's fleet median, the ones more than "
      "outlier_fraction below it flagged with NVML's reason, and the models against the catalogue.",

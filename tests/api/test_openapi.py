@@ -72,4 +72,5 @@ def test_authentication_is_declared_only_when_a_token_is_set():
     assert secured(open_doc) == set() and "securitySchemes" not in open_doc["components"]
     token = get_settings().model_copy(update={"api_token": SecretStr("t")})
     assert secured(create_app(token).openapi()) == {"post /api/v1/jobs", "post /api/v1/jobs/{job_id}/cancel",
-                                                    "post /api/v1/campaigns"}
+                                                    "post /api/v1/campaigns",
+                                                    "post /api/v1/campaigns/{campaign_id}/cancel"}

@@ -137,22 +137,27 @@ def test_stop_requeues_the_running_job(store, pidfile):
     assert not alive(pid)
 
 
+# Submitted at once from 16 threads: more than the threads, so submits queue behind each other too;
+# each job is a child process (about a second of CPU on a small box).
+SUBMITS = 24
+
+
 def test_one_job_at_a_time_under_concurrent_submits(store):
     running = dispatcher(store, "ok")
     running.start()
     try:
         with ThreadPoolExecutor(16) as pool:
             jobs = pool.map(lambda i: store.submit(probe="matmul", params={"i": i, "sleep_s": 0},
-                                                   timeout_s=60, limit=100), range(50))
+                                                   timeout_s=60, limit=100), range(SUBMITS))
             ids = [job.id for job in jobs]
-        wait_for_count(lambda: store.counts()["succeeded"], 50, what="jobs finished")
+        wait_for_count(lambda: store.counts()["succeeded"], SUBMITS, what="jobs finished")
     finally:
         running.stop(PATIENCE_S)
-    assert sorted(ids) == list(range(1, 51))
+    assert sorted(ids) == list(range(1, SUBMITS + 1))
     rows = store.page(limit=100)[0]
     assert {job.attempts for job in rows} == {1}  # one run each, so each row's times are its only run
     assert overlapping(rows) == []
-    assert {report(job)["echo"]["i"] for job in rows} == set(range(50))
+    assert {report(job)["echo"]["i"] for job in rows} == set(range(SUBMITS))
 
 
 def test_two_dispatchers_claim_each_job_once(store):
@@ -323,6 +328,7 @@ def test_a_paused_workers_late_result_is_fenced_off_by_its_claim(store, workers,
     assert [e["reason"] for e in done.attempts_log] == ["worker_lost", "succeeded"]
 
 
+@pytest.mark.parametrize("database", ["sqlite"], indirect=True)  # processes and locks: one engine is enough
 def test_no_two_children_run_on_one_device_whatever_the_pause(store, workers):
     """Two workers of one box, and a job at a time; the busy worker is paused (SIGSTOP) for less than
     its child's keep-alive deadline (2 s: two thirds of STALE_S), for between that and the stale
