@@ -7,6 +7,7 @@ the largest batch or context that fits, and the smallest change that makes an op
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from app.accounting.records import RECORD
 
@@ -43,6 +44,10 @@ class FitOption:
     tokens_per_sec: float | None
     advice: str | None
     """When it does not fit: the smallest change found that makes it fit."""
+    advice_change: dict[str, Any] | None = None
+    """The advice as a change to the request: the fields of POST /api/v1/fit to set, after which this
+    option fits; or `option`, another option of the same request that fits instead (a smaller
+    weight format, QLoRA for LoRA). Every piece of advice is checked before it is given."""
 
     __pydantic_config__ = RECORD
 
@@ -79,22 +84,37 @@ def largest(fits: Callable[[int], bool], low: int, high: int) -> int:
     return lo
 
 
-def first_fitting(changes: list[tuple[str, Callable[[], bool]]]) -> str | None:
-    """The description of the first change whose check passes, in the order given (smallest first)."""
-    for text, works in changes:
+Change = dict[str, Any]
+"""Request fields to set (POST /api/v1/fit's), or {"option": another option that fits as asked}."""
+
+
+def first_fitting(changes: list[tuple[str, Change, Callable[[], bool]]]) -> tuple[str, Change] | None:
+    """The first change whose check passes, in the order given (smallest first): its description
+    and the change itself."""
+    for text, change, works in changes:
         if works():
-            return text
+            return text, change
     return None
 
 
-def summary(options: list[FitOption]) -> str:
-    """"Serving fits in bfloat16, awq_int4; QLoRA fits; LoRA: fits with ...": what fits, and each
-    option that does not with its advice."""
+def summary(options: list[FitOption], names: dict[str, str]) -> str:
+    """One thing per way to run it: "Serving fits in BF16 and AWQ INT4; LoRA: fits with gradient
+    checkpointing; QLoRA fits". Serving is one clause: the formats that fit, or, when none does,
+    the smallest format's advice. `names`: each option's weight format's name."""
     served = [o for o in options if o.kind == "inference"]
-    fitting = [o.settings["weight_format"] for o in served if o.fits]
-    parts = [f"Serving fits in {', '.join(map(str, fitting))}"] if fitting else []
-    parts += [f"Serving in {o.settings['weight_format']}: {o.advice or 'does not fit'}"
-              for o in served if not o.fits]
+    fitting = [names[o.option] for o in served if o.fits]
+    if fitting:
+        parts = [f"Serving fits in {_listed(fitting)}"]
+    elif served:
+        smallest = served[-1]
+        parts = [f"Serving does not fit in any format; in {names[smallest.option]} it "
+                 f"{smallest.advice or 'does not fit on 64 GPUs'}"]
+    else:
+        parts = ["Serving: no weight format splits over these GPUs (see the assumptions)"]
     parts += [f"{o.label} fits" if o.fits else f"{o.label}: {o.advice or 'does not fit'}"
               for o in options if o.kind == "training"]
     return "; ".join(parts)
+
+
+def _listed(words: list[str]) -> str:
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]

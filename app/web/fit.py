@@ -3,6 +3,8 @@
 and fine-tuning, each with a chart of its bytes per GPU stacked by kind against the GPU's
 memory. The charts are the answer's own bytes in GB; nothing here computes a figure."""
 
+from urllib.parse import urlencode
+
 from app.accounting.units import GB
 from app.api.compute import Narrow
 from app.api.services import fit as service
@@ -31,7 +33,17 @@ def short(label: str) -> str:
     return title(label).split(",")[0]
 
 
-def _bars(heading: str, options: list[dict], memory_bytes: int, gpu: str) -> dict:
+def applied(body: FitRequest, change: dict | None) -> str | None:
+    """The page asked with the advice's change made: a link a press of which follows the advice.
+    None where there is no change to the request (another option fits instead) or the model was
+    pasted (its config does not travel in a link)."""
+    if not change or "option" in change or not isinstance(body.model, str):
+        return None
+    asked = body.model_dump(mode="json", include={i.name for i in PAGE.inputs}, exclude_none=True)
+    return "/fit?" + urlencode(asked | change)
+
+
+def _bars(heading: str, options: list[dict], memory_bytes: int, gpu: str, body: FitRequest) -> dict:
     """One horizontal bar per option, GB per GPU stacked by kind (bytes_by_kind, in the order
     the answer lists them; kinds that are 0 in every option left out), each with the usable
     memory it is held against (inference: the engine's share), and the GPU's memory."""
@@ -39,7 +51,7 @@ def _bars(heading: str, options: list[dict], memory_bytes: int, gpu: str) -> dic
              if any(o["bytes_by_kind"].get(k) for o in options)]
     rows = [{"label": o["label"], "title": title(o["label"]), "short": short(o["label"]),
              "option": o["option"], "fits": o["fits"], "total": o["total_bytes"] / GB,
-             "usable": o["usable_bytes"] / GB,
+             "usable": o["usable_bytes"] / GB, "apply": applied(body, o.get("advice_change")),
              **{k: o["bytes_by_kind"].get(k, 0) / GB for k in kinds}}
             for o in options]
     return {"type": "fit_bars", "heading": heading, "rows": rows, "kinds": kinds,
@@ -47,7 +59,7 @@ def _bars(heading: str, options: list[dict], memory_bytes: int, gpu: str) -> dic
 
 
 def _charts(body: FitRequest, answer: dict, jobs: Store) -> dict:
-    return {kind: _bars(heading, options, answer["gpu_memory_bytes"], answer["gpu"])
+    return {kind: _bars(heading, options, answer["gpu_memory_bytes"], answer["gpu"], body)
             for kind, heading, options in sections(answer)}
 
 
@@ -65,5 +77,6 @@ PAGE = Calculator(
      Input("batch_size", "Batch", hint="sequences served at once, or the micro-batch per GPU"),
      Input("recompute", "Recompute", hint="training: full is gradient checkpointing"),
      Input("lora_rank", "LoRA rank", hint="LoRA and QLoRA, on peft's default targets", more=True),
-     Input("mfu", "MFU", hint="training: share of the dense bf16 peak, 0 to 1", more=True)),
+     Input("mfu", "MFU", hint="training: share of the dense bf16 peak, 0 to 1", more=True),
+     Input("optimizer", "Optimizer", hint="training: AdamW's states in fp32, or 8-bit", more=True)),
     _charts, takes_model="model", heavy=Narrow("model", "a smaller model (fewer layers)"))

@@ -97,7 +97,6 @@ def test_fp8_only_where_the_gpu_has_an_fp8_peak(api):
     ({"seq_len": 100_000}, "seq_len"),
     ({"gpu": "tpu-v9"}, "gpu"),
     ({"lora_rank": 0}, "lora_rank"),
-    ({"num_gpus": 3}, "num_gpus"),
     ({"model": "no-such-model"}, "model"),
 ])
 def test_bad_input_names_the_field(api, body, field):
@@ -117,15 +116,25 @@ def test_a_format_the_model_cannot_take_is_left_out_and_said(api):
     assert any(a.startswith("awq_int4 left out") for a in answer["assumptions"])
 
 
+def test_serving_that_cannot_split_over_the_gpus_is_left_out_and_training_answered(api):
+    """Tensor parallel 3 cannot split 32 heads, but FSDP shards training over three GPUs."""
+    answer = api.ok(URL, ASK | {"num_gpus": 3})
+    assert [o["option"] for o in answer["options"]] == ["lora", "qlora", "full"]
+    assert answer["summary"].startswith("Serving: no weight format splits over these GPUs")
+    assert any("left out: 3 does not divide" in a for a in answer["assumptions"])
+
+
 def test_a_smaller_format_is_the_first_advice_where_it_fits(api):
     """Llama-2-13B's 26 GB of bf16 weights do not fit a 24 GB card: serving fits in FP8, and LoRA
     (already checkpointing) fits over an NF4 base, which is the QLoRA row's own answer."""
     answer = api.ok(URL, {"model": "llama2-13b", "gpu": "rtx-4090", "seq_len": 2048, "recompute": "full"})
     options = {o["option"]: o for o in answer["options"]}
     assert not options["inference-bfloat16"]["fits"] and options["inference-fp8_e4m3"]["fits"]
-    assert options["inference-bfloat16"]["advice"] == "fits in fp8_e4m3"
+    assert options["inference-bfloat16"]["advice"] == "fits in FP8 E4M3"
+    assert options["inference-bfloat16"]["advice_change"] == {"option": "inference-fp8_e4m3"}
     assert not options["lora"]["fits"] and options["qlora"]["fits"]
     assert options["lora"]["advice"] == "fits as QLoRA (an NF4 base)"
+    assert options["lora"]["advice_change"] == {"option": "qlora"}
 
 
 def test_the_lora_rows_say_the_targets_they_adapt(api):

@@ -155,3 +155,20 @@ def test_the_nav_and_the_overview_lead_to_it(api):
     assert 'href="/fit"' in api.get("/").text.split('aria-label="Tools"')[1]
     assert api.get("/static/fit.js").status_code == 200
     assert CALCULATORS["fit"].title == "Will it run on my GPU?"
+
+
+def test_each_piece_of_advice_is_a_link_that_follows_it(api):
+    """Llama-3-70B on one H100: the LoRA card says four GPUs with checkpointing and links to the
+    page asked so; that page says LoRA fits. Advice to take another option links nowhere."""
+    ask = {"model": "llama3-70b", "gpu": "h100-sxm", "seq_len": 4096}
+    page = _fragment(api, ask)
+    answer = api.ok(FIT, ask)
+    links = dict(re.findall(r'<a href="/fit\?([^"]*)" data-testid="apply-([^"]*)"', page))
+    links = {option: html.unescape(query) for query, option in links.items()}
+    assert "lora" in links and "num_gpus=4" in links["lora"] and "recompute=full" in links["lora"]
+    for o in answer["options"]:
+        if o["advice_change"] is None or "option" in o["advice_change"]:
+            assert o["option"] not in links
+            continue
+        followed = api.get("/ui/fit?" + links[o["option"]]).text
+        assert _testid(followed, f"fits-{o['option']}") == "fits", (o["option"], links[o["option"]])

@@ -1,6 +1,8 @@
 """Will it run on my GPU: serving in a few weight formats, LoRA, QLoRA and full fine-tuning,
 each answered by its own calculator (services.inference, accounting.finetune)."""
 
+from typing import Literal
+
 from pydantic import Field
 
 from app.accounting import fit
@@ -17,11 +19,10 @@ from app.inputs.schemas import GpuInput, ModelSpec, engine_model
 
 SERVED = ("bfloat16", "fp8_e4m3", "int8_channel", "awq_int4")
 """Weight formats a serving engine (vLLM) runs; fp8 only where the GPU has an FP8 peak."""
-TRAINING = {  # option -> (label, FineTune, precision, optimizer, paged)
-    "lora": ("LoRA", FineTune("lora", rank=16), "bf16_mixed", "adamw", False),
-    "qlora": ("QLoRA", FineTune("qlora", rank=16, base_format="nf4_double_quant"), "bf16_mixed", "adamw",
-              True),
-    "full": ("Full fine-tuning", FineTune("full"), "bf16_mixed", "adamw", False),
+TRAINING = {  # option -> (label, FineTune, precision, paged optimizer); the optimizer is the request's
+    "lora": ("LoRA", FineTune("lora", rank=16), "bf16_mixed", False),
+    "qlora": ("QLoRA", FineTune("qlora", rank=16, base_format="nf4_double_quant"), "bf16_mixed", True),
+    "full": ("Full fine-tuning", FineTune("full"), "bf16_mixed", False),
 }
 MORE_GPUS = (2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 
@@ -42,6 +43,8 @@ class FitRequest(GpuInput):
         "selective", description="Training: none, selective, or full (gradient checkpointing).")
     mfu: number(ge=1e-6, le=1) = Field(DEFAULT_MFU, description="Training: share of the dense bf16 peak "
                                                                 "a step's FLOPs run at.")
+    optimizer: Literal["adamw", "adamw_8bit"] = Field(
+        "adamw", description="Training: AdamW's states in fp32, or in 8 bits (bitsandbytes' AdamW8bit).")
 
 
 def answer(body: FitRequest) -> fit.FitAnswer:
@@ -56,31 +59,42 @@ def answer(body: FitRequest) -> fit.FitAnswer:
         try:
             options.append(_served(body, fmt))
         except InvalidInput as e:
-            if e.field != "group_size":
+            # AWQ's groups must divide the matrices, and tensor parallel the heads and shards: that
+            # format is left out, said, and the rest answered (FSDP training shards on any count)
+            if e.field not in ("group_size", "tensor_parallel", "num_gpus"):
                 raise
-            left_out.append(f"{fmt} left out: {e.message}")  # AWQ's groups must divide the matrices
+            left_out.append(f"{fmt} left out: {e.message}")
     for i, row in enumerate(options):  # served, largest format first: a smaller one that fits
         smaller = next((o for o in options[i + 1:] if o.fits), None)
         if not row.fits and smaller is not None:
-            row.advice = f"fits in {smaller.settings['weight_format']}"
+            row.advice = f"fits in {_name(smaller.option)}"
+            row.advice_change = {"option": smaller.option}
     options += [_trained(body, cfg, acc, option) for option in TRAINING]
     name = body.model if isinstance(body.model, str) else "custom"
     return fit.FitAnswer(
         model=name, gpu=acc.id, gpu_name=acc.name, num_gpus=body.num_gpus, gpu_memory_bytes=acc.memory_bytes,
-        seq_len=body.seq_len, batch_size=body.batch_size, options=options, summary=fit.summary(options),
+        seq_len=body.seq_len, batch_size=body.batch_size, options=options,
+        summary=fit.summary(options, {o.option: _name(o.option) for o in options if o.kind == "inference"}),
         assumptions=[
             "serving: vLLM-like, gpu_memory_utilization 0.9, 1 GiB overhead, tensor_parallel num_gpus, "
             "time per output token at batch_size sequences decoding at seq_len (POST /api/v1/inference/*)",
-            "training: bf16 mixed precision, AdamW; LoRA and QLoRA rank lora_rank on peft's default "
-            "targets for the family (q and v, or the fused qkv), QLoRA over NF4 with double "
-            "quantization and a paged optimizer (POST /api/v1/finetune); full fine-tuning shards with "
-            "ZeRO stage 3 over num_gpus > 1",
+            "training: bf16 mixed precision, the optimizer asked for; LoRA and QLoRA rank lora_rank on "
+            "peft's default targets for the family (q and v, or the fused qkv), QLoRA over NF4 with double "
+            "quantization and a paged optimizer (POST /api/v1/finetune); over num_gpus > 1 every way "
+            "shards its weights, frozen ones too, with ZeRO stage 3 (FSDP's full sharding, as peft's "
+            "FSDP recipes run LoRA and QLoRA), batch_size sequences on each GPU",
             "training time counts the step's matmul FLOPs at mfu of the dense bf16 peak; QLoRA's "
             "dequantization of each weight per matmul is not counted and makes it slower than LoRA",
             "advice tries, in order: serving, a smaller weight format, a shorter context, more GPUs; "
             "training, gradient checkpointing, batch 1, a smaller format (LoRA over an NF4 base, 8-bit "
-            "AdamW states for full fine-tuning), a shorter sequence, more GPUs with ZeRO stage 3",
+            "AdamW states for full fine-tuning), a shorter sequence, more GPUs with ZeRO stage 3; each "
+            "is checked before it is given, and advice_change is it as a change to this request",
             *left_out])
+
+
+def _name(option: str) -> str:
+    """A serving option's weight format as people name it, short: "AWQ 4-bit (GEMM)", "FP8 E4M3"."""
+    return formats.FORMATS[option.removeprefix("inference-")].name.split(",")[0]
 
 
 def _serving(body: FitRequest, fmt: str, gpus: int, **extra) -> dict:
@@ -90,14 +104,8 @@ def _serving(body: FitRequest, fmt: str, gpus: int, **extra) -> dict:
 
 def _served(body: FitRequest, fmt: str) -> fit.FitOption:
     s, b = body.seq_len, body.batch_size
-    try:
-        request = inference.InferenceMemoryRequest(**_serving(body, fmt, body.num_gpus), context=s,
-                                                   concurrency=b)
-        mem, cap = inference.memory(request), inference.serving_capacity(request)
-    except InvalidInput as e:
-        if e.field in ("tensor_parallel", "num_gpus"):
-            raise InvalidInput("num_gpus", e.message) from None
-        raise
+    request = inference.InferenceMemoryRequest(**_serving(body, fmt, body.num_gpus), context=s, concurrency=b)
+    mem, cap = inference.memory(request), inference.serving_capacity(request)
     output = min(128, max(1, s // 2))
     timed = inference.serving_time(inference.InferenceTimeRequest(
         **_serving(body, fmt, body.num_gpus), prompt_tokens=s - output, output_tokens=output,
@@ -105,9 +113,9 @@ def _served(body: FitRequest, fmt: str) -> fit.FitOption:
     advice = None
     if not mem.fits:
         advice = fit.first_fitting(
-            ([(f"fits at a context of {cap.max_context} tokens", lambda: True)]
-             if cap.max_context >= 1 else [])
-            + [(f"fits on {n} GPUs (tensor_parallel {n})", lambda n=n: _serves_on(body, fmt, n))
+            ([(f"fits at a context of {cap.max_context} tokens", {"seq_len": cap.max_context}, lambda: True)]
+             if cap.max_context >= 2 else [])
+            + [(f"fits on {n} GPUs (tensor_parallel {n})", {"num_gpus": n}, lambda n=n: _serves_on(body, fmt, n))
                for n in MORE_GPUS if n > body.num_gpus and n <= 64])
     name = formats.FORMATS[fmt].name
     return fit.FitOption(
@@ -118,7 +126,8 @@ def _served(body: FitRequest, fmt: str) -> fit.FitOption:
                        "workspace": mem.workspace_bytes, "overhead": mem.overhead_bytes},
         largest_batch=cap.max_sequences, largest_context=cap.max_context if cap.max_context >= 1 else 0,
         seconds=timed.inter_token_latency_s, time_unit="per output token",
-        tokens_per_sec=timed.output_tokens_per_sec, advice=advice)
+        tokens_per_sec=timed.output_tokens_per_sec, advice=advice and advice[0],
+        advice_change=advice and advice[1])
 
 
 def _serves_on(body: FitRequest, fmt: str, gpus: int) -> bool:
@@ -130,19 +139,33 @@ def _serves_on(body: FitRequest, fmt: str, gpus: int) -> bool:
         return False
 
 
-def _trained(body: FitRequest, cfg, acc: Accelerator, option: str) -> fit.FitOption:
-    label, spec, precision, optimizer, paged = TRAINING[option]
-    adapters = {}
-    if spec.adapted:
-        spec = FineTune(spec.mode, rank=body.lora_rank, base_format=spec.base_format)
-        adapters = {"lora_rank": spec.rank, "lora_targets": ",".join(targets_of(cfg, spec))}
-    zero = 3 if option == "full" and body.num_gpus > 1 else 0
+def _spec(body: FitRequest, option: str) -> FineTune:
+    spec = TRAINING[option][1]
+    return FineTune(spec.mode, rank=body.lora_rank, base_format=spec.base_format) if spec.adapted else spec
+
+
+def _runner(body: FitRequest, cfg, acc: Accelerator, option: str):
+    """The option's step as the request asks for it, any of its settings changed by keyword."""
+    _, spec, precision, paged = TRAINING[option]
+    spec = _spec(body, option)
 
     def run(*, b: int = body.batch_size, s: int = body.seq_len, recompute: str = body.recompute,
-            gpus: int = body.num_gpus, zero_stage: int = zero, tune: FineTune = spec, opt: str = optimizer):
-        return finetune_step(cfg, tune, precision=precision, optimizer=opt, batch_size=b, seq_len=s,
+            gpus: int = body.num_gpus, opt: str = body.optimizer):
+        zero_stage = 3 if gpus > 1 else 0  # FSDP's full sharding: the frozen base too
+        return finetune_step(cfg, spec, precision=precision, optimizer=opt, batch_size=b, seq_len=s,
                              recompute=recompute, paged_optimizer=paged and opt in ("adamw", "adamw_8bit"),
                              data_parallel=gpus, zero_stage=zero_stage, gpu=acc, mfu=body.mfu)
+
+    return run
+
+
+def _trained(body: FitRequest, cfg, acc: Accelerator, option: str) -> fit.FitOption:
+    label, _, precision, paged = TRAINING[option]
+    spec, optimizer = _spec(body, option), body.optimizer
+    adapters = {}
+    if spec.adapted:
+        adapters = {"lora_rank": spec.rank, "lora_targets": ",".join(targets_of(cfg, spec))}
+    run = _runner(body, cfg, acc, option)
 
     def fits(**kw) -> bool:
         return bool(run(**kw).memory.fits)
@@ -153,31 +176,33 @@ def _trained(body: FitRequest, cfg, acc: Accelerator, option: str) -> fit.FitOpt
     longest = max(fit.largest(lambda s: fits(s=s), 1, cfg.max_seq_len), 0)
     advice = None
     if not m.fits:
-        changes = []
+        changes: list = []
         if body.recompute != "full":
-            changes.append(("fits with gradient checkpointing (recompute full)",
+            changes.append(("fits with gradient checkpointing (recompute full)", {"recompute": "full"},
                             lambda: fits(recompute="full")))
         if body.batch_size > 1:
             changes.append(("fits at batch size 1 with gradient checkpointing",
-                            lambda: fits(b=1, recompute="full")))
-        # a smaller format: the base in NF4 (LoRA -> QLoRA), or Adam's states in 8 bits
+                            {"batch_size": 1, "recompute": "full"}, lambda: fits(b=1, recompute="full")))
+        # a smaller format: the base in NF4 (LoRA -> QLoRA, paged as that option is), or Adam's states in 8 bits
         if option == "lora":
-            nf4 = FineTune("qlora", rank=spec.rank, base_format="nf4_double_quant")
-            changes.append(("fits as QLoRA (an NF4 base)", lambda: fits(tune=nf4)))
-        if option == "full":
+            changes.append(("fits as QLoRA (an NF4 base)", {"option": "qlora"},
+                            lambda: bool(_runner(body, cfg, acc, "qlora")().memory.fits)))
+        if optimizer != "adamw_8bit":
             changes.append(("fits with 8-bit AdamW states and gradient checkpointing",
+                            {"optimizer": "adamw_8bit", "recompute": "full"},
                             lambda: fits(opt="adamw_8bit", recompute="full")))
-        if longest >= 1:
-            changes.append((f"fits at a sequence of {longest} tokens", lambda: True))
+        if longest >= 2:
+            changes.append((f"fits at a sequence of {longest} tokens", {"seq_len": longest}, lambda: True))
         for n in MORE_GPUS:
             if n > body.num_gpus:
-                changes.append((f"fits on {n} GPUs with ZeRO stage 3 and gradient checkpointing",
-                                lambda n=n: fits(gpus=n, zero_stage=3, recompute="full")))
-        advice = fit.first_fitting(changes) or "does not fit on 1024 GPUs with ZeRO stage 3"
+                changes.append((f"fits on {n} GPUs with ZeRO stage 3 (FSDP) and gradient checkpointing",
+                                {"num_gpus": n, "recompute": "full"}, lambda n=n: fits(gpus=n, recompute="full")))
+        advice = fit.first_fitting(changes)
     return fit.FitOption(
         option=option, kind="training", label=label,
         settings={"precision": precision, "optimizer": optimizer, "paged_optimizer": paged,
-                  "recompute": body.recompute, "zero_stage": zero, "data_parallel": body.num_gpus,
+                  "recompute": body.recompute, "zero_stage": 3 if body.num_gpus > 1 else 0,
+                  "data_parallel": body.num_gpus,
                   **adapters,
                   **({"base_format": spec.base_format} if spec.mode == "qlora" else {})},
         fits=bool(m.fits), total_bytes=m.total, usable_bytes=acc.memory_bytes,
@@ -188,7 +213,9 @@ def _trained(body: FitRequest, cfg, acc: Accelerator, option: str) -> fit.FitOpt
                        "transient": m.transient, "inputs": m.inputs,
                        "peak_phase_extra": m.total - m.start_of_backward},
         largest_batch=int(most), largest_context=longest, seconds=step.time.seconds, time_unit="per step",
-        tokens_per_sec=step.time.tokens_per_sec, advice=advice)
+        tokens_per_sec=step.time.tokens_per_sec,
+        advice=None if m.fits else advice[0] if advice else "does not fit on 1024 GPUs with ZeRO stage 3",
+        advice_change=advice and advice[1])
 
 
 def _largest_batch(one, two, memory_bytes: int, *, paged: bool) -> int:

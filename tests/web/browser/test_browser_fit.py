@@ -69,6 +69,10 @@ def test_llama3_8b_on_an_rtx_4090_qlora_fits_full_fine_tuning_does_not(browser, 
         drawn_last = page.evaluate(f"{CHART.format(kind)}.getSortedVisibleDatasetMetas()[0].label")
         assert drawn_last == "usable memory"
     page.screenshot(path=screenshots / "fit.png", full_page=True)
+    # The advice is a link: one press asks again with the change made, and full fine-tuning fits.
+    page.get_by_test_id("apply-full").click()
+    expect(page.get_by_test_id("fits-full")).to_have_text("fits")
+    assert "num_gpus=" in page.url and "recompute=full" in page.url
     watched.clean()
     page.context.close()
 

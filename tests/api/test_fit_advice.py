@@ -1,0 +1,67 @@
+""""Will it run?" gives advice that can be followed: over many models, GPUs, GPU counts, sequence
+lengths and batches, every option that does not fit says what would make it fit, as a change to
+the request (advice_change), and applying that change makes it fit (or, for an `option`, that
+other option fits as asked). Hypothesis draws the cases; the service is called in process."""
+
+import pytest
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+
+from app.accounting import hardware, models
+from app.api.services.fit import FitRequest, answer
+
+MODELS = ["gpt2", "llama3.2-1b", "llama3-8b", "mistral-7b", "qwen3-8b", "gemma-2-9b", "llama2-13b",
+          "qwen3-30b-a3b", "mixtral-8x7b", "qwen3-32b", "llama3-70b", "mixtral-8x22b", "llama3.1-405b"]
+GPUS = [g for g in hardware.catalogue() if not g.startswith("tpu")]
+
+
+def _answer(ask: dict):
+    return answer(FitRequest.model_validate(ask))
+
+
+# no shrinking: a case costs about a second, and the assertion names the whole request
+@settings(max_examples=40, deadline=None, derandomize=True, phases=[Phase.explicit, Phase.generate],
+          suppress_health_check=[HealthCheck.too_slow])
+@given(model=st.sampled_from(MODELS), gpu=st.sampled_from(GPUS), num_gpus=st.sampled_from([1, 1, 2, 4, 8]),
+       seq_len=st.sampled_from([512, 2048, 4096, 8192]), batch_size=st.sampled_from([1, 1, 4]),
+       recompute=st.sampled_from(["selective", "none", "full"]))
+def test_every_piece_of_advice_makes_its_option_fit(model, gpu, num_gpus, seq_len, batch_size, recompute):
+    seq_len = min(seq_len, models.preset(model).max_seq_len)
+    ask = {"model": model, "gpu": gpu, "num_gpus": num_gpus, "seq_len": seq_len, "batch_size": batch_size,
+           "recompute": recompute}
+    first = _answer(ask)
+    for option in first.options:
+        if option.fits:
+            assert option.advice is None and option.advice_change is None
+            continue
+        if option.advice_change is None:  # no change found: it says so, and promises nothing
+            assert option.advice.startswith("does not fit"), option.advice
+            continue
+        change = dict(option.advice_change)
+        other = change.pop("option", option.option)
+        followed = _answer(ask | change) if change else first
+        after = {o.option: o for o in followed.options}
+        assert after[other].fits, (ask, option.option, option.advice, change, after[other].total_bytes)
+
+
+def test_the_audits_case_lora_70b_on_h100s_fits_where_it_says():
+    """LoRA shards its frozen base over the GPUs (ZeRO 3, as FSDP runs it): 70B on four H100s."""
+    ask = {"model": "llama3-70b", "gpu": "h100-sxm", "seq_len": 4096}
+    lora = {o.option: o for o in answer(FitRequest.model_validate(ask)).options}["lora"]
+    assert lora.advice_change == {"num_gpus": 4, "recompute": "full"}
+    after = {o.option: o for o in answer(FitRequest.model_validate(ask | lora.advice_change)).options}
+    assert after["lora"].fits and after["lora"].settings["zero_stage"] == 3
+    # Llama 3 70B's 70.55B parameters (model card: 70B) in bf16, a quarter on each GPU, not all 141 GB
+    frozen = after["lora"].bytes_by_kind["frozen_weights"]
+    assert 70.5e9 * 2 / 4 < frozen < 70.6e9 * 2 / 4
+
+
+@pytest.mark.parametrize(("ask", "said"), [
+    ({"model": "llama3-70b", "gpu": "h100-sxm", "seq_len": 4096},
+     "Serving fits in AWQ 4-bit (GEMM); LoRA: fits on 4 GPUs"),
+    ({"model": "llama3-8b", "gpu": "h100-sxm", "seq_len": 2048}, "Serving fits in bfloat16, FP8 E4M3, INT8 and "),
+])
+def test_the_summary_says_one_thing_per_way_to_run_it(ask, said):
+    summary = answer(FitRequest.model_validate(ask)).summary
+    assert summary.startswith(said), summary
+    assert summary.count("Serving") == 1 and "Serving in" not in summary
