@@ -22,6 +22,7 @@ from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.accounting.errors import InvalidInput
+from app.inputs import quantities
 from app.inputs.fields import UNION_TAGS
 from app.jobs import storage
 
@@ -81,6 +82,9 @@ def _json_safe(value: Any) -> bool:
     return len(text) <= _MAX_ECHO_CHARS
 
 
+_BOUNDS = {"greater_than": ">", "greater_than_equal": ">=", "less_than": "<", "less_than_equal": "<="}
+
+
 def _item(error: dict, body: Any = None) -> dict:
     loc = list(error.get("loc", ()))
     msg = error.get("msg", "invalid")
@@ -90,6 +94,10 @@ def _item(error: dict, body: Any = None) -> dict:
     elif error.get("type") in ("union_tag_invalid", "union_tag_not_found"):
         # The tag field itself is what to fix (e.g. a job's probe), not the object holding it.
         loc = [*loc, str(error.get("ctx", {}).get("discriminator", "")).strip("'")]
+    elif error.get("type") in _BOUNDS and "ctx" in error:  # 1,000,000,000,000,000, not 1000000000000000
+        limit = next(iter(error["ctx"].values()))
+        if isinstance(limit, (int, float)) and not isinstance(limit, bool):
+            msg = f"must be {_BOUNDS[error['type']]} {quantities.readable(limit)}"
     elif error.get("type") == "string_pattern_mismatch":
         msg = "String does not match the pattern in the OpenAPI schema"
     if msg.startswith(_FRAMEWORK_PREFIXES):

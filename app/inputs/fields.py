@@ -134,7 +134,8 @@ def byte_count(ge: int, le: int) -> Any:
     return Annotated[int, Field(ge=ge, le=le), _whole_text(kind, ge, le), _OrText(kind)]
 
 
-def _int_within(lo: float | None, hi: float | None, *, open_lo: bool = False, text: bool = False) -> Any:
+def _int_within(lo: float | None, hi: float | None, *, open_lo: bool = False, text: bool = False,
+                kind: quantities.Kind = quantities.NUMBER) -> Any:
     """Check a JSON integer given for a float field against the bounds as the schema
     writes them (the shortest decimal of each float), before it is rounded to a float.
     Otherwise 10**35 + 1 rounds onto `maximum: 1e35` and passes, and an integer between
@@ -147,14 +148,14 @@ def _int_within(lo: float | None, hi: float | None, *, open_lo: bool = False, te
     def check(value: Any) -> Any:
         if isinstance(value, str) and text:
             try:
-                return quantities.real(value, lo, hi, open_lo=open_lo)
+                return quantities.real(value, lo, hi, open_lo=open_lo, kind=kind)
             except quantities.QuantityError as e:
                 raise _refusal(e) from None
         if isinstance(value, int) and not isinstance(value, bool):
             if lo_dec is not None and (value <= lo_dec if open_lo else value < lo_dec):
-                raise ValueError(f"must be {'>' if open_lo else '>='} {lo!r}")
+                raise ValueError(f"must be {'>' if open_lo else '>='} {quantities.readable(lo)}")
             if hi_dec is not None and value > hi_dec:
-                raise ValueError(f"must be <= {hi!r}")
+                raise ValueError(f"must be <= {quantities.readable(hi)}")
         return value
 
     return BeforeValidator(check)
@@ -198,7 +199,8 @@ def _or_text(name: str, hint: Any) -> Any:
                 quantities.SEQUENCE if name.endswith("seq_len") else quantities.COUNT)
         quantity = Annotated[member, _whole_text(kind, lo, hi), _OrText(kind)]
     else:
-        quantity = Annotated[member, _int_within(lo, hi, text=True), _OrText(quantities.NUMBER)]
+        kind = quantities.RATE if name.endswith("bytes_per_sec") else quantities.NUMBER
+        quantity = Annotated[member, _int_within(lo, hi, text=True, kind=kind), _OrText(kind)]
     return Optional[quantity] if optional else quantity  # noqa: UP045
 
 

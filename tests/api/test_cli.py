@@ -235,7 +235,7 @@ def test_a_new_calculator_gets_a_command_for_free(capsys, monkeypatch):
     assert "How many widgets. [integer in [1, 9]; default: 3]" in " ".join(out.split())
     assert run_main(capsys, "calc", "widgets", "count", "--widgets", "4", "--compact")[1] == '{"twice":8}\n'
     status, _, err = run_main(capsys, "calc", "widgets", "count", "--widgets", "10")
-    assert status == 2 and json.loads(err)["message"] == "widgets: Input should be less than or equal to 9"
+    assert status == 2 and json.loads(err)["message"] == "widgets: must be <= 9"
 
 
 def test_a_group_with_one_unnamed_route_is_one_command(capsys, monkeypatch):

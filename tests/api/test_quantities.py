@@ -19,6 +19,9 @@ H100_BF16_DENSE = 989.5e12
 @pytest.mark.parametrize("text,value", [
     ("70B", 70 * 10**9), ("15T", 15 * 10**12), ("4k", 4000), ("4K", 4000), ("1.5M", 1_500_000),
     ("2.5e12", 2_500_000_000_000), ("7G", 7 * 10**9), ("4096", 4096), ("8 k", 8000),
+    # as people type them (issue 28, point 10): lowercase suffixes, digits grouped by commas
+    ("70b", 70 * 10**9), ("15t", 15 * 10**12), ("1.5m", 1_500_000), ("70,000,000,000", 70 * 10**9),
+    ("8,192", 8192), ("1,234.5k", 1_234_500),
 ])
 def test_counts_take_the_short_scale(text, value):
     assert quantities.whole(text, quantities.COUNT, 1, 10**15) == value
@@ -30,6 +33,38 @@ def test_counts_take_the_short_scale(text, value):
 ])
 def test_bytes_take_si_and_iec_units(text, value):
     assert quantities.whole(text, quantities.BYTES, 1, 10**15) == value
+
+
+@pytest.mark.parametrize("text", ["8,19", "8,1920", ",192", "1,2,3"])
+def test_commas_group_digits_in_threes_only(text):
+    with pytest.raises(quantities.QuantityError):
+        quantities.whole(text, quantities.COUNT, 1, 10**15)
+
+
+def test_a_lowercase_m_is_no_number_where_it_could_be_milli():
+    with pytest.raises(quantities.QuantityError):
+        quantities.real("5m", 0, 1e18)
+    assert quantities.real("989t", 0, 1e18) == 989e12
+
+
+@pytest.mark.parametrize("text,value", [
+    ("936GB/s", 936e9), ("3.35 TB/s", 3.35e12), ("900GiB/s", 900 * 2**30), ("400Gb/s", 50e9), ("2e12", 2e12),
+])
+def test_rates_take_a_byte_unit_per_second(text, value):
+    """RTX 3090's datasheet: 936 GB/s; a 400 Gb/s NIC moves 50e9 bytes/s."""
+    assert quantities.real(text, 1, 1e15, kind=quantities.RATE) == pytest.approx(value, rel=1e-15)
+
+
+def test_bandwidth_fields_take_rates_and_limits_print_readably(api):
+    slow = {"model": "gpt2", "gpu": "h100-sxm", "weight_format": "bfloat16", "prompt_tokens": 128,
+            "output_tokens": 16}
+    given = api.ok("/api/v1/inference/time", slow | {"gpu_overrides": {"memory_bandwidth_bytes_per_sec": "936GB/s"}})
+    plain = api.ok("/api/v1/inference/time", slow | {"gpu_overrides": {"memory_bandwidth_bytes_per_sec": 936e9}})
+    assert given == plain
+    refused = assert_names_field(api.post(TIME, {"params": 10**16, "tokens": "15T", "gpu": "h100-sxm"}), "params")
+    assert refused["message"] == "params: must be <= 1,000,000,000,000,000"
+    refused = assert_names_field(api.post(TIME, {"params": "2000T", "tokens": "15T", "gpu": "h100-sxm"}), "params")
+    assert refused["message"].endswith("must be <= 1,000,000,000,000,000")
 
 
 @pytest.mark.parametrize("text", ["80B", "80G", "4k", "4K", "4KB", "2T"])
