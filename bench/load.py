@@ -52,7 +52,7 @@ CALCULATORS = {
     "/api/v1/flops/mlp": {"batch": 1024, "dims": [256, 256, 64]},
     "/api/v1/tensors/layout": {"shape": [3, 2], "stride": [1, 3], "index": [2, 1], "view_shape": [2, 3]},
     "/api/v1/memory/max-model": {"gpu": "h100-sxm", "num_gpus": 8, "precision": "fp32", "optimizer": "adamw"},
-    "/api/v1/time/mfu": {"flops": 3.9e17, "seconds": 1.2, "gpu": "h100-sxm", "dtype": "bf16", "num_gpus": 8},
+    "/api/v1/time/mfu": {"flops": 5.05e16, "seconds": 16, "gpu": "h100-sxm", "dtype": "bf16", "num_gpus": 8},
 }
 
 # A small GPT-2-style model (3.7M parameters) trained in fp32 with AdamW on the CPU.

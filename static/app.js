@@ -393,6 +393,21 @@
   });
   document.addEventListener("DOMContentLoaded", showModelFields);
 
+  // A custom GPU's boxes (templates/partials/_custom_gpu.html): shown, and sent, only while the
+  // GPU list says "custom"; disabled otherwise, so the form and its URL leave them out.
+  function showCustomGpu() {
+    const list = document.querySelector("select#gpu");
+    document.querySelectorAll("[data-custom-gpu]").forEach((part) => {
+      const shown = !!list && list.value === "custom";
+      part.hidden = !shown;
+      part.disabled = !shown;
+    });
+  }
+  document.addEventListener("change", (e) => {
+    if (e.target.matches && e.target.matches("select#gpu")) showCustomGpu();
+  });
+  document.addEventListener("DOMContentLoaded", showCustomGpu);
+
   function render(root) {
     root.querySelectorAll("canvas[data-chart]").forEach((canvas) => {
       if (charts.has(canvas) || typeof Chart === "undefined") return;
@@ -443,6 +458,28 @@
     if (token) {
       try { localStorage.setItem(TOKEN_KEY, token); } catch (err) { /* storage off */ }
     }
+  });
+
+  // A refused form keeps the last good answer, dimmed, with each message at its field and any
+  // other at the top, instead of blanking the result (the server marks a refusal with
+  // X-Tally-Refused). The next answer replaces it all.
+  document.addEventListener("htmx:beforeSwap", (e) => {
+    const target = e.detail.target;
+    if (!target || target.id !== "result") return;
+    const refused = e.detail.xhr && e.detail.xhr.getResponseHeader("X-Tally-Refused") === "1";
+    if (!refused) {
+      target.classList.remove("stale");
+      return;
+    }
+    if (!target.querySelector("[data-answered]")) return;  // nothing to keep: show the refusal
+    e.detail.shouldSwap = false;
+    const incoming = document.createElement("template");
+    incoming.innerHTML = e.detail.serverResponse;
+    render(incoming.content);  // the messages beside their fields
+    target.querySelectorAll(".refusal").forEach((old) => old.remove());
+    const message = incoming.content.querySelector(".refusal");
+    if (message) target.prepend(message);
+    target.classList.add("stale");
   });
 
   document.addEventListener("DOMContentLoaded", () => render(document));

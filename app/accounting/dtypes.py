@@ -157,7 +157,7 @@ FORMATS: tuple[Format, ...] = (
 )
 
 # Keys of a GPU's peak table that a dtype's matmuls run at.
-PEAK_KEYS = ("float64", "float32", "tfloat32", "bfloat16", "float16", "float8", "int8")
+PEAK_KEYS = ("float64", "float32", "tfloat32", "bfloat16", "float16", "float8", "float4", "int8")
 
 
 @cache

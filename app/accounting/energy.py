@@ -19,7 +19,7 @@ from functools import cache
 from importlib import resources
 
 from app.accounting.errors import InvalidInput
-from app.accounting.hardware import Accelerator
+from app.accounting.hardware import CUSTOM_VENDOR, Accelerator
 from app.accounting.records import RECORD
 
 JOULES_PER_KWH = 3.6e6
@@ -79,11 +79,15 @@ def board_power(acc: Accelerator, utilization: float, *, field: str = "power_wat
     where the catalogue lists no board power for the part."""
     if not 0 < utilization <= 1:
         raise InvalidInput("power_utilization", f"must be in (0, 1], not {utilization}")
+    if acc.board_power_watts is None and acc.vendor == CUSTOM_VENDOR:
+        raise InvalidInput(field, f"{acc.id} was given no board power: give power_watts, or "
+                                  "gpu.board_power_watts")
     if acc.board_power_watts is None:
         raise InvalidInput(field, f"the catalogue lists no board power for {acc.id} (no vendor sheet gives "
                                   "one); give power_watts")
+    where = "gpu" if acc.vendor == CUSTOM_VENDOR else "catalogue"
     return Power(acc.board_power_watts * utilization,
-                 f"catalogue: {acc.id} board power {acc.board_power_watts:g} W x utilisation {utilization:g} "
+                 f"{where}: {acc.id} board power {acc.board_power_watts:g} W x utilisation {utilization:g} "
                  f"({acc.board_power_source})", acc.board_power_watts, utilization)
 
 

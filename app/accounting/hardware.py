@@ -3,13 +3,14 @@
 Every peak is DENSE FLOP/s (int8: ops/s): no 2:4 structured sparsity.
 """
 
+import re
 import tomllib
 from dataclasses import dataclass, field, replace
 from functools import cache
 from importlib import resources
 from typing import Annotated, Literal
 
-from annotated_types import Ge, Le
+from annotated_types import Ge, Le, MaxLen, MinLen
 
 from app.accounting import names
 from app.accounting.dtypes import PEAK_KEYS, peak_key
@@ -67,7 +68,7 @@ class Accelerator:
     """Device memory in bytes, decimal as the datasheet writes it ("80GB" is 80e9)."""
     memory_bandwidth_bytes_per_sec: float
     peak_flop_per_sec: dict[str, float]
-    """Dense peak per dtype key: float64, float32, tfloat32, bfloat16, float16, float8, int8."""
+    """Dense peak per dtype key: float64, float32, tfloat32, bfloat16, float16, float8, float4, int8."""
     device_names: list[str]
     """Names a live device reports for this part (torch.cuda.get_device_name, NVML)."""
     source: str
@@ -96,6 +97,7 @@ class PeakOverrides:
     bfloat16: FlopRate | None = None
     float16: FlopRate | None = None
     float8: FlopRate | None = None
+    float4: FlopRate | None = None
     int8: FlopRate | None = None
 
     __pydantic_config__ = RECORD
@@ -111,6 +113,64 @@ class GpuOverrides:
     interconnect_bytes_per_sec: Annotated[float, Ge(1), Le(1e15)] | None = None
 
     __pydantic_config__ = RECORD
+
+
+@dataclass(frozen=True, slots=True)
+class CustomPeaks:
+    """Dense FLOP/s (int8: ops/s) of a GPU outside the catalogue. Only the peaks given exist: a
+    calculation in a dtype whose peak is not given is refused naming this field, never run at
+    another part's figure."""
+
+    bfloat16: FlopRate
+    """The 16-bit tensor peak, dense (a datasheet's starred sparse figure / 2)."""
+    float16: FlopRate | None = None
+    """Where fp16 differs from bf16; else fp16 runs at the bfloat16 figure (the same tensor cores)."""
+    float32: FlopRate | None = None
+    tfloat32: FlopRate | None = None
+    float8: FlopRate | None = None
+    float4: FlopRate | None = None
+    int8: FlopRate | None = None
+    float64: FlopRate | None = None
+
+    __pydantic_config__ = RECORD
+
+
+@dataclass(frozen=True, slots=True)
+class CustomGpu:
+    """A GPU outside the catalogue, as its owner describes it: answers label it by `name`, and
+    nothing is borrowed from any catalogue part (no node, network or power it was not given)."""
+
+    name: Annotated[str, MinLen(1), MaxLen(60)]
+    memory_bytes: Annotated[int, Ge(1), Le(10**15)]
+    """Device memory: "24GB" (10^9) or "24GiB" (2^30)."""
+    memory_bandwidth_bytes_per_sec: Annotated[float, Ge(1), Le(1e15)]
+    """Device memory bandwidth: "936GB/s"."""
+    peak_flop_per_sec: CustomPeaks
+    interconnect_bytes_per_sec: Annotated[float, Ge(1), Le(1e15)] | None = None
+    """What one GPU sends to its peers in one direction ("32GB/s" for PCIe Gen4 x16, "450GB/s"
+    for NVLink 4); tensor parallel and collectives need it."""
+    board_power_watts: Annotated[float, Ge(1), Le(1e5)] | None = None
+    """W: the board's max power; energy answers need it (or a power of their own)."""
+
+    __pydantic_config__ = RECORD
+
+
+CUSTOM_VENDOR = "custom"
+
+
+def custom(spec: CustomGpu) -> Accelerator:
+    """The Accelerator a custom GPU describes: its id and name are its name."""
+    given = spec.peak_flop_per_sec
+    peaks = {key: getattr(given, key) for key in PEAK_KEYS if getattr(given, key) is not None}
+    peaks.setdefault("float16", given.bfloat16)
+    return Accelerator(
+        id=spec.name, name=spec.name, vendor=CUSTOM_VENDOR, memory_bytes=spec.memory_bytes,
+        memory_bandwidth_bytes_per_sec=spec.memory_bandwidth_bytes_per_sec,
+        peak_flop_per_sec={k: peaks[k] for k in PEAK_KEYS if k in peaks}, device_names=[],
+        source="given in the request", notes="", interconnect_bytes_per_sec=spec.interconnect_bytes_per_sec,
+        interconnect_source="given in the request" if spec.interconnect_bytes_per_sec else None,
+        board_power_watts=spec.board_power_watts,
+        board_power_source="given in the request" if spec.board_power_watts else None)
 
 
 @cache
@@ -141,17 +201,36 @@ HARDWARE_LISTING = "GET /api/v1/hardware"
 
 
 def resolve_id(gpu_id: str, *, field: str = "gpu") -> str:
-    """The catalogue id `gpu_id` names: itself, or the one part of a family it names (h200;
-    rtx -> rtx-4090). A family of several parts (h100) is refused listing exactly those."""
+    """The catalogue id `gpu_id` names: itself, the one part of a family it names (l4), or the one
+    part a name hint points at (hinted: "4090", "H100 80GB"). A family or hint of several parts
+    (h100, rtx) is refused listing exactly those."""
     table = catalogue()
     if gpu_id in table:
         return gpu_id
-    parts = names.family(gpu_id, table)
+    parts = names.family(gpu_id, table) or hinted(gpu_id)
     if len(parts) == 1:
         return parts[0]
     if parts:
         raise InvalidInput(field, f"{gpu_id!r} names several parts: {', '.join(parts)}; say which")
     raise InvalidInput(field, names.unknown("gpu", gpu_id, table, HARDWARE_LISTING))
+
+
+def _squeezed(text: str) -> str:
+    return re.sub(r"[^0-9a-z]", "", text.lower())
+
+
+def hinted(hint: str) -> list[str]:
+    """The parts a name as people write it points at: its id without punctuation ("rtx3090" ->
+    rtx-3090), else every part whose id, name or reported device name holds it ("4090" ->
+    rtx-4090; "H100 80GB" -> h100-sxm, which reports "NVIDIA H100 80GB HBM3"). Case, spaces,
+    hyphens and a leading "NVIDIA" do not count; hints shorter than 3 characters name nothing."""
+    squeezed = _squeezed(hint).removeprefix("nvidia")
+    if len(squeezed) < 3:
+        return []
+    table = catalogue()
+    exact = [i for i in table if _squeezed(i) == squeezed]
+    return exact or [i for i, acc in table.items()
+                     if any(squeezed in _squeezed(n) for n in (i, acc.name, *acc.device_names))]
 
 
 def gpu(gpu_id: str, overrides: GpuOverrides | None = None, *, field: str = "gpu") -> Accelerator:
@@ -185,6 +264,6 @@ def peak_flop_per_sec(acc: Accelerator, dtype: str, *, field: str = "dtype") -> 
         return acc.peak_flop_per_sec[key]
     except KeyError:
         listed = ", ".join(acc.peak_flop_per_sec)
+        where = "gpu.peak_flop_per_sec" if acc.vendor == CUSTOM_VENDOR else "gpu_overrides.peak_flop_per_sec"
         raise InvalidInput(
-            field, f"{acc.id} lists no {key} peak (it lists {listed}); "
-                   "give one in gpu_overrides.peak_flop_per_sec") from None
+            field, f"{acc.id} lists no {key} peak (it lists {listed}); give one in {where}") from None

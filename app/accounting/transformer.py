@@ -168,6 +168,11 @@ class TransformerConfig:
     """DeepSeek-V3's e_score_correction_bias: n_experts floats per MoE layer that steer
     selection. transformers keeps it as a buffer, not a parameter, so it is reported as
     `buffers`, outside the parameter total (as in the checkpoint's parameter count)."""
+    transformers_caches_all_heads: bool = False
+    """transformers broadcasts each key/value head to its n_heads / n_kv_heads query heads before
+    writing its cache (Falcon with new_decoder_architecture: K and V of [b, n_heads, s, head_dim]),
+    so its DynamicCache holds n_heads heads where vLLM's holds n_kv_heads. Read only by the KV
+    cache's engine "transformers"; no parameters or FLOPs."""
 
     __pydantic_config__ = RECORD
 
@@ -281,6 +286,9 @@ def _check_structure(c: TransformerConfig) -> None:
     if c.global_every is not None and c.sliding_window is None:
         raise InvalidInput("global_every", "needs sliding_window (the window of the other layers)")
     if c.mla:
+        if c.transformers_caches_all_heads:
+            raise InvalidInput("transformers_caches_all_heads", "latent attention caches the latent, not "
+                                                                "per-head keys and values; use false")
         if c.qk_norm != "none":
             raise InvalidInput("qk_norm", "latent attention has its own latent norms; use 'none'")
         for name in _MLA[1:]:

@@ -20,6 +20,12 @@ PROC = Path("/proc")
 BUSY_CORES = 0.1
 # Cores all other processes together may use before the result is flagged as not quiet.
 QUIET_CORES = 0.5
+# Runnable tasks beyond the cores, in the 1-minute load average, before the result is flagged. The
+# probe's own threads count in the load, so one more than the cores is allowed. It catches what
+# /proc's process list cannot: neighbours in other containers of the same host (their CPU time is
+# invisible here, the load is not), as a matmul 12-60x slower than its best iteration at a load of
+# 9.6 on 2 cores was.
+LOAD_SLACK = 1.0
 Snapshot = dict[int, tuple[str, float]]
 """pid -> (name, CPU seconds used so far: user + system)."""
 
@@ -59,9 +65,17 @@ def judge(before: Snapshot, after: Snapshot, *, seconds: float, exclude: set[int
     others = sum(cores for _, _, cores in used if cores > 0)
     busy = [BusyProcess(pid=pid, name=name, cpu_cores=round(cores, 3))
             for pid, name, cores in sorted(used, key=lambda u: -u[2]) if cores >= BUSY_CORES]
+    reasons = []
+    if others >= QUIET_CORES:
+        reasons.append(f"other processes used {others:.2g} cores")
+    loads = [x for x in (load_before, load_after) if x is not None]
+    if loads and max(loads) > cpu_count + LOAD_SLACK:
+        reasons.append(f"a load average of {max(loads):.3g} on {cpu_count} cores")
+    if (gpu_processes or 0) > 1:
+        reasons.append(f"{gpu_processes - 1} other process(es) held its GPU")
     return Contention(seconds=seconds, load_before=load_before, load_after=load_after, cpu_count=cpu_count,
                       others_cpu_cores=round(others, 3), busy=busy, gpu_processes=gpu_processes,
-                      quiet=others < QUIET_CORES and (gpu_processes or 0) <= 1)
+                      quiet=not reasons, reasons=reasons)
 
 
 def visible_gpu() -> int:

@@ -78,14 +78,10 @@ def run(args: argparse.Namespace) -> int:
                 print(f"tally burn-in: {answer.status_code}: {answer.text}", file=sys.stderr)
                 return 2
             campaign = answer.json()
+            said = None
             while not campaign["done"]:
                 ended = sum(j["status"] not in ("queued", "running") for j in campaign["jobs"])
-                print(
-                    f"\rcampaign {campaign['id']}: {ended}/{len(campaign['jobs'])} devices done",
-                    end="",
-                    file=sys.stderr,
-                    flush=True,
-                )
+                said = _progress(f"campaign {campaign['id']}: {ended}/{len(campaign['jobs'])} devices done", said)
                 if deadline is not None and time.monotonic() >= deadline:
                     return _past_deadline(campaign, args.deadline)
                 time.sleep(POLL_S if deadline is None else max(0.0, min(POLL_S, deadline - time.monotonic())))
@@ -97,13 +93,24 @@ def run(args: argparse.Namespace) -> int:
         except httpx.HTTPError as e:
             print(f"tally burn-in: {server}: {e}", file=sys.stderr)
             return 2
-    print(file=sys.stderr)
+    if sys.stderr.isatty():
+        print(file=sys.stderr)
     if args.output == "json":
         print(json.dumps(campaign, indent=2))
     else:
         _print(campaign)
     failed = [j for j in campaign["jobs"] if j["status"] != "succeeded"]
     return 1 if failed or any(row["flagged"] for row in campaign["compared"]) else 0
+
+
+def _progress(line: str, said: str | None) -> str:
+    """On a terminal, one line rewritten in place; elsewhere (a log, a pipe, CI) a line each time
+    the count changes, never the same line every poll nor carriage returns piled into one."""
+    if sys.stderr.isatty():
+        print(f"\r{line}", end="", file=sys.stderr, flush=True)
+    elif line != said:
+        print(line, file=sys.stderr, flush=True)
+    return line
 
 
 def _past_deadline(campaign: dict, deadline_s: float) -> int:

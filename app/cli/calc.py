@@ -129,7 +129,10 @@ def calculators() -> list[Calculator]:
                       if isinstance(model, type) and issubclass(model, BaseModel) else None),
                 takes_body=bool(bodies),
                 body_help=(bodies[0].field_info.description or "") if bodies else "",
-                module=module.__name__, group_help=docs.get(parts[0]) or _first_line(module)))
+                # A group without a module of its own (quantization, in the inference module): its
+                # route's own summary, not its neighbour's module docstring.
+                module=module.__name__, group_help=docs.get(parts[0]) or (
+                    route.summary or description.split("\n\n")[0].replace("\n", " "))))
     # A group's own path beside named actions (a later /finetune/compare) takes its method as
     # its action, as argparse cannot make the ACTION optional.
     crowded = {c.group for c in found if c.action} & {c.group for c in found if not c.action}

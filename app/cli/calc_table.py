@@ -10,24 +10,27 @@ CALCULATORS = [
      'Its queued jobs are cancelled at once, its running ones stopped within a moment; 409 when it\n'
      'has ended already.',
      ['campaign_id'], [], None, False, '', 'app.api.routes.fleet',
-     "The fleet's routes: its devices, campaigns over every live device, and a device's history."),
+     'Its queued jobs are cancelled at once, its running ones stopped within a moment; 409 when it has '
+     'ended already.'),
     ('campaigns', 'get', 'GET', '/api/v1/campaigns/{campaign_id}',
      "Its jobs, and for a burn-in every device beside its model's fleet median, the ones more than "
      "outlier_fraction below it flagged with NVML's reason, and the models against the catalogue.",
      "Its jobs, and for a burn-in every device beside its model's fleet median, the ones more than\n"
      "outlier_fraction below it flagged with NVML's reason, and the models against the catalogue.",
      ['campaign_id'], [], None, False, '', 'app.api.routes.fleet',
-     "The fleet's routes: its devices, campaigns over every live device, and a device's history."),
+     "Its jobs, and for a burn-in every device beside its model's fleet median, the ones more than "
+     "outlier_fraction below it flagged with NVML's reason, and the models against the catalogue."),
     ('campaigns', 'list', 'GET', '/api/v1/campaigns', 'The newest 20 campaigns first.',
      'The newest 20 campaigns first.', [], [], None, False, '', 'app.api.routes.fleet',
-     "The fleet's routes: its devices, campaigns over every live device, and a device's history."),
+     'The newest 20 campaigns first.'),
     ('campaigns', 'post', 'POST', '/api/v1/campaigns',
      'One job of the probe on every live device (the GPUs; on a fleet of none, its CPUs), each sized '
      'against its device. 202 with the campaign; follow it at /campaigns/{id}.',
      'One job of the probe on every live device (the GPUs; on a fleet of none, its CPUs), each\n'
      'sized against its device. 202 with the campaign; follow it at /campaigns/{id}.',
      [], [], None, True, '', 'app.api.routes.fleet',
-     "The fleet's routes: its devices, campaigns over every live device, and a device's history."),
+     'One job of the probe on every live device (the GPUs; on a fleet of none, its CPUs), each sized '
+     'against its device. 202 with the campaign; follow it at /campaigns/{id}.'),
     ('checkpoint', '', 'POST', '/api/v1/checkpoint',
      'Checkpoint bytes, seconds to write and read one, and the share of a run spent saving them.',
      'Checkpoint bytes, seconds to write and read one, and the share of a run spent saving them.', [], [],
@@ -103,9 +106,9 @@ CALCULATORS = [
      'app.api.services.flops:TransformerRequest', True, '', 'app.api.routes.flops',
      "FLOP counts: a matmul, the course's linear stack, a transformer step."),
     ('hardware', 'get', 'GET', '/api/v1/hardware/{gpu_id}',
-     'One accelerator by id; a family with one part (rtx) answers with that part.',
-     'One accelerator by id; a family with one part (rtx) answers with that part.', ['gpu_id'], [], None,
-     False, '', 'app.api.routes.hardware', 'The accelerator catalogue.'),
+     'One accelerator by id, or by a name people write ("H100 80GB", "4090") that points at one part.',
+     'One accelerator by id, or by a name people write ("H100 80GB", "4090") that points at one part.',
+     ['gpu_id'], [], None, False, '', 'app.api.routes.hardware', 'The accelerator catalogue.'),
     ('hardware', 'list', 'GET', '/api/v1/hardware',
      'Every accelerator with dense peaks per dtype, memory and bandwidth.',
      'Every accelerator with dense peaks per dtype, memory and bandwidth.', [], [], None, False, '',
@@ -174,7 +177,7 @@ CALCULATORS = [
      'Every weight format: bits per weight, block layout, what stays unquantized, a source.',
      'Every weight format: bits per weight, block layout, what stays unquantized, a source.', [], [], None,
      False, '', 'app.api.routes.inference',
-     'Serving: memory per GPU, capacity, prefill and decode time; the weight formats.'),
+     'Every weight format: bits per weight, block layout, what stays unquantized, a source.'),
     ('tensors', 'layout', 'POST', '/api/v1/tensors/layout',
      'Contiguity, the storage index of an element, and whether a view needs a copy.',
      'Contiguity, the storage index of an element, and whether a view needs a copy.', [], [],

@@ -45,8 +45,9 @@ DtypeName = named("dtype", dtypes.accepted_names(), dtypes.DTYPES_LISTING)
 PeakDtype = named("dtype with a matmul peak", _PEAK_DTYPES, dtypes.DTYPES_LISTING)
 Preset = named("preset", PresetName.__args__, models.MODELS_LISTING)  # type: ignore[attr-defined]
 GpuId = named("gpu", tuple(hardware.catalogue()), hardware.HARDWARE_LISTING, hardware.resolve_id)
-"""A catalogue id; a family with one part (rtx) resolves to it, one with several (h100) is refused
-listing them, so the answer's echoed gpu always shows the full id."""
+"""A catalogue id, or a name that points at one part ("4090", "H100 80GB": hardware.resolve_id);
+one that points at several (h100) is refused listing them, so the answer's echoed gpu always
+shows the full id."""
 
 
 TransformerConfigIn = strict_input(models.TransformerConfig)
@@ -92,17 +93,44 @@ def engine_model(spec: Any, *, field: str = "model") -> models.TransformerConfig
         raise InvalidInput(f"{field}.{e.field}", e.message) from None
 
 
-def accelerator(gpu: str | None, overrides: Any) -> hardware.Accelerator | None:
-    """The catalogue entry for `gpu` with request overrides applied, or None."""
+CustomGpuIn = strict_input(hardware.CustomGpu)
+
+
+def _gpu_kind(value: Any) -> str | None:
+    return "catalogue" if isinstance(value, str) else "custom" if isinstance(value, (dict, CustomGpuIn)) else None
+
+
+_GPU_HELP = ('an id from GET /api/v1/hardware (or a name people write: "H100 80GB", "4090"), or a custom '
+             'GPU: {"name", "memory_bytes", "memory_bandwidth_bytes_per_sec", "peak_flop_per_sec": '
+             '{"bfloat16", ...}} and optionally interconnect_bytes_per_sec and board_power_watts')
+GpuRef = Annotated[
+    tagged({"catalogue": GpuId, "custom": CustomGpuIn}, _gpu_kind, f"gpu must be {_GPU_HELP}"),
+    Field(description=f"The GPU: {_GPU_HELP}."),
+]
+"""A catalogue part, or a GPU outside it described in the request (hardware.CustomGpu)."""
+
+
+def accelerator(gpu: Any, overrides: Any) -> hardware.Accelerator | None:
+    """The catalogue entry for `gpu` with request overrides applied, a custom GPU's own figures,
+    or None."""
     if gpu is None:
         if overrides is not None:
             raise InvalidInput("gpu_overrides", "needs a gpu to override")
         return None
+    if isinstance(gpu, CustomGpuIn):
+        if overrides is not None:
+            raise InvalidInput("gpu_overrides", "a custom gpu gives its own figures: set them in gpu")
+        return hardware.custom(gpu.to_engine())
     return hardware.gpu(gpu, None if overrides is None else overrides.to_engine())
 
 
+def gpu_label(gpu: Any) -> str | None:
+    """How answers and messages name the request's GPU: its catalogue id, or a custom one's name."""
+    return gpu.name if isinstance(gpu, CustomGpuIn) else gpu
+
+
 class GpuInput(Input):
-    gpu: GpuId = Field(description="Accelerator id from GET /api/v1/hardware.")
+    gpu: GpuRef
     gpu_overrides: GpuOverridesIn | None = Field(  # type: ignore[valid-type]
         None, description="Numbers to use instead of the catalogue's for this request.")
 

@@ -108,6 +108,12 @@ class Store(Database, FleetStore):
         with self._write() as db:
             backends.upsert(db, workers, {"worker_id": worker_id, "seen_at": time.time()}, key="worker_id")
 
+    def workers_seen(self) -> list[tuple[str, float]]:
+        """Every dispatcher that ever said it was alive, with when it last did (unix seconds)."""
+        with self._read() as db:
+            rows = db.execute(sa.select(workers.c.worker_id, workers.c.seen_at).order_by(workers.c.worker_id))
+            return [(worker_id, seen_at) for worker_id, seen_at in rows]
+
     def live_workers(self, *, within_s: float) -> list[str]:
         """Dispatchers seen in the last within_s seconds."""
         with self._read() as db:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from app.accounting.records import RECORD
 from app.device import DeviceInfo
+from app.measured import doubts
 
 if TYPE_CHECKING:  # annotations only: the job store (SQLAlchemy) loads when a caller opens one
     from app.jobs.job import Job
@@ -109,6 +110,13 @@ def on_device(job: Job, device: DeviceInfo) -> bool:
     return env.device == device.kind and env.device_name == device.name
 
 
+def trusted(job: Job, device: DeviceInfo) -> bool:
+    """Measured on this device, alone, with timings that did not spread (app/measured/doubts.py):
+    a contended run's slower figures would otherwise stand for the device once no quiet run is
+    among the recent ones."""
+    return on_device(job, device) and not doubts.doubts(job.result)
+
+
 def finished(job: Job) -> datetime:
     """When the job ended (or, for a row without an end, was made), in UTC."""
     return datetime.fromtimestamp(job.finished_at or job.created_at, UTC)
@@ -123,7 +131,7 @@ def best_recent(store: Store, probe: str, device: DeviceInfo, figure: Callable[[
     one (`figure` of the job; None skips it), the one with the highest `key`, its runs_considered
     set; None before any."""
     runs = [run for job in store.latest(probe=probe, limit=LOOKBACK)
-            if on_device(job, device) and (run := figure(job)) is not None][:WINDOW]
+            if trusted(job, device) and (run := figure(job)) is not None][:WINDOW]
     if not runs:
         return None
     best = max(runs, key=key)
@@ -143,7 +151,7 @@ def calibration(store: Store, device: Any) -> Calibration:
     catalogue_id: app/measured/past.RanOn)."""
     shapes: dict[str, list[MatmulPeak]] = {}
     for job in store.latest(probe="matmul", limit=LOOKBACK):
-        if on_device(job, device):
+        if trusted(job, device):
             for dtype, p in job.result.best.items():
                 _recent(shapes, dtype, MatmulPeak(dtype=dtype, flop_per_sec=p.flop_per_sec, m=p.m, k=p.k,
                                                   n=p.n, mfu=p.mfu, job_id=job.id, measured_at=finished(job)))
@@ -151,7 +159,7 @@ def calibration(store: Store, device: Any) -> Calibration:
     for job in store.latest(probe="train_step", limit=LOOKBACK):
         r = job.result
         # A fine-tune's step skips frozen weights' gradients: its MFU is not a training step's.
-        if on_device(job, device) and r.mode == "full":
+        if trusted(job, device) and r.mode == "full":
             _recent(steps, r.precision, TrainStepMfu(
                 precision=r.precision, mfu=r.mfu, achieved_flop_per_sec=r.achieved_flop_per_sec,
                 tokens_per_sec=r.tokens_per_sec, model=r.model, job_id=job.id, measured_at=finished(job)))

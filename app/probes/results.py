@@ -61,8 +61,11 @@ class Contention:
     """Processes with a context on the probe's GPU, its own included, the most NVML saw at the
     start or the end; null on a CPU or without NVML."""
     quiet: bool = True
-    """False when the others used half a core or more, or another process held the probe's
+    """False when the others used half a core or more, the load average stood above the cores
+    (by more than one: the probe's own threads count in it), or another process held the probe's
     GPU: the numbers may be slower than the device alone."""
+    reasons: list[str] = field(default_factory=list)
+    """Why it is not quiet, one line each; empty when quiet (and in results stored before)."""
 
     __pydantic_config__ = RECORD
 

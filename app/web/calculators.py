@@ -14,11 +14,12 @@ from app import numbers
 from app.accounting.errors import InvalidInput
 from app.api.compute import Narrow
 from app.api.responses import jsonable
-from app.api.services import dtypes, flops, memory, tensors, time
-from app.inputs.schemas import engine_model
+from app.api.services import dtypes, flops, memory, time
+from app.inputs.schemas import engine_model, gpu_label
 from app.jobs.store import Store
 from app.measured.here import read_if
 from app.web import data, fit, forms, inference, scale
+from app.web import tensors as tensors_page
 from app.web.spec import Calculator, Compute, Input, choices
 
 __all__ = ["CALCULATORS", "Calculator", "Input", "choices", "flops_label"]
@@ -103,13 +104,13 @@ def _memory_charts(body: memory.TrainingMemoryRequest, answer: dict, jobs: Store
             why = (f"At ZeRO {body.zero_stage} with {body.data_parallel} data-parallel rank(s) neither the "
                    "ZeRO stage nor more ranks change the bytes per GPU, so this shows what does: the "
                    "sequence length (activations).")
-    gpu = body.gpu or "h100-sxm"
+    gpu = body.gpu.model_dump(mode="json") if isinstance(body.gpu, BaseModel) else body.gpu or "h100-sxm"
     biggest = _answer(memory.MaxModelRequest, {
         "gpu": gpu, "num_gpus": body.num_gpus, "precision": body.precision, "optimizer": body.optimizer,
         "zero_stage": body.zero_stage}, memory.max_model)
     capacity = None if answer["gpu_memory_bytes"] is None else answer["gpu_memory_bytes"] / 1e9
     return {"stack": {"type": "memory_stack", "bars": bars, "kinds": list(STACK), "capacity_gb": capacity,
-                      "gpu": gpu, "x": x, "why": why}, "max_model": biggest}
+                      "gpu": gpu_label(body.gpu) or gpu, "x": x, "why": why}, "max_model": biggest}
 
 
 PARTS = ("attention_latent", "attention_qkv", "attention_scores", "attention_values", "attention_output",
@@ -139,17 +140,7 @@ def _mlp_charts(body: flops.MlpRequest, answer: dict, jobs: Store) -> dict:
 
 
 CALCULATORS = {c.slug: c for c in (
-    Calculator(
-        "tensors", "Tensor layout",
-        "Where each element of a strided tensor lives in storage, whether the tensor is contiguous, "
-        "and whether view() can reshape it without a copy, by PyTorch's own rule. The example is a "
-        "transposed 2 x 3 matrix: x.t() has shape (3, 2) and strides (1, 3).",
-        tensors.LayoutRequest, _pure(tensors.layout),
-        (Input("shape", "Shape", "3, 2", "comma-separated sizes", is_list=True),
-         Input("stride", "Strides", "1, 3", "elements per step; empty for contiguous", is_list=True),
-         Input("storage_offset", "Storage offset"),
-         Input("index", "Element", "2, 1", "an index to locate in storage", is_list=True),
-         Input("view_shape", "View as", "2, 3", "a shape for view(); one entry may be -1", is_list=True))),
+    tensors_page.PAGE,
     Calculator(
         "formats", "Number formats",
         "How a value is stored: sign, exponent and mantissa bits, the value it becomes, and whether it "

@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import HTMLResponse
+from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 
@@ -53,6 +54,45 @@ def burn_in_page(
     return templates.TemplateResponse(request, "burn_in.html", {
         "campaigns": listed, "campaign": shown, "device": device, "history": history,
         "token_needed": request.app.state.settings.api_token is not None})
+
+
+START_FIELDS = ("sustain_s", "model", "outlier_fraction")
+"""The Burn-in page's start form: POST /api/v1/campaigns's burn_in body, empty fields left out."""
+
+
+@router.post("/ui/burn-in/start", response_class=HTMLResponse)
+async def start_campaign(request: Request, jobs: StoreDep, settings: SettingsDep) -> HTMLResponse:
+    """The page's Start form: POST /api/v1/campaigns {"probe": "burn_in", ...} with the token the
+    form holds (a cross-site post is refused before this, app/api/security.py); the page opens the
+    new campaign, and a refusal shows beside its field."""
+    form = forms.posted(request.headers.get("content-type"), await request.body(), "token")
+    token = form["token"] or None
+    given = {k: form[k].strip() for k in START_FIELDS if form.get(k, "").strip()}
+    body = {"probe": "burn_in", "params": {"sustain_s": given.pop("sustain_s")} if "sustain_s" in given else {},
+            **given}
+    try:
+        if token is not None and not (token.isascii() and token.isprintable()):
+            raise InvalidInput("token", "may hold only printable ASCII characters; paste the server's "
+                                        "TALLY_API_TOKEN")
+        deps.check_token(settings, token)
+        campaign = service.CAMPAIGN.validate_python(body)
+        out = await run_in_threadpool(service.start, campaign, jobs=jobs, settings=settings)
+    except InvalidInput as e:
+        refused = errors.error_body([errors.invalid_input_item(e)])
+    except ValidationError as e:
+        refused = errors.error_body(errors.validation_items(e.errors(), body))
+    except HTTPException as e:
+        refused = errors.http_error_body(e)
+    else:
+        return HTMLResponse("", headers={"HX-Redirect": f"/burn-in?campaign={out.id}"})
+    # Each message beside its box: burn_in.params.sustain_s (the union's tag, the params) -> sustain_s
+    found = {}
+    for item in refused["detail"]:
+        field = item["field"].removeprefix("burn_in.").removeprefix("params.")
+        found.setdefault(field, item["msg"])
+        item["field"] = field
+    return templates.TemplateResponse(request, "partials/launch_error.html", {
+        "message": "; ".join(f"{i['field']}: {i['msg']}" for i in refused["detail"]), "errors": found})
 
 
 @router.post("/ui/burn-in/{campaign_id}/cancel", response_class=HTMLResponse)

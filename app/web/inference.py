@@ -14,6 +14,7 @@ from app.accounting.records import RECORD
 from app.api.compute import Narrow
 from app.api.services import inference as service
 from app.api.services.inference import InferenceMemoryRequest, InferenceTimeRequest
+from app.inputs.schemas import gpu_label
 from app.jobs.store import Store
 from app.measured.here import read_if
 from app.web.spec import Calculator, Input
@@ -75,7 +76,7 @@ def _memory_stack(body: InferencePageRequest, memory: dict) -> dict:
     usable = numbers.gb(memory["usable_bytes"])
     return {"type": "memory_stack", "bars": bars, "kinds": list(KINDS),
             "capacity_gb": memory["usable_bytes"] / 1e9, "capacity_label": f"usable: {usable}",
-            "gpu": body.gpu, "current": current,
+            "gpu": gpu_label(body.gpu), "current": current,
             "x": "sequences in flight (concurrency, all replicas)"}
 
 

@@ -77,6 +77,8 @@ def _page(calc: Calculator):
                    **await _computed(calc, request, jobs, form)}
         response = templates.TemplateResponse(request, f"partials/{calc.slug}.html", context)
         response.headers["HX-Replace-Url"] = f"/{calc.slug}?{request.query_params}"
+        if "answer" not in context:  # refused: the page keeps its last answer (static/app.js)
+            response.headers["X-Tally-Refused"] = "1"
         return response
 
     return page, fragment

@@ -11,6 +11,7 @@ The charts are the answer's own seconds and bytes in GB; nothing here computes a
 compute that is not recompute (the answer's compute includes its recompute)."""
 
 from typing import Any
+from urllib.parse import urlencode
 
 from pydantic import create_model
 
@@ -76,9 +77,26 @@ def rows(answer: dict) -> list[dict]:
     return [{"name": "closest", **answer["least_memory"]}] if answer["least_memory"] else []
 
 
+def time_link(body: Any, answer: dict) -> str:
+    """The Time page asked about this run: its model, GPU and GPUs, the fastest layout's MFU, the
+    training tokens; so its days agree with this page's (both are FLOPs over the achieved rate)."""
+    asked: dict[str, Any] = {"num_gpus": answer["num_gpus"]}
+    if isinstance(body.model, str):
+        asked["model"] = body.model
+    if isinstance(body.gpu, str):
+        asked["gpu"] = answer["gpu"]
+    if answer["best"]:
+        asked["mfu"] = f"{answer['best'][0]['mfu']:.4g}"
+    if body.training_tokens:
+        asked["tokens"] = body.training_tokens
+    if body.price_per_gpu_hour is not None:
+        asked |= {"price_per_gpu_hour": body.price_per_gpu_hour, "currency": body.currency}
+    return "/time?" + urlencode(asked)
+
+
 def _charts(body: Any, answer: dict, jobs: Store) -> dict:
     if not answer["evaluated"]:
-        return {}
+        return {"time_link": time_link(body, answer)}
     memory_bytes = accelerator(body.gpu, body.gpu_overrides).memory_bytes
     points = {"fits": [], "over": []}
     for p in answer["points"]:
@@ -95,6 +113,7 @@ def _charts(body: Any, answer: dict, jobs: Store) -> dict:
                         "x": chosen["step_seconds"], "y": chosen["memory_bytes"] / GB,
                         "label": f"{chosen['name']}: " + search.label(Layout(**chosen["layout"]))}},
         "steps": {"type": "step_bars", "bars": bars, "kinds": kinds, "names": [STACK[k] for k in kinds]},
+        "time_link": time_link(body, answer),
     }
 
 
@@ -136,7 +155,9 @@ PAGE = Calculator(
      Input("overlap_data_parallel", "Overlap data parallel", hint="false: every gradient reduction and "
            "parameter gather is exposed", more=True),
      Input("top_k", "Layouts listed", hint="the fastest fitting ones", more=True),
-     Input("training_tokens", "Training tokens", hint="the whole run's, for its energy and CO2e"),
+     Input("training_tokens", "Training tokens", hint="the whole run's, for its days, cost, energy and CO2e"),
+     Input("price_per_gpu_hour", "Price per GPU-hour", hint="optional, for the run's cost"),
+     Input("currency", "Currency", hint="ISO 4217 code of the price", more=True),
      Input("power_watts", "Power per GPU (W)", hint="average; empty: the board power x utilisation",
            typed=True, more=True),
      Input("power_utilization", "Share of board power", hint="0 to 1", more=True),

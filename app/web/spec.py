@@ -17,7 +17,7 @@ from app.api.responses import defaults_applied, jsonable
 from app.inputs.fields import members
 from app.inputs.schemas import TransformerConfigIn
 from app.jobs.store import Store
-from app.web import forms, picker
+from app.web import custom_gpu, forms, picker
 
 Compute = Callable[[Any, Store], Any]
 """(validated request, job store) -> the engine's result; only a measured MFU reads the store."""
@@ -122,6 +122,8 @@ class Calculator:
                 optional = listed and self.request.model_fields[i.name].default is None \
                     and not self.request.model_fields[i.name].is_required()
                 i = replace(i, choices=("", *listed) if optional else listed)
+            if i.name == "gpu" and self.takes_gpu:
+                i = replace(i, choices=(*i.choices, custom_gpu.CHOICE))
             filled.append(i)
         object.__setattr__(self, "inputs", tuple(filled))
 
@@ -130,10 +132,16 @@ class Calculator:
         return {i.name for i in self.inputs} | set(self.page_fields)
 
     @property
+    def takes_gpu(self) -> bool:
+        """The request's gpu may be a custom GPU: the page offers its boxes (app/web/custom_gpu.py)."""
+        return custom_gpu.takes(self.request)
+
+    @property
     def page_fields(self) -> tuple[str, ...]:
-        """Fields of the page that are no field of the request: the pasted config, and the
-        picker itself where the request takes a parameter count."""
-        return {"model": (picker.CONFIG,), "params": ("model", picker.CONFIG), None: ()}[self.takes_model]
+        """Fields of the page that are no field of the request: the pasted config, the picker
+        itself where the request takes a parameter count, and a custom GPU's boxes."""
+        model = {"model": (picker.CONFIG,), "params": ("model", picker.CONFIG), None: ()}[self.takes_model]
+        return model + (custom_gpu.NAMES if self.takes_gpu else ())
 
     def form(self, query: dict[str, str], *, defaults: bool) -> dict[str, str]:
         names = [i.name for i in self.inputs] + list(self.page_fields)
@@ -148,6 +156,7 @@ class Calculator:
         payload = forms.body(form, [i.name for i in self.inputs],
                              lists={i.name for i in self.inputs if i.is_list},
                              texts={i.name for i in self.inputs if i.text})
+        custom_gpu.send(form, payload)
         picked = None
         if self.takes_model:
             picked = picker.pick(form.get("model", ""), form.get(picker.CONFIG, ""))
@@ -190,7 +199,11 @@ class Calculator:
         if form.get("model") == picker.CUSTOM:
             config = detail if all_config else [i for i in detail if i["field"].split(".")[0] == "model"]
             detail = [i for i in detail if i not in config]
+        boxed = {i["field"]: i for i in detail if custom_gpu.box_of(i["field"])}
+        detail = [i for i in detail if i["field"] not in boxed]
         errors = forms.field_errors({"detail": detail})
+        for field, item in boxed.items():
+            errors.setdefault(custom_gpu.box_of(field), item["msg"])
         if config:
             errors[picker.CONFIG] = picker.config_errors(config)
         unplaced = [f"{i['field']}: {i['msg']}" for i in detail if i["field"].split(".")[0] not in self.names]

@@ -85,8 +85,8 @@ SAME_AS_API = [
      "POST", "/api/v1/dtypes/encode", {"value": 0.15625, "dtype": "float32"}),
     (["dtypes", "encode", "--value", '"0.1"', "--dtype", "bf16"],
      "POST", "/api/v1/dtypes/encode", {"value": "0.1", "dtype": "bf16"}),
-    (["time", "mfu", "--flops", "3.9e17", "--seconds", "1.2", "--gpu", "h100-sxm", "--num-gpus", "8"],
-     "POST", "/api/v1/time/mfu", {"flops": 3.9e17, "seconds": 1.2, "gpu": "h100-sxm", "num_gpus": 8}),
+    (["time", "mfu", "--flops", "5.05e16", "--seconds", "16", "--gpu", "h100-sxm", "--num-gpus", "8"],
+     "POST", "/api/v1/time/mfu", {"flops": 5.05e16, "seconds": 16, "gpu": "h100-sxm", "num_gpus": 8}),
     (["models", "import", "--json", json.dumps({"model_type": "gpt2"})],
      "POST", "/api/v1/models/import", {"model_type": "gpt2"}),
     (["hardware", "get", "h100-sxm"], "GET", "/api/v1/hardware/h100-sxm", None),
@@ -540,3 +540,12 @@ def state(pid: int) -> str:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except OSError:
         return "gone"
+
+
+def test_a_group_without_a_module_of_its_own_has_its_own_description(capsys):
+    """Issue 28, point 13: quantization's routes live in the inference module, and its group once
+    borrowed the inference group's description."""
+    _, quantization, _ = run_main(capsys, "calc", "quantization", "--help")
+    _, inference, _ = run_main(capsys, "calc", "inference", "--help")
+    assert "Every weight format" in quantization and "Serving:" not in quantization
+    assert "Serving:" in inference

@@ -73,8 +73,8 @@ def test_help_lists_the_serving_commands_and_their_fields(capsys):
     assert status == 0
     for name in ("inference memory", "inference capacity", "inference time", "quantization list"):
         assert name in flat
-    # A group named for no route module still has its line: the inference module's.
-    assert "quantization Serving: memory per GPU" in flat
+    # A group named for no route module has its own line, its route's summary (issue 28, point 13).
+    assert "quantization Every weight format" in flat
     _, out, _ = run_main(capsys, "calc", "inference", "time", "--help")
     flat = " ".join(out.split())
     options = ("--weight-format", "--cache-dtype", "--tensor-parallel", "--prompt-tokens", "--output-tokens",

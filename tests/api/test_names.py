@@ -25,7 +25,7 @@ def test_a_far_miss_points_at_the_listing_instead_of_dumping_it(api):
 @pytest.mark.parametrize("path,body,field,meant", [
     ("/api/v1/flops/matmul", {"m": 8, "k": 8, "n": 8, "dtype": "bf-16"}, "dtype", "bf16"),
     ("/api/v1/tensors/memory", {"shape": [4], "dtype": "bfloat"}, "dtype", "bfloat16"),
-    (MAX_MODEL, {"gpu": "H100_SXM"}, "gpu", "h100-sxm"),
+    (MAX_MODEL, {"gpu": "h10-sxm"}, "gpu", "h100-sxm"),
     ("/api/v1/jobs", {"probe": "train_step", "params": {"model": "gpt-2"}}, "params.model", "gpt2"),
 ])
 def test_near_misses_of_dtypes_gpus_and_presets(make_api, path, body, field, meant):
@@ -38,13 +38,30 @@ def test_h100_lists_exactly_the_h100_parts(api):
     assert body["detail"][0]["msg"] == "'h100' names several parts: h100-sxm, h100-pcie; say which"
 
 
-def test_a_family_with_one_part_resolves_to_it_and_the_answer_shows_which(api):
-    """rtx names one catalogue part, the RTX 4090 (24 GB): the answer echoes its full id."""
-    answer = api.ok(MAX_MODEL, {"gpu": "rtx", "num_gpus": 1})
-    assert answer["gpu"] == "rtx-4090"
-    assert answer == api.ok(MAX_MODEL, {"gpu": "rtx-4090", "num_gpus": 1}) | {
+@pytest.mark.parametrize(("hint", "part"), [
+    ("H100 80GB", "h100-sxm"),  # what nvidia-smi shows: "NVIDIA H100 80GB HBM3"
+    ("rtx3090", "rtx-3090"), ("4090", "rtx-4090"), ("RTX 4090", "rtx-4090"), ("NVIDIA H20", "h20"),
+    ("A6000", "rtx-a6000"), ("5090", "rtx-5090"), ("mi300", "mi300x"), ("tpu-v5", None),
+])
+def test_name_hints_find_the_part(api, hint, part):
+    """Names as people write them (issue 28, point 3): the answer echoes the part's full id."""
+    if part is None:  # a family of two
+        assert "names several parts: tpu-v5e, tpu-v5p" in assert_names_field(
+            api.post(MAX_MODEL, {"gpu": hint}), "gpu")["message"]
+        return
+    answer = api.ok(MAX_MODEL, {"gpu": hint, "num_gpus": 1})
+    assert answer["gpu"] == part
+    assert answer == api.ok(MAX_MODEL, {"gpu": part, "num_gpus": 1}) | {
         "defaults_applied": answer["defaults_applied"]}
-    assert api.get("/api/v1/hardware/rtx").json()["id"] == "rtx-4090"
+    assert api.get(f"/api/v1/hardware/{hint}").json()["id"] == part
+
+
+@pytest.mark.parametrize(("hint", "parts"), [
+    ("rtx", "rtx-4090, rtx-3090, rtx-5090, rtx-a6000"), ("80GB", "h100-sxm, h100-pcie, a100-80gb, h800"),
+])
+def test_a_hint_of_several_parts_lists_them(api, hint, parts):
+    body = assert_names_field(api.post(MAX_MODEL, {"gpu": hint}), "gpu")
+    assert body["detail"][0]["msg"] == f"{hint!r} names several parts: {parts}; say which"
 
 
 def test_the_cli_shows_the_same_message(capsys):

@@ -6,7 +6,8 @@ from importlib import resources
 from tests.support.api import assert_names_field
 
 IDS = ["h100-sxm", "h100-pcie", "h200", "b200", "a100-40gb", "a100-80gb", "l40s", "l4", "a10g",
-       "rtx-4090", "mi300x", "tpu-v5e", "tpu-v5p"]
+       "rtx-4090", "rtx-3090", "rtx-5090", "rtx-a6000", "l40", "a10", "h20", "h800", "mi300x", "tpu-v5e",
+       "tpu-v5p"]
 
 
 def test_catalogue_lists_every_required_accelerator(api):
@@ -16,7 +17,7 @@ def test_catalogue_lists_every_required_accelerator(api):
         assert g["source"].startswith("https://") and g["memory_bytes"] > 0
         assert g["memory_bandwidth_bytes_per_sec"] > 0
         assert set(g["peak_flop_per_sec"]) <= {"float64", "float32", "tfloat32", "bfloat16",
-                                               "float16", "float8", "int8"}
+                                               "float16", "float8", "float4", "int8"}
 
 
 def test_h100_bf16_is_the_dense_half_of_the_datasheet(api):
@@ -24,6 +25,34 @@ def test_h100_bf16_is_the_dense_half_of_the_datasheet(api):
     # The datasheet's 1,979 TFLOP/s assumes 2:4 sparsity; the course divides by 2.
     assert h100["peak_flop_per_sec"]["bfloat16"] == 1979e12 / 2
     assert h100["memory_bytes"] == 80e9
+
+
+def test_the_parts_people_ask_about_carry_their_datasheets_figures(api):
+    """Issue 28, point 3. Each figure from its vendor's sheet (dense: starred sparse / 2)."""
+    sheets = {
+        # Ampere GA102 whitepaper, RTX 3090: 936 GB/s; FP16/BF16 tensor with FP32 accumulate 71 dense
+        "rtx-3090": (24e9, 936e9, 71e12, None),
+        # RTX Blackwell: 1,792 GB/s; 3,352 AI TOPS is FP4 with sparsity
+        "rtx-5090": (32e9, 1.792e12, 209.5e12, 419e12),
+        # RTX A6000 datasheet: 768 GB/s; GA102 whitepaper, RTX A6000: FP16/BF16 154.8 dense (309.7 sparse)
+        "rtx-a6000": (48e9, 768e9, 154.8e12, None),
+        # L40 datasheet: 864 GB/s; BF16 362 sparse, FP8 724 sparse
+        "l40": (48e9, 864e9, 181e12, 362e12),
+        # A10 datasheet: 600 GB/s; BF16 125 dense (250 sparse)
+        "a10": (24e9, 600e9, 125e12, None),
+        # H20: 96 GB HBM3 at 4.0 TB/s, FP16 148 dense, FP8 296
+        "h20": (96e9, 4.0e12, 148e12, 296e12),
+        # H800 SXM: the H100 SXM's compute and memory
+        "h800": (80e9, 3.35e12, 1979e12 / 2, 3958e12 / 2),
+    }
+    for gpu, (memory, bandwidth, bf16, fp8) in sheets.items():
+        g = api.get(f"/api/v1/hardware/{gpu}").json()
+        assert (g["memory_bytes"], g["memory_bandwidth_bytes_per_sec"]) == (memory, bandwidth), gpu
+        assert g["peak_flop_per_sec"]["bfloat16"] == bf16, gpu
+        assert g["peak_flop_per_sec"].get("float8") == fp8, gpu
+        assert g["board_power_watts"] and g["board_power_source"], gpu
+    # DeepSeek-V3's report: the H800's NVLink is 400 GB/s both ways (the H100's is 900)
+    assert api.get("/api/v1/hardware/h800").json()["interconnect_bytes_per_sec"] == 200e9
 
 
 def test_catalogue_is_served_from_the_data_file(api):

@@ -108,7 +108,8 @@ def test_a_device_not_seen_is_lost_and_gets_no_campaign_job(store):
 
 def test_the_fleet_api_lists_devices_and_refuses_a_campaign_with_none(make_api):
     api = make_api(embedded_worker=False)
-    assert api.get("/api/v1/fleet").json() == {"live_within_s": 30.0, "hosts": [], "devices": []}
+    assert api.get("/api/v1/fleet").json() == {"live_within_s": 30.0, "hosts": [], "devices": [],
+                                               "dispatchers": []}
     assert_names_field(api.post("/api/v1/campaigns", {"probe": "burn_in"}), "probe")
     api.app.state.store.register(fleet_device("box-a", None))
     assert_names_field(api.post("/api/v1/campaigns", {"probe": "burn_in", "model": "h100"}), "model")
@@ -258,6 +259,9 @@ def test_tally_burn_in_runs_a_campaign_through_a_live_server_and_prints_its_tabl
         done = tally("burn-in", "--server", live.url, "--token", "s3cret", "--sustain-s", "0.1", timeout=300)
         assert done.returncode == 0, done.stderr + live.log()
         assert "box-x:cpu" in done.stdout and "models against the catalogue" in done.stdout
+        # stderr is a pipe here: a line each time the count changes, none repeated, no \r (issue 28, 12)
+        progress = [line for line in done.stderr.splitlines() if line.startswith("campaign ")]
+        assert "\r" not in done.stderr and progress and len(progress) == len(set(progress))
         again = tally("burn-in", "--server", live.url, "--campaign", "1", "--output", "json", timeout=60)
         assert again.returncode == 0 and json.loads(again.stdout)["jobs"][0]["device"] == "box-x:cpu"
 
@@ -392,3 +396,43 @@ def test_tally_burn_in_stops_at_its_deadline_and_a_lost_devices_campaign_ends(tm
         ended = tally("burn-in", "--server", live.url, "--campaign", "1", "--deadline", "30", timeout=120)
         assert ended.returncode == 1, ended.stderr
         assert f"job {job_id} on box-gone:cpu: failed" in ended.stdout
+
+
+def test_every_dispatcher_is_shown_though_two_serve_one_device(make_api):
+    """Issue 28, point 12: two dispatchers on one box's CPU share its one device row; the Fleet page
+    said "1 box, 1 device" and showed one. Each is listed, with the job it runs."""
+    api = make_api(embedded_worker=False)
+    store = api.app.state.store
+    store.register(fleet_device("box-a", None))
+    for worker in ("box-a-1", "box-a-2"):
+        store.seen(worker_id=worker)
+        store.touch("box-a:cpu", worker_id=worker)
+    job = store.submit(probe="bandwidth", params={}, timeout_s=60, limit=10)
+    store.claim(worker_id="box-a-2", serves=Serves("box-a:cpu", ()), host="box-a")
+    fleet = api.get("/api/v1/fleet").json()
+    assert len(fleet["devices"]) == 1
+    assert [(w["worker_id"], w["state"], w["job_id"]) for w in fleet["dispatchers"]] == [
+        ("box-a-1", "idle", None), ("box-a-2", "busy", job.id)]
+    page = api.get("/ui/fleet").text
+    assert 'data-testid="dispatcher-count">2 dispatchers<' in page
+    assert 'data-worker="box-a-1"' in page and 'data-worker="box-a-2"' in page
+
+
+def test_the_burn_in_page_starts_a_campaign_with_the_token_and_says_what_it_refuses(make_api):
+    """Issue 28, point 12: the Burn-in page had no way to start a campaign. Its form posts what
+    POST /api/v1/campaigns takes; the token rule holds and each refusal names its box."""
+    api = make_api(embedded_worker=False, api_token="s3cret-token")
+    api.app.state.store.register(fleet_device("box-a", None))
+    page = api.get("/burn-in").text
+    assert 'hx-post="/ui/burn-in/start"' in page and 'name="token" type="password"' in page
+    form = {"content-type": "application/x-www-form-urlencoded"}
+    no_token = api.request("POST", "/ui/burn-in/start", content="token=&sustain_s=0.5", headers=form)
+    assert "token" in no_token.text and api.get("/api/v1/campaigns").json() == []
+    refused = api.request("POST", "/ui/burn-in/start", content="token=s3cret-token&sustain_s=0", headers=form)
+    assert '"sustain_s": ' in refused.text and "must be &gt;= 0.1" in refused.text
+    started = api.request("POST", "/ui/burn-in/start", content="token=s3cret-token&sustain_s=0.5&outlier_fraction=0.2",
+                              headers=form)
+    (campaign,) = api.get("/api/v1/campaigns").json()
+    assert started.headers["hx-redirect"] == f"/burn-in?campaign={campaign['id']}"
+    assert campaign["probe"] == "burn_in" and campaign["outlier_fraction"] == 0.2
+    assert "in float32 on a CPU" in api.get(f"/burn-in?campaign={campaign['id']}").text

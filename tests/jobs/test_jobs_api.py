@@ -10,6 +10,7 @@ import pytest
 from pydantic import SecretStr
 
 from app import device
+from app.measured.doubts import doubts
 from app.probes.results import Environment
 from tests.support.api import assert_names_field
 from tests.support.jobs import H100, run_all
@@ -167,14 +168,23 @@ def test_calibration_reports_this_devices_best_recent_runs(make_api):
     run_all(api)
     calib = api.get("/api/v1/calibration").json()
     assert calib["device"] == api.get("/api/v1/device").json()["name"]
-    peak = calib["matmul"]["float32"]
-    assert peak["mfu"] is None and peak["runs_considered"] == 2
-    # The faster of the two runs' best shapes (the rule: best of the last 5), wherever it came from.
-    best = {i: api.get(f"{JOBS}/{i}").json()["result"]["best"]["float32"] for i in (first, second)}
-    chosen = max(best, key=lambda i: best[i]["flop_per_sec"])
-    assert peak["job_id"] == chosen
-    assert peak["flop_per_sec"] == best[chosen]["flop_per_sec"] and peak["m"] == best[chosen]["m"]
-    assert calib["train_step"]["fp32"]["job_id"] == step
+    # Runs this shared box measured under load or with spread timings are left out (issue 28,
+    # point 8): the rule is the best of the last 5 of the rest.
+    results = {i: api.get(f"{JOBS}/{i}").json()["result"] for i in (first, second, step)}
+    trusted = [i for i in (first, second) if not doubts(results[i])]
+    if not trusted:
+        assert "float32" not in calib["matmul"]
+    else:
+        peak = calib["matmul"]["float32"]
+        assert peak["mfu"] is None and peak["runs_considered"] == len(trusted)
+        best = {i: results[i]["best"]["float32"] for i in trusted}
+        chosen = max(best, key=lambda i: best[i]["flop_per_sec"])
+        assert peak["job_id"] == chosen
+        assert peak["flop_per_sec"] == best[chosen]["flop_per_sec"] and peak["m"] == best[chosen]["m"]
+    if doubts(results[step]):
+        assert "fp32" not in calib["train_step"]
+    else:
+        assert calib["train_step"]["fp32"]["job_id"] == step
 
 
 def test_device_is_described_without_torch(make_api):

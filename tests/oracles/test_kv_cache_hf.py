@@ -8,6 +8,9 @@ forwards, as views of the window they concatenated; Tally's convention keeps min
 (the window - 1 the next query reads plus the token being written, which is also what vLLM holds
 with block_size 1). The tests assert both: the storage equals Tally's bytes, the views one token
 per windowed layer fewer once the context reaches the window.
+
+Falcon with new_decoder_architecture caches K and V broadcast to every query head: Tally's
+engine "transformers" equals that cache; its default, vLLM's, keeps the key/value heads.
 """
 
 
@@ -18,6 +21,7 @@ from transformers.models.deepseek_v3 import modeling_deepseek_v3
 
 from app.accounting.hf import import_config
 from app.accounting.inference.kv_cache import kv_cache
+from tests.support.api import assert_names_field
 
 BATCH = 2
 _BASE = {"vocab_size": 100, "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
@@ -26,9 +30,15 @@ LLAMA = _BASE | {"model_type": "llama", "num_key_value_heads": 2}
 FALCON = {"model_type": "falcon", "vocab_size": 100, "hidden_size": 64, "num_hidden_layers": 2,
           "num_attention_heads": 4, "new_decoder_architecture": False, "multi_query": True, "bias": False,
           "alibi": False, "max_position_embeddings": 256}
+FALCON_NEW = FALCON | {"new_decoder_architecture": True, "num_kv_heads": 2}
 GEMMA2 = _BASE | {"model_type": "gemma2", "num_hidden_layers": 4, "num_key_value_heads": 2, "head_dim": 16,
                   "sliding_window": 8}
 MISTRAL = _BASE | {"model_type": "mistral", "num_key_value_heads": 1, "sliding_window": 8}
+# Layers 0 and 2 slide, 1 and 3 attend globally; use_bidirectional_attention makes the window
+# 8 // 2 + 1 (Gemma3TextConfig.__post_init__).
+GEMMA3 = _BASE | {"model_type": "gemma3_text", "num_hidden_layers": 4, "num_key_value_heads": 2,
+                  "head_dim": 16, "sliding_window": 8, "sliding_window_pattern": 2}
+GEMMA3_BIDIRECTIONAL = GEMMA3 | {"use_bidirectional_attention": True}
 DEEPSEEK_V3 = _BASE | {"model_type": "deepseek_v3", "num_key_value_heads": 4, "kv_lora_rank": 32,
                        "q_lora_rank": 24, "qk_nope_head_dim": 16, "qk_rope_head_dim": 8, "v_head_dim": 12,
                        "moe_intermediate_size": 32, "n_routed_experts": 4, "num_experts_per_tok": 2,
@@ -66,12 +76,20 @@ def test_full_attention_cache(raw, dtype, heads, prompt, steps):
     assert held(generate(raw, dtype, prompt, steps)) == (ours.total_bytes, ours.total_bytes)
 
 
-# gemma2 alternates (layer 0 windowed, layer 1 global); mistral windows every layer.
-@pytest.mark.parametrize(("raw", "kinds"), [(GEMMA2, (2, 2)), (MISTRAL, (0, 2))], ids=["gemma2", "mistral"])
+def hf_window(raw: dict) -> int:
+    """The sliding window transformers' config holds once built from `raw`."""
+    return AutoConfig.for_model(raw["model_type"], **{k: v for k, v in raw.items() if k != "model_type"}
+                                ).sliding_window
+
+
+# gemma2 and gemma3 alternate (layer 0 windowed, layer 1 global); mistral windows every layer.
+@pytest.mark.parametrize(("raw", "kinds"), [(GEMMA2, (2, 2)), (MISTRAL, (0, 2)), (GEMMA3, (2, 2)),
+                                            (GEMMA3_BIDIRECTIONAL, (2, 2))],
+                         ids=["gemma2", "mistral", "gemma3", "gemma3-bidirectional"])
 @pytest.mark.parametrize(("prompt", "steps"), [(5, 1), (6, 2), (13, 3), (20, 5)])
 def test_windowed_layers_stop_at_the_window(raw, kinds, prompt, steps):
     cfg = import_config(raw).config
-    context, window = prompt + steps, raw["sliding_window"]
+    context, window = prompt + steps, hf_window(raw)  # gemma3-bidirectional: 5
     ours = kv_cache(cfg, context=context, batch=BATCH, model_dtype="float32", block_size=None)
     assert (ours.full_layers, ours.windowed_layers) == kinds
     assert ours.tokens_windowed == min(context, window)
@@ -105,3 +123,35 @@ def test_deepseek_v3_latent_and_decompressed(prompt, steps, monkeypatch):
     wide = kv_cache(cfg, context=context, batch=BATCH, model_dtype="float32", block_size=None,
                     mla_cache="decompressed")
     assert sum(expanded.values()) == wide.total_bytes
+
+
+@pytest.mark.parametrize(("prompt", "steps"), [(10, 0), (7, 3)])
+def test_falcon_new_decoder_architecture_caches_every_query_head(prompt, steps):
+    cfg = import_config(FALCON_NEW).config
+    context = prompt + steps
+    cache = generate(FALCON_NEW, "float32", prompt, steps)
+    # FalconAttention broadcasts the 2 key/value heads to the 4 query heads before its cache update.
+    assert [tuple(layer.keys.shape) for layer in cache.layers] == [(BATCH, 4, context, 16)] * 2
+    # engine transformers: unpaged (vLLM's default block_size is not read), all 4 heads.
+    ours = kv_cache(cfg, context=context, batch=BATCH, model_dtype="float32", engine="transformers")
+    assert (ours.engine, ours.heads, ours.block_size) == ("transformers", 4, None)
+    assert held(cache) == (ours.total_bytes, ours.total_bytes)
+    # vLLM keeps the 2 key/value heads: half of transformers' bytes.
+    vllm = kv_cache(cfg, context=context, batch=BATCH, model_dtype="float32", block_size=None)
+    assert (vllm.engine, vllm.heads, vllm.values_per_token_per_layer) == ("vllm", 2, 2 * 2 * 16)
+    assert 2 * vllm.total_bytes == ours.total_bytes
+
+
+def test_the_serving_calculators_answer_either_engine(api):
+    config = api.ok("/api/v1/models/import", FALCON_NEW)["config"]
+    body = {"model": config, "gpu": "h100-sxm", "dtype": "float32", "context": 10, "concurrency": BATCH}
+    measured, _ = held(generate(FALCON_NEW, "float32", 10, 0))
+    hf = api.ok("/api/v1/inference/memory", body | {"engine": "transformers"})["kv_cache"]
+    assert (hf["engine"], hf["heads"], hf["block_size"]) == ("transformers", 4, None)
+    assert hf["total_bytes"] == measured
+    vllm = api.ok("/api/v1/inference/memory", body)["kv_cache"]  # default: vLLM, paged in 16-token blocks
+    assert (vllm["engine"], vllm["heads"], vllm["block_size"]) == ("vllm", 2, 16)
+    assert vllm["total_bytes"] == measured // 2 // 10 * 16
+    # transformers' DynamicCache holds the model's dtype: an fp8 cache is vLLM's alone.
+    refused = api.post("/api/v1/inference/memory", body | {"engine": "transformers", "cache_dtype": "fp8"})
+    assert_names_field(refused, "cache_dtype")

@@ -14,7 +14,8 @@ from tests.support.results import minimal, result_for
 from tests.support.waiting import wait_for
 
 BUSY = Contention(seconds=2.0, load_before=0.1, load_after=1.2, cpu_count=2, others_cpu_cores=0.95,
-                  busy=[BusyProcess(pid=42, name="trainer", cpu_cores=0.9)], quiet=False)
+                  busy=[BusyProcess(pid=42, name="trainer", cpu_cores=0.9)], quiet=False,
+                  reasons=["other processes used 0.95 cores"])
 
 
 def test_the_verdict_counts_other_processes_cpu_inside_the_window():
@@ -64,8 +65,8 @@ def test_the_job_page_warns_of_a_result_measured_under_contention(tmp_path):
             store.finish(job.id, status="succeeded", result=result_for("bandwidth", environment=environment))
             pages.append(api.get(f"/benchmarks/jobs/{job.id}").text)
         busy, quiet = pages
-        assert "Not measured on a quiet host" in busy and "trainer 0.9" in busy
-        assert "Not measured on a quiet host" not in quiet
+        assert "Not measured on a quiet device" in busy and "trainer 0.9" in busy
+        assert "Not measured on a quiet device" not in quiet
     finally:
         api.close()
 
@@ -90,3 +91,13 @@ def test_another_process_on_the_probes_gpu_is_contention(monkeypatch):
     assert alone.quiet
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
     assert contention.visible_gpu() == 3
+
+
+def test_a_load_above_the_cores_is_contention_though_no_neighbour_is_seen():
+    """Issue 28, point 8: matmuls 12-60x slower than their best iteration were stored as quiet at a
+    load average of 9.6 on 2 cores (the neighbours ran in other containers, invisible in /proc)."""
+    hidden = contention.judge({1: ("probe", 0.0)}, {1: ("probe", 2.0)}, seconds=1.0, exclude={1},
+                              load_before=9.6, load_after=9.1, cpu_count=2)
+    assert not hidden.quiet and hidden.reasons == ["a load average of 9.6 on 2 cores"]
+    own = contention.judge({}, {}, seconds=1.0, exclude=set(), load_before=2.4, load_after=2.9, cpu_count=2)
+    assert own.quiet and own.reasons == []  # the probe's own two threads and a little more

@@ -80,12 +80,15 @@ def watched_at(browser: Browser, width: int = 1280, height: int = 900) -> Watche
 
 
 def assert_fits_a_phone(browser: Browser, url: str, charts: int, shot: os.PathLike) -> None:
-    """A 390 px phone: the page's charts drawn, no sideways scroll, nothing off the box."""
+    """A 390 px phone: the page's charts drawn, no sideways scroll, nothing off the box, and the
+    answer above the form (issue 28, point 13: the Inference answer began 1,800 px down)."""
     watched = watched_at(browser, 390, 844)
     page = watched.page
     page.goto(url, wait_until="networkidle")
     wait_for_charts(page, "#result canvas", charts)
     assert page.evaluate("document.documentElement.scrollWidth - window.innerWidth") <= 0
+    assert page.evaluate("document.querySelector('#result').getBoundingClientRect().top"
+                         " < document.querySelector('.calc form').getBoundingClientRect().top")
     page.screenshot(path=shot, full_page=True)
     watched.clean()
     page.context.close()

@@ -187,3 +187,32 @@ def test_the_nav_and_the_overview_lead_to_it(api):
     for path in ("/", "/memory"):
         assert '<a href="/inference">Inference</a>' in api.get(path).text
     assert 'href="/inference"' in api.get("/").text.split('aria-label="Tools"')[1]
+
+
+def test_two_gpus_split_the_model_over_both_and_a_setup_that_does_not_fit_shows_no_latency(api):
+    """Issue 28, point 5: Llama-3.1-70B in bf16 (141 GB) on two H100s with tensor parallel left
+    out is one replica over both GPUs, as Will it run? splits it, not two replicas that cannot
+    hold it; it still does not fit (70.6 GB of weights a GPU of 72 GB usable, with a GiB of
+    overhead and the workspace), so no latency is shown and the answer says what would fit."""
+    asked = {"model": "llama3.1-70b", "gpu": "h100-sxm", "num_gpus": 2, "weight_format": "bfloat16",
+             "prompt_tokens": 512, "output_tokens": 128}
+    time = api.ok("/api/v1/inference/time", asked)
+    assert time["tensor_parallel"] == 2 and time["replicas"] == 1 and not time["fits"]
+    assert time["advice"] == "fits in FP8 E4M3 (weight_format fp8_e4m3, tensor_parallel 2)"
+    followed = api.ok("/api/v1/inference/time", asked | {"weight_format": "fp8_e4m3", "tensor_parallel": 2})
+    assert followed["fits"] and followed["advice"] is None
+    page = _fragment(api, asked)
+    assert 'data-testid="ttft"' not in page and 'data-testid="itl"' not in page
+    assert _testid(page, "advice") == "Fits in FP8 E4M3 (weight_format fp8_e4m3, tensor_parallel 2)."
+    fitting = _fragment(api, asked | {"weight_format": "fp8_e4m3"})
+    assert 'data-testid="ttft"' in fitting and 'data-testid="advice"' not in fitting
+
+
+def test_tensor_parallel_left_out_is_the_fewest_gpus_that_hold_the_model(api):
+    """Llama-3.1-8B on eight H100s: eight replicas of one GPU; 405B in FP8 needs all eight."""
+    small = api.ok("/api/v1/inference/memory", {"model": "llama3.1-8b", "gpu": "h100-sxm", "num_gpus": 8,
+                                                "context": 8192})
+    assert (small["tensor_parallel"], small["replicas"]) == (1, 8)
+    big = api.ok("/api/v1/inference/memory", {"model": "llama3.1-405b", "gpu": "h100-sxm", "num_gpus": 8,
+                                              "weight_format": "fp8_e4m3", "context": 8192})
+    assert (big["tensor_parallel"], big["replicas"]) == (8, 1) and big["fits"]

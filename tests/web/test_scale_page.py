@@ -237,3 +237,34 @@ def test_the_nav_and_the_overview_lead_to_it(api):
     assert 'href="/scale/collective"' in api.get("/scale").text
     assert 'href="/scale"' in api.get("/scale/collective").text
     assert api.get("/static/scale.js").status_code == 200
+
+
+def test_the_run_has_days_gpu_hours_and_cost_and_the_time_link_carries_it_across(api):
+    """Issue 28, point 6: with the run's training tokens, the page gives its length, whole steps of
+    the fastest layout's step time, its GPU-hours and cost; the Time page link carries the model,
+    GPUs, GPU, that layout's MFU and the tokens (not one GPU at the default MFU)."""
+    asked = ASKED | {"training_tokens": "15T", "price_per_gpu_hour": 2}
+    answer = api.ok(PLAN, asked)
+    top, run = answer["best"][0], answer["run"]
+    steps = -(-15 * 10**12 // answer["tokens_per_step"])
+    assert run["steps"] == steps and run["step_seconds"] == top["step_seconds"]
+    assert run["days"] == pytest.approx(steps * top["step_seconds"] / 86_400, rel=1e-12)
+    assert run["gpu_hours"] == pytest.approx(steps * top["step_seconds"] * 64 / 3600, rel=1e-12)
+    assert run["cost"] == pytest.approx(run["gpu_hours"] * 2, rel=1e-12) and run["currency"] == "USD"
+    page = _fragment(api, asked)
+    assert _testid(page, "run-days") == f"{sig(run['days'])} days"
+    assert _testid(page, "run-gpu-hours") == amount(run["gpu_hours"])
+    link = html.unescape(re.search(r'href="/time\?([^"]*)" data-testid="time-link"', page).group(1))
+    carried = dict(p.split("=", 1) for p in link.split("&"))
+    assert carried | {"mfu": None} == {"model": "llama3-8b", "gpu": "h100-sxm", "num_gpus": "64",
+                                       "tokens": str(15 * 10**12), "price_per_gpu_hour": "2.0",
+                                       "currency": "USD", "mfu": None}
+    assert float(carried["mfu"]) == pytest.approx(top["mfu"], rel=1e-3)
+    time = api.get(f"/ui/time?{link}").text
+    assert "refused" not in time and _errors(time) == {}
+
+
+def test_without_training_tokens_the_page_asks_for_them(api):
+    page = _fragment(api, ASKED)
+    assert "give the training tokens" in page
+    assert api.ok(PLAN, ASKED)["run"] is None

@@ -29,10 +29,11 @@ def _gemma(raw: dict, warnings: list[str]) -> dict:
         attn_bias=boolean(raw, "attention_bias", False), dropout=dropout(raw, "attention_dropout"))
 
 
-def _gemma_sandwich(raw: dict, warnings: list[str], d: Defaults, every: int, caps: tuple) -> dict:
-    """Gemma 2 and 3: four norms a block, local layers with every `every`-th one global."""
+def _gemma_sandwich(raw: dict, warnings: list[str], d: Defaults, every: int, caps: tuple,
+                    window: int | None) -> dict:
+    """Gemma 2 and 3: four norms a block, local layers with every `every`-th one global, those
+    attending within `window` tokens."""
     f = shape(raw, d)
-    window = maybe_int(raw, "sliding_window", 4096)
     default = [windows.SLIDING if (i + 1) % every else windows.FULL for i in range(f["n_layers"])]
     types = windows.layer_types(raw, f["n_layers"], default)
     key = "layer_types" if "layer_types" in raw else "sliding_window_pattern"
@@ -45,7 +46,25 @@ def _gemma_sandwich(raw: dict, warnings: list[str], d: Defaults, every: int, cap
 
 
 def _gemma2(raw: dict, warnings: list[str]) -> dict:
-    return _gemma_sandwich(raw, warnings, GEMMA2, 2, (50.0, 30.0))
+    return _gemma_sandwich(raw, warnings, GEMMA2, 2, (50.0, 30.0), maybe_int(raw, "sliding_window", 4096))
+
+
+def _gemma3_window(raw: dict, warnings: list[str]) -> int | None:
+    """sliding_window as Gemma3TextConfig.__post_init__ leaves it: with use_bidirectional_attention
+    it becomes sliding_window // 2 + 1 (the window is then |i - j| < that, both ways, an exclusive
+    bound for flash-attention), which is what the sliding layers' mask and their cache
+    (DynamicSlidingWindowLayer, sliding_window - 1 tokens between forwards) read."""
+    window = maybe_int(raw, "sliding_window", 4096)
+    if not flag(raw, "use_bidirectional_attention", False):
+        return window
+    if window is None:
+        raise InvalidInput("sliding_window", "is null with use_bidirectional_attention, which transformers "
+                                             "cannot build (it halves the window: sliding_window // 2 + 1)")
+    halved = window // 2 + 1
+    warnings.append(f"use_bidirectional_attention: attention is not causal; causal='halved' FLOPs assume it "
+                    f"is. Sliding layers attend within |i - j| < {halved} (sliding_window {window} // 2 + 1, "
+                    f"as Gemma3TextConfig reads it), so their window is {halved} tokens")
+    return halved
 
 
 def _gemma3_text(raw: dict, warnings: list[str]) -> dict:
@@ -54,10 +73,8 @@ def _gemma3_text(raw: dict, warnings: list[str]) -> dict:
     every = integer(raw, "sliding_window_pattern", 6)
     if every < 1:
         raise InvalidInput("sliding_window_pattern", f"must be at least 1, got {every}")
-    if raw.get("use_bidirectional_attention"):
-        warnings.append("use_bidirectional_attention: attention is not causal; causal='halved' FLOPs "
-                        "assume it is")
-    return _gemma_sandwich(raw, warnings, GEMMA3, every, (None, None)) | dict(qk_norm="head")
+    window = _gemma3_window(raw, warnings)
+    return _gemma_sandwich(raw, warnings, GEMMA3, every, (None, None), window) | dict(qk_norm="head")
 
 
 _GEMMA_KEYS = LLAMA_KEYS | {"attention_bias", "hidden_activation"}

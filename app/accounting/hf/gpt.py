@@ -106,6 +106,13 @@ def _falcon(raw: dict, warnings: list[str]) -> dict:
         if kv_given not in (None, heads):
             raise InvalidInput("num_kv_heads", f"{kv_given} needs new_decoder_architecture: without it (and "
                                                f"without multi_query) Falcon builds {heads} key/value heads")
+    # FalconAttention._split_heads broadcasts each key/value head to its query group before the
+    # cache update: [b, n_heads, s, head_dim] cached, where vLLM's FalconAttention keeps num_kv_heads.
+    all_heads = new and kv < heads
+    if all_heads:
+        warnings.append(f"new_decoder_architecture: transformers caches K and V broadcast to all {heads} "
+                        f"query heads, {heads // kv}x the {kv} key/value heads vLLM caches; the serving "
+                        "calculators count vLLM's unless asked for engine 'transformers'")
     bias = flag(raw, "bias", False)
     if flag(raw, "alibi", False):
         warnings.append("ALiBi: position biases computed from slopes, no parameters (as with rope)")
@@ -115,7 +122,8 @@ def _falcon(raw: dict, warnings: list[str]) -> dict:
         mlp="gelu", norm="layernorm", bias=True, attn_bias=bias, mlp_bias=bias,  # nn.LayerNorm keeps its bias
         norm_layout=_falcon_layout(raw, new), tied_embeddings=boolean(raw, "tie_word_embeddings", True),
         position="rope", max_seq_len=integer(raw, "max_position_embeddings", 2048),
-        dropout=dropout(raw, "hidden_dropout", "attention_dropout"), fused_qkv=True)
+        dropout=dropout(raw, "hidden_dropout", "attention_dropout"), fused_qkv=True,
+        transformers_caches_all_heads=all_heads)
 
 
 _GPT2_NAMES = {"n_layers": "n_layer", "d_model": "n_embd", "n_heads": "n_head", "d_ff": "n_inner",

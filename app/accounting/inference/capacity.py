@@ -60,6 +60,9 @@ class InferenceMemory:
     workspace: Workspace
     by_concurrency: list[MemoryPoint]
     """Powers of two up to past the most sequences that fit, for the stacked chart."""
+    advice: str | None = None
+    """When it does not fit: the smallest change found that makes it fit (fewer sequences, more
+    tensor-parallel ranks of these GPUs, more GPUs, a smaller weight format), each checked."""
 
     __pydantic_config__ = RECORD
 
@@ -87,6 +90,8 @@ class ServingCapacity:
     workspace_bytes: int
     overhead_bytes: int
     usable_bytes: int
+    advice: str | None = None
+    """As InferenceMemory's."""
 
     __pydantic_config__ = RECORD
 

@@ -29,6 +29,15 @@ is reported: bytes never fall as context grows, and a capacity search can bisect
 model with both kinds vLLM groups layers into KV cache groups of equal size (the smaller kind's
 count, or the larger's when it is under 1.5x the smaller) and pads each kind up to whole groups:
 padded layers' blocks are allocated and unused (Gemma 3 27B: 52 windowed layers are held as 60).
+
+Whose cache (`engine`): "vllm", the serving engine the calculators follow, as above; or
+"transformers", the DynamicCache transformers 5.23 holds: unpaged, in the model's dtype, and what
+each attention passes to cache.update. The two differ per token only where transformers caches
+keys and values expanded (cfg.transformers_caches_all_heads: Falcon's new_decoder_architecture,
+whose _split_heads broadcasts each key/value head to [b, n_heads, s, head_dim] before the update,
+while vLLM's FalconAttention keeps total_num_kv_heads = num_kv_heads): n_heads / n_kv_heads times
+the bytes. Every other supported family caches the same heads in both (latent attention: the
+latent, as above).
 """
 
 import math
@@ -37,6 +46,7 @@ from functools import lru_cache
 from typing import Literal
 
 from app.accounting import blocks, dtypes
+from app.accounting.blocks.base import CacheShape
 from app.accounting.errors import InvalidInput
 from app.accounting.records import RECORD
 from app.accounting.training.sharding import check_parallel
@@ -44,6 +54,8 @@ from app.accounting.transformer import TransformerConfig
 
 MlaCache = Literal["latent", "decompressed"]
 Layout = Literal["kv", "latent", "decompressed"]
+Engine = Literal["vllm", "transformers"]
+ENGINES = ("vllm", "transformers")
 
 VLLM_DEFAULT_BLOCK_SIZE_TOKENS = 16
 """vLLM's default block_size on CUDA (vllm/config/cache.py, CacheConfig.block_size)."""
@@ -69,6 +81,9 @@ _MODEL_FORMATS = ("float32", "bfloat16", "float16")
 class KvCache:
     """The key/value cache of `batch` sequences of `context` tokens each."""
 
+    engine: Engine
+    """Whose cache: vLLM's (paged, n_kv_heads) or transformers' DynamicCache (unpaged, the heads
+    its attention caches)."""
     cache_dtype: str
     """The cache's number format ("auto" resolved to the model's dtype)."""
     bytes_per_element: int
@@ -157,12 +172,26 @@ def _format(name: str, field: str, allowed: tuple[str, ...]) -> dtypes.Format:
     return fmt
 
 
-def _names(cache_dtype: object, model_dtype: object, mla_cache: object) -> None:
+def _names(cache_dtype: object, model_dtype: object, mla_cache: object, engine: object) -> None:
     """Refuse non-strings before the cached lookup (which needs hashable arguments)."""
-    named = {"cache_dtype": cache_dtype, "model_dtype": model_dtype, "mla_cache": mla_cache}
+    named = {"cache_dtype": cache_dtype, "model_dtype": model_dtype, "mla_cache": mla_cache, "engine": engine}
     for field, value in named.items():
         if not isinstance(value, str):
             raise InvalidInput(field, f"must be a name, got {value!r}"[:120])
+
+
+def _all_heads(cfg: TransformerConfig, tp: int, mla_cache: str) -> CacheShape:
+    """What transformers caches when its attention broadcasts K and V to every query head before
+    the update (Falcon's new_decoder_architecture): 2 x n_heads x head_dim values per token per
+    layer, n_heads / n_kv_heads times the key/value heads vLLM keeps."""
+    heads, heads_gpu, kv = cfg.n_heads, max(1, cfg.n_heads // tp), cfg.kv_heads
+    values = 2 * heads * cfg.hd
+    notes = [f"transformers caches K and V broadcast to all {heads} query heads (each of the {kv} key/value "
+             f"heads repeated {heads // kv}x before the cache update): 2 x {heads} x {cfg.hd} = {values} "
+             f"values per token per layer, {heads // kv}x the 2 x {kv} x {cfg.hd} vLLM caches"]
+    if mla_cache == "decompressed":
+        notes.append("mla_cache is ignored: this model has no latent attention")
+    return CacheShape("kv", heads, heads_gpu, values, 2 * heads_gpu * cfg.hd, tuple(notes))
 
 
 def _positive(value: object, field: str) -> int:
@@ -173,14 +202,28 @@ def _positive(value: object, field: str) -> int:
 
 @lru_cache(maxsize=2048)
 def _per_token(cfg: TransformerConfig, cache_dtype: str, model_dtype: str, mla_cache: str,
-               tp: int) -> _PerToken:
+               tp: int, engine: Engine = "vllm") -> _PerToken:
     if mla_cache not in ("latent", "decompressed"):
         raise InvalidInput("mla_cache", f"must be 'latent' or 'decompressed', got {mla_cache!r}"[:120])
+    if engine not in ENGINES:
+        raise InvalidInput("engine", f"must be 'vllm' or 'transformers', got {engine!r}"[:120])
     model = _format(model_dtype, "model_dtype", _MODEL_FORMATS)
     fmt = model if cache_dtype == "auto" else _format(cache_dtype, "cache_dtype", CACHE_FORMATS)
     check_parallel(cfg, tp=tp, pp=1, dp=1, ep=1)
     shape = blocks.model_attention(cfg).cache(mla_cache=mla_cache, tp=tp)  # every layer's, window aside
+    if engine == "transformers":
+        # DynamicCache stores the K and V tensors attention computes, in the model's dtype.
+        if fmt.name != model.name:
+            raise InvalidInput("cache_dtype", f"transformers' DynamicCache keeps keys and values in the "
+                                              f"model's dtype ({model.name}), not {fmt.name}; use 'auto' (or "
+                                              "engine 'vllm')")
+        if cfg.transformers_caches_all_heads and shape.layout == "kv":
+            shape = _all_heads(cfg, tp, mla_cache)
     notes = list(shape.notes)
+    if engine == "vllm" and cfg.transformers_caches_all_heads and cfg.kv_heads < cfg.n_heads:
+        notes.append(f"vLLM caches the {cfg.kv_heads} key/value heads; transformers caches them broadcast to "
+                     f"all {cfg.n_heads} query heads, {cfg.n_heads // cfg.kv_heads}x these bytes "
+                     "(engine 'transformers')")
     elem = int(fmt.storage_bytes)
     scales = scales_gpu = tensor_scales = 0
     if fmt.name == "int8":
@@ -234,9 +277,10 @@ def _windowed_blocks(context: int, window: int, block: int) -> int:
 
 def kv_cache(cfg: TransformerConfig, *, context: int, batch: int = 1, cache_dtype: str = "auto",
              model_dtype: str = "bfloat16", block_size: int | None = VLLM_DEFAULT_BLOCK_SIZE_TOKENS,
-             mla_cache: MlaCache = "latent", tensor_parallel: int = 1) -> KvCache:
+             mla_cache: MlaCache = "latent", tensor_parallel: int = 1, engine: Engine = "vllm") -> KvCache:
     """The cache of `batch` sequences holding `context` tokens each (prompt plus generated),
-    while the step that writes the last token runs."""
+    while the step that writes the last token runs, as `engine` holds it (transformers: unpaged,
+    block_size not read)."""
     _positive(context, "context")
     if context > cfg.max_seq_len:
         raise InvalidInput("context", f"{context} exceeds the model's max_seq_len ({cfg.max_seq_len})")
@@ -244,10 +288,10 @@ def kv_cache(cfg: TransformerConfig, *, context: int, batch: int = 1, cache_dtyp
     tp = _positive(tensor_parallel, "tensor_parallel")
     if block_size is not None:
         _positive(block_size, "block_size")
-    _names(cache_dtype, model_dtype, mla_cache)
-    per = _per_token(cfg, cache_dtype, model_dtype, mla_cache, tp)
+    _names(cache_dtype, model_dtype, mla_cache, engine)
+    per = _per_token(cfg, cache_dtype, model_dtype, mla_cache, tp, engine)
     full, windowed, window = _windows(cfg)
-    paged = block_size is not None and block_size > 1
+    paged = engine == "vllm" and block_size is not None and block_size > 1
     block = block_size if paged else 1
     blocks_full = -(-context // block)
     blocks_windowed = _windowed_blocks(context, window, block) if windowed else 0
@@ -258,14 +302,14 @@ def kv_cache(cfg: TransformerConfig, *, context: int, batch: int = 1, cache_dtyp
     page_gpu = block * per.layer_bytes_per_gpu  # one rank's heads
     per_sequence = layer_blocks * page
     notes = list(per.notes)
-    notes.append(_paging_note(block_size, paged, full, windowed, pad_full, pad_windowed))
+    notes.append(_paging_note(block_size, paged, full, windowed, pad_full, pad_windowed, engine))
     if windowed:
         notes.append(f"{windowed} of {cfg.n_layers} layers attend in a {window}-token window and keep "
                      f"min(context, {window}) tokens: the {window - 1} the next query reads and the one "
                      f"being written (transformers keeps {window - 1} between forwards, over a "
                      f"{window}-token storage)")
     return KvCache(
-        cache_dtype=per.cache_dtype, bytes_per_element=per.element_bytes, layout=per.layout,
+        engine=engine, cache_dtype=per.cache_dtype, bytes_per_element=per.element_bytes, layout=per.layout,
         heads=per.heads, heads_per_gpu=per.heads_per_gpu, values_per_token_per_layer=per.values,
         values_per_token_per_layer_per_gpu=per.values_per_gpu,
         scale_bytes_per_token_per_layer=per.scale_bytes, bytes_per_token=cfg.n_layers * per.layer_bytes,
@@ -283,15 +327,16 @@ def kv_cache(cfg: TransformerConfig, *, context: int, batch: int = 1, cache_dtyp
 def sequence_bytes_per_gpu(cfg: TransformerConfig, *, context: int, cache_dtype: str = "auto",
                            model_dtype: str = "bfloat16",
                            block_size: int | None = VLLM_DEFAULT_BLOCK_SIZE_TOKENS,
-                           mla_cache: MlaCache = "latent", tensor_parallel: int = 1) -> tuple[int, int]:
+                           mla_cache: MlaCache = "latent", tensor_parallel: int = 1,
+                           engine: Engine = "vllm") -> tuple[int, int]:
     """(one sequence's bytes on one tensor rank, the per-tensor scale bytes each rank keeps once):
     kv_cache's bytes_per_gpu is batch x the first + the second. The same arithmetic without the
     record, for the capacity and time solvers that ask it for many contexts and batches."""
     if context > cfg.max_seq_len:
         raise InvalidInput("context", f"{context} exceeds the model's max_seq_len ({cfg.max_seq_len})")
-    per = _per_token(cfg, cache_dtype, model_dtype, mla_cache, tensor_parallel)
+    per = _per_token(cfg, cache_dtype, model_dtype, mla_cache, tensor_parallel, engine)
     full, windowed, window = _windows(cfg)
-    paged = block_size is not None and block_size > 1
+    paged = engine == "vllm" and block_size is not None and block_size > 1
     block = block_size if paged else 1
     blocks_windowed = _windowed_blocks(context, window, block) if windowed else 0
     pad_full, pad_windowed = _vllm_padded_layers(full, windowed) if paged else (full, windowed)
@@ -300,7 +345,10 @@ def sequence_bytes_per_gpu(cfg: TransformerConfig, *, context: int, cache_dtype:
 
 
 def _paging_note(block_size: int | None, paged: bool, full: int, windowed: int, pad_full: int,
-                 pad_windowed: int) -> str:
+                 pad_windowed: int, engine: Engine) -> str:
+    if engine == "transformers":
+        return ("engine transformers: the DynamicCache transformers holds, unpaged, exactly the tokens kept"
+                + (f" (block_size {block_size} is vLLM's paging, not read)" if (block_size or 1) > 1 else ""))
     if not paged:
         return "unpaged: exactly the tokens kept (block_size null or 1)"
     note = (f"paged as vLLM v1 pages: whole blocks of {block_size} tokens per layer, the last one rounded "
@@ -312,10 +360,10 @@ def _paging_note(block_size: int | None, paged: bool, full: int, windowed: int, 
 
 
 def bytes_per_token(cfg: TransformerConfig, *, cache_dtype: str = "auto", model_dtype: str = "bfloat16",
-                    mla_cache: MlaCache = "latent", tensor_parallel: int = 1) -> int:
+                    mla_cache: MlaCache = "latent", tensor_parallel: int = 1, engine: Engine = "vllm") -> int:
     """Bytes one token adds to one tensor-parallel rank's cache across all layers, with no window
     cap and no paging (tensor_parallel 1: the whole model). Linear in tokens, so a byte budget
     holds budget // this tokens of full attention; fp8's fixed per-tensor scales are left out."""
     tp = _positive(tensor_parallel, "tensor_parallel")
-    _names(cache_dtype, model_dtype, mla_cache)
-    return cfg.n_layers * _per_token(cfg, cache_dtype, model_dtype, mla_cache, tp).layer_bytes_per_gpu
+    _names(cache_dtype, model_dtype, mla_cache, engine)
+    return cfg.n_layers * _per_token(cfg, cache_dtype, model_dtype, mla_cache, tp, engine).layer_bytes_per_gpu

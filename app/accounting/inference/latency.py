@@ -77,8 +77,12 @@ class InferenceTime:
     """One GPU's dense peak at the matmuls' dtype (float8 or int8 for W8A8 formats)."""
     peak_dtype: str
     fits: bool
-    """concurrency sequences of prompt + output tokens fit in memory (POST /api/v1/inference/capacity)."""
+    """concurrency sequences of prompt + output tokens fit in memory (POST /api/v1/inference/capacity).
+    When not, the times are what the passes would take were there room: the pages show none of
+    them, and `advice` says what would make it fit."""
     conventions: list[str]
+    advice: str | None = None
+    """As InferenceMemory's."""
 
     __pydantic_config__ = RECORD
 

@@ -45,6 +45,8 @@ class Setup:
     max_num_batched_tokens: int
     max_num_seqs: int
     overhead_bytes: int
+    engine: kv_cache.Engine = "vllm"
+    """Whose KV cache is counted (kv_cache.py): vLLM's, or transformers' DynamicCache (unpaged)."""
 
     def __post_init__(self) -> None:
         tp = self.tensor_parallel
@@ -100,7 +102,7 @@ class Setup:
             self.cfg, context=context, batch=batch, cache_dtype=self.cache_dtype,
             model_dtype=self.model_dtype,
             block_size=self.block_size if paged else None, mla_cache=self.mla_cache,
-            tensor_parallel=self.tensor_parallel)
+            tensor_parallel=self.tensor_parallel, engine=self.engine)
 
     @cached_property
     def memo(self) -> dict[Hashable, Any]:
@@ -121,5 +123,5 @@ class Setup:
             one = self.remember((context, paged), kv_cache.sequence_bytes_per_gpu(
                 self.cfg, context=context, cache_dtype=self.cache_dtype, model_dtype=self.model_dtype,
                 block_size=self.block_size if paged else None, mla_cache=self.mla_cache,
-                tensor_parallel=self.tensor_parallel))
+                tensor_parallel=self.tensor_parallel, engine=self.engine))
         return batch * one[0] + one[1]

@@ -6,7 +6,8 @@ from dataclasses import dataclass, field
 from app.accounting.comm import links
 from app.accounting.comm.collectives import Link
 from app.accounting.errors import InvalidInput
-from app.accounting.hardware import Accelerator
+from app.accounting.hardware import CUSTOM_VENDOR, Accelerator
+from app.accounting.plan.run import RunLength
 from app.accounting.plan.energy import PlanEnergy
 from app.accounting.plan.layout import REASONS, Cluster
 from app.accounting.plan.search import Limits, Point, search
@@ -67,6 +68,9 @@ class TrainingPlan:
     energy: PlanEnergy | None = None
     """The energy inputs every layout's `energy` uses, and the run's energy given training_tokens;
     null where the GPU has no board power in the catalogue and no power_watts was given."""
+    run: RunLength | None = None
+    """Given training_tokens and a layout that fits: the run's steps, days, GPU-hours and cost on
+    the fastest."""
 
     __pydantic_config__ = RECORD
 
@@ -98,9 +102,12 @@ def cluster(gpu: Accelerator, *, num_gpus: int, gpus_per_node: int | None,
     """The cluster from the catalogue's interconnect row, each figure replaced where the request gives one;
     InvalidInput naming the field to give where the catalogue has none."""
     ic = gpu.interconnect
+    if num_gpus == 1 and not (ic or gpu.interconnect_bytes_per_sec):  # one GPU crosses no link
+        return Cluster(1, 1, Link(intra[0] or 1.0, intra[1] or 0.0), None), ("one GPU: no link", None)
     g = gpus_per_node or (ic.gpus_per_node if ic else None)
     if g is None:
-        raise InvalidInput("gpus_per_node", f"{gpu.id} has no node in the catalogue; give gpus_per_node")
+        raise InvalidInput("gpus_per_node", f"{gpu.id} has no node in the catalogue; give gpus_per_node "
+                                            "(and the node link's bytes/s and latency)")
     if num_gpus > g and num_gpus % g:
         raise InvalidInput("num_gpus", f"{num_gpus} GPUs do not fill whole nodes of {g}")
     g = min(g, num_gpus)
@@ -110,7 +117,8 @@ def cluster(gpu: Accelerator, *, num_gpus: int, gpus_per_node: int | None,
                            f"{gpu.id} has no node link in the catalogue; give one")
     if lat is None:
         raise InvalidInput("intra_node_latency_s", f"{gpu.id} has no node link in the catalogue; give one")
-    intra_src = "given" if intra[0] else f"catalogue: {ic.link} ({ic.source})" if ic else "catalogue"
+    intra_src = ("given" if intra[0] else f"catalogue: {ic.link} ({ic.source})" if ic else
+                 f"gpu: {gpu.interconnect_source}" if gpu.vendor == CUSTOM_VENDOR else "catalogue")
     net, inter_src = None, None
     if num_gpus > g:
         nbw, nlat = links.network(gpu, *inter)

@@ -16,7 +16,10 @@ router = APIRouter(tags=["fit"])
 
 FIT = examples(
     llama3_8b_on_an_rtx_4090={"model": "llama3-8b", "gpu": "rtx-4090", "seq_len": 2048},
-    llama3_8b_on_an_h100={"model": "llama3-8b", "gpu": "h100-sxm", "seq_len": 2048, "batch_size": 4})
+    llama3_8b_on_an_h100={"model": "llama3-8b", "gpu": "h100-sxm", "seq_len": 2048, "batch_size": 4},
+    llama3_8b_on_a_gpu_of_ones_own={"model": "llama3-8b", "seq_len": 2048, "gpu": {
+        "name": "RTX 3080 Ti", "memory_bytes": "12GB", "memory_bandwidth_bytes_per_sec": "912GB/s",
+        "peak_flop_per_sec": {"bfloat16": "68.2T"}}})
 
 
 NARROW = Narrow("model", "a smaller model (fewer layers)")

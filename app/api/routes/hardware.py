@@ -24,7 +24,7 @@ async def list_hardware() -> Response:
 
 @router.get("/{gpu_id}", response_model=hardware.Accelerator, responses=NOT_FOUND)
 async def read_hardware(gpu_id: GpuIdParam) -> Response:
-    """One accelerator by id; a family with one part (rtx) answers with that part."""
+    """One accelerator by id, or by a name people write ("H100 80GB", "4090") that points at one part."""
     try:
         return respond(hardware.gpu(gpu_id, field="gpu_id"))
     except InvalidInput as e:

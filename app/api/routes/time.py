@@ -21,7 +21,7 @@ TRAINING = examples(
     llama3_70b_on_1024_h100s={"params": 70e9, "tokens": 15e12, "gpu": "h100-sxm", "dtype": "bf16",
                               "num_gpus": 1024, "mfu": 0.5, "price_per_gpu_hour": 2.5},
     the_same_in_human_units={"params": "70B", "tokens": "15T", "gpu": "h100-sxm", "num_gpus": "1k"})
-MFU = examples(a_step_on_8_h100s={"flops": 3.9e17, "seconds": 1.2, "gpu": "h100-sxm", "dtype": "bf16",
+MFU = examples(a_step_on_8_h100s={"flops": 5.05e16, "seconds": 16, "gpu": "h100-sxm", "dtype": "bf16",
                                   "num_gpus": 8})
 TrainingBody = Annotated[TrainingTimeRequest, Body(openapi_examples=TRAINING)]
 

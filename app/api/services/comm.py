@@ -6,7 +6,7 @@ from app.accounting.comm import collectives as cc
 from app.accounting.comm import links
 from app.accounting.errors import InvalidInput
 from app.inputs.fields import Input, byte_count, count, number
-from app.inputs.schemas import GpuId, GpuOverridesIn, accelerator
+from app.inputs.schemas import GpuRef, GpuOverridesIn, accelerator
 
 Bandwidth = number(ge=1, le=1e15)
 Latency = number(ge=0, le=1, text=False)
@@ -21,7 +21,7 @@ class CollectiveRequest(Input):
     ranks: count(1, 1_000_000) = Field(description="GPUs taking part: nodes x gpus_per_node, or fewer "
                                                    "inside one node.")
     gpus_per_node: count(1, 1024) = Field(8, description="GPUs a node joins by its fast link (HGX: 8).")
-    gpu: GpuId | None = Field(
+    gpu: GpuRef | None = Field(
         None, description="Take the links from the catalogue's interconnect row: the node link and its "
                           "latency, the network's share per GPU and its latency; or give them.")
     gpu_overrides: GpuOverridesIn | None = None  # type: ignore[valid-type]

@@ -10,7 +10,7 @@ from app.accounting.errors import InvalidInput
 from app.accounting.hardware import Accelerator
 from app.accounting.units import SECONDS_PER_HOUR
 from app.inputs.fields import Input, count, number
-from app.inputs.schemas import GpuId, accelerator
+from app.inputs.schemas import GpuRef, accelerator
 from app.measured import power as measured
 from app.measured.here import Here
 
@@ -103,7 +103,7 @@ class EnergyRequest(EnergyInputs):
         None, description="GPU-hours of the run (the model cards' figure); or give seconds and num_gpus.")
     seconds: number(gt=0, le=1e12) | None = Field(None, description="Wall-clock seconds, x num_gpus.")
     num_gpus: count(1, 10_000_000) = Field(1, description="GPUs running for `seconds`.")
-    gpu: GpuId | None = Field(  # type: ignore[valid-type]
+    gpu: GpuRef | None = Field(  # type: ignore[valid-type]
         None, description="A catalogue accelerator, for its board power; or give power_watts.")
 
 

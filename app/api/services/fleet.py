@@ -4,7 +4,7 @@ burn-in's results compared (app/measured/burn_in.py) and followed per device ove
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, Field, create_model
+from pydantic import BaseModel, Field, TypeAdapter, create_model
 
 from app.accounting.errors import InvalidInput
 from app.api.errors import Conflict, NotFound, QueueFull
@@ -47,10 +47,25 @@ class DeviceOut(BaseModel):
     job_probe: str | None
 
 
+class DispatcherOut(BaseModel):
+    """One dispatcher (`tally worker`, or the server's embedded one): several may serve one device."""
+
+    worker_id: str
+    seen_at: datetime
+    state: Literal["busy", "idle", "lost"]
+    """lost: not seen within live_within_s."""
+    job_id: int | None = None
+    job_probe: str | None = None
+    device: str | None = None
+    """The device of the job it runs."""
+
+
 class Fleet(BaseModel):
     live_within_s: float
     hosts: list[str]
     devices: list[DeviceOut]
+    dispatchers: list[DispatcherOut] = []
+    """Every dispatcher seen, live ones first: two on one box's CPU share its one device row."""
 
 
 def fleet(jobs: Store, now: float) -> Fleet:
@@ -69,7 +84,17 @@ def fleet(jobs: Store, now: float) -> Fleet:
                 job_probe=job.probe if job else None,
             )
         )
-    return Fleet(live_within_s=LIVE_WITHIN_S, hosts=sorted({d.host for d in out}), devices=out)
+    by_worker = {job.worker_id: job for job in running.values() if job.worker_id}
+    dispatchers = []
+    for worker_id, seen_at in jobs.workers_seen():
+        job = by_worker.get(worker_id)
+        state = "lost" if now - seen_at > LIVE_WITHIN_S else "busy" if job else "idle"
+        dispatchers.append(DispatcherOut(worker_id=worker_id, seen_at=_when(seen_at), state=state,
+                                         job_id=job.id if job else None, job_probe=job.probe if job else None,
+                                         device=job.ran_on_device if job else None))
+    dispatchers.sort(key=lambda d: (d.state == "lost", d.worker_id))
+    return Fleet(live_within_s=LIVE_WITHIN_S, hosts=sorted({d.host for d in out}), devices=out,
+                 dispatchers=dispatchers)
 
 
 def _campaign_model(name: str, params: type) -> type[Input]:
@@ -106,6 +131,10 @@ CampaignRequest = Annotated[
     Union[tuple(_campaign_model(name, probe.params) for name, probe in PROBES.items())],  # type: ignore[valid-type]  # noqa: UP007
     Field(discriminator="probe"),
 ]
+
+
+CAMPAIGN = TypeAdapter(CampaignRequest)
+"""A campaign body read outside a route (the Burn-in page's form)."""
 
 
 class CampaignJob(BaseModel):

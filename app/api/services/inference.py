@@ -11,9 +11,10 @@ from app.accounting.inference import capacity, formats, kv_cache, latency, weigh
 from app.accounting.inference.roofline import Hardware
 from app.accounting.inference.setup import Setup
 from app.accounting.inference.workspace import DEFAULT_OVERHEAD_BYTES
+from app.api.services import serving_advice
 from app.api.services.time import Currency
 from app.inputs.fields import byte_count, count, number, sequence_length
-from app.inputs.schemas import GpuInput, ModelSpec, engine_model, named
+from app.inputs.schemas import GpuInput, ModelSpec, engine_model, gpu_label, named
 from app.measured.here import Here
 
 WeightFormat = named("weight format", tuple(formats.FORMATS), formats.QUANTIZATION_LISTING,
@@ -65,11 +66,17 @@ class ServingRequest(GpuInput):
     block_size: count(1, 1 << 16) | None = Field(
         16, description="Paged-attention block in tokens (vLLM's default 16): each sequence's cache is "
                         "rounded up to whole blocks. null: unpaged, exact.")
+    engine: kv_cache.Engine = Field(
+        "vllm", description="Whose KV cache is counted: vllm (the serving engine these calculators follow: "
+                            "n_kv_heads, paged by block_size) or transformers (its DynamicCache, unpaged, in "
+                            "`dtype`: Falcon's new_decoder_architecture caches K and V for all n_heads).")
     num_gpus: count(1, 1 << 20) = Field(
         1, description="GPUs of this kind; num_gpus / tensor_parallel replicas of the model.")
-    tensor_parallel: count(1, 1024) = Field(
-        1, description="GPUs each replica splits its weights and KV heads over (KV heads are replicated "
-                       "when it exceeds them).")
+    tensor_parallel: count(1, 1024) | None = Field(
+        None, description="GPUs each replica splits its weights and KV heads over (KV heads are replicated "
+                          "when it exceeds them). null: the fewest GPUs per replica, of those dividing "
+                          "num_gpus, at which the asked sequences fit (else one does, else num_gpus): "
+                          "more replicas serve more, as vLLM's data parallel does.")
     gpu_memory_utilization: number(gt=0, le=1, text=False) = Field(
         0.9, description="Share of each GPU's memory the engine may use (vLLM's default 0.9).")
     max_num_batched_tokens: count(1, 1 << 24) = Field(
@@ -80,12 +87,46 @@ class ServingRequest(GpuInput):
         DEFAULT_OVERHEAD_BYTES, description="Fixed bytes per GPU besides weights, cache and workspace: CUDA "
                                             "context, library workspaces, CUDA graphs (1 GiB stated).")
 
-    def setup(self) -> Setup:
+    def setup(self, tensor_parallel: int | None = None) -> Setup:
+        """The deployment; tensor_parallel null (here and in the request) is the one that fits."""
+        tp = tensor_parallel or self.tensor_parallel
+        if tp is None:
+            return fitting_setup(self)
         return _deployment(engine_model(self.model), self.weight_format, self.group_size,
                            None if self.unquantized is None else tuple(self.unquantized), self.dtype,
-                           self.cache_dtype, self.mla_cache, self.block_size, self.tensor_parallel,
+                           self.cache_dtype, self.mla_cache, self.block_size, tp,
                            self.num_gpus, self.accelerator().memory_bytes, self.gpu_memory_utilization,
-                           self.max_num_batched_tokens, self.max_num_seqs, self.overhead_bytes)
+                           self.max_num_batched_tokens, self.max_num_seqs, self.overhead_bytes, self.engine)
+
+    def asked_context(self, setup: Setup) -> int:
+        """Tokens per sequence the request asks to hold (memory: context; time: prompt + output)."""
+        return setup.cfg.max_seq_len
+
+    def asked_concurrency(self) -> int:
+        return getattr(self, "concurrency", 1)
+
+
+def fitting_setup(body: ServingRequest) -> Setup:
+    """The deployment at the fewest GPUs per replica (divisors of num_gpus, smallest first) at
+    which the asked sequences fit; else at which one sequence fits; else at num_gpus. A divisor
+    the heads or shards refuse is skipped; if all are refused, num_gpus's refusal is raised."""
+    candidates = [d for d in range(1, body.num_gpus + 1) if body.num_gpus % d == 0 and d <= 1024]
+    setups = []
+    for tp in candidates:
+        try:
+            setup = body.setup(tp)
+            context = min(body.asked_context(setup), setup.cfg.max_seq_len)
+            capacity.memory(setup, context=context, concurrency=1)  # refuses what cannot split
+        except InvalidInput:
+            continue
+        setups.append((setup, context))
+    if not setups:
+        return body.setup(candidates[-1])  # raises: tensor_parallel named
+    for want in (body.asked_concurrency(), 1):
+        for setup, context in setups:
+            if capacity.max_sequences(setup, context) >= want:
+                return setup
+    return setups[-1][0]
 
 
 @lru_cache(maxsize=64)  # x Setup.memo's 256 entries bounds what a stream of odd requests can hold
@@ -108,6 +149,9 @@ class InferenceMemoryRequest(ServingRequest):
     context: sequence_length(1, 10_000_000) | None = Field(
         None, description="Tokens per sequence (prompt and output); null means the model's max_seq_len.")
     concurrency: count(1, 1 << 24) = Field(1, description="Sequences in flight over all replicas.")
+
+    def asked_context(self, setup: Setup) -> int:
+        return self.context or setup.cfg.max_seq_len
 
 
 class InferenceTimeRequest(ServingRequest):
@@ -134,15 +178,24 @@ class InferenceTimeRequest(ServingRequest):
         None, description="Price of one GPU-hour in `currency`, for the cost per million tokens.")
     currency: Currency = "USD"
 
+    def asked_context(self, setup: Setup) -> int:
+        return self.prompt_tokens + self.output_tokens
+
 
 def memory(body: InferenceMemoryRequest) -> capacity.InferenceMemory:
     setup = body.setup()
-    return capacity.memory(setup, context=_context(setup, body.context), concurrency=body.concurrency)
+    context = _context(setup, body.context)
+    answer = capacity.memory(setup, context=context, concurrency=body.concurrency)
+    answer.advice = serving_advice.advice(body, setup, context, body.concurrency)
+    return answer
 
 
 def serving_capacity(body: InferenceMemoryRequest) -> capacity.ServingCapacity:
     setup = body.setup()
-    return capacity.capacity(setup, context=_context(setup, body.context), concurrency=body.concurrency)
+    context = _context(setup, body.context)
+    answer = capacity.capacity(setup, context=context, concurrency=body.concurrency)
+    answer.advice = serving_advice.advice(body, setup, context, body.concurrency)
+    return answer
 
 
 def reads_store(body: InferenceTimeRequest) -> bool:
@@ -166,7 +219,7 @@ def serving_time(body: InferenceTimeRequest, here: Here | None = None) -> latenc
     acc = body.accelerator()
     peak_dtype = compute_dtype(body.weight_format, body.dtype, acc)
     link = body.interconnect_bytes_per_sec or acc.interconnect_bytes_per_sec
-    if body.tensor_parallel > 1 and link is None:
+    if setup.tensor_parallel > 1 and link is None:
         raise InvalidInput("interconnect_bytes_per_sec",
                            f"{acc.id} has no interconnect figure in the catalogue; give one for "
                            "tensor_parallel > 1")
@@ -180,9 +233,11 @@ def serving_time(body: InferenceTimeRequest, here: Here | None = None) -> latenc
                   bandwidth_bytes_per_sec=acc.memory_bandwidth_bytes_per_sec, flops_efficiency=flops_eff,
                   memory_efficiency=mem_eff, interconnect_bytes_per_sec=link,
                   allreduce_latency_s=body.allreduce_latency_s)
-    return latency.serving_time(setup, hw, prompt=body.prompt_tokens, output=body.output_tokens,
-                                concurrency=body.concurrency, price_per_gpu_hour=body.price_per_gpu_hour,
-                                currency=body.currency, peak_dtype=peak_dtype, sources=sources)
+    answer = latency.serving_time(setup, hw, prompt=body.prompt_tokens, output=body.output_tokens,
+                                  concurrency=body.concurrency, price_per_gpu_hour=body.price_per_gpu_hour,
+                                  currency=body.currency, peak_dtype=peak_dtype, sources=sources)
+    answer.advice = serving_advice.advice(body, setup, body.prompt_tokens + body.output_tokens, body.concurrency)
+    return answer
 
 
 def _measured(body: InferenceTimeRequest, here: Here, peak_dtype: str,
@@ -191,7 +246,7 @@ def _measured(body: InferenceTimeRequest, here: Here, peak_dtype: str,
     if on.catalogue_id != body.gpu:
         field = "flops_efficiency" if body.flops_efficiency == "measured" else "memory_efficiency"
         raise InvalidInput(field, f"this server's device is {on.catalogue_id or on.name}, not "
-                                  f"{body.gpu}: measured efficiencies hold only where they were measured")
+                                  f"{gpu_label(body.gpu)}: measured efficiencies hold only where they were measured")
     cal = here.calibration
     flops_eff, mem_eff = body.flops_efficiency, body.memory_efficiency
     if flops_eff == "measured":

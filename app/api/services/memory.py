@@ -4,7 +4,7 @@ from pydantic import Field
 
 from app.accounting.training import activations, memory
 from app.inputs.fields import Input, count, number, sequence_length
-from app.inputs.schemas import GpuId, GpuInput, GpuOverridesIn, ModelOrParams, accelerator, engine_model
+from app.inputs.schemas import GpuInput, GpuOverridesIn, GpuRef, ModelOrParams, accelerator, engine_model
 
 Ranks = count(1, 1_000_000)
 
@@ -41,7 +41,7 @@ class TrainingMemoryRequest(Input):
     virtual_stages: count(1, 1024) = Field(
         1, description="Model chunks per pipeline rank (Megatron-LM's interleaved schedule): the first "
                        "stage holds 1 + (p - 1) / (p v) times the layers' activations of plain 1F1B.")
-    gpu: GpuId | None = Field(None, description="Check the total against this GPU's memory.")
+    gpu: GpuRef | None = Field(None, description="Check the total against this GPU's memory.")
     gpu_overrides: GpuOverridesIn | None = None  # type: ignore[valid-type]
 
     @property

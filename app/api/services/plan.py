@@ -7,16 +7,16 @@ from pydantic import Field
 from app.accounting.errors import InvalidInput
 from app.accounting.hardware import peak_flop_per_sec
 from app.accounting.plan import energy as plan_energy
-from app.accounting.plan import training
+from app.accounting.plan import run, training
 from app.accounting.plan.search import Limits
 from app.accounting.plan.step import Workload
 from app.accounting.training import activations, memory
 from app.api.services import energy
 from app.api.services.comm import Bandwidth, Latency
 from app.api.services.energy import EnergyInputs
-from app.api.services.time import DEFAULT_MFU
+from app.api.services.time import DEFAULT_MFU, Currency
 from app.inputs.fields import Input, count, number, sequence_length
-from app.inputs.schemas import GpuId, GpuOverridesIn, ModelSpec, accelerator, engine_model
+from app.inputs.schemas import GpuOverridesIn, GpuRef, ModelSpec, accelerator, engine_model
 from app.measured.here import Here
 
 
@@ -52,7 +52,7 @@ class PlanLimits(Input):
 
 class TrainingPlanRequest(EnergyInputs):
     model: ModelSpec
-    gpu: GpuId = Field(description="Accelerator id from GET /api/v1/hardware: its peak, memory, node and "
+    gpu: GpuRef = Field(description="Accelerator id from GET /api/v1/hardware: its peak, memory, node and "
                                    "network.")
     gpu_overrides: GpuOverridesIn | None = None  # type: ignore[valid-type]
     num_gpus: count(1, 1_000_000) = Field(description="GPUs in the run: whole nodes when more than one node.")
@@ -83,8 +83,11 @@ class TrainingPlanRequest(EnergyInputs):
     include_points: bool = Field(False, description="Also list every evaluated layout's step time and bytes "
                                                     "per GPU (for a scatter).")
     training_tokens: count(1, 10**16) | None = Field(
-        None, description="Tokens the whole run trains on: with it, the run's kWh and CO2e on the fastest "
-                          "fitting layout (whole steps).")
+        None, description="Tokens the whole run trains on: with it, the run's days, GPU-hours, cost, kWh and "
+                          "CO2e on the fastest fitting layout (whole steps).")
+    price_per_gpu_hour: number(ge=0, le=1e6) | None = Field(
+        None, description="Price of one GPU-hour in `currency`, for the run's cost (with training_tokens).")
+    currency: Currency = Field("USD", description="ISO 4217 code of the price, echoed, never converted.")
 
 
 def plan_training(body: TrainingPlanRequest, here: Here | None = None) -> training.TrainingPlan:
@@ -117,4 +120,9 @@ def plan_training(body: TrainingPlanRequest, here: Here | None = None) -> traini
             [*plan.best, plan.least_memory], gpus=plan.num_gpus, tokens_per_step=plan.tokens_per_step,
             power=energy.power(body, acc, here), pue=body.pue, pue_source=energy.pue_source(body),
             grid=energy.grid(body), training_tokens=body.training_tokens)
+    if body.training_tokens is not None and plan.best:
+        top = plan.best[0]
+        plan.run = run.length(training_tokens=body.training_tokens, tokens_per_step=plan.tokens_per_step,
+                              step_seconds=top.step_seconds, mfu=top.mfu, gpus=plan.num_gpus,
+                              price_per_gpu_hour=body.price_per_gpu_hour, currency=body.currency)
     return plan

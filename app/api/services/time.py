@@ -6,10 +6,20 @@ from pydantic import Field, StringConstraints
 
 from app.accounting import dtypes, hardware, timing
 from app.accounting.errors import InvalidInput
+from app.accounting.models import count_params
 from app.api.services import energy
 from app.api.services.energy import EnergyInputs
 from app.inputs.fields import Input, count, number
-from app.inputs.schemas import GpuId, GpuInput, GpuOverridesIn, PeakDtype, accelerator
+from app.inputs.schemas import (
+    GpuInput,
+    GpuOverridesIn,
+    GpuRef,
+    ModelSpec,
+    PeakDtype,
+    accelerator,
+    engine_model,
+    gpu_label,
+)
 from app.measured.here import Here
 
 Flops = number(gt=0, le=1e35)
@@ -21,7 +31,10 @@ DEFAULT_MFU = 0.5
 class TrainingTimeRequest(GpuInput, EnergyInputs):
     flops: Flops | None = Field(None, description="Total training FLOPs; or give params and tokens.")
     params: count(1, 10**15) | None = Field(
-        None, description="Parameters N, for 6*N*D FLOPs.")
+        None, description="Parameters N, for 6*N*D FLOPs; or give model.")
+    model: ModelSpec | None = Field(
+        None, description="A preset or an inline config, in place of params: N is its active parameters "
+                          "(a mixture of experts counts the experts a token runs), as the Time page reads it.")
     tokens: count(1, 10**15) | None = Field(
         None, description="Training tokens D, for 6*N*D FLOPs.")
     dtype: PeakDtype = Field("bfloat16", description="Which dense peak to run at.")
@@ -41,7 +54,7 @@ class TrainingTimeRequest(GpuInput, EnergyInputs):
 class MfuRequest(Input):
     flops: Flops = Field(description="FLOPs done (model FLOPs, e.g. 6*N*D for training).")
     seconds: number(ge=1e-9, le=1e12) = Field(description="Wall-clock time.")
-    gpu: GpuId | None = Field(
+    gpu: GpuRef | None = Field(
         None, description="Take the peak from the catalogue; or give peak_flop_per_sec.")
     gpu_overrides: GpuOverridesIn | None = None  # type: ignore[valid-type]
     peak_flop_per_sec: number(ge=1, le=1e18) | None = Field(
@@ -76,9 +89,16 @@ def _flops(body: TrainingTimeRequest) -> tuple[float, str]:
     """(FLOPs, where they came from). A refusal names the field to fill in: params or tokens
     when the other of the pair is given (a form that has no flops field can show it there)."""
     if body.flops is not None:
-        if body.params is not None or body.tokens is not None:
-            raise InvalidInput("flops", "give flops, or params and tokens, not both")
+        if body.params is not None or body.tokens is not None or body.model is not None:
+            raise InvalidInput("flops", "give flops, or params (or model) and tokens, not both")
         return body.flops, "given"
+    if body.model is not None:
+        if body.params is not None:
+            raise InvalidInput("model", "give model or params, not both")
+        if body.tokens is None:
+            raise InvalidInput("tokens", "give tokens for 6*params*tokens FLOPs")
+        active = count_params(engine_model(body.model)).active
+        return timing.training_flops(active, body.tokens), "6*params*tokens (params: the model's active parameters)"
     if body.params is None:
         raise InvalidInput("params", "give params (and tokens) for 6*params*tokens FLOPs, or give flops")
     if body.tokens is None:
@@ -116,8 +136,8 @@ def measured_mfu(body: TrainingTimeRequest, here: Here) -> tuple[float, str]:
                                  f"server's device ({on.name}) yet: run one (the benchmarks page, or POST "
                                  f"/api/v1/jobs {job}), or give a number",
                           {"probe": "train_step", "precision": precision})
-    if on.catalogue_id != body.gpu:
-        raise InvalidInput("mfu", f"the measured MFU is from {on.catalogue_id}, not {body.gpu}")
+    if on.catalogue_id != body.gpu:  # a custom GPU is never this server's catalogue part
+        raise InvalidInput("mfu", f"the measured MFU is from {on.catalogue_id}, not {gpu_label(body.gpu)}")
     return measured.mfu, (f"measured: train_step job {measured.job_id} ({measured.model}, {precision}) "
                           f"on {on.name} at {measured.measured_at.isoformat()}")
 

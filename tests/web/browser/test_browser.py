@@ -228,6 +228,11 @@ def test_a_burn_in_campaign_on_the_fleet_page_and_the_burn_in_page(watched, base
     expect(page.get_by_test_id("burn-in-table")).to_be_visible()
     expect(page.get_by_test_id("leaderboard")).to_contain_text("1")
     expect(page.get_by_test_id("device-history")).to_be_visible()
+    # Issue 28, point 13: nothing runs off a 1280 px window (wide tables scroll in their own box).
+    assert page.evaluate("window.innerWidth") == 1280
+    assert page.evaluate("document.documentElement.scrollWidth - window.innerWidth") <= 0
+    for table in page.locator("table").all():
+        assert table.evaluate("t => t.getBoundingClientRect().right <= window.innerWidth")
     page.screenshot(path=screenshots / "burn-in.png", full_page=True)
     page.goto(f"{base_url}/fleet", wait_until="networkidle")
     expect(page.get_by_test_id("fleet-devices")).to_contain_text(":cpu")
@@ -351,3 +356,19 @@ def test_a_page_on_another_origin_cannot_launch_or_cancel_jobs(browser, base_url
     finally:
         context.close()
         httpx.post(f"{jobs}/{job['id']}/cancel")  # no Origin, as curl: allowed
+
+
+@pytest.mark.parametrize("path", ["/docs", "/burn-in"])
+def test_dark_mode_and_a_1280_px_window(browser, base_url, path):
+    """Issue 28, point 13: /docs stayed light in dark mode; the Burn-in page's tables were cut off
+    at 1280 px. In the reader's dark scheme the page is dark, and nothing runs off the window."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900}, color_scheme="dark")
+    page = context.new_page()
+    page.goto(base_url + path, wait_until="networkidle")
+    if path == "/docs":
+        page.locator(".opblock").first.wait_for()
+    background = page.evaluate("getComputedStyle(document.body).backgroundColor")
+    red, green, blue = (int(x) for x in background.removeprefix("rgb(").rstrip(")").split(",")[:3])
+    assert red + green + blue < 150, background
+    assert page.evaluate("document.documentElement.scrollWidth - window.innerWidth") <= 0
+    context.close()

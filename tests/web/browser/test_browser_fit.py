@@ -83,11 +83,20 @@ def test_a_refused_field_shows_the_apis_message_beside_it(browser, base_url):
     page.goto(f"{base_url}/fit?model=llama3-8b&gpu=rtx-4090&seq_len=2048", wait_until="networkidle")
     refused = httpx.post(f"{base_url}/api/v1/fit", json=ASKED | {"seq_len": 100_000})
     assert refused.status_code == 422 and refused.json()["detail"][0]["field"] == "seq_len"
+    wait_for_charts(page, "#result canvas", 2)
+    summary = page.get_by_test_id("summary").inner_text()
     page.fill("#seq_len", "100000")
     expect(page.locator("#seq_len-error")).to_have_text(refused.json()["detail"][0]["msg"])
     expect(page.locator("#seq_len")).to_have_attribute("aria-invalid", "true")
+    # Issue 28, point 11: the last good answer stays, dimmed and said to be the last, not a blank.
+    expect(page.locator("#result")).to_have_class("stale")
+    expect(page.get_by_test_id("summary")).to_have_text(summary)
+    expect(page.get_by_test_id("stale-note")).to_be_visible()
+    assert float(page.evaluate("getComputedStyle(document.querySelector('#result .figures')).opacity")) < 1
     page.fill("#seq_len", "2048")
     expect(page.locator("#seq_len-error")).to_have_text("")
+    expect(page.locator("#result")).not_to_have_class("stale")
+    expect(page.get_by_test_id("stale-note")).to_be_hidden()
     page.wait_for_function(DRAWN_FOR, arg="rtx-4090")
     watched.clean()
     page.context.close()
@@ -96,3 +105,30 @@ def test_a_refused_field_shows_the_apis_message_beside_it(browser, base_url):
 def test_the_page_fits_a_phone(browser, base_url, tmp_path):
     url = f"{base_url}/fit?model=llama3-8b&gpu=rtx-4090&seq_len=2048"
     assert_fits_a_phone(browser, url, 2, tmp_path / "fit-390.png")
+
+
+def test_a_gpu_of_ones_own_is_picked_filled_in_and_kept_in_the_url(browser, base_url):
+    """Issue 28, point 3: "custom" opens the GPU's boxes; filled in, the answer is for that GPU,
+    labelled by its name, and the link holds it; picking a catalogue part again leaves them out."""
+    watched = _watched(browser)
+    page = watched.page
+    page.goto(f"{base_url}/fit?model=llama3.2-1b&gpu=rtx-4090&seq_len=2048", wait_until="networkidle")
+    wait_for_charts(page, "#result canvas", 2)
+    expect(page.get_by_test_id("custom-gpu")).to_be_hidden()
+    page.select_option("#gpu", "custom")
+    expect(page.get_by_test_id("custom-gpu")).to_be_visible()
+    page.fill("#gpu_name", "RTX 3080 Ti")
+    page.fill("#gpu_memory", "12GB")
+    page.fill("#gpu_bandwidth", "912GB/s")
+    page.fill("#gpu_bf16", "68.2T")
+    expect(page.get_by_test_id("gpu-memory")).to_have_text("1 × 12 GB")
+    expect(page.locator("#result")).to_contain_text("RTX 3080 Ti")
+    assert "gpu=custom" in page.url and "gpu_name=RTX+3080+Ti" in page.url and "gpu_memory=12GB" in page.url
+    page.fill("#gpu_memory", "12B")  # ambiguous: the API's message beside the box
+    expect(page.locator("#gpu_memory-error")).to_contain_text("ambiguous")
+    page.select_option("#gpu", "rtx-4090")
+    expect(page.get_by_test_id("custom-gpu")).to_be_hidden()
+    expect(page.get_by_test_id("gpu-memory")).to_have_text("1 × 24 GB")
+    assert "gpu_name" not in page.url
+    watched.clean()
+    page.context.close()
