@@ -8,6 +8,8 @@ from app.accounting.finetune.lora import lora_params
 from app.accounting.finetune.memory import QLORA_KEEP
 from app.accounting.inference.quant import weight_bytes
 from app.accounting.models import preset
+from app.api.services.finetune import FineTuneRequest
+from tests.support.api import assert_names_field
 
 URL = "/api/v1/finetune"
 BASE = {"model": "llama3.2-1b", "seq_len": 512, "batch_size": 2}
@@ -89,10 +91,14 @@ def test_modes_order_by_memory_and_a_paged_optimizer_fits_without_its_state(api)
 
 
 def test_step_time_is_the_step_flops_at_the_mfu(api):
-    answer = api.ok(URL, BASE | {"mode": "lora", "gpu": "h100-sxm", "mfu": 0.4})
+    answer = api.ok(URL, BASE | {"mode": "lora", "gpu": "h100-sxm", "mfu": 0.4, "recompute": "none"})
     peak = api.get("/api/v1/hardware/h100-sxm").json()["peak_flop_per_sec"]["bfloat16"]
     assert answer["time"]["seconds"] == pytest.approx(answer["flops"]["total"] / (0.4 * peak))
     assert answer["flops"]["backward"] < 2 * answer["flops"]["forward"]
+    # Selective recompute (the default) redoes attention's core: its FLOPs are in the time too.
+    redone = api.ok(URL, BASE | {"mode": "lora", "gpu": "h100-sxm", "mfu": 0.4})["time"]
+    assert redone["recompute_flops"] > 0
+    assert redone["seconds"] == pytest.approx((answer["flops"]["total"] + redone["recompute_flops"]) / (0.4 * peak))
 
 
 @pytest.mark.parametrize(("body", "field"), [
@@ -127,3 +133,46 @@ def test_expert_adapters_keep_a_merged_copy_of_each_layers_experts(api):
     assert items["lora/experts_gate_up_merged"] == layers * e * 2 * ff * d * 2
     assert items["lora/experts_down_merged"] == layers * e * ff * d * 2
     assert "moe/expert_inputs" in items and "moe/expert_inputs" not in plain
+
+
+EVERY = ["q", "k", "v", "o", "gate", "up", "down"]
+PEFT_EVERY = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+def test_peft_s_module_names_answer_as_the_short_targets(api):
+    """q_proj and q name the same module: the answer is the same, byte for byte (the echoed
+    request included); the schema documents the short names."""
+    lora = BASE | {"mode": "lora"}
+    experts = {"model": "qwen3-30b-a3b", "mode": "lora", "seq_len": 256, "lora_rank": 8}
+    for body, peft, short in [(lora, ["q_proj", "v_proj"], ["q", "v"]), (lora, PEFT_EVERY, EVERY),
+                              (lora, ["q", "v_proj", "down_proj"], ["q", "v", "down"]),
+                              (experts, ["experts.gate_up_proj", "experts.down_proj"],
+                               ["experts_gate_up", "experts_down"])]:
+        assert api.ok(URL, body | {"lora_targets": peft}) == api.ok(URL, body | {"lora_targets": short}), peft
+    description = FineTuneRequest.model_fields["lora_targets"].description
+    assert "q, k, v, o, gate, up, down" in description and "q_proj" not in description
+
+
+@pytest.mark.parametrize(("targets", "field", "says"), [
+    (["q", "bogus"], "lora_targets.1", "unknown LoRA target 'bogus'"),
+    (["qproj"], "lora_targets.0", "did you mean q_proj"),
+    (["q_proj", "V_PROJ"], "lora_targets.1", "did you mean v_proj"),
+])
+def test_an_unknown_target_is_refused_naming_lora_targets(api, targets, field, says):
+    response = api.post(URL, BASE | {"mode": "lora", "lora_targets": targets})
+    body = assert_names_field(response, field)
+    assert body["detail"][0]["field"].startswith("lora_targets") and says in body["message"], body
+
+
+def test_qwen3_moe_mlp_targets_wrap_its_routed_experts_as_peft_does(api):
+    """peft 0.21 maps Qwen3-MoE's gate_proj and up_proj onto the routed experts' gate_up_proj (rank
+    2r) and down_proj onto their down_proj: 994,836,480 trainable parameters at r = 16, peft's own
+    count of the model built on the meta device (tests/oracles/test_lora_peft.py)."""
+    body = {"model": "qwen3-30b-a3b", "mode": "lora", "lora_rank": 16, "lora_targets": EVERY, "seq_len": 2048}
+    answer = api.ok(URL, body)
+    assert answer["trainable_params"] == answer["memory"]["trainable_params"] == 994_836_480
+    assert list(answer["adapter_params_by_target"]) == ["q", "k", "v", "o", "experts_gate_up", "experts_down"]
+    assert api.ok(URL, body | {"lora_targets": PEFT_EVERY}) == answer
+    # gate without up: peft refuses it (the two are fused into one parameter)
+    response = api.post(URL, body | {"lora_targets": ["q", "gate"]})
+    assert "gate_up_proj" in assert_names_field(response, "lora_targets.1")["message"]

@@ -13,10 +13,11 @@ from app.accounting.finetune.flops import step_flops
 from app.accounting.finetune.lora import HF_NAMES
 from app.accounting.finetune.spec import FineTune
 from app.accounting.hf.read import import_config
+from tests.support.hf_configs_moe import SMALL as MOE_SMALL
 from tests.support.hf_oracle import one_thread
 from tests.support.lora import FAMILIES, FUSED, lora_config
 
-MOE = {"mixtral", "qwen2_moe"}
+MOE = {"mixtral", "qwen2_moe", "qwen3_moe"}
 TARGET_SETS = [("q", "v"), ("v",), ("k", "o"), ("q", "k", "v", "o", "gate", "up", "down"), ("down",),
                ("up",)]
 
@@ -129,3 +130,79 @@ def test_fused_projections_match_flop_counter_mode(name, every):
     ours = step_flops(cfg, FineTune("lora", rank=4, targets=targets), batch_size=2, seq_len=24)
     theirs = ("qkv",) if name == "phi3" and not every else targets  # peft has no phi3 default
     assert (ours.forward, ours.backward) == counted(config, 4, theirs, 2, 24, names=names)
+
+
+QWEN3_MOE = MOE_SMALL["qwen3_moe"]  # layers 0 and 2 dense, 1 and 3 routed
+QWEN3_SETS = [("q", "k", "v", "o", "gate", "up", "down"), ("gate", "up"), ("down",), ("v", "down"),
+              ("gate", "up", "experts_gate_up"), ("experts_gate_up",)]
+
+
+@pytest.mark.parametrize("targets", QWEN3_SETS, ids="-".join)
+def test_qwen3_moe_mlp_targets_match_flop_counter_mode(targets):
+    """peft wraps Qwen3-MoE's gate and up as the experts' gate_up_proj at rank 2r, down as their
+    down_proj, and leaves the dense layers' MLPs frozen: the merges at that rank, and no adapter
+    on a dense MLP (test_lora_peft counts the parameters)."""
+    cfg = import_config(QWEN3_MOE).config
+    ours = step_flops(cfg, FineTune("lora", rank=4, targets=targets), batch_size=2, seq_len=24)
+    assert (ours.forward, ours.backward) == counted(QWEN3_MOE, 4, targets, 2, 24)
+
+
+# Parallel blocks: attention and the MLP both read the layer's input. GPT-NeoX
+# (use_parallel_residual) and Falcon's new decoder norm it once per branch; Falcon-7B's layout
+# (parallel_attn, multi-query) once for both. GPT-NeoX with use_parallel_residual false is the
+# sequential control.
+NEOX, NEOX_NAMES = FUSED["gpt_neox"]
+FALCON_NAMES = FUSED["falcon"][1]
+PARALLEL = {
+    "gpt_neox": FUSED["gpt_neox"],
+    "falcon": FUSED["falcon"],
+    "falcon-one-norm": ({"model_type": "falcon", "hidden_size": 64, "num_hidden_layers": 2,
+                         "num_attention_heads": 4, "vocab_size": 100, "new_decoder_architecture": False,
+                         "multi_query": True, "parallel_attn": True}, FALCON_NAMES),
+    "gpt_neox-sequential": (NEOX | {"use_parallel_residual": False}, NEOX_NAMES),
+}
+PARALLEL_SETS = [None, ("o",), ("up",), ("down",), ("qkv", "o", "up", "down")]
+
+
+@pytest.mark.parametrize("targets", PARALLEL_SETS, ids=lambda t: "default" if t is None else "-".join(t))
+@pytest.mark.parametrize("name", list(PARALLEL))
+def test_parallel_blocks_match_flop_counter_mode(name, targets):
+    """Behind a frozen embedding, the first layer's MLP reads a norm of that embedding, not of
+    x + attention(x): adapters on attention leave its input without a gradient, and up and down
+    skip their input gradients until an MLP adapter."""
+    config, names = PARALLEL[name]
+    cfg = import_config(config).config
+    assert (cfg.norm_layout == "pre") == name.endswith("sequential")
+    ours = step_flops(cfg, FineTune("lora", rank=4, targets=targets), batch_size=2, seq_len=24)
+    assert (ours.forward, ours.backward) == counted(config, 4, targets, 2, 24, names=names)
+
+
+# EleutherAI/pythia-1.4b config.json.
+PYTHIA_1_4B = {"architectures": ["GPTNeoXForCausalLM"], "bos_token_id": 0, "eos_token_id": 0,
+               "hidden_act": "gelu", "hidden_size": 2048, "initializer_range": 0.02,
+               "intermediate_size": 8192, "layer_norm_eps": 1e-05, "max_position_embeddings": 2048,
+               "model_type": "gpt_neox", "num_attention_heads": 16, "num_hidden_layers": 24,
+               "rotary_emb_base": 10000, "rotary_pct": 0.25, "tie_word_embeddings": False,
+               "torch_dtype": "float16", "transformers_version": "4.24.0", "use_cache": True,
+               "use_parallel_residual": True, "vocab_size": 50304}
+
+
+def test_pythia_1_4b_lora_backward_skips_the_first_mlp_s_input_gradients():
+    """peft's default (query_key_value) at r = 8, one sequence of 128 tokens, on the meta device:
+    331,043,831,808 backward FLOPs, 4 t d f = 8,589,934,592 fewer than the sequential rule gives."""
+    cfg = import_config(PYTHIA_1_4B).config
+    ours = step_flops(cfg, FineTune("lora", rank=8), batch_size=1, seq_len=128)
+    theirs = counted(PYTHIA_1_4B, 8, None, 1, 128)
+    assert (ours.forward, ours.backward) == theirs
+    assert theirs[1] == 331_043_831_808
+
+
+@pytest.mark.parametrize(("embeddings", "head", "layers"), FREEZES)
+def test_frozen_parts_of_parallel_blocks_match_flop_counter_mode(embeddings, head, layers):
+    """Freezing: a trained layer's LayerNorm weights make both branches' inputs require gradients."""
+    cfg = import_config(NEOX).config
+    frozen = [f"gpt_neox.layers.{i}" for i in range(layers)]
+    frozen += ["gpt_neox.embed_in"] * embeddings + ["lm_head"] * head
+    spec = FineTune("freeze", freeze_embeddings=embeddings, freeze_head=head, freeze_layers=layers)
+    ours = step_flops(cfg, spec, batch_size=2, seq_len=24)
+    assert (ours.forward, ours.backward) == counted(NEOX, 0, (), 2, 24, frozen=tuple(frozen))

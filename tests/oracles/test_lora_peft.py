@@ -12,6 +12,8 @@ from transformers import AutoConfig, AutoModelForCausalLM
 from app.accounting.errors import InvalidInput
 from app.accounting.finetune.lora import HF_NAMES, lora_params
 from app.accounting.hf.read import import_config
+from tests.support.hf_configs_moe import QWEN3_30B_A3B
+from tests.support.hf_configs_moe import SMALL as MOE_SMALL
 from tests.support.lora import FAMILIES, FUSED, lora_config
 
 TARGET_SETS = [("q", "v"), ("q", "k", "v", "o"), ("q", "k", "v", "o", "gate", "up", "down"), ("down",)]
@@ -139,3 +141,43 @@ def test_trained_embeddings_and_head_are_copies_beside_the_frozen_ones(name, sav
                        train_head="lm_head" in saved)
     expected = peft_trainable(FAMILIES[name], 8, ("q", "v"), saved)
     assert (ours.trainable_params, ours.total_params) == expected
+
+
+QWEN3_MOE = MOE_SMALL["qwen3_moe"]  # layers 0 and 2 dense (decoder_sparse_step 2), 1 and 3 routed
+QWEN3_SETS = [("q", "k", "v", "o", "gate", "up", "down"), ("gate", "up"), ("down",), ("q", "v", "down"),
+              ("gate", "up", "experts_gate_up"), ("down", "experts_down"), ("experts_gate_up",), ("q", "v")]
+
+
+@pytest.mark.parametrize("targets", QWEN3_SETS, ids="-".join)
+@pytest.mark.parametrize("rank", [4, 16])
+def test_qwen3_moe_mlp_targets_are_its_routed_experts_as_peft_maps_them(rank, targets):
+    """peft 0.21 rewrites Qwen3-MoE's target_modules before wrapping (transformers_weight_conversion's
+    _convert_peft_config_moe): gate_proj and up_proj become the experts' fused gate_up_proj at rank
+    2r, down_proj their down_proj, and no dense MLP is wrapped."""
+    cfg = import_config(QWEN3_MOE).config
+    ours = lora_params(cfg, rank=rank, targets=targets)
+    assert (ours.trainable_params, ours.total_params) == peft_trainable(QWEN3_MOE, rank, targets)
+    assert not set(ours.by_target) & {"gate", "up", "down"}  # the dense layers' MLPs stay unwrapped
+
+
+@pytest.mark.parametrize(("targets", "index"), [(("q", "gate"), 1), (("up", "down"), 0)])
+def test_qwen3_moe_gate_or_up_alone_is_refused_as_peft_refuses_it(targets, index):
+    """One of the two fused halves alone: peft's ValueError; Tally's refusal names the target."""
+    with pytest.raises(ValueError, match="fused into gate_up_proj"):
+        peft_trainable(QWEN3_MOE, 4, targets)
+    with pytest.raises(InvalidInput, match="gate_up_proj") as refused:
+        lora_params(import_config(QWEN3_MOE).config, rank=4, targets=targets)
+    assert refused.value.field == f"lora_targets.{index}"
+
+
+def test_qwen3_30b_a3b_every_matrix_at_rank_16_is_peft_s_count():
+    """The model card's config.json built on the meta device and wrapped by peft: 994,836,480
+    trainable parameters, 48 x (16 x (6144 + 2560 + 2560 + 6144) attention, 128 experts x (32 x
+    (2048 + 1536) + 16 x (768 + 2048))); the preset is the same model."""
+    every = ("q", "k", "v", "o", "gate", "up", "down")
+    theirs, everything = peft_trainable(QWEN3_30B_A3B, 16, every)
+    assert theirs == 994_836_480
+    from app.accounting.models import preset
+    for cfg in (import_config(QWEN3_30B_A3B).config, preset("qwen3-30b-a3b")):
+        ours = lora_params(cfg, rank=16, targets=every)
+        assert (ours.trainable_params, ours.total_params) == (theirs, everything)

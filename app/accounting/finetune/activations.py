@@ -8,7 +8,9 @@ needs it (torch's generated derivatives check should_compute_output). So:
 - norms, activations, softmax and attention keep their inputs wherever the stream through them
   requires a gradient, frozen or not;
 - before the first trained or adapted weight (a frozen embedding, frozen first layers) nothing
-  requires a gradient and nothing is kept;
+  requires a gradient and nothing is kept; in a parallel block (GPT-NeoX, Falcon) the MLP reads
+  the layer's input, not attention's output, so an adapter on attention leaves the MLP of the
+  first layer keeping nothing;
 - an adapter keeps A's output, tokens x r, for B's weight gradient (its input is the wrapped
   matrix's input, kept once);
 - an adapter on routed experts (a 3-D parameter) is folded into a merged weight, W + B A per
@@ -32,10 +34,10 @@ def _flags(layer: LayerGrad, frozen_keep_inputs: bool) -> dict[str, bool]:
     """Which of the layer's streams require gradients, and which matmul inputs are kept: for a
     weight gradient (trained or adapter), or, with frozen_keep_inputs (bitsandbytes' int8
     Linear8bitLt, which keeps its input whenever that input requires a gradient), for any."""
-    x, whole, a = layer
+    x, whole, a, parallel = layer
     core = x or whole or bool(a & {"q", "k", "v", "qkv"})
     o_out = core or whole or "o" in a
-    mid = x or o_out
+    mid = x if parallel else x or o_out  # the MLP's input: the layer's, or x + attention(x)
     hidden = mid or whole or bool(a & {"gate", "up", "gate_up"})
     gate_up, down = "experts_gate_up" in a, "experts_down" in a
     k = frozen_keep_inputs
@@ -63,7 +65,7 @@ def _kept(name: str, f: dict[str, bool], shared_experts: bool) -> bool:
         "moe/norm_input": f["mid"],
         # read by the router and the shared experts: kept for their weight gradients only
         "moe/router_input": f["whole"] or (shared_experts and f["up_in"]),
-        # routed experts are never adapted (transformers fuses them; no target name matches)
+        # routed experts: their inputs kept where they train or carry adapters (the merged W + B A)
         "moe/expert_inputs": f["experts_in"], "moe/expert_down_input": f["experts_down_in"],
         "moe/shared_down_input": f["down_in"],
     }
@@ -102,6 +104,19 @@ def _copies(item: act.Item, layer: LayerGrad, autocast: bool) -> act.Item:
     return item._replace(per_token=item.per_token * max(1, len(layer.adapters & targets)))
 
 
+def _mlp_alone_keeps_shared_norm(layer: blocks.Layer, f: dict[str, bool], act_bytes: int,
+                                 residual_bytes: int, shared_experts: bool) -> list[act.Item]:
+    """One norm feeding attention and the MLP (Falcon-7B's parallel_shared, no autocast): the
+    training recipe keeps its output once, as attention's qkv_input (tokens x d_model). Where
+    attention's projections keep nothing but the MLP's first matrices do (an adapter on up alone),
+    the MLP keeps it: the recipe's copy is then its up_input (or router_input)."""
+    cfg = layer.attention.cfg
+    if cfg.norm_layout != "parallel_shared" or act_bytes != residual_bytes or f["qkv_in"]:
+        return []
+    return [item for item in layer.mlp.saved(act_bytes=act_bytes, residual_bytes=residual_bytes)
+            if item.name in ("mlp/up_input", "moe/router_input") and _kept(item.name, f, shared_experts)]
+
+
 def saved(cfg: TransformerConfig, plan: Graph, *, rank: int, act_bytes: int, residual_bytes: int,
           recompute: act.Recompute, seq_len: int, batch_size: int, weight_bytes: int,
           frozen_keep_inputs: bool = False) -> dict[str, int]:
@@ -121,6 +136,7 @@ def saved(cfg: TransformerConfig, plan: Graph, *, rank: int, act_bytes: int, res
         add(_copies(item, grad, autocast) for item in recipe if _kept(item.name, f, bool(cfg.ff_shared)))
         if recompute != "full" and grad.adapters:
             add(_adapter_items(layer, grad, rank, act_bytes))
+            add(_mlp_alone_keeps_shared_norm(layer, f, act_bytes, residual_bytes, bool(cfg.ff_shared)))
         if recompute != "full":
             for name, elements in _merged_experts(layer, grad.adapters).items():
                 out[name] = out.get(name, 0) + elements * weight_bytes

@@ -12,10 +12,15 @@ An adapter on a matrix of (in, out) (A: r x in, B: out x r) costs 2 t r (in + ou
 in backward dB and the gradient through B (2 t r out each), dA (2 t r in), and the input
 gradient through A (2 t r in) where its input requires one.
 
+A parallel block (GPT-NeoX, Falcon) feeds its MLP a norm of the layer's input, not of x +
+attention(x): behind a frozen embedding, the first layer's MLP input requires no gradient even
+where attention carries adapters, and its up and down skip their input gradients (4 t d f).
+
 Routed experts are 3-D parameters (E, in, out): peft cannot factor the token out of B A x there,
 so it folds the adapters into the weight, W + B A per expert (2 E r in out), and backward
 computes the merged weight's gradient like a trained expert's (2 t k in out) and from it dB and
-dA (2 E r in out each).
+dA (2 E r in out each). r is the target's own rank: 2 lora_rank where peft stacks gate and up
+into the experts' gate_up_proj (lora.wrapped).
 """
 
 from dataclasses import dataclass
@@ -24,7 +29,7 @@ from typing import NamedTuple
 
 from app.accounting import blocks
 from app.accounting.finetune import spec as ft
-from app.accounting.finetune.lora import lora_params
+from app.accounting.finetune.lora import lora_params, wrapped
 from app.accounting.flops import Causal, transformer_forward
 from app.accounting.records import RECORD
 from app.accounting.transformer import TransformerConfig
@@ -101,7 +106,10 @@ def _walk(cfg: TransformerConfig, spec: ft.FineTune, base, batch_size: int, seq_
     core, its output; then the MLP's, whose inputs are the normed stream and whose down
     projections read the hidden."""
     plan = ft.graph(cfg, spec)
-    t, r = batch_size * seq_len, spec.rank
+    t = batch_size * seq_len
+    # each wrapped target's rank: lora_rank times its multiple (peft's rank_pattern)
+    ranks = {m: spec.rank * times for m, times in wrapped(cfg, ft.targets_of(cfg, spec)).items()} \
+        if spec.adapted else {}
     back = adapt_fwd = adapt_back = frozen_read = 0
 
     def linear(m: blocks.Linear, x_grad: bool, whole: bool, adapters: frozenset[str]) -> bool:
@@ -111,12 +119,12 @@ def _walk(cfg: TransformerConfig, spec: ft.FineTune, base, batch_size: int, seq_
         frozen_read += m.fan_in * m.fan_out * (x_grad and not whole)
         adapted = m.module in adapters
         if adapted:
-            f, b = _adapter(t, r, m.fan_in, m.fan_out, x_grad)
+            f, b = _adapter(t, ranks[m.module], m.fan_in, m.fan_out, x_grad)
             adapt_fwd += f
             adapt_back += b
         return x_grad or whole or adapted
 
-    for layer, (grad, whole, adapters) in zip(blocks.layers(cfg), plan.layers, strict=True):
+    for layer, (grad, whole, adapters, parallel) in zip(blocks.layers(cfg), plan.layers, strict=True):
         lin = partial(linear, whole=whole, adapters=adapters)
         attention, mlp = layer.attention.linears(), layer.mlp.linears()
         made = dict.fromkeys("qkv", False)
@@ -130,7 +138,7 @@ def _walk(cfg: TransformerConfig, spec: ft.FineTune, base, batch_size: int, seq_
         weights = q or k
         back += core["attention_values"] * (weights + v)  # d(probabilities), dV of P @ V
         out = lin(next(m for m in attention if m.module == "o"), weights or v)
-        mid = grad or out
+        mid = grad if parallel else grad or out  # the MLP reads norm(x), or norm(x + attention(x))
         # gate/up (or gate_up), the router, the shared experts' gate: their outputs require a
         # gradient wherever the stream or their weights do; down reads that hidden.
         hidden = False
@@ -143,7 +151,7 @@ def _walk(cfg: TransformerConfig, spec: ft.FineTune, base, batch_size: int, seq_
         routed = {m.module: m for m in mlp if m.module in ROUTED}
         if routed:
             b, a, f = _routed(routed["experts_gate_up"], routed["experts_down"], layer.mlp.top_k * t, mid,
-                              whole, adapters, r)
+                              whole, adapters, ranks)
             back, adapt_back, adapt_fwd = back + b, adapt_back + a, adapt_fwd + f
             frozen_read += _routed_frozen(routed["experts_gate_up"], routed["experts_down"], mid, whole,
                                           adapters)
@@ -153,16 +161,16 @@ def _walk(cfg: TransformerConfig, spec: ft.FineTune, base, batch_size: int, seq_
 
 
 def _routed(gate_up: blocks.Linear, down: blocks.Linear, copies: int, mid: bool, whole: bool,
-            adapters: frozenset[str], r: int) -> tuple[int, int, int]:
+            adapters: frozenset[str], ranks: dict[str, int]) -> tuple[int, int, int]:
     """(backward, adapters' backward, adapters' forward) of the routed experts: `copies` = tokens x
-    top_k rows over all experts (dropless), whatever their spread."""
+    top_k rows over all experts (dropless), whatever their spread; `ranks` each adapted target's r."""
     gu, dn = gate_up.module in adapters, down.module in adapters
     back = 2 * copies * gate_up.fan_in * gate_up.fan_out * (mid + (whole or gu))
     back += 2 * copies * down.fan_in * down.fan_out * ((mid or whole or gu) + (whole or dn))
     adapt_fwd = adapt_back = 0
     for m, on in ((gate_up, gu), (down, dn)):
         if on:  # the merged weight W + B A per expert, forward; dB and dA from dW, backward
-            merge = 2 * m.experts * r * m.fan_in * m.fan_out
+            merge = 2 * m.experts * ranks[m.module] * m.fan_in * m.fan_out
             adapt_fwd += PEFT_EXPERT_MERGES * merge
             adapt_back += 2 * merge
     return back, adapt_back, adapt_fwd

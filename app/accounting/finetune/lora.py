@@ -16,15 +16,18 @@ layer that has it, so:
 - where a family fuses projections into one nn.Linear (config.fused_qkv, fused_gate_up), that
   module is the target: qkv (GPT-2's c_attn, GPT-NeoX's and Falcon's query_key_value, Phi-3's
   qkv_proj, d_model -> (n_heads + 2 n_kv_heads) x head_dim) and gate_up (Phi-3's gate_up_proj).
+- where peft maps MLP names onto the routed experts (experts_take_mlp_names: Qwen3-MoE), gate and
+  up together wrap the experts' gate_up_proj at rank 2r and down their down_proj, and no dense MLP.
 The defaults are peft's (TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING): q_proj and v_proj
 for the llama-like families, the fused qkv projection where there is one (GPT-2, GPT-NeoX,
 Falcon; peft has no default for Phi-3, which gets its qkv_proj likewise).
+A target is spelled as TARGETS names it or as peft does (HF_NAMES: q_proj, experts.down_proj...).
 """
 
 from dataclasses import dataclass
 from typing import Literal
 
-from app.accounting import blocks
+from app.accounting import blocks, names
 from app.accounting.errors import InvalidInput
 from app.accounting.params import count_params
 from app.accounting.records import RECORD
@@ -42,6 +45,10 @@ HF_NAMES = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "o_proj", "gate": 
             "experts_down": "experts.down_proj"}
 """The module names peft's target_modules match in transformers' llama-family models (the expert
 targets: the parameter names its target_parameters match)."""
+PEFT_SPELLINGS = {hf: short for short, hf in HF_NAMES.items()}
+"""peft's name for a target -> the target: q_proj and q wrap the same module."""
+EXPERT_MLP_NAMES = {"gate": "experts_gate_up", "up": "experts_gate_up", "down": "experts_down"}
+"""Where experts_take_mlp_names: the routed experts' 3-D parameter each MLP name wraps."""
 
 
 @dataclass(slots=True)
@@ -50,6 +57,8 @@ class LoraCount:
 
     rank: int
     targets: list[str]
+    """The targets wrapped, in TARGETS order (on Qwen3-MoE, gate, up and down as the expert targets
+    peft maps them to)."""
     matrices: int
     """Wrapped nn.Linear modules and 3-D expert parameters, over all layers."""
     adapter_params: int
@@ -80,6 +89,61 @@ def _shapes(cfg: TransformerConfig) -> dict[str, list[tuple[int, int, int, int]]
             if m.module in shapes:
                 shapes[m.module].append((m.fan_in, m.fan_out, count, m.experts))
     return shapes
+
+
+def target(name: str) -> str:
+    """The target `name` spells: itself, or the one peft's module name stands for (q_proj: q)."""
+    if name in TARGETS:
+        return name
+    if name in PEFT_SPELLINGS:
+        return PEFT_SPELLINGS[name]
+    close = names.near_misses(name, (*TARGETS, *PEFT_SPELLINGS))
+    hint = (f"did you mean {' or '.join(close)}?" if close else f"name one of {', '.join(TARGETS)} "
+            f"(or peft's module name for it: {', '.join(HF_NAMES.values())})")
+    raise InvalidInput("lora_targets", f"unknown LoRA target {name!r}: {hint}")
+
+
+def experts_take_mlp_names(cfg: TransformerConfig) -> bool:
+    """Whether peft 0.21 maps the MLP targets onto the routed experts. Before wrapping, it rewrites
+    target_modules for the model types transformers 5 converts from Qwen2-MoE's checkpoint layout
+    (peft/utils/transformers_weight_conversion.py, _convert_peft_config_moe over transformers'
+    _MODEL_TO_CONVERSION_PATTERN): gate_proj and up_proj, the v4 experts' modules, become
+    target_parameters gate_up_proj, the 3-D (E, 2 f, d) parameter they were fused into, with
+    rank_pattern 2r (both v4 adapters stacked; one of the two alone is a ValueError there);
+    down_proj becomes the experts' down_proj, at r. No module name is left to match a dense MLP
+    (mlp_only_layers, decoder_sparse_step), so none is wrapped. Among the families Tally imports
+    that is qwen3_moe (DeepSeek too, whose latent attention fine-tuning refuses): qwen2_moe is that
+    pattern itself, not one converted to it, so its names wrap its shared expert and dense MLPs;
+    Mixtral's v4 names were w1, w3 and w2. A TransformerConfig has no model_type: qwen3_moe is the
+    mixture of experts without a shared expert whose q and k are normed per head."""
+    return blocks.routed(cfg) is not None and not cfg.ff_shared and cfg.qk_norm == "head"
+
+
+def wrapped(cfg: TransformerConfig, targets: tuple[str, ...]) -> dict[str, int]:
+    """target -> its adapters' rank in units of lora_rank, for each module `targets` wrap (TARGETS
+    order): what peft wraps for these names on this model. Refuses a name that wraps nothing,
+    naming its place in lora_targets."""
+    return _wrapped(cfg, targets, _shapes(cfg))
+
+
+def _wrapped(cfg: TransformerConfig, targets: tuple[str, ...],
+             shapes: dict[str, list[tuple[int, int, int, int]]]) -> dict[str, int]:
+    experts = experts_take_mlp_names(cfg)
+    ranks: dict[str, int] = {}
+    for i, name in enumerate(targets):
+        if name not in shapes:
+            raise InvalidInput(f"lora_targets.{i}", f"{name!r} is not one of {', '.join(TARGETS)}")
+        module, times = name, 1
+        if experts and name in EXPERT_MLP_NAMES:
+            if name in ("gate", "up") and not {"gate", "up"} <= set(targets):
+                raise InvalidInput(f"lora_targets.{i}", f"{name}: peft fuses this model's gate_proj and "
+                                   "up_proj into the routed experts' gate_up_proj; target both gate and up "
+                                   "(rank 2r there), or experts_gate_up (rank r)")
+            module, times = EXPERT_MLP_NAMES[name], 2 if name in ("gate", "up") else 1
+        if not shapes[module]:
+            raise InvalidInput(f"lora_targets.{i}", _missing(cfg, name))
+        ranks[module] = max(ranks.get(module, 1), times)  # gate + up's 2r wins over experts_gate_up's r
+    return {t: ranks[t] for t in TARGETS if t in ranks}
 
 
 def default_targets(cfg: TransformerConfig) -> tuple[Target, ...]:
@@ -115,16 +179,11 @@ def lora_params(cfg: TransformerConfig, *, rank: int, targets: tuple[str, ...] |
     if not targets:
         raise InvalidInput("lora_targets", "name at least one matrix to adapt (q, k, v, o, gate, up, down)")
     shapes = _shapes(cfg)
-    by_target: dict[str, int] = {}
-    matrices = 0
-    for i, target in enumerate(targets):
-        if target not in shapes:
-            raise InvalidInput(f"lora_targets.{i}", f"{target!r} is not one of {', '.join(TARGETS)}")
-        if not shapes[target]:
-            raise InvalidInput(f"lora_targets.{i}", _missing(cfg, target))
-        by_target[target] = sum(rank * (fan_in + fan_out) * n * e for fan_in, fan_out, n, e in shapes[target])
-        matrices += sum(count for _, _, count, _ in shapes[target])
-    ordered = {t: by_target[t] for t in TARGETS if t in by_target}
+    ranks = _wrapped(cfg, targets, shapes)
+    # r' (in + out) per wrapped matrix (per expert of a 3-D one), r' = rank x its multiple
+    ordered = {t: sum(rank * times * (fan_in + fan_out) * n * e for fan_in, fan_out, n, e in shapes[t])
+               for t, times in ranks.items()}
+    matrices = sum(count for t in ranks for _, _, count, _ in shapes[t])
     adapters = sum(ordered.values())
     table = cfg.vocab_size * cfg.d_model
     saved = {name: table for name, on in (("embeddings", train_embeddings), ("lm_head", train_head)) if on}

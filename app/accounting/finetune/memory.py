@@ -23,7 +23,7 @@ from app.accounting.finetune import activations as saved
 from app.accounting.finetune import spec as ft
 from app.accounting.finetune.flops import frozen_weights_in_backward
 from app.accounting.finetune.freeze import freeze_params
-from app.accounting.finetune.lora import lora_params
+from app.accounting.finetune.lora import lora_params, wrapped
 from app.accounting.hardware import Accelerator
 from app.accounting.inference.formats import DEFAULT_KEEP
 from app.accounting.inference.quant import weight_bytes
@@ -230,9 +230,9 @@ def largest_trainable(cfg: TransformerConfig, spec: ft.FineTune) -> int:
     final norm."""
     d, table = cfg.d_model, cfg.vocab_size * cfg.d_model
     if spec.adapted:
-        targets = set(ft.targets_of(cfg, spec))
-        adapters = [spec.rank * m.experts * max(m.fan_in, m.fan_out) for layer, _ in blocks.distinct(cfg)
-                    for m in layer.linears() if m.module in targets]
+        ranks = wrapped(cfg, ft.targets_of(cfg, spec))  # target -> its multiple of lora_rank
+        adapters = [spec.rank * ranks[m.module] * m.experts * max(m.fan_in, m.fan_out)
+                    for layer, _ in blocks.distinct(cfg) for m in layer.linears() if m.module in ranks]
         return max(adapters + [table] * (spec.train_embeddings or spec.train_head))
     plan = ft.graph(cfg, spec)
     tables = [table] if plan.embedding_trains or plan.head_trains else []

@@ -19,7 +19,7 @@ from typing import Literal, NamedTuple
 from app.accounting import blocks
 from app.accounting.errors import InvalidInput
 from app.accounting.finetune.freeze import freeze_params
-from app.accounting.finetune.lora import TARGETS, default_targets
+from app.accounting.finetune.lora import TARGETS, default_targets, wrapped
 from app.accounting.transformer import TransformerConfig
 
 Mode = Literal["full", "freeze", "lora", "qlora"]
@@ -58,7 +58,12 @@ class LayerGrad(NamedTuple):
     whole: bool
     """Every weight of the layer trains."""
     adapters: frozenset[str]
-    """Targets wrapped by adapters in this layer (lora.TARGETS names)."""
+    """Targets wrapped by adapters in this layer (lora.TARGETS names, as lora.wrapped resolves them)."""
+    parallel: bool
+    """Attention and the MLP both read the layer's input, each through a norm (GPT-NeoX's
+    use_parallel_residual, Falcon's parallel_attn): the MLP's input requires a gradient only where
+    the layer's does, whatever attention's adapters make of its output. Sequential blocks feed the
+    MLP x + attention(x), which requires one wherever attention's output does."""
 
 
 class Graph(NamedTuple):
@@ -97,7 +102,7 @@ def targets_of(cfg: TransformerConfig, spec: FineTune) -> tuple[str, ...]:
 
 def graph(cfg: TransformerConfig, spec: FineTune) -> Graph:
     full = spec.mode == "full"
-    adapters = frozenset(targets_of(cfg, spec)) if spec.adapted else frozenset()
+    adapters = frozenset(wrapped(cfg, targets_of(cfg, spec))) if spec.adapted else frozenset()
     embedding = full or (spec.mode == "freeze" and not spec.freeze_embeddings) or spec.train_embeddings
     head = full or (spec.mode == "freeze" and not spec.freeze_head) or spec.train_head
     if cfg.tied_embeddings and spec.mode == "freeze":
@@ -105,10 +110,11 @@ def graph(cfg: TransformerConfig, spec: FineTune) -> Graph:
     # A trained layer's own norm weights make its sublayers' inputs require gradients, whatever
     # the residual does, when a norm with weights stands before attention.
     affine_first = cfg.norm != "layernorm_no_affine" and cfg.norm_layout != "post"
+    parallel = cfg.norm_layout in ("parallel", "parallel_shared")
     grad, layers = embedding, []
     for i in range(cfg.n_layers):
         whole = full or (spec.mode == "freeze" and i >= spec.freeze_layers)
-        layers.append(LayerGrad(grad or (whole and affine_first), whole, adapters))
+        layers.append(LayerGrad(grad or (whole and affine_first), whole, adapters, parallel))
         grad = grad or whole or bool(adapters & _present(cfg, i))
     # The final norm trains in full and freeze modes, so the head's input always requires a gradient.
     return Graph(tuple(layers), embedding, head, grad or not spec.adapted)

@@ -1,33 +1,19 @@
-"""One fine-tuning step whole: what trains, its memory per GPU, its FLOPs, and its time at an MFU."""
+"""One fine-tuning step whole: what trains, its memory per GPU, its FLOPs, and its time at an MFU
+(app/accounting/finetune/timing.py: the recompute's FLOPs and a quantized base's dequantization)."""
 
 from dataclasses import dataclass
 
 from app.accounting.finetune import spec as ft
 from app.accounting.finetune.flops import FineTuneFlops, step_flops
 from app.accounting.finetune.lora import lora_params
-from app.accounting.finetune.memory import FineTuneMemory, finetune_memory
+from app.accounting.finetune import timing
+from app.accounting.finetune.memory import QLORA_KEEP, FineTuneMemory, finetune_memory
+from app.accounting.finetune.timing import StepTime
 from app.accounting.hardware import Accelerator, peak_flop_per_sec
 from app.accounting.records import RECORD
 from app.accounting.training import activations as act
 from app.accounting.training.memory import PEAK_DTYPE, Optimizer, Precision
 from app.accounting.transformer import TransformerConfig
-
-
-@dataclass(slots=True)
-class StepTime:
-    """The step at a model-FLOPs utilization: every data-parallel rank runs its micro-batch."""
-
-    peak_dtype: str
-    peak_flop_per_sec: float
-    """Dense peak of one GPU."""
-    mfu: float
-    """The share of the dense peak the step's FLOPs (those it really does: frozen weights' skipped
-    gradients are not counted) run at."""
-    seconds: float
-    tokens_per_sec: float
-    """Over all data-parallel ranks."""
-
-    __pydantic_config__ = RECORD
 
 
 @dataclass(slots=True)
@@ -62,9 +48,11 @@ def finetune_step(cfg: TransformerConfig, spec: ft.FineTune, *, precision: Preci
     if gpu is not None:
         dtype = PEAK_DTYPE[precision]
         peak = peak_flop_per_sec(gpu, dtype, field="precision")
-        seconds = flops.total / (peak * mfu)
-        time = StepTime(peak_dtype=dtype, peak_flop_per_sec=peak, mfu=mfu, seconds=seconds,
-                        tokens_per_sec=data_parallel * batch_size * seq_len / seconds)
+        redo = timing.recompute_flops(cfg, recompute, batch_size=batch_size, seq_len=seq_len,
+                                      adapters_forward=flops.adapters_forward)
+        moved = timing.dequantize_bytes(cfg, spec, QLORA_KEEP, recompute)
+        time = timing.step_time(flops_total=flops.total, redo=redo, moved=moved, gpu=gpu, peak_dtype=dtype,
+                                peak=peak, mfu=mfu, tokens=data_parallel * batch_size * seq_len)
     return FineTuneStep(mode=spec.mode, trainable_params=mem.trainable_params,
                         total_params=mem.trainable_params + mem.frozen_params,
                         adapter_params_by_target=by_target, memory=mem, flops=flops, time=time)

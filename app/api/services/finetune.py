@@ -11,9 +11,12 @@ from app.accounting.inference import formats
 from app.accounting.training import activations, memory
 from app.api.services.time import DEFAULT_MFU
 from app.inputs.fields import Input, count, number, sequence_length
-from app.inputs.schemas import GpuId, GpuOverridesIn, ModelSpec, accelerator, engine_model, named
+from app.inputs.schemas import GpuOverridesIn, GpuRef, ModelSpec, accelerator, engine_model, named
 
-Targets = Annotated[list[lora.Target], Field(min_length=1, max_length=len(lora.TARGETS))]
+# A target as Tally names it, or as peft does (q_proj: q), which the answer echoes as Tally's name.
+Target = named("LoRA target", lora.TARGETS, "the lora_targets description", lora.target)
+Targets = Annotated[list[Target],  # type: ignore[valid-type]
+                    Field(min_length=1, max_length=len(lora.TARGETS))]
 BaseFormat = named("QLoRA base format", QLORA_FORMATS, formats.QUANTIZATION_LISTING,
                    lambda name: formats.lookup_format(name).id)
 
@@ -27,11 +30,13 @@ class FineTuneRequest(Input):
     lora_rank: count(1, 65_536) = Field(16, description="lora, qlora: the adapters' rank r.")
     lora_targets: Targets | None = Field(  # type: ignore[valid-type]
         None,
-        description="lora, qlora: matrices wrapped in every layer that has them (peft's target_modules: "
-                    "q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj; qkv and gate_up where "
-                    "the model fuses them, as GPT-2's c_attn and Phi-3's gate_up_proj; experts_gate_up and "
-                    "experts_down, the routed experts' 3-D parameters, as peft's target_parameters). null "
-                    "is peft's default for the family: q and v, or the fused qkv.")
+        description="lora, qlora: matrices wrapped in every layer that has them (peft's target_modules): "
+                    "q, k, v, o, gate, up, down; qkv and gate_up where the model fuses them, as GPT-2's "
+                    "c_attn and Phi-3's gate_up_proj; experts_gate_up and experts_down, the routed experts' "
+                    "3-D parameters (peft's target_parameters). peft's module name for a target names it "
+                    "too. As peft maps them on Qwen3-MoE, gate and up together wrap its routed experts' "
+                    "gate_up at rank 2r, and down their down, not its dense MLPs. null is peft's default "
+                    "for the family: q and v, or the fused qkv.")
     train_embeddings: bool = Field(False, description="lora, qlora: train a copy of the token embedding "
                                                       "whole (peft's modules_to_save).")
     train_head: bool = Field(False, description="lora, qlora: train a copy of the LM head whole.")
@@ -60,7 +65,7 @@ class FineTuneRequest(Input):
     zero_stage: count(0, 3) = Field(
         0, description="Shards the trainable states over data_parallel ranks; 3 also shards the frozen "
                        "weights (FSDP, FSDP-QLoRA).")
-    gpu: GpuId | None = Field(None, description="Check the total against this GPU's memory, and time the "
+    gpu: GpuRef | None = Field(None, description="Check the total against this GPU's memory, and time the "
                                                 "step at its dense peak.")
     gpu_overrides: GpuOverridesIn | None = None  # type: ignore[valid-type]
     mfu: number(ge=1e-6, le=1) = Field(DEFAULT_MFU, description="Share of the dense peak the step's FLOPs "

@@ -83,8 +83,9 @@ def answer(body: FitRequest) -> fit.FitAnswer:
             "quantization and a paged optimizer (POST /api/v1/finetune); over num_gpus > 1 every way "
             "shards its weights, frozen ones too, with ZeRO stage 3 (FSDP's full sharding, as peft's "
             "FSDP recipes run LoRA and QLoRA), batch_size sequences on each GPU",
-            "training time counts the step's matmul FLOPs at mfu of the dense bf16 peak; QLoRA's "
-            "dequantization of each weight per matmul is not counted and makes it slower than LoRA",
+            "training time counts the step's matmul FLOPs, the recompute's included, at mfu of the dense "
+            "bf16 peak, and QLoRA's dequantization of its NF4 base before each matmul at the memory "
+            "bandwidth (app/accounting/finetune/timing.py)",
             "advice tries, in order: serving, a smaller weight format, a shorter context, more GPUs; "
             "training, gradient checkpointing, batch 1, a smaller format (LoRA over an NF4 base, 8-bit "
             "AdamW states for full fine-tuning), a shorter sequence, more GPUs with ZeRO stage 3; each "

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from app.accounting import flops, models
 from app.accounting.errors import InvalidInput
 from app.accounting.finetune import flops as finetune_flops
+from app.accounting.finetune import lora
 from app.accounting.finetune import spec as ft
 from app.accounting.finetune.memory import finetune_memory
 from app.accounting.training import activations, memory, phases
@@ -119,8 +120,11 @@ def _fine_tune_step(p: TrainStepParams, cfg: models.TransformerConfig, *, engine
     tune = fine_tune(p)
     if p.mode == "qlora" and importlib.util.find_spec("bitsandbytes") is None:
         raise InvalidInput("params.mode", NO_BITSANDBYTES)
+    # Where peft maps gate, up and down onto the routed experts (qwen3_moe: lora.experts_take_mlp_names),
+    # those are expert adapters too, which the probe does not build either.
+    unbuilt = UNBUILT_TARGETS + (("gate", "up", "down") if lora.experts_take_mlp_names(cfg) else ())
     for i, target in enumerate(p.lora_targets or ()):
-        if target in UNBUILT_TARGETS and tune.adapted:
+        if target in unbuilt and tune.adapted:
             raise InvalidInput(f"params.lora_targets.{i}", f"the train_step probe does not build {target} "
                                                            "yet (peft's target_parameters on routed experts)")
     try:
