@@ -473,12 +473,24 @@
     }
     if (!target.querySelector("[data-answered]")) return;  // nothing to keep: show the refusal
     e.detail.shouldSwap = false;
+    // Not swapped, so htmx would not move the address bar: the link still follows the inputs.
+    const url = e.detail.xhr.getResponseHeader("HX-Replace-Url");
+    if (url) history.replaceState(history.state, "", url);
     const incoming = document.createElement("template");
     incoming.innerHTML = e.detail.serverResponse;
     render(incoming.content);  // the messages beside their fields
-    target.querySelectorAll(".refusal").forEach((old) => old.remove());
-    const message = incoming.content.querySelector(".refusal");
-    if (message) target.prepend(message);
+    // What the refusal says above the answer (its message, a probe to run for a measured figure)
+    // goes in one block at the top, replacing the last refusal's.
+    target.querySelectorAll(".refusal-block").forEach((old) => old.remove());
+    const block = document.createElement("div");
+    block.className = "refusal-block";
+    [...incoming.content.children].forEach((part) => {
+      if (!part.matches("template, .stale-note, [data-answered]")) block.append(part);
+    });
+    if (block.children.length) {
+      target.prepend(block);
+      if (window.htmx) window.htmx.process(block);  // its forms and buttons post as swapped ones do
+    }
     target.classList.add("stale");
   });
 

@@ -7,7 +7,7 @@ device count."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -26,7 +26,9 @@ RULE = (f"Per matmul dtype, per train_step precision, and for bandwidth: the bes
         "FLOP/s of its best shape (the shape with the highest median); best train_step = the highest "
         "achieved FLOP/s (the same order as MFU on one device) of full training steps (mode full; a "
         "fine-tune skips frozen weights' gradients); best bandwidth = the highest median "
-        "GB/s of a device-to-device copy. job_id names the run the figure comes from.")
+        "GB/s of a device-to-device copy. Runs measured alone count first: a run that shared its host or "
+        "GPU, or whose timings spread widely (app/measured/doubts.py), is chosen only when no recent run "
+        "was measured alone, and then says so (doubts). job_id names the run the figure comes from.")
 
 
 @dataclass(slots=True)
@@ -46,6 +48,9 @@ class MatmulPeak:
     measured_at: datetime
     runs_considered: int = 1
     """How many recent runs of this dtype on this device were compared (at most the window)."""
+    doubts: list[str] = field(default_factory=list)
+    """Why this run may be slower than the device alone (app/measured/doubts.py); empty when it was
+    measured alone, as every figure is whenever one such run is among the recent ones."""
 
     __pydantic_config__ = RECORD
 
@@ -64,6 +69,8 @@ class TrainStepMfu:
     measured_at: datetime
     runs_considered: int = 1
     """How many recent runs at this precision on this device were compared (at most the window)."""
+    doubts: list[str] = field(default_factory=list)
+    """As MatmulPeak's."""
 
     __pydantic_config__ = RECORD
 
@@ -79,6 +86,8 @@ class BandwidthPeak:
     job_id: int
     measured_at: datetime
     runs_considered: int = 1
+    doubts: list[str] = field(default_factory=list)
+    """As MatmulPeak's."""
 
     __pydantic_config__ = RECORD
 
@@ -110,11 +119,16 @@ def on_device(job: Job, device: DeviceInfo) -> bool:
     return env.device == device.kind and env.device_name == device.name
 
 
-def trusted(job: Job, device: DeviceInfo) -> bool:
-    """Measured on this device, alone, with timings that did not spread (app/measured/doubts.py):
-    a contended run's slower figures would otherwise stand for the device once no quiet run is
-    among the recent ones."""
-    return on_device(job, device) and not doubts.doubts(job.result)
+def _choose(runs: list, key: Callable) -> Any:
+    """The best of `runs` ((figure, its doubts) pairs) by `key`: of those measured alone when any
+    was, else of all of them, its doubts then set; runs_considered is the pool it was chosen from."""
+    alone = [run for run, why in runs if not why]
+    pool = alone or [run for run, _ in runs]
+    best = max(pool, key=key)
+    best.runs_considered = len(pool)
+    if not alone:
+        best.doubts = next(why for run, why in runs if run is best)
+    return best
 
 
 def finished(job: Job) -> datetime:
@@ -130,13 +144,9 @@ def best_recent(store: Store, probe: str, device: DeviceInfo, figure: Callable[[
     """The rule for one figure: of the last WINDOW succeeded `probe` runs on this device that give
     one (`figure` of the job; None skips it), the one with the highest `key`, its runs_considered
     set; None before any."""
-    runs = [run for job in store.latest(probe=probe, limit=LOOKBACK)
-            if trusted(job, device) and (run := figure(job)) is not None][:WINDOW]
-    if not runs:
-        return None
-    best = max(runs, key=key)
-    best.runs_considered = len(runs)
-    return best
+    runs = [(run, doubts.doubts(job.result)) for job in store.latest(probe=probe, limit=LOOKBACK)
+            if on_device(job, device) and (run := figure(job)) is not None][:WINDOW]
+    return _choose(runs, key) if runs else None
 
 
 def _recent(candidates: dict, key: str, item: object) -> None:
@@ -151,24 +161,22 @@ def calibration(store: Store, device: Any) -> Calibration:
     catalogue_id: app/measured/past.RanOn)."""
     shapes: dict[str, list[MatmulPeak]] = {}
     for job in store.latest(probe="matmul", limit=LOOKBACK):
-        if trusted(job, device):
+        if on_device(job, device):
+            why = doubts.doubts(job.result)
             for dtype, p in job.result.best.items():
-                _recent(shapes, dtype, MatmulPeak(dtype=dtype, flop_per_sec=p.flop_per_sec, m=p.m, k=p.k,
-                                                  n=p.n, mfu=p.mfu, job_id=job.id, measured_at=finished(job)))
+                _recent(shapes, dtype, (MatmulPeak(dtype=dtype, flop_per_sec=p.flop_per_sec, m=p.m, k=p.k, n=p.n,
+                                                   mfu=p.mfu, job_id=job.id, measured_at=finished(job)), why))
     steps: dict[str, list[TrainStepMfu]] = {}
     for job in store.latest(probe="train_step", limit=LOOKBACK):
         r = job.result
         # A fine-tune's step skips frozen weights' gradients: its MFU is not a training step's.
-        if trusted(job, device) and r.mode == "full":
-            _recent(steps, r.precision, TrainStepMfu(
+        if on_device(job, device) and r.mode == "full":
+            _recent(steps, r.precision, (TrainStepMfu(
                 precision=r.precision, mfu=r.mfu, achieved_flop_per_sec=r.achieved_flop_per_sec,
-                tokens_per_sec=r.tokens_per_sec, model=r.model, job_id=job.id, measured_at=finished(job)))
-    peaks = {d: max(runs, key=lambda run: run.flop_per_sec) for d, runs in shapes.items()}
-    for d, peak in peaks.items():
-        peak.runs_considered = len(shapes[d])
-    best_steps = {p: max(runs, key=lambda run: run.achieved_flop_per_sec) for p, runs in steps.items()}
-    for p, step in best_steps.items():
-        step.runs_considered = len(steps[p])
+                tokens_per_sec=r.tokens_per_sec, model=r.model, job_id=job.id, measured_at=finished(job)),
+                doubts.doubts(r)))
+    peaks = {d: _choose(runs, key=lambda run: run.flop_per_sec) for d, runs in shapes.items()}
+    best_steps = {p: _choose(runs, key=lambda run: run.achieved_flop_per_sec) for p, runs in steps.items()}
     bandwidth = best_recent(store, "bandwidth", device, lambda job: BandwidthPeak(
         bytes_per_sec=job.result.gb_per_sec * 1e9, fraction_of_catalogue=None
         if job.result.percent_of_catalogue is None else job.result.percent_of_catalogue / 100,
@@ -187,6 +195,8 @@ class CheckpointDisk:
     job_id: int
     measured_at: datetime
     runs_considered: int = 1
+    doubts: list[str] = field(default_factory=list)
+    """As MatmulPeak's."""
 
     __pydantic_config__ = RECORD
 
@@ -209,6 +219,8 @@ class LoaderRate:
     job_id: int
     measured_at: datetime
     runs_considered: int = 1
+    doubts: list[str] = field(default_factory=list)
+    """As MatmulPeak's."""
 
     __pydantic_config__ = RECORD
 

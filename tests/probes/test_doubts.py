@@ -1,5 +1,6 @@
 """A run that shared its device, or whose timings spread widely, says so loudly on its job page
-and in the compare view, and the calibration leaves it out (issue 28, point 8)."""
+and in the compare view, and the calibration takes a run measured alone before it; from such a
+run only when no other is recent, saying so (issue 28, point 8)."""
 
 from app import device
 from app.config import Settings
@@ -57,5 +58,23 @@ def test_the_calibration_leaves_doubtful_runs_out_and_the_pages_warn(tmp_path):
         assert 'data-testid="doubts"' not in quiet
         compared = api.get(f"/benchmarks/compare?a={ids[1]}&b={ids[2]}").text
         assert 'data-testid="doubt-a"' in compared and 'data-testid="doubt-b"' not in compared
+    finally:
+        api.close()
+
+
+def test_with_no_run_measured_alone_the_best_stands_and_says_why(tmp_path):
+    api = Api(create_app(Settings(database_path=tmp_path / "tally.db", embedded_worker=False)))
+    store = api.app.state.store
+    try:
+        ids = []
+        for result in (_matmul(9e10, median=0.6, best=0.01), _matmul(8e10, median=0.014, best=0.013,
+                                                                      contention=LOADED)):
+            job = store.submit(probe="matmul", params={}, timeout_s=60, limit=10)
+            store.claim(worker_id="w")
+            store.finish(job.id, status="succeeded", result=result)
+            ids.append(job.id)
+        peak = api.get("/api/v1/calibration").json()["matmul"]["float32"]
+        assert (peak["job_id"], peak["runs_considered"]) == (ids[0], 2)
+        assert peak["doubts"] == ["its timings spread widely: a median 60 times the fastest iteration"]
     finally:
         api.close()

@@ -68,6 +68,7 @@ def test_llama3_8b_on_64_h100s_every_layout_and_the_fastest(browser, base_url, s
     assert page.evaluate(f"[{SCATTER}.options.scales.x.type, {SCATTER}.options.scales.y.type]") == [
         "logarithmic", "logarithmic"]
     # Hovering the ring shows the chosen layout's name and figures.
+    page.locator("#result canvas").first.scroll_into_view_if_needed()  # the mouse hovers only what is shown
     box = page.locator("#result canvas").first.bounding_box()
     xy = page.evaluate(f"(() => {{ const p = {SCATTER}.getDatasetMeta(0).data[0]; return [p.x, p.y]; }})()")
     page.mouse.move(box["x"] + xy[0], box["y"] + xy[1])
