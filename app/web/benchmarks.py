@@ -9,8 +9,7 @@ from fastapi.responses import HTMLResponse
 from pydantic import TypeAdapter
 from starlette.concurrency import run_in_threadpool
 
-from app import deps, device
-from app.accounting.errors import InvalidInput
+from app import device
 from app.api.responses import jsonable
 from app.api.services import device as device_service
 from app.api.services import jobs as service
@@ -103,11 +102,7 @@ async def launch(request: Request, jobs: StoreDep, settings: SettingsDep) -> HTM
     form = forms.posted(request.headers.get("content-type"), await request.body(), "probe")
 
     def submit(body: Any) -> dict:
-        token = form.get("token") or None
-        if token is not None and not (token.isascii() and token.isprintable()):
-            raise InvalidInput("token", "may hold only printable ASCII characters (no NUL, no accents); "
-                                        "paste the server's TALLY_API_TOKEN")
-        deps.check_token(settings, token)
+        forms.check_token(form, settings)
         return jsonable(service.job_out(service.submit(body, jobs=jobs, settings=settings)))
 
     job, refused = await run_in_threadpool(forms.run, JOB_REQUEST, params_from(form), submit)

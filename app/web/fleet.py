@@ -11,7 +11,6 @@ from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 
-from app import deps
 from app.accounting.errors import InvalidInput
 from app.api import errors
 from app.api.services import fleet as service
@@ -66,15 +65,11 @@ async def start_campaign(request: Request, jobs: StoreDep, settings: SettingsDep
     form holds (a cross-site post is refused before this, app/api/security.py); the page opens the
     new campaign, and a refusal shows beside its field."""
     form = forms.posted(request.headers.get("content-type"), await request.body(), "token")
-    token = form["token"] or None
     given = {k: form[k].strip() for k in START_FIELDS if form.get(k, "").strip()}
     body = {"probe": "burn_in", "params": {"sustain_s": given.pop("sustain_s")} if "sustain_s" in given else {},
             **given}
     try:
-        if token is not None and not (token.isascii() and token.isprintable()):
-            raise InvalidInput("token", "may hold only printable ASCII characters; paste the server's "
-                                        "TALLY_API_TOKEN")
-        deps.check_token(settings, token)
+        forms.check_token(form, settings)
         campaign = service.CAMPAIGN.validate_python(body)
         out = await run_in_threadpool(service.start, campaign, jobs=jobs, settings=settings)
     except InvalidInput as e:
@@ -101,12 +96,8 @@ async def cancel_campaign(request: Request, jobs: StoreDep, settings: SettingsDe
     """The page's Cancel button: POST /api/v1/campaigns/{id}/cancel with the token the form holds;
     the page reloads on success, and a refusal shows beside the button."""
     form = forms.posted(request.headers.get("content-type"), await request.body(), "token")
-    token = form["token"] or None
     try:
-        if token is not None and not (token.isascii() and token.isprintable()):
-            raise InvalidInput("token", "may hold only printable ASCII characters; paste the server's "
-                                        "TALLY_API_TOKEN")
-        deps.check_token(settings, token)
+        forms.check_token(form, settings)
         await run_in_threadpool(service.cancel, campaign_id, jobs=jobs)
     except InvalidInput as e:
         refused = errors.error_body([errors.invalid_input_item(e)])

@@ -12,6 +12,7 @@ from urllib.parse import parse_qsl
 from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException
 
+from app import deps
 from app.accounting.errors import InvalidInput
 from app.api import errors
 
@@ -102,3 +103,14 @@ def posted(content_type: str | None, raw: bytes, required: str) -> dict[str, str
     if required not in form:
         raise InvalidInput(required, "the form has no such field")
     return form
+
+
+def check_token(form: dict[str, str], settings: Any) -> None:
+    """The API token a page's form carries (its `token` field, empty for none), held to the API's
+    rule (deps.check_token): InvalidInput naming token for one no header could carry, Unauthorized
+    for a wrong or missing one where the server has one."""
+    token = form.get("token") or None
+    if token is not None and not (token.isascii() and token.isprintable()):
+        raise InvalidInput("token", "may hold only printable ASCII characters (no NUL, no accents); "
+                                    "paste the server's TALLY_API_TOKEN")
+    deps.check_token(settings, token)

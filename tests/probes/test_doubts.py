@@ -37,19 +37,25 @@ def test_a_wide_spread_or_a_loaded_host_is_a_doubt():
         "a load average of 9.6 on 2 cores"]
 
 
+def _stored(api, results) -> list[int]:
+    """Each result as a finished matmul job of this server's store, oldest first; their ids."""
+    store, ids = api.app.state.store, []
+    for result in results:
+        job = store.submit(probe="matmul", params={}, timeout_s=60, limit=10)
+        store.claim(worker_id="w")
+        store.finish(job.id, status="succeeded", result=result)
+        ids.append(job.id)
+    return ids
+
+
+SPREAD = _matmul(9e10, median=0.6, best=0.01)  # fast, but its timings spread: a noisy best
+BUSY = _matmul(8e10, median=0.014, best=0.013, contention=LOADED)
+
+
 def test_the_calibration_leaves_doubtful_runs_out_and_the_pages_warn(tmp_path):
     api = Api(create_app(Settings(database_path=tmp_path / "tally.db", embedded_worker=False)))
-    store = api.app.state.store
     try:
-        ids = []
-        # Newest last: a fast run whose timings spread (a noisy best), a loaded one, a quiet one.
-        for result in (_matmul(9e10, median=0.6, best=0.01), _matmul(8e10, median=0.014, best=0.013,
-                                                                      contention=LOADED),
-                       _matmul(2e10, median=0.0135, best=0.013)):
-            job = store.submit(probe="matmul", params={}, timeout_s=60, limit=10)
-            store.claim(worker_id="w")
-            store.finish(job.id, status="succeeded", result=result)
-            ids.append(job.id)
+        ids = _stored(api, [SPREAD, BUSY, _matmul(2e10, median=0.0135, best=0.013)])
         peak = api.get("/api/v1/calibration").json()["matmul"]["float32"]
         assert (peak["job_id"], peak["flop_per_sec"], peak["runs_considered"]) == (ids[2], 2e10, 1)
         spread, loaded, quiet = (api.get(f"/benchmarks/jobs/{i}").text for i in ids)
@@ -64,15 +70,8 @@ def test_the_calibration_leaves_doubtful_runs_out_and_the_pages_warn(tmp_path):
 
 def test_with_no_run_measured_alone_the_best_stands_and_says_why(tmp_path):
     api = Api(create_app(Settings(database_path=tmp_path / "tally.db", embedded_worker=False)))
-    store = api.app.state.store
     try:
-        ids = []
-        for result in (_matmul(9e10, median=0.6, best=0.01), _matmul(8e10, median=0.014, best=0.013,
-                                                                      contention=LOADED)):
-            job = store.submit(probe="matmul", params={}, timeout_s=60, limit=10)
-            store.claim(worker_id="w")
-            store.finish(job.id, status="succeeded", result=result)
-            ids.append(job.id)
+        ids = _stored(api, [SPREAD, BUSY])
         peak = api.get("/api/v1/calibration").json()["matmul"]["float32"]
         assert (peak["job_id"], peak["runs_considered"]) == (ids[0], 2)
         assert peak["doubts"] == ["its timings spread widely: a median 60 times the fastest iteration"]
