@@ -29,7 +29,8 @@ from app.measured.here import read_if
 from app.web.spec import Calculator, Input
 
 LIMITS = ("zero_stage", "recompute", "allow_tensor_parallel_across_nodes", "tensor_parallel",
-          "pipeline_parallel", "expert_parallel", "micro_batch")
+          "pipeline_parallel", "context_parallel", "first_stage_layers", "last_stage_layers", "virtual_stages",
+          "expert_parallel", "micro_batch")
 """PlanLimits' fields the page offers, flat beside the request's."""
 POINTS = "include_points"
 """Always true from the page: the scatter needs every layout."""
@@ -58,7 +59,7 @@ def request(form: Any) -> TrainingPlanRequest:
 
 
 STACK = {"compute": "compute", "recompute": "recompute", "tensor_parallel": "tensor parallel",
-         "expert_parallel": "expert parallel", "pipeline_p2p": "pipeline sends",
+         "context_parallel": "context parallel", "expert_parallel": "expert parallel", "pipeline_p2p": "pipeline sends",
          "pipeline_bubble": "pipeline bubble", "data_parallel": "data parallel (exposed)"}
 """A step's exposed seconds by kind (Breakdown), in the order the bar stacks them, and their names."""
 
@@ -150,6 +151,16 @@ PAGE = Calculator(
      Input("allow_tensor_parallel_across_nodes", "Tensor parallel across nodes"),
      Input("tensor_parallel", "Tensor-parallel degrees", hint=LIST, is_list=True, more=True),
      Input("pipeline_parallel", "Pipeline degrees", hint=LIST, is_list=True, more=True),
+     Input("first_stage_layers", "First stage's layers", hint="empty: stages differ by at most a layer, the "
+           "first and last shorter", more=True),
+     Input("last_stage_layers", "Last stage's layers", hint="the middle stages share the rest", more=True),
+     Input("virtual_stages", "Chunks per pipeline rank", hint="interleaved schedule; " + LIST, is_list=True,
+           more=True),
+     Input("context_parallel", "Context-parallel degrees", hint="ranks splitting each sequence; empty: 1, or "
+           "more where each keeps 8,192 tokens or more", is_list=True, more=True),
+     Input("context_parallel_algorithm", "Context-parallel exchange", hint="ring (hidden behind attention) or "
+           "all_gather (Llama 3)", more=True),
+     Input("fp8_param_gather", "FP8 parameter gathers", hint="with an FP8 precision and ZeRO", more=True),
      Input("expert_parallel", "Expert-parallel degrees", hint=LIST, is_list=True, more=True),
      Input("micro_batch", "Micro-batch sizes", hint="sequences; " + LIST, is_list=True, more=True),
      Input("overlap_data_parallel", "Overlap data parallel", hint="false: every gradient reduction and "

@@ -22,8 +22,8 @@ def test_the_plan_takes_the_node_and_network_from_the_catalogue(api):
     best = answer["best"][0]
     assert best["step_seconds"] == min(p["step_seconds"] for p in answer["points"] if p["fits"])
     parts = best["breakdown"]
-    exposed = sum(parts[k] for k in ("compute", "tensor_parallel", "expert_parallel", "pipeline_p2p",
-                                     "pipeline_bubble", "data_parallel"))
+    exposed = sum(parts[k] for k in ("compute", "tensor_parallel", "context_parallel", "expert_parallel",
+                                     "pipeline_p2p", "pipeline_bubble", "data_parallel"))
     assert best["step_seconds"] == pytest.approx(exposed)
     assert best["memory"]["total"] == best["memory_bytes"] <= 80e9
 
@@ -63,20 +63,27 @@ def test_nothing_fitting_answers_the_closest(api):
     ({"compute_efficiency": 0}, "compute_efficiency"),
     ({"precision": "fp8"}, "precision"),
     ({"model": "llama9"}, "model"),
+    ({"limits": {"first_stage_layers": 0}}, "limits.first_stage_layers"),
+    ({"limits": {"context_parallel": [0]}}, "limits.context_parallel.0"),
+    ({"context_parallel_algorithm": "tree"}, "context_parallel_algorithm"),
+    ({"fp8_param_gather": True}, "fp8_param_gather"),            # with bf16_mixed
+    ({"precision": "fp8_delayed", "gpu": "a100-80gb"}, "precision"),  # Ampere has no FP8 tensor cores
 ])
 def test_bad_input_names_the_field(api, body, field):
     assert_names_field(api.post("/api/v1/plan/training", BASE | body), field)
 
 
 def test_a_search_too_large_to_time_is_refused_naming_the_limits(api):
-    # 73,513,440 sequences have 768 divisors: with 6 interleavings, 4 ZeRO stages and 3
-    # recomputes, 55,296 candidates on one GPU, past the search's cap of 50,000.
-    body = {"model": "gpt2", "gpu": "h100-sxm", "num_gpus": 1, "global_batch_sequences": 73_513_440,
+    # 73,513,440 = 2^5 3^3 5 7 11 13 17 sequences have 768 divisors, half of them 36,756,720 has
+    # 640. On 2 GPUs: dp2 (640 micro-batch sizes), tp2 (768) and pp2 (768, with 5 interleavings of
+    # GPT-2's 6 + 6 layers: 1, 2, 3, 6, and 7 counting the embedding and the loss as layers), each with
+    # 4 ZeRO stages and 3 recomputes: (640 + 768 + 768 x 5) x 12 = 62,976, past the cap of 50,000.
+    body = {"model": "gpt2", "gpu": "h100-sxm", "num_gpus": 2, "global_batch_sequences": 73_513_440,
             "seq_len": 128}
     refused = assert_names_field(api.post("/api/v1/plan/training", body), "limits")
-    assert "55,296 layouts" in refused["message"]
+    assert "62,976 layouts" in refused["message"]
     narrowed = api.ok("/api/v1/plan/training", body | {"limits": {"micro_batch": [8, 16]}})
-    assert narrowed["evaluated"] == 2 * 4 * 3
+    assert narrowed["evaluated"] == (2 + 2 + 2 * 5) * 4 * 3
 
 
 def test_an_overridden_interconnect_is_the_node_link(api):
@@ -88,3 +95,32 @@ def test_an_overridden_interconnect_is_the_node_link(api):
         "collective": "all_gather", "bytes": "1GB", "ranks": 8, "gpu": "h100-sxm", "base_latency_s": 0,
         "intra_node_latency_s": 0, "gpu_overrides": {"interconnect_bytes_per_sec": 100e9}})
     assert ring["busbw_bytes_per_sec"] == pytest.approx(100e9)
+
+
+def test_a_published_layout_is_entered_as_published(api):
+    # Llama 3 405B's 126 layers on 16 stages, 8 chunks each, with FSDP (ZeRO-3) over data parallelism
+    # and an FP8 recipe: all expressible, and the answer shows every stage's memory.
+    body = {"model": "llama3.1-405b", "gpu": "h100-sxm", "num_gpus": 2048, "global_batch_sequences": 256,
+            "seq_len": 8192, "precision": "fp8_delayed",
+            "limits": {"tensor_parallel": [8], "pipeline_parallel": [16], "virtual_stages": [8],
+                       "first_stage_layers": 7, "last_stage_layers": 7, "zero_stage": [3], "micro_batch": [1],
+                       "recompute": ["full"]}}
+    best = api.ok("/api/v1/plan/training", body)["best"][0]
+    assert best["layout"]["pipeline_split"] == [7] + [8] * 14 + [7]
+    assert best["layout"]["virtual_stages"] == 8 and best["layout"]["zero_stage"] == 3
+    stages = best["memory"]["stages"]
+    assert {s["stage"] for s in stages} == {0, 1, 15}
+    assert best["memory_bytes"] == max(s["total"] for s in stages)
+
+
+@pytest.mark.parametrize(("body", "field"), [
+    ({"first_stage_layers": 5}, "first_stage_layers"),                        # one stage
+    ({"pipeline_parallel": 4, "first_stage_layers": 40}, "first_stage_layers"),  # leaves the others none
+    ({"context_parallel": 16, "seq_len": 4100}, "context_parallel"),           # not 32 equal chunks
+    ({"context_parallel": 4, "model": 8_000_000_000}, "context_parallel"),    # a bare count has no sequence
+    ({"context_parallel_algorithm": "tree"}, "context_parallel_algorithm"),
+    ({"pipeline_parallel": 4, "virtual_stages": 3}, "virtual_stages"),
+])
+def test_training_memory_names_the_new_fields_it_refuses(api, body, field):
+    base = {"model": "llama3-8b", "seq_len": 4096}
+    assert_names_field(api.post("/api/v1/memory/training", base | body), field)

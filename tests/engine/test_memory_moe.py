@@ -92,10 +92,13 @@ def test_deepseek_v3_latent_attention_and_its_dense_first_layers(api):
     assert detail["dense_layer_total"] == attention + dense_mlp
     assert detail["per_layer_total"] == attention + moe
     assert (detail["layers_held"], detail["dense_layers_held"]) == (58, 3)
-    # 1F1B over 4 stages of ceil(61 / 4) = 16 layers: the first holds layers 0-15 (3 dense,
-    # 13 routed) for 4 micro-batches.
-    first = api.ok(TRAINING, {"model": DEEPSEEK_V3, "seq_len": s, "pipeline_parallel": 4,
-                              "data_parallel": 8, "expert_parallel": 8})["activation_detail"]
+    # 1F1B over 4 stages, 16 layers on the first (Megatron-LM's --decoder-first-pipeline-num-layers),
+    # 15 on each other: the first holds layers 0-15 (3 dense, 13 routed) for 4 micro-batches.
+    answer = api.ok(TRAINING, {"model": DEEPSEEK_V3, "seq_len": s, "pipeline_parallel": 4, "first_stage_layers": 16,
+                               "data_parallel": 8, "expert_parallel": 8})
+    assert answer["pipeline_split"] == [16, 15, 15, 15]
+    first = answer["activation_detail"]
+    assert answer["pipeline_stage_index"] == 0
     assert (first["layers_held"], first["dense_layers_held"]) == (13 * 4, 3 * 4)
 
 
@@ -146,7 +149,7 @@ def hf_shards(tp: int, ep: int) -> dict[str, tuple[int, int]]:
 def test_parameters_per_gpu_follow_each_layers_kind_and_shard(api, tp, ep):
     expected = hf_shards(tp, ep)
     cfg = TransformerConfig(**SMALL_DEEPSEEK)
-    assert {stage: (n, e) for stage, n, e in sharding.stage_params(cfg, tp, 2, ep)} == expected
+    assert {stage.kind: (n, e) for stage, n, e in sharding.stage_params(cfg, tp, 2, ep)} == expected
     body = api.ok(TRAINING, {"model": SMALL_DEEPSEEK, "seq_len": 1024, "tensor_parallel": tp,
                              "pipeline_parallel": 2, "data_parallel": 8, "expert_parallel": ep})
     rest, experts = expected[body["pipeline_stage"]]

@@ -143,6 +143,26 @@ def test_the_limits_on_the_form_reach_the_request(api):
     assert allowed["evaluated"] > _plan(api, ASKED)["evaluated"]
 
 
+def test_a_published_split_context_and_fp8_reach_the_request_and_the_stages_show(api):
+    """Llama 3 405B as published (Llama 3 paper, section 3.3.2): 126 layers on 16 stages, 7 on the
+    first and the last, 8 chunks per rank, an FP8 recipe; the page answers as the API does and lists
+    each stage whose memory can be the peak."""
+    asked = {"model": "llama3.1-405b", "gpu": "h100-sxm", "num_gpus": 2048, "global_batch_sequences": 256,
+             "seq_len": 8192, "precision": "fp8_delayed", "top_k": 1}
+    limits = {"tensor_parallel": [8], "pipeline_parallel": [16], "first_stage_layers": 7, "last_stage_layers": 7,
+              "virtual_stages": [8], "context_parallel": [1], "zero_stage": [1], "micro_batch": [1],
+              "recompute": ["full"]}
+    answer = api.ok(PLAN, asked | {"limits": limits})
+    page = _fragment(api, asked | {k: ",".join(map(str, v)) if isinstance(v, list) else v
+                                   for k, v in limits.items()})
+    _rows_shown(page, answer)
+    top = answer["best"][0]["memory"]
+    assert _testid(page, "stage-split") == " / ".join(map(str, top["pipeline_split"]))
+    assert top["pipeline_split"] == [7] + [8] * 14 + [7]
+    for st in top["stages"]:
+        assert f'data-testid="stage-{st["stage"]}"' in page
+
+
 def test_a_global_batch_in_tokens_is_the_same_step(api):
     """256 sequences of 4,096 tokens are 1,048,576 tokens."""
     by_tokens = _fragment(api, ASKED | {"global_batch_sequences": "", "global_batch_tokens": 256 * 4096})

@@ -2,10 +2,11 @@
 layouts are valid, and where each parallel group's ranks sit on the nodes.
 
 Ranks are ordered as Megatron-LM orders them by default ("tp-cp-ep-dp-pp"): tensor-parallel
-ranks are consecutive, expert-parallel ranks step over them inside data parallelism, and
-pipeline stages are outermost. So a tensor-parallel group of t <= gpus_per_node GPUs sits in
-one node, a data-parallel group has gpus_per_node / t members per node, and consecutive
-pipeline stages are tensor x data ranks apart.
+ranks are consecutive, context-parallel ranks step over them, expert-parallel ranks over both
+inside data parallelism, and pipeline stages are outermost. So a tensor-parallel group of
+t <= gpus_per_node GPUs sits in one node, a context-parallel group has gpus_per_node / t members
+per node, a data-parallel group gpus_per_node / (t c), and consecutive pipeline stages are
+tensor x context x data ranks apart.
 """
 
 import math
@@ -37,12 +38,16 @@ class Layout:
     """Model chunks per pipeline rank (Megatron-LM's interleaved schedule); 1: plain 1F1B."""
     recompute: Recompute
     sequence_parallel: bool
+    context_parallel: int = 1
+    """Ranks splitting each sequence (training/context.py); its ranks hold the same weights."""
+    pipeline_split: tuple[int, ...] = ()
+    """Decoder layers on each pipeline stage, first to last; () with one stage."""
 
     __pydantic_config__ = RECORD
 
     @property
     def gpus(self) -> int:
-        return self.data_parallel * self.tensor_parallel * self.pipeline_parallel
+        return self.data_parallel * self.tensor_parallel * self.pipeline_parallel * self.context_parallel
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,15 +82,17 @@ def group(ranks: int, stride: int, gpus_per_node: int) -> Group:
 
 
 def groups(layout: Layout, gpus_per_node: int) -> dict[str, Group]:
-    """Tensor, data, expert (its all-to-all), expert-data (its gradients' reduction) and the
-    pipeline boundary's ranks, placed in Megatron-LM's order."""
-    t, d, e = layout.tensor_parallel, layout.data_parallel, layout.expert_parallel
+    """Tensor, context, data (with the context ranks: both hold the same weights), expert (its
+    all-to-all), expert-data (its gradients' reduction) and the pipeline boundary's ranks, placed
+    in Megatron-LM's order."""
+    t, d, e, c = layout.tensor_parallel, layout.data_parallel, layout.expert_parallel, layout.context_parallel
     g = gpus_per_node
     return {
         "tensor": Group(t, min(t, g)),
-        "data": group(d, t, g),
-        "expert": group(e, t, g),
-        "expert_data": group(d // e, t * e, g),
+        "context": group(c, t, g),
+        "data": group(d * c, t, g),
+        "expert": group(e, t * c, g),
+        "expert_data": group(d * c // e, t * c * e, g),
         # Two neighbouring stages share a node only when the whole model's ranks fit in one.
         "pipeline": Group(2, 2 if layout.gpus <= g else 1),
     }
@@ -100,7 +107,7 @@ def divisors(n: int) -> list[int]:
 
 @lru_cache(maxsize=256)
 def refusal(cfg: TransformerConfig, *, tp: int, pp: int, dp: int, ep: int, gpus_per_node: int,
-            tp_across_nodes: bool) -> str | None:
+            tp_across_nodes: bool, seq_len: int = 0, cp: int = 1) -> str | None:
     """Why no framework runs this split of the model, as a reason key; None when it is valid."""
     if tp > gpus_per_node and not tp_across_nodes:
         return "tensor_parallel_across_nodes"
@@ -108,8 +115,10 @@ def refusal(cfg: TransformerConfig, *, tp: int, pp: int, dp: int, ep: int, gpus_
         return "tensor_parallel_across_nodes"
     if cfg.n_heads % tp or blocks.model_attention(cfg).tensor_parallel_refusal(tp):
         return "tensor_parallel_heads"
-    if cfg.n_layers % pp:
+    if pp > cfg.n_layers:
         return "pipeline_layers"
+    if cp > 1 and seq_len % (2 * cp):
+        return "context_parallel"
     if ep > 1 and (cfg.n_experts % ep or dp % ep):
         return "expert_parallel"
     return None
@@ -120,11 +129,12 @@ REASONS = {
                                     "allow_tensor_parallel_across_nodes), or splits a node unevenly",
     "tensor_parallel_heads": "tensor_parallel must divide n_heads, and divide n_kv_heads or be a "
                              "multiple of it",
-    "pipeline_layers": "pipeline_parallel must divide n_layers",
+    "pipeline_layers": "pipeline_parallel must not exceed n_layers, and a stage split must give every stage "
+                       "a layer",
+    "context_parallel": "seq_len must be a multiple of 2 x context_parallel (causal load balancing)",
     "expert_parallel": "expert_parallel must divide n_experts and data_parallel",
     "batch": "data_parallel x micro_batch must divide the global batch",
-    "virtual_stages": "virtual stages need pipeline_parallel > 1, must divide the layers of a stage, and "
-                      "the micro-batches must be a multiple of pipeline_parallel (Megatron-LM)",
-    "zero_with_pipeline": "ZeRO stages 2 and 3 do not run with pipeline parallelism (DeepSpeed refuses "
-                          "them; Megatron-LM's distributed optimizer is stage 1)",
+    "virtual_stages": "virtual stages need pipeline_parallel > 1 and stages of equal layers, must divide the "
+                      "layers of a stage, and the micro-batches must be a multiple of pipeline_parallel "
+                      "(Megatron-LM)",
 }

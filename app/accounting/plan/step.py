@@ -1,15 +1,21 @@
 """Time of one training step under a layout: compute, the exposed communication of each kind,
 and the pipeline bubble; with tokens/s, MFU, HFU and the memory engine's bytes per GPU.
 
-    step = compute + tensor_parallel + expert_parallel + pipeline_p2p      (x micro-batches)
+    step = compute + tensor_parallel + context_parallel + expert_parallel + pipeline_p2p
+                                                                       (x micro-batches)
          + bubble                                   (p - 1) / (v m) of the above (Narayanan et al. 2021)
          + data_parallel (what the overlap rule leaves exposed)
 
 Compute is exact matmul FLOPs (app/accounting/flops.py), the recompute's included, on the
-busiest pipeline stage (the last: its layers and the LM head) over peak x compute_efficiency.
+slowest pipeline stage (its share of the layers, at the model's mean FLOPs per layer, and the LM
+head on the last) over peak x compute_efficiency; a context-parallel rank does 1/c of a
+sequence's work (causal load balancing, training/context.py). The pipeline runs at its slowest
+stage's pace, and its bubble is that stage's time.
 Overlap rules, one per kind:
   tensor parallel, expert all-to-alls, pipeline sends: not overlapped (on the critical path in
     Megatron-LM's default schedule);
+  context parallel: the ring's K/V sends overlap the attention core they feed (what outlasts it is
+    exposed); the all-gather variant is exposed (Llama 3 paper, section 3.3.2);
   data parallel (overlap_data_parallel): a gradient reduction overlaps the backward pass of its
     micro-batch (bucketed, as DDP and Megatron-LM do), a parameter all-gather the forward pass of
     its micro-batch (ZeRO-3's prefetch; ZeRO-1/2's gather of updated weights with the next step's
@@ -26,7 +32,8 @@ from app.accounting.plan import volumes
 from app.accounting.plan.energy import StepEnergy
 from app.accounting.plan.layout import Cluster, Group, Layout, groups
 from app.accounting.records import RECORD
-from app.accounting.training import memory
+from app.accounting.training import context, memory
+from app.accounting.training.sharding import split_layers
 from app.accounting.transformer import TransformerConfig
 
 
@@ -39,6 +46,8 @@ class Breakdown:
     recompute: float
     """The share of compute that recomputes activations (in compute already)."""
     tensor_parallel: float
+    context_parallel: float
+    """Exposed: the K/V exchange the attention core does not hide."""
     expert_parallel: float
     pipeline_p2p: float
     pipeline_bubble: float
@@ -55,6 +64,7 @@ class Traffic:
     """Bytes one GPU sends per step (nccl-tests' S x the bus factor, summed) by kind."""
 
     tensor_parallel: float
+    context_parallel: float
     expert_parallel: float
     pipeline_p2p: float
     data_parallel: float
@@ -97,13 +107,17 @@ class Workload:
     global_batch: int
     """Sequences per step."""
     seq_len: int
-    precision: memory.Precision
+    precision: memory.TrainPrecision
     optimizer: memory.Optimizer
     peak_flop_per_sec: float
     compute_efficiency: float
     overlap_data_parallel: bool = True
     usable_memory_bytes: int | None = None
     """Fits below this; None: the GPU's memory."""
+    context_parallel_algorithm: context.Algorithm = "ring"
+    fp8_peak_flop_per_sec: float | None = None
+    """With an FP8 recipe: the peak its decoder layers' linear GEMMs run at (training/fp8.py)."""
+    fp8_param_gather: bool = False
 
 
 @lru_cache(maxsize=64)
@@ -138,27 +152,44 @@ def _exposed(total: float, window: float) -> float:
     return max(0.0, total - window)
 
 
+def _stage_seconds(w: Workload, lo: Layout, rate: float) -> tuple[float, float, int]:
+    """(forward seconds, recompute seconds) of one micro-batch on the slowest stage, and its layers."""
+    cfg = w.model
+    layers_f, head_f, core_f, _ = _per_sequence(cfg, w.seq_len)
+    split = lo.pipeline_split or split_layers(cfg.n_layers, lo.pipeline_parallel)
+    # Seconds per layer at the bf16 rate: an FP8 recipe runs the linear GEMMs (all but the core) faster.
+    linear = (layers_f - core_f) / cfg.n_layers
+    fast = rate / w.peak_flop_per_sec * w.fp8_peak_flop_per_sec if w.fp8_peak_flop_per_sec else rate
+    layer_s = linear / fast + core_f / cfg.n_layers / rate
+    redo_s = {"none": 0.0, "selective": core_f / cfg.n_layers / rate, "full": layer_s}[lo.recompute]
+    per = lo.micro_batch / (lo.tensor_parallel * lo.context_parallel)
+
+    def seconds(i: int) -> float:
+        return split[i] * layer_s + (head_f / rate if i == len(split) - 1 else 0.0)
+
+    slowest = max(range(len(split)), key=seconds)
+    return seconds(slowest) * per, split[slowest] * redo_s * per, split[slowest]
+
+
 def step_time(w: Workload, layout: Layout, mem: memory.TrainingMemory | None = None) -> StepTime:
     cfg, lo = w.model, layout
-    tp, pp, v, m, b = (lo.tensor_parallel, lo.pipeline_parallel, lo.virtual_stages, lo.micro_batches,
-                       lo.micro_batch)
+    tp, pp, v, m, b, cp = (lo.tensor_parallel, lo.pipeline_parallel, lo.virtual_stages, lo.micro_batches,
+                           lo.micro_batch, lo.context_parallel)
     p = memory.PRECISIONS[w.precision]
     rate = w.peak_flop_per_sec * w.compute_efficiency
     layers_f, head_f, core_f, whole_f = _per_sequence(cfg, w.seq_len)
     redo = {"none": 0.0, "selective": core_f, "full": layers_f}[lo.recompute]
-    # The last stage is the busiest: its share of the layers and the LM head.
-    fwd_t = (layers_f / pp + head_f) * b / tp / rate
-    redo_t = redo / pp * b / tp / rate
+    fwd_t, redo_t, layers = _stage_seconds(w, lo, rate)
     bwd_t = 2 * fwd_t + redo_t
-    tokens = b * w.seq_len
+    tokens = b * w.seq_len // cp  # on one GPU
     place = groups(lo, w.cluster.gpus_per_node)
 
     tp_msgs = volumes.tensor_parallel(tokens=tokens, d_model=cfg.d_model, act_bytes=p.activation,
                                       sequence_parallel=lo.sequence_parallel, recompute=lo.recompute)
-    layers = cfg.n_layers // pp
     tpc = _messages_time(w, tp_msgs, place["tensor"]) if tp > 1 else None
     tp_mb = layers * (tpc["forward"] + tpc["backward"]) if tpc else 0.0
-    moe_layers = -(-sum(n for layer, n in blocks.distinct(cfg) if layer.mlp.routes) // pp)
+    cp_mb, cp_bytes = _context_time(w, lo, place["context"], rate, layers) if cp > 1 else (0.0, 0.0)
+    moe_layers = -(-sum(n for layer, n in blocks.distinct(cfg) if layer.mlp.routes) * layers // cfg.n_layers)
     epc = None
     if lo.expert_parallel > 1 and moe_layers:
         ep_msgs = volumes.expert_parallel(tokens=tokens, d_model=cfg.d_model, top_k=cfg.top_k,
@@ -172,7 +203,7 @@ def step_time(w: Workload, layout: Layout, mem: memory.TrainingMemory | None = N
         link = w.cluster.intra if place["pipeline"].per_node == 2 else w.cluster.inter
         assert link is not None  # the search refuses a multi-node layout without a network
         p2p_mb = 2 * v * (link.latency_s + p2p_bytes / link.bytes_per_sec)
-    ideal = m * (fwd_t + bwd_t + tp_mb + ep_mb + p2p_mb)
+    ideal = m * (fwd_t + bwd_t + tp_mb + cp_mb + ep_mb + p2p_mb)
     bubble = (pp - 1) / (v * m) * ideal
 
     if mem is None:
@@ -182,8 +213,9 @@ def step_time(w: Workload, layout: Layout, mem: memory.TrainingMemory | None = N
     def dp(params: int, g: Group) -> dict[str, float] | None:
         if g.ranks == 1 or params == 0:
             return None
-        msgs = volumes.data_parallel(params=params, param_bytes=p.param, grad_bytes=p.grad,
-                                     zero_stage=lo.zero_stage, micro_batches=m)
+        msgs = volumes.data_parallel(params=params, param_bytes=1 if w.fp8_param_gather else p.param,
+                                     grad_bytes=p.grad,
+                                     zero_stage=lo.zero_stage, micro_batches=m, pipeline=pp > 1)
         return _messages_time(w, msgs, g)
 
     parts = [x for x in (dp(dense, place["data"]), dp(mem.expert_params_per_gpu, place["expert_data"])) if x]
@@ -197,12 +229,12 @@ def step_time(w: Workload, layout: Layout, mem: memory.TrainingMemory | None = N
         dp_exposed = dp_total
 
     breakdown = Breakdown(
-        compute=m * (fwd_t + bwd_t), recompute=m * redo_t, tensor_parallel=m * tp_mb,
+        compute=m * (fwd_t + bwd_t), recompute=m * redo_t, tensor_parallel=m * tp_mb, context_parallel=m * cp_mb,
         expert_parallel=m * ep_mb, pipeline_p2p=m * p2p_mb, pipeline_bubble=bubble,
         data_parallel=dp_exposed, data_parallel_total=dp_total)
     step = ideal + bubble + dp_exposed
     traffic = Traffic(
-        tensor_parallel=m * layers * tpc["bytes"] if tpc else 0.0,
+        tensor_parallel=m * layers * tpc["bytes"] if tpc else 0.0, context_parallel=m * layers * cp_bytes,
         expert_parallel=m * moe_layers * epc["bytes"] if epc else 0.0,
         pipeline_p2p=2 * m * v * p2p_bytes if pp > 1 else 0.0, data_parallel=dpc["bytes"])
     model_flops = 3 * whole_f * w.global_batch
@@ -216,10 +248,36 @@ def step_time(w: Workload, layout: Layout, mem: memory.TrainingMemory | None = N
         memory_bytes=mem.total, memory=mem, fits=mem.total <= limit)
 
 
+def _context_time(w: Workload, lo: Layout, g: Group, rate: float, layers: int) -> tuple[float, float]:
+    """(exposed seconds, bytes sent) of one micro-batch's K/V exchange on one GPU, per layer of the
+    slowest stage (training/context.py): the ring's cp - 1 sends each way hide behind the attention
+    core they feed, forward and backward (K and V, then K, V and their gradients); the all-gather
+    variant gathers K and V forward and reduce-scatters their gradients backward, exposed."""
+    cfg, cp = w.model, lo.context_parallel
+    act = memory.PRECISIONS[w.precision].activation
+    chunk = context.kv_chunk_bytes(cfg, w.seq_len // cp, lo.micro_batch, lo.tensor_parallel, act)
+    c = w.cluster
+    if w.context_parallel_algorithm == "all_gather":
+        full = chunk * cp
+        t = (_seconds("all_gather", full, g.ranks, g.per_node, c.intra, c.inter, c.base_latency_s)
+             + _seconds("reduce_scatter", full, g.ranks, g.per_node, c.intra, c.inter, c.base_latency_s))
+        return layers * t, 2 * volumes.wire_bytes(volumes.Message("all_gather", full, 1, "forward"), cp)
+    link = c.intra if g.per_node == g.ranks else c.inter
+    assert link is not None  # the search refuses a multi-node layout without a network
+    step_fwd = link.latency_s + chunk / link.bytes_per_sec
+    core_f = _per_sequence(cfg, w.seq_len)[2] / cfg.n_layers * lo.micro_batch / (lo.tensor_parallel * cp * rate)
+    fwd = _exposed((cp - 1) * step_fwd, core_f)
+    bwd = _exposed((cp - 1) * 2 * step_fwd, 2 * core_f)  # K, V and dK, dV; the core's backward is 2x
+    return layers * (fwd + bwd), 3 * (cp - 1) * chunk
+
+
 def memory_of(w: Workload, lo: Layout) -> memory.TrainingMemory:
     return memory.training_memory(
         model=w.model, params=None, precision=w.precision, optimizer=w.optimizer, batch_size=lo.micro_batch,
         seq_len=w.seq_len, recompute=lo.recompute, zero_stage=lo.zero_stage, data_parallel=lo.data_parallel,
         tensor_parallel=lo.tensor_parallel, pipeline_parallel=lo.pipeline_parallel,
         sequence_parallel=lo.sequence_parallel, expert_parallel=lo.expert_parallel, gpu=w.gpu,
-        virtual_stages=lo.virtual_stages)
+        virtual_stages=lo.virtual_stages, context_parallel=lo.context_parallel,
+        context_parallel_algorithm=w.context_parallel_algorithm,
+        first_stage_layers=lo.pipeline_split[0] if lo.pipeline_split else None,
+        last_stage_layers=lo.pipeline_split[-1] if lo.pipeline_split else None)

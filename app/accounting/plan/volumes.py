@@ -63,14 +63,16 @@ def pipeline(*, tokens: int, d_model: int, act_bytes: int, tp: int) -> int:
 
 
 def data_parallel(*, params: int, param_bytes: int, grad_bytes: int, zero_stage: int,
-                  micro_batches: int) -> list[Message]:
+                  micro_batches: int, pipeline: bool = False) -> list[Message]:
     """The gradient reduction and any parameter gathers for `params` parameters one GPU holds
-    (before ZeRO shards them)."""
+    (before ZeRO shards them). With pipeline parallelism ZeRO-2/3 (FSDP) gather the parameters
+    once per step and reduce-scatter the gradients after the last micro-batch's backward
+    (torch.distributed.pipelining; training/memory.py's FSDP_WITH_PIPELINE_NOTE): ZeRO-1's messages."""
     grads, weights = params * grad_bytes, params * param_bytes
     m = micro_batches
     if zero_stage == 0:
         return [Message("all_reduce", grads, 1, "step")]
-    if zero_stage == 1:
+    if zero_stage == 1 or pipeline:
         return [Message("reduce_scatter", grads, 1, "step"), Message("all_gather", weights, 1, "step")]
     if zero_stage == 2:
         return [Message("reduce_scatter", grads, m, "backward"), Message("all_gather", weights, 1, "step")]

@@ -26,25 +26,30 @@ from functools import lru_cache
 from app.accounting.blocks import Layer
 from app.accounting.blocks.base import Item, Recompute
 from app.accounting.models import TransformerConfig
+from app.accounting.training import fp8
 
 __all__ = ["Item", "Recompute", "layer_recipe", "embedding_recipe", "head_recipe", "sized", "linear_stack"]
 
 
 @lru_cache(maxsize=1024)
 def layer_recipe(layer: Layer, act_bytes: int, recompute: Recompute, residual_bytes: int | None = None, *,
-                 tp: int = 1) -> tuple[Item, ...]:
+                 tp: int = 1, linear_input_bytes: int = 0) -> tuple[Item, ...]:
     """Tensors one layer keeps for backward, its attention's then its MLP's. selective drops the
     attention core (softmax and its dropout over s x s), which is recomputed, as FlashAttention
     never stores it; full keeps only the layer's input and recomputes the rest. residual_bytes
     sizes the residual stream (layer and norm inputs), which stays in fp32 under autocast while
     matmul inputs are 16-bit; default act_bytes. tp sizes K and V when tensor ranks outnumber the
-    key/value heads and each keeps a replica of one (Megatron-LM, vLLM)."""
+    key/value heads and each keeps a replica of one (Megatron-LM, vLLM). linear_input_bytes, when
+    given, sizes the linear projections' saved inputs (an FP8 recipe keeps them in FP8: fp8.py)."""
     cfg, res = layer.attention.cfg, act_bytes if residual_bytes is None else residual_bytes
     if recompute == "full":
         return (Item("layer_input", cfg.d_model, 0, res, False),)
     items = layer.attention.saved(act_bytes=act_bytes, residual_bytes=res, recompute=recompute, tp=tp)
     items += layer.mlp.saved(act_bytes=act_bytes, residual_bytes=res)
     items = _norm_layout(cfg, items, act_bytes, res)
+    if linear_input_bytes:
+        items = [i._replace(bytes_per_element=linear_input_bytes) if i.name in fp8.LINEAR_INPUTS else i
+                 for i in items]
     return tuple(i for i in items if i.per_token or i.per_token_per_position)
 
 

@@ -22,8 +22,18 @@ from app.accounting.hardware import Accelerator
 from app.accounting.models import TransformerConfig, count_params
 from app.accounting.records import RECORD
 from app.accounting.training import activations as act
+from app.accounting.training import context, fp8
 from app.accounting.training import phases
-from app.accounting.training.sharding import Stage, check_parallel, kv_replicas, stage_layers, stage_params
+from app.accounting.training.sharding import (
+    PipeStage,
+    Stage,
+    check_parallel,
+    interleaves,
+    kv_replicas,
+    split_layers,
+    stage_layers,
+    stage_params,
+)
 from app.accounting.training.states import (
     BLOCKWISE_8BIT_BLOCK,
     OPTIMIZER_STATES,
@@ -34,6 +44,7 @@ from app.accounting.training.states import (
     Precision,
     PrecisionBytes,
     StateBytes,
+    TrainPrecision,
     checkpoint_bytes,
     max_model,
     optimizer_bytes_per_param,
@@ -42,7 +53,7 @@ from app.accounting.training.states import (
 from app.accounting.units import GIB
 
 __all__ = ["BLOCKWISE_8BIT_BLOCK", "OPTIMIZER_STATES", "PEAK_DTYPE", "PRECISIONS", "MaxModel", "Optimizer",
-           "Precision", "PrecisionBytes", "StateBytes", "checkpoint_bytes", "max_model",
+           "Precision", "PrecisionBytes", "StateBytes", "TrainPrecision", "checkpoint_bytes", "max_model",
            "optimizer_bytes_per_param", "state_bytes_per_param", "ActivationDetail", "TrainingMemory",
            "training_memory", "matmul_share", "in_flight_layers"]
 # (states.py's names are re-exported: callers have always imported them from here.)
@@ -79,8 +90,8 @@ class _Plan(NamedTuple):
     """What a request's memory depends on besides s and b, derived once per config."""
 
     params: int
-    stage_params: tuple[tuple[Stage, int, int], ...]
-    stage_moe_layers: dict[str, tuple[int, int]]
+    stage_params: tuple[tuple[PipeStage, int, int], ...]
+    stage_moe_layers: dict[int, tuple[int, int]]
     """Per stage: (dense layers, mixture-of-experts layers) it holds."""
     routes: bool
     """Some layer routes to experts: `layer` is such a layer, `dense_layer` the others."""
@@ -93,11 +104,12 @@ class _Plan(NamedTuple):
 
 @lru_cache(maxsize=1024)
 def _plan(cfg: TransformerConfig, tp: int, pp: int, ep: int, precision: str,
-          recompute: act.Recompute) -> _Plan:
+          recompute: act.Recompute, split: tuple[int, ...] | None = None) -> _Plan:
     p = PRECISIONS[precision]
     layers = blocks.layers(cfg)
-    moe_of = {stage: sum(layers[i].mlp.routes for i in held) for stage, held in stage_layers(cfg, pp)}
-    counts = {stage: (len(held) - moe_of[stage], moe_of[stage]) for stage, held in stage_layers(cfg, pp)}
+    stages = stage_layers(cfg, pp, split)
+    moe_of = {st.index: sum(layers[i].mlp.routes for i in st.layers) for st in stages}
+    counts = {st.index: (len(st.layers) - moe_of[st.index], moe_of[st.index]) for st in stages}
     # Windows change no saved tensor: one layer of each MLP kind stands for its kind (a model whose
     # every layer routes still reports what a dense one would keep, held by none).
     routed = next((layer for layer in layers if layer.mlp.routes), None)
@@ -106,36 +118,38 @@ def _plan(cfg: TransformerConfig, tp: int, pp: int, ep: int, precision: str,
         dense = blocks.Layer(layers[0].attention, blocks.dense_mlp(cfg))
 
     def recipe(layer: blocks.Layer) -> tuple:
-        return act.layer_recipe(layer, p.activation, recompute, p.residual, tp=tp)
+        return act.layer_recipe(layer, p.activation, recompute, p.residual, tp=tp, linear_input_bytes=p.linear_input)
 
-    return _Plan(count_params(cfg).total, stage_params(cfg, tp, pp, ep), counts, routed is not None,
+    return _Plan(count_params(cfg).total, stage_params(cfg, tp, pp, ep, split), counts, routed is not None,
                  recipe(routed or dense), recipe(dense) if routed else (), act.embedding_recipe(cfg),
                  act.head_recipe(cfg, p.activation, p.residual))
 
 
-def in_flight_layers(layers: int, stage: Stage, *, pp: int, v: int) -> int:
-    """Layer x micro-batch pairs a stage's GPU holds at its peak. 1F1B keeps pp micro-batches in
-    flight on the first stage; Megatron-LM's interleaved schedule, v chunks of layers / v each,
-    keeps 2(pp - 1) + (v - 1) pp + 1 chunks there: layers x pp x (1 + (pp - 1) / (pp v)), the
-    factor of Korthikanti et al. 2022, section 4.2.3."""
-    if stage != "first":
-        return layers
-    return layers * pp if v == 1 else math.ceil(layers * (pp * v + pp - 1) / v)
+def in_flight_layers(layers: int, index: int, *, pp: int, v: int) -> int:
+    """Layer x micro-batch pairs the GPU of stage `index` (0 first) holds at its peak. 1F1B keeps
+    pp - index micro-batches in flight there (its warm-up forwards and the one in progress);
+    Megatron-LM's interleaved schedule, v chunks of layers / v each, keeps its warm-up,
+    2(pp - index - 1) + (v - 1) pp chunks (megatron/core/pipeline_parallel/schedules.py), plus the
+    one in progress: on the first stage layers x pp x (1 + (pp - 1) / (pp v)), the factor of
+    Korthikanti et al. 2022, section 4.2.3."""
+    if v == 1:
+        return layers * (pp - index)
+    return math.ceil(layers * (2 * (pp - index - 1) + (v - 1) * pp + 1) / v)
 
 
-def _stage_activations(cfg: TransformerConfig, plan: _Plan, stage: Stage, *, s: int, b: int,
+def _stage_activations(cfg: TransformerConfig, plan: _Plan, stage: PipeStage, *, s: int, b: int,
                        act_bytes: int, tp: int, pp: int, sp: bool, v: int = 1) -> ActivationDetail:
     def size(items: tuple) -> dict[str, int]:
         return act.sized(items, s=s, b=b, t=tp, sequence_parallel=sp)
 
-    in_flight = pp if stage == "first" else 1
-    dense, moe = (in_flight_layers(n, stage, pp=pp, v=v) for n in plan.stage_moe_layers[stage])
+    in_flight = pp - stage.index
+    dense, moe = (in_flight_layers(n, stage.index, pp=pp, v=v) for n in plan.stage_moe_layers[stage.index])
     held, dense_held = (moe, dense) if plan.routes else (dense, 0)
     layer = size(plan.layer)
     outside: dict[str, int] = {}
-    if stage in ("only", "first"):
+    if stage.kind in ("only", "first"):
         outside |= {k: n * in_flight for k, n in size(plan.embedding).items()}
-    if stage in ("only", "last"):
+    if stage.kind in ("only", "last"):
         outside |= size(plan.head)
     dense_layer = size(plan.dense_layer) if plan.routes else None
     layer_total, dense_total = sum(layer.values()), sum((dense_layer or {}).values())
@@ -148,7 +162,7 @@ def _stage_activations(cfg: TransformerConfig, plan: _Plan, stage: Stage, *, s: 
 
 def _loss_gradients(cfg: TransformerConfig, stage: Stage, *, s: int, b: int, t: int) -> int:
     """fp32 d(loss)/d(log-probs) and d(loss)/d(logits), both s x b x vocab / t, on the last stage."""
-    return 0 if stage == "first" else math.ceil(2 * 4 * s * b * cfg.vocab_size / t)
+    return math.ceil(2 * 4 * s * b * cfg.vocab_size / t) if stage in ("only", "last") else 0
 
 
 def matmul_share(cfg: TransformerConfig) -> float:
@@ -176,11 +190,32 @@ def _model_notes(model: TransformerConfig, *, tp: int, dp: int, ep: int, zero_st
     return notes
 
 
-def _largest(cfg: TransformerConfig, stage: Stage, tp: int, pp: int, ep: int) -> int:
+def _largest(cfg: TransformerConfig, stage: PipeStage, tp: int, ep: int) -> int:
     """Elements of the largest parameter tensor one GPU of `stage` holds."""
-    held = dict(stage_layers(cfg, pp))[stage]
-    return phases.largest_param(cfg, layers=held, embedding=stage != "last", head=stage != "first", tp=tp,
-                                ep=ep)
+    return phases.largest_param(cfg, layers=stage.layers, embedding=stage.kind in ("only", "first"),
+                                head=stage.kind in ("only", "last"), tp=tp, ep=ep)
+
+
+@dataclass(slots=True)
+class StageMemory:
+    """One pipeline stage's peak on one of its GPUs."""
+
+    stage: int
+    """Rank in the pipeline, 0 the first."""
+    kind: Stage
+    layers: int
+    total: int
+    activations: int
+
+    __pydantic_config__ = RECORD
+
+
+FSDP_WITH_PIPELINE_NOTE = (
+    "ZeRO-2/3 (FSDP) with pipeline parallelism: parameters are gathered once per step and kept, and "
+    "gradients accumulate unsharded until the last micro-batch's backward reduce-scatters them "
+    "(torch.distributed.pipelining's stage backward sets reshard_after_backward and gradient sync off "
+    "but for the last micro-batch; torchtitan keeps parameters after forward when pp > 1), so at the "
+    "peak only optimizer state and master weights are sharded, as with ZeRO-1")
 
 
 @dataclass(slots=True)
@@ -239,7 +274,14 @@ class TrainingMemory:
     """What a full checkpoint holds: parameters, master weights and optimizer state of the
     whole model (no gradients, no activations)."""
     pipeline_stage: Stage
-    """The stage reported: the only one, or whichever of first and last needs more."""
+    """The stage reported: the only one, or whichever of the first, middles and last needs most."""
+    pipeline_stage_index: int
+    """Its rank in the pipeline, 0 the first."""
+    pipeline_split: list[int]
+    """Decoder layers on each stage, first to last; empty with a bare parameter count."""
+    stages: list[StageMemory]
+    """Each stage whose memory can be the peak (the first, the last, the earliest middle stage of
+    each layer count): its peak bytes; the busiest decides the total."""
     gpu: str | None
     gpu_memory_bytes: int | None
     fits: bool | None
@@ -253,53 +295,78 @@ class TrainingMemory:
 
 
 def training_memory(
-    *, model: TransformerConfig | None, params: int | None, precision: Precision,
+    *, model: TransformerConfig | None, params: int | None, precision: TrainPrecision,
     optimizer: Optimizer, batch_size: int, seq_len: int, recompute: act.Recompute = "none",
     zero_stage: int = 0, data_parallel: int = 1, tensor_parallel: int = 1,
     pipeline_parallel: int = 1, sequence_parallel: bool = True, expert_parallel: int = 1,
     gpu: Accelerator | None = None, virtual_stages: int = 1, fused_optimizer: bool | None = None,
-    largest_param: int | None = None,
+    largest_param: int | None = None, first_stage_layers: int | None = None,
+    last_stage_layers: int | None = None, context_parallel: int = 1,
+    context_parallel_algorithm: context.Algorithm = "ring",
 ) -> TrainingMemory:
     """Per-GPU training memory at the step's peak (phases.py). Give `model` (a config) or `params`
     (a bare count). virtual_stages: model chunks per pipeline rank (the interleaved schedule's v).
     fused_optimizer: the optimizer step makes no temporaries; None assumes what a GPU runs
     (phases.FUSED). largest_param: elements of the largest tensor the optimizer steps on this GPU;
-    None reads it from the model's weights (a probe's own model passes its own)."""
-    tp, pp, dp, ep = tensor_parallel, pipeline_parallel, data_parallel, expert_parallel
+    None reads it from the model's weights (a probe's own model passes its own).
+    first_stage_layers, last_stage_layers: the pipeline's stage split (sharding.split_layers);
+    None its default. context_parallel: ranks splitting each sequence (context.py)."""
+    tp, pp, dp, ep, cp = tensor_parallel, pipeline_parallel, data_parallel, expert_parallel, context_parallel
     assumptions = [f"batch_size {batch_size} is the micro-batch per data-parallel rank"]
     check_parallel(model, tp=tp, pp=pp, dp=dp, ep=ep)
-    if virtual_stages > 1 and (pp == 1 or model is None or model.n_layers % (pp * virtual_stages)):
+    split = None
+    if model is not None:
+        split = split_layers(model.n_layers, pp, first_stage_layers, last_stage_layers)
+    elif first_stage_layers is not None or last_stage_layers is not None:
+        raise InvalidInput("first_stage_layers", "a stage split needs the model's layers, not a bare "
+                                                 "parameter count")
+    if virtual_stages > 1 and (pp == 1 or model is None or not interleaves(split, virtual_stages)):
         raise InvalidInput("virtual_stages", f"{virtual_stages} chunks per pipeline rank need "
-                           "pipeline_parallel > 1 and a model whose n_layers pipeline_parallel x "
-                           "virtual_stages divides")
+                           "pipeline_parallel > 1 and virtual_stages dividing each stage's layers (or, with "
+                           "the embedding and the loss counted as a layer of the first and the last stage, "
+                           "each stage's slots: Megatron-LM)")
+    if cp > 1:
+        seq_len = context.local_tokens(seq_len, cp, model)
+        assumptions.append(context.NOTE.format(cp=cp))
     if model is not None:
         if model.position == "learned" and seq_len > model.max_seq_len:
             raise InvalidInput("seq_len", f"{seq_len} exceeds the model's {model.max_seq_len} "
                                "learned positions")
-        plan = _plan(model, tp, pp, ep, precision, recompute)
+        if pp > 1 and len(set(split)) > 1:
+            assumptions.append("pipeline stages hold " + ", ".join(map(str, split)) + " layers, first to last")
+        plan = _plan(model, tp, pp, ep, precision, recompute, split)
         n_params, stages = plan.params, plan.stage_params
         assumptions += _model_notes(model, tp=tp, dp=dp, ep=ep, zero_stage=zero_stage)
     else:
         n_params = params
-        stages = (("only", math.ceil(params / (tp * pp)), 0),)
+        stages = ((PipeStage("only", 0, range(0)), math.ceil(params / (tp * pp)), 0),)
         assumptions.append("a bare parameter count is split evenly over tensor and pipeline "
                            "ranks; activations need the model's shape and are not counted")
-    if zero_stage and dp == 1:
+    if zero_stage and dp * cp == 1:
         assumptions.append("ZeRO shards over data-parallel ranks; with data_parallel 1 it saves nothing")
+    shard = dp * cp  # context-parallel ranks hold the same weights: ZeRO shards over both (Megatron-LM)
+    held_whole = zero_stage >= 2 and pp > 1
+    if held_whole:
+        assumptions.append(FSDP_WITH_PIPELINE_NOTE)
 
     per = state_bytes_per_param(precision, optimizer)
     width = PRECISIONS[precision]
-    # Autocast copies the weights matmuls read: not norms, biases' share aside, nor positions.
-    share = 1.0 if model is None else matmul_share(model)
+    # Autocast copies the weights matmuls read: not norms, biases' share aside, nor positions; an FP8
+    # recipe the decoder layers' linear weights only.
+    share = 1.0 if model is None else fp8.linear_share(model) if fp8.is_fp8(precision) else matmul_share(model)
+    if fp8.is_fp8(precision):
+        assumptions.append(fp8.NOTE.format(recipe=precision))
     # ZeRO stage k divides these model states over the data-parallel ranks; routed experts'
     # over the data-parallel ranks that hold the same experts, dp / ep (Megatron-LM's expert
     # data-parallel group, DeepSpeed-MoE's expert data parallelism).
-    div = [(dp if zero_stage >= k else 1, dp // ep if zero_stage >= k else 1) for k in (3, 2, 1, 1)]
+    div = [(shard if zero_stage >= k else 1, shard // ep if zero_stage >= k else 1) for k in (3, 2, 1, 1)]
+    if held_whole:  # parameters and gradients whole through the step's micro-batches
+        div[0] = div[1] = (1, 1)
     kinds = (per.parameters, per.gradients, per.optimizer_state, per.master_weights)
     fused = optimizer in phases.FUSED if fused_optimizer is None else fused_optimizer
 
-    best = None
-    for stage, n, n_exp in stages:  # one stage, or the first and the last
+    best, per_stage = None, []
+    for stage, n, n_exp in stages:  # one stage, or the first, middles and last
         states = [math.ceil(n * x / d) for x, (d, _) in zip(kinds, div, strict=True)]
         if n_exp:
             states = [v + math.ceil(n_exp * x / de) for v, x, (_, de) in zip(states, kinds, div, strict=True)]
@@ -309,19 +376,25 @@ def training_memory(
         parts = dict(zip(phases.PARTS[:4], states, strict=True))
         parts |= {"weight_copies": math.ceil(n * width.weight_copy * share + n_exp * width.weight_copy),
                   "activations": detail.total if detail else 0,
-                  "transient": 0 if model is None else _loss_gradients(model, stage, s=seq_len, b=batch_size,
-                                                                         t=tp),
+                  "transient": 0 if model is None else _loss_gradients(model, stage.kind, s=seq_len,
+                                                                         b=batch_size, t=tp)
+                  + (context.gathered_kv_bytes(model, seq_len, batch_size, cp, tp, width.activation,
+                                              context_parallel_algorithm) if cp > 1
+                     else 0),
                   "inputs": 0 if model is None else phases.token_inputs(
-                      seq_len * batch_size, ids=stage != "last", targets=stage != "first")}
-        head = model is not None and stage != "first"
+                      seq_len * batch_size, ids=stage.kind in ("only", "first"),
+                      targets=stage.kind in ("only", "last"))}
+        head = model is not None and stage.kind in ("only", "last")
         later = None if not head else phases.lm_head_phases(
             parts, vocab_size=model.vocab_size, d_model=model.d_model, tied=model.tied_embeddings and pp == 1,
             grad_bytes=width.grad, tensor_parallel=tp)
         largest = largest_param
         if largest is None:  # only a per-tensor optimizer loop sizes anything by it
-            largest = 0 if fused or model is None else -(-_largest(model, stage, tp, pp, ep) // div[2][0])
+            largest = 0 if fused or model is None else -(-_largest(model, stage, tp, ep) // div[2][0])
         peak = phases.step_peak(parts, largest_param=largest, optimizer=optimizer, fused=fused, later=later,
                                 state_bytes=width.optimizer_state)
+        per_stage.append(StageMemory(stage=stage.index, kind=stage.kind, layers=len(stage.layers),
+                                     total=peak["total"], activations=detail.total if detail else 0))
         if best is None or peak["total"] > best[0]["total"]:
             best = (peak, stage, n, n_exp, detail)
     peak, stage, n_gpu, n_exp, detail = best
@@ -348,7 +421,9 @@ def training_memory(
         phases=moments, peak_phase=max(moments, key=moments.__getitem__), total=total, total_gib=total / GIB,
         model_state_bytes=math.ceil(n_params * per.total),
         checkpoint_bytes=checkpoint_bytes(n_params, precision, optimizer),
-        pipeline_stage=stage, gpu=None if gpu is None else gpu.id,
+        pipeline_stage=stage.kind, pipeline_stage_index=stage.index,
+        pipeline_split=list(split) if split is not None else [], stages=per_stage,
+        gpu=None if gpu is None else gpu.id,
         gpu_memory_bytes=None if gpu is None else gpu.memory_bytes,
         fits=None if gpu is None else total <= gpu.memory_bytes,
         headroom=None if gpu is None else gpu.memory_bytes - total,

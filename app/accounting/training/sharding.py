@@ -13,6 +13,7 @@ parallel size defaulting to tensor_parallel).
 """
 
 import math
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Literal
 
@@ -21,7 +22,7 @@ from app.accounting.errors import InvalidInput
 from app.accounting.params import norm_params
 from app.accounting.transformer import TransformerConfig
 
-Stage = Literal["only", "first", "last"]
+Stage = Literal["only", "first", "middle", "last"]
 
 
 def kv_replicas(cfg: TransformerConfig, tp: int) -> int:
@@ -54,21 +55,104 @@ def _layer_on_gpu(layer: blocks.Layer, tp: int, ep: int) -> tuple[int, int]:
     return math.ceil(sharded / tp) + replicated, math.ceil(routed / (tp * ep))
 
 
-def stage_layers(cfg: TransformerConfig, pp: int) -> tuple[tuple[Stage, range], ...]:
-    """Layer indices of the only stage, or of the first and the last. Each of pp > 1 stages
-    is taken to hold ceil(n_layers / pp) layers: the first from layer 0, the last up to the
-    final layer (the busiest split when pp does not divide n_layers)."""
+@dataclass(frozen=True, slots=True)
+class PipeStage:
+    """One pipeline stage: its kind (what it holds outside the layers), its rank in the pipeline
+    and its layer indices."""
+
+    kind: Stage
+    index: int
+    layers: range
+
+
+def split_layers(n_layers: int, pp: int, first: int | None = None, last: int | None = None) -> tuple[int, ...]:
+    """Decoder layers on each of pp stages, first to last.
+
+    Given first and/or last (Megatron-LM's --decoder-first-pipeline-num-layers and
+    --decoder-last-pipeline-num-layers), the middle stages share the rest, differing by at most a
+    layer, the later ones taking the extra (they hold fewer micro-batches in flight). Given
+    neither, the stages differ by at most a layer and the short ones are the first and the last
+    (which also hold the embedding and the LM head, as Llama 3 405B's 126 layers on 16 stages: 7 on
+    the first and the last, 8 on the others; Llama 3 paper, section 3.3.2), then the earliest
+    middle stages (which hold the most micro-batches in flight under 1F1B)."""
+    if pp == 1:
+        for name, v in (("first_stage_layers", first), ("last_stage_layers", last)):
+            if v is not None and v != n_layers:
+                raise InvalidInput(name, "a stage split needs pipeline_parallel > 1")
+        return (n_layers,)
+    if pp > n_layers:
+        raise InvalidInput("pipeline_parallel", f"{pp} exceeds n_layers ({n_layers})")
+    if first is None and last is None:
+        q, r = divmod(n_layers, pp)
+        sizes = [q + 1 if r else q] * pp
+        if r:
+            for i in [0, pp - 1, *range(1, pp - 1)][:pp - r]:
+                sizes[i] = q
+        return tuple(sizes)
+    middles = pp - 2
+    rest = n_layers - (first or 0) - (last or 0)
+    if first is None or last is None:  # the other end takes a middle stage's share
+        if rest < middles + 1:
+            given = "first_stage_layers" if last is None else "last_stage_layers"
+            raise InvalidInput(given, f"{first or last} leaves {rest} of {n_layers} layers for {pp - 1} stages: "
+                                      "each needs one")
+        share = -(-rest // (middles + 1))
+        first, last = (first, share) if last is None else (share, last)
+        rest = n_layers - first - last
+    if first < 1 or last < 1:
+        raise InvalidInput("first_stage_layers" if first < 1 else "last_stage_layers", "must be at least 1")
+    if middles == 0:
+        if rest:
+            raise InvalidInput("first_stage_layers", f"with 2 stages, first and last stage layers must sum to "
+                                                     f"n_layers ({n_layers}), got {first} + {last}")
+        return (first, last)
+    if rest < middles:
+        raise InvalidInput("first_stage_layers", f"first ({first}) and last ({last}) stage layers leave "
+                                                 f"{rest} for {middles} middle stages: each needs one")
+    q, r = divmod(rest, middles)
+    return (first, *([q] * (middles - r) + [q + 1] * r), last)
+
+
+def interleaves(split: tuple[int, ...], v: int) -> bool:
+    """Whether v model chunks per rank (Megatron-LM's interleaved schedule) lay over `split`: v
+    divides every stage's layers, or, counting the embedding as a layer of the first stage and the
+    loss as one of the last (Megatron-LM's --account-for-embedding-in-pipeline-split and
+    --account-for-loss-in-pipeline-split; Llama 3 405B's 126 layers on 16 stages of 8 chunks,
+    whose first chunk holds only the embedding and last only the head and loss: Llama 3 paper,
+    section 3.3.2), every stage's slots."""
+    if v == 1:
+        return True
+    if len(split) < 2:
+        return False
+    if all(n % v == 0 for n in split):
+        return True
+    slots = (split[0] + 1, *split[1:-1], split[-1] + 1)
+    return all(n % v == 0 for n in slots)
+
+
+def stage_layers(cfg: TransformerConfig, pp: int, split: tuple[int, ...] | None = None) -> tuple[PipeStage, ...]:
+    """The stages whose memory can be the peak: the only one, or the first, the last, and the
+    earliest middle stage of each layer count (a later one of the same count holds fewer
+    micro-batches in flight). `split`: layers per stage (split_layers); None its default."""
     n = cfg.n_layers
     if pp == 1:
-        return (("only", range(n)),)
-    held = math.ceil(n / pp)
-    return (("first", range(held)), ("last", range(n - held, n)))
+        return (PipeStage("only", 0, range(n)),)
+    sizes = split or split_layers(n, pp)
+    starts = [sum(sizes[:i]) for i in range(pp)]
+    out, seen = [PipeStage("first", 0, range(sizes[0]))], set()
+    for i in range(1, pp - 1):
+        if sizes[i] not in seen:
+            seen.add(sizes[i])
+            out.append(PipeStage("middle", i, range(starts[i], starts[i] + sizes[i])))
+    out.append(PipeStage("last", pp - 1, range(starts[-1], n)))
+    return tuple(out)
 
 
 @lru_cache(maxsize=1024)
-def stage_params(cfg: TransformerConfig, tp: int, pp: int, ep: int = 1) -> tuple[tuple[Stage, int, int], ...]:
+def stage_params(cfg: TransformerConfig, tp: int, pp: int, ep: int = 1,
+                 split: tuple[int, ...] | None = None) -> tuple[tuple[PipeStage, int, int], ...]:
     """(stage, parameters outside routed experts, routed-expert parameters) one GPU holds
-    on the first and last pipeline stage (or the only one), layer by layer.
+    on each stage stage_layers names (the only one, or the first, middles and last), layer by layer.
 
     Linear weights, the vocabulary-parallel embedding and LM head split over tp
     (Megatron-LM); norms and the biases after row-parallel layers are replicated.
@@ -78,12 +162,12 @@ def stage_params(cfg: TransformerConfig, tp: int, pp: int, ep: int = 1) -> tuple
     token = math.ceil(cfg.vocab_size * cfg.d_model / tp)
     position = cfg.max_seq_len * cfg.d_model if cfg.position == "learned" else 0
     head = token if (not cfg.tied_embeddings or pp > 1) else 0
-    outside = {"only": token + position + norm_params(cfg) + head, "first": token + position,
+    outside = {"only": token + position + norm_params(cfg) + head, "first": token + position, "middle": 0,
                "last": norm_params(cfg) + head}
     out = []
-    for stage, held in stage_layers(cfg, pp):
-        kinds = [_layer_on_gpu(layers[i], tp, ep) for i in held]
-        out.append((stage, sum(k[0] for k in kinds) + outside[stage], sum(k[1] for k in kinds)))
+    for stage in stage_layers(cfg, pp, split):
+        kinds = [_layer_on_gpu(layers[i], tp, ep) for i in stage.layers]
+        out.append((stage, sum(k[0] for k in kinds) + outside[stage.kind], sum(k[1] for k in kinds)))
     return tuple(out)
 
 

@@ -16,6 +16,9 @@ from app.accounting.hardware import Accelerator
 from app.accounting.records import RECORD
 
 Precision = Literal["fp32", "bf16_mixed", "fp16_mixed", "bf16", "bf16_autocast"]
+Fp8Recipe = Literal["fp8_delayed", "fp8_current", "fp8_blockwise"]
+TrainPrecision = Literal[Precision, Fp8Recipe]
+"""What a pretraining plan and its memory take: a precision, or an FP8 training recipe (fp8.py)."""
 Optimizer = Literal["sgd", "sgd_momentum", "adagrad", "rmsprop", "adam", "adamw", "adamw_8bit"]
 
 
@@ -31,7 +34,11 @@ class PrecisionBytes:
     residual: int
     """Residual-stream activations (layer and norm inputs)."""
     weight_copy: int
-    """A per-step 16-bit copy of each matmul weight, kept for backward (autocast's cache)."""
+    """Bytes per matmul weight of the per-step copies kept for backward: autocast's 16-bit cache, or
+    an FP8 recipe's two 1-byte casts (row- and column-wise, the second for the backward GEMMs)."""
+    linear_input: int = 0
+    """Bytes per element of the inputs linear layers keep for their weight gradients; 0: activation's.
+    FP8 recipes keep them cast to FP8."""
 
 
 PRECISIONS: dict[str, PrecisionBytes] = {
@@ -48,11 +55,24 @@ PRECISIONS: dict[str, PrecisionBytes] = {
     # residual stream stay in fp32.
     "bf16_autocast": PrecisionBytes(param=4, grad=4, master=0, optimizer_state=4, activation=2,
                                     residual=4, weight_copy=2),
+    # FP8 training recipes (fp8.py): bf16 parameters and gradients, fp32 master weights, the decoder
+    # layers' linear weights cast to FP8 both ways each step, and those layers' inputs kept in FP8.
+    # Transformer Engine's per-tensor recipes keep fp32 Adam moments; DeepSeek-V3 keeps them in bf16
+    # (DeepSeek-V3 technical report, section 3.3.3, "Low-Precision Optimizer States").
+    "fp8_delayed": PrecisionBytes(param=2, grad=2, master=4, optimizer_state=4, activation=2, residual=2,
+                                  weight_copy=2, linear_input=1),
+    "fp8_current": PrecisionBytes(param=2, grad=2, master=4, optimizer_state=4, activation=2, residual=2,
+                                  weight_copy=2, linear_input=1),
+    "fp8_blockwise": PrecisionBytes(param=2, grad=2, master=4, optimizer_state=2, activation=2, residual=2,
+                                    weight_copy=2, linear_input=1),
 }
 
 # The dtype each precision's matmuls run in: whose dense peak its step time divides by.
+# FP8 recipes: bfloat16, the dense peak their MFU is stated against (Llama 3, DeepSeek-V3); their
+# decoder layers' linear GEMMs run at the float8 peak (fp8.py).
 PEAK_DTYPE = {"fp32": "float32", "bf16_autocast": "bfloat16", "bf16_mixed": "bfloat16",
-              "fp16_mixed": "float16", "bf16": "bfloat16"}
+              "fp16_mixed": "float16", "bf16": "bfloat16", "fp8_delayed": "bfloat16", "fp8_current": "bfloat16",
+              "fp8_blockwise": "bfloat16"}
 
 # State tensors per parameter: momentum (SGD), sum of squares (Adagrad), square
 # average (RMSprop), first and second moments (Adam, AdamW).

@@ -2,7 +2,7 @@
 
 from pydantic import Field
 
-from app.accounting.training import activations, memory
+from app.accounting.training import activations, context, memory
 from app.inputs.fields import Input, count, number, sequence_length
 from app.inputs.schemas import GpuInput, GpuOverridesIn, GpuRef, ModelOrParams, accelerator, engine_model
 
@@ -11,12 +11,16 @@ Ranks = count(1, 1_000_000)
 
 class TrainingMemoryRequest(Input):
     model: ModelOrParams
-    precision: memory.Precision = Field(
+    precision: memory.TrainPrecision = Field(
         "bf16_mixed", description="fp32: all 4-byte. bf16_mixed/fp16_mixed: 16-bit parameters, "
                                   "gradients and activations, fp32 master weights and optimizer "
                                   "state. bf16: everything 16-bit, no master copy. bf16_autocast: "
                                   "torch.autocast over fp32 training (fp32 states, 16-bit weight "
-                                  "copies and matmul inputs, fp32 residual stream).")
+                                  "copies and matmul inputs, fp32 residual stream). FP8 recipes "
+                                  "(Transformer Engine's per-tensor fp8_delayed and fp8_current, "
+                                  "DeepSeek-V3's fp8_blockwise): bf16_mixed's states (bf16 Adam moments "
+                                  "for fp8_blockwise), two FP8 copies of the decoder layers' linear "
+                                  "weights and their inputs kept in FP8.")
     optimizer: memory.Optimizer = "adamw"
     batch_size: count(1, 1_000_000) = Field(
         1, description="Micro-batch size per data-parallel rank, in sequences.")
@@ -41,12 +45,27 @@ class TrainingMemoryRequest(Input):
     virtual_stages: count(1, 1024) = Field(
         1, description="Model chunks per pipeline rank (Megatron-LM's interleaved schedule): the first "
                        "stage holds 1 + (p - 1) / (p v) times the layers' activations of plain 1F1B.")
+    first_stage_layers: count(1, 100_000) | None = Field(
+        None, description="Decoder layers on the first pipeline stage (Megatron-LM's "
+                          "--decoder-first-pipeline-num-layers); null: stages differ by at most a layer, the "
+                          "first and last taking fewer (they also hold the embedding and the LM head).")
+    last_stage_layers: count(1, 100_000) | None = Field(
+        None, description="Decoder layers on the last pipeline stage (--decoder-last-pipeline-num-layers); "
+                          "the middle stages share the rest, differing by at most a layer.")
+    context_parallel: count(1, 1024) = Field(
+        1, description="Ranks splitting each sequence (Megatron-LM's --context-parallel-size): each keeps "
+                       "seq_len / context_parallel tokens' activations, and ZeRO shards over data x context "
+                       "ranks. seq_len must be a multiple of 2 x context_parallel (causal load balancing).")
+    context_parallel_algorithm: context.Algorithm = Field(
+        "ring", description="How context-parallel ranks exchange keys and values: ring (Megatron-LM's p2p: one "
+                            "chunk arriving at a time) or all_gather (Llama 3: the whole sequence's K and V "
+                            "of one layer gathered).")
     gpu: GpuRef | None = Field(None, description="Check the total against this GPU's memory.")
     gpu_overrides: GpuOverridesIn | None = None  # type: ignore[valid-type]
 
     @property
     def num_gpus(self) -> int:
-        return self.data_parallel * self.tensor_parallel * self.pipeline_parallel
+        return self.data_parallel * self.tensor_parallel * self.pipeline_parallel * self.context_parallel
 
 
 class MaxModelRequest(GpuInput):
@@ -69,7 +88,9 @@ def training(body: TrainingMemoryRequest) -> memory.TrainingMemory:
         zero_stage=body.zero_stage, data_parallel=body.data_parallel,
         tensor_parallel=body.tensor_parallel, pipeline_parallel=body.pipeline_parallel,
         sequence_parallel=body.sequence_parallel, expert_parallel=body.expert_parallel, gpu=gpu,
-        virtual_stages=body.virtual_stages)
+        virtual_stages=body.virtual_stages, first_stage_layers=body.first_stage_layers,
+        last_stage_layers=body.last_stage_layers, context_parallel=body.context_parallel,
+        context_parallel_algorithm=body.context_parallel_algorithm)
 
 
 def max_model(body: MaxModelRequest) -> memory.MaxModel:

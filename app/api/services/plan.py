@@ -10,7 +10,7 @@ from app.accounting.plan import energy as plan_energy
 from app.accounting.plan import run, training
 from app.accounting.plan.search import Limits
 from app.accounting.plan.step import Workload
-from app.accounting.training import activations, memory
+from app.accounting.training import activations, context, fp8, memory
 from app.api.services import energy
 from app.api.services.comm import Bandwidth, Latency
 from app.api.services.energy import EnergyInputs
@@ -28,6 +28,18 @@ class PlanLimits(Input):
 
     tensor_parallel: Degrees | None = None  # type: ignore[valid-type]
     pipeline_parallel: Degrees | None = None  # type: ignore[valid-type]
+    context_parallel: Degrees | None = Field(  # type: ignore[valid-type]
+        None, description="Ranks splitting each sequence (Megatron-LM's --context-parallel-size; Llama 3's CP16 "
+                          "at 131k tokens). null: 1, and every degree that leaves each rank at least 8,192 "
+                          "tokens of a sequence.")
+    first_stage_layers: count(1, 100_000) | None = Field(
+        None, description="Decoder layers on the first pipeline stage (Megatron-LM's "
+                          "--decoder-first-pipeline-num-layers); null: the search tries the even split (stages "
+                          "differ by at most a layer, the first and last shorter) and one with a layer fewer on "
+                          "each end.")
+    last_stage_layers: count(1, 100_000) | None = Field(
+        None, description="Decoder layers on the last pipeline stage (--decoder-last-pipeline-num-layers); the "
+                          "middle stages share the rest, differing by at most a layer.")
     expert_parallel: Degrees | None = None  # type: ignore[valid-type]
     micro_batch: Degrees | None = Field(None, description="Sequences per micro-batch.")  # type: ignore[valid-type]
     virtual_stages: Degrees | None = Field(  # type: ignore[valid-type]
@@ -42,7 +54,8 @@ class PlanLimits(Input):
         def tup(v: list | None) -> tuple | None:
             return None if v is None else tuple(v)
         return Limits(tensor_parallel=tup(self.tensor_parallel),
-                      pipeline_parallel=tup(self.pipeline_parallel),
+                      pipeline_parallel=tup(self.pipeline_parallel), context_parallel=tup(self.context_parallel),
+                      first_stage_layers=self.first_stage_layers, last_stage_layers=self.last_stage_layers,
                       expert_parallel=tup(self.expert_parallel), zero_stage=tuple(self.zero_stage),
                       micro_batch=tup(self.micro_batch), virtual_stages=tup(self.virtual_stages),
                       recompute=tuple(self.recompute),
@@ -63,11 +76,22 @@ class TrainingPlanRequest(EnergyInputs):
         None, description="Tokens per optimizer step, a multiple of seq_len; or give global_batch_sequences.")
     seq_len: sequence_length(1, 10_000_000) | None = Field(
         None, description="Tokens per sequence; null means the model's max_seq_len.")
-    precision: memory.Precision = "bf16_mixed"
+    precision: memory.TrainPrecision = Field(
+        "bf16_mixed", description="As the training memory calculator's. FP8 recipes (fp8_delayed, fp8_current: "
+                                  "Transformer Engine's per-tensor scaling; fp8_blockwise: DeepSeek-V3's) run the "
+                                  "decoder layers' linear GEMMs at the float8 peak and the rest at bfloat16's, "
+                                  "against which MFU is stated.")
+    fp8_param_gather: bool = Field(
+        False, description="With an FP8 recipe and ZeRO, gather parameters in FP8, 1 byte each (Megatron-LM's "
+                           "--fp8-param-gather, torchao's enable_fsdp_float8_all_gather); false: in bf16.")
     optimizer: memory.Optimizer = "adamw"
     compute_efficiency: number(ge=1e-3, le=1) = Field(
         DEFAULT_MFU, description="Share of the dense peak the matmuls run at, communication aside (the time "
                                  "calculator's default MFU).")
+    context_parallel_algorithm: context.Algorithm = Field(
+        "ring", description="How context-parallel ranks exchange keys and values: ring (Megatron-LM's p2p, hidden "
+                            "behind the attention core) or all_gather (Llama 3: gathered before attention, "
+                            "exposed).")
     overlap_data_parallel: bool = Field(
         True, description="Gradient reductions overlap backward and parameter gathers overlap forward; "
                           "false: all data-parallel communication is exposed.")
@@ -110,9 +134,14 @@ def plan_training(body: TrainingPlanRequest, here: Here | None = None) -> traini
         intra=(body.intra_node_bytes_per_sec, body.intra_node_latency_s),
         inter=(body.inter_node_bytes_per_sec, body.inter_node_latency_s))
     peak = peak_flop_per_sec(acc, memory.PEAK_DTYPE[body.precision], field="precision")
+    fp8_peak = peak_flop_per_sec(acc, "float8_e4m3fn", field="precision") if fp8.is_fp8(body.precision) else None
+    if body.fp8_param_gather and fp8_peak is None:
+        raise InvalidInput("fp8_param_gather", "needs an FP8 recipe as the precision")
     w = Workload(cfg, acc, cluster, global_batch=batch, seq_len=seq, precision=body.precision,
                  optimizer=body.optimizer, peak_flop_per_sec=peak, compute_efficiency=body.compute_efficiency,
-                 overlap_data_parallel=body.overlap_data_parallel)
+                 overlap_data_parallel=body.overlap_data_parallel,
+                 context_parallel_algorithm=body.context_parallel_algorithm, fp8_peak_flop_per_sec=fp8_peak,
+                 fp8_param_gather=body.fp8_param_gather)
     plan = training.plan(w, body.limits.to_engine(), top_k=body.top_k, points=body.include_points,
                          links=links)
     if body.power_watts is not None or acc.board_power_watts is not None:  # else no energy: as the time's
