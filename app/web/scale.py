@@ -146,6 +146,8 @@ PAGE = Calculator(
      Input("optimizer", "Optimizer"),
      Input("compute_efficiency", "Compute efficiency",
            hint="share of the dense peak the matmuls reach, 0 to 1"),
+     Input("matmul_time", "Matmul time", hint="flat: at the compute efficiency; shaped: each GEMM from its shape",
+           more=True),
      Input("zero_stage", "ZeRO stages", hint="comma-separated, of 0 to 3", is_list=True),
      Input("recompute", "Recompute", hint="comma-separated: none, selective, full", is_list=True),
      Input("allow_tensor_parallel_across_nodes", "Tensor parallel across nodes"),
@@ -163,6 +165,8 @@ PAGE = Calculator(
      Input("fp8_param_gather", "FP8 parameter gathers", hint="with an FP8 precision and ZeRO", more=True),
      Input("expert_parallel", "Expert-parallel degrees", hint=LIST, is_list=True, more=True),
      Input("micro_batch", "Micro-batch sizes", hint="sequences; " + LIST, is_list=True, more=True),
+     Input("overlap_tensor_parallel", "Overlap tensor parallel", hint="Megatron-LM's --tp-comm-overlap, "
+           "torchtitan's async TP", more=True),
      Input("overlap_data_parallel", "Overlap data parallel", hint="false: every gradient reduction and "
            "parameter gather is exposed", more=True),
      Input("top_k", "Layouts listed", hint="the fastest fitting ones", more=True),

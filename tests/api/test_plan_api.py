@@ -68,6 +68,9 @@ def test_nothing_fitting_answers_the_closest(api):
     ({"context_parallel_algorithm": "tree"}, "context_parallel_algorithm"),
     ({"fp8_param_gather": True}, "fp8_param_gather"),            # with bf16_mixed
     ({"precision": "fp8_delayed", "gpu": "a100-80gb"}, "precision"),  # Ampere has no FP8 tensor cores
+    ({"matmul_time": "exact"}, "matmul_time"),
+    ({"matmul_time": "shaped", "compute_efficiency": 0.5}, "compute_efficiency"),  # shaped times GEMMs itself
+    ({"limits": {"recompute": ["op_selective"]}, "model": "mixtral-8x7b"}, "recompute"),
 ])
 def test_bad_input_names_the_field(api, body, field):
     assert_names_field(api.post("/api/v1/plan/training", BASE | body), field)
@@ -124,3 +127,16 @@ def test_a_published_layout_is_entered_as_published(api):
 def test_training_memory_names_the_new_fields_it_refuses(api, body, field):
     base = {"model": "llama3-8b", "seq_len": 4096}
     assert_names_field(api.post("/api/v1/memory/training", base | body), field)
+
+
+def test_shaped_matmuls_give_small_models_a_lower_efficiency(api):
+    # Each GEMM timed from its shape (app/accounting/matmul.py): a 124M-parameter GPT-2's 768-wide GEMMs
+    # reach a smaller share of the peak than Llama 3 8B's 4,096-wide ones, on the same GPUs.
+    def mfu(model: str) -> float:
+        body = {"model": model, "gpu": "h100-sxm", "num_gpus": 8, "global_batch_sequences": 64, "seq_len": 1024,
+                "matmul_time": "shaped", "limits": {"recompute": ["full"]}}
+        answer = api.ok("/api/v1/plan/training", body)
+        assert answer["compute_efficiency"] is None
+        return answer["best"][0]["mfu"]
+
+    assert mfu("gpt2") < mfu("llama3-8b")

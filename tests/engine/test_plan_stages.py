@@ -12,7 +12,7 @@ from app.accounting.plan import volumes
 from app.accounting.plan.layout import Cluster, Layout
 from app.accounting.plan.search import Limits, search, stage_splits
 from app.accounting.plan.step import step_time
-from app.accounting.training import memory
+from app.accounting.training import activations, memory
 from app.accounting.training.sharding import interleaves, split_layers
 from tests.engine.test_plan import H100, workload
 
@@ -236,3 +236,42 @@ def test_fp8_runs_the_linear_gemms_at_the_float8_peak() -> None:
     # MFU stays against the bf16 peak: model FLOPs / (time x 989.5e12), above the 0.5 it would be in bf16.
     assert st.mfu == pytest.approx(3 * fwd.total / (st.step_seconds * 989.5e12))
     assert st.mfu > 0.5
+
+
+# --- torchtitan's op-level selective checkpointing -------------------------------------------
+
+def test_op_selective_saves_torchtitans_tensors() -> None:
+    # torchtitan/distributed/activation_checkpoint.py, "op" policy: in each block, matmul and SDPA
+    # outputs are saved but every second matmul's. Llama's block runs wq, wk, wv, wo, w1, w3, w2:
+    # saved per token are the block input (4,096), q (4,096), v (1,024), the attention output (4,096)
+    # and its fp32 log-sum-exp (32 heads), w1's output (14,336) and w2's (4,096), in bf16.
+    mem = memory.training_memory(model=LLAMA_8B, params=None, precision="bf16_mixed", optimizer="adamw",
+                                 batch_size=1, seq_len=4096, recompute="op_selective")
+    per_token = 2 * (4096 + 4096 + 1024 + 4096 + 14336 + 4096) + 4 * 32
+    assert mem.activation_detail.per_layer_total == 4096 * per_token
+    # Its recompute: k, o and w3 again, 2 x tokens x (4,096 x 1,024 + 4,096 x 4,096 + 4,096 x 14,336) FLOPs.
+    assert activations.op_selective_recompute_flops(LLAMA_8B, 4096) == 2 * 4096 * 4096 * (1024 + 4096 + 14336)
+
+
+def test_op_selective_is_refused_for_a_block_torchtitan_does_not_run_it_on() -> None:
+    with pytest.raises(InvalidInput) as err:
+        memory.training_memory(model=models.preset("mixtral-8x7b"), params=None, precision="bf16_mixed",
+                               optimizer="adamw", batch_size=1, seq_len=4096, recompute="op_selective")
+    assert err.value.field == "recompute"
+
+
+def test_overlapped_tensor_parallelism_hides_behind_the_linear_gemms() -> None:
+    # TP8 on one node, 4 micro-batches of one 4,096-token sequence, no recompute. Over a link 1,000
+    # times slower than NVLink the collectives outlast the GEMMs: what shows is their excess over the
+    # micro-batch's linear GEMMs (its compute less the attention core's forward and twice that backward).
+    lo = Layout(data_parallel=1, tensor_parallel=8, pipeline_parallel=1, expert_parallel=1, zero_stage=0,
+                micro_batch=1, micro_batches=4, virtual_stages=1, recompute="none", sequence_parallel=True)
+    for link, hidden in ((Link(450e9, 3.4e-6), True), (Link(450e6, 3.4e-6), False)):
+        w = replace(workload("llama3-8b", gpus=8, batch=4, seq=4096), cluster=Cluster(8, 8, link, None))
+        plain = step_time(w, lo).breakdown
+        overlapped = step_time(replace(w, overlap_tensor_parallel=True), lo).breakdown
+        fwd = flops.transformer_forward(w.model, 1, 4096)
+        core = (fwd.attention_scores + fwd.attention_values) / 8 / (989.5e12 * 0.5)
+        window = plain.compute - 4 * 3 * core
+        assert overlapped.tensor_parallel == (0 if hidden else pytest.approx(plain.tensor_parallel - window))
+        assert plain.tensor_parallel > 0

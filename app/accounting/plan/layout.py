@@ -16,7 +16,7 @@ from functools import lru_cache
 from app.accounting import blocks
 from app.accounting.comm.collectives import RING_BASE_LATENCY_S, Link
 from app.accounting.records import RECORD
-from app.accounting.training.activations import Recompute
+from app.accounting.training.activations import TrainRecompute
 from app.accounting.transformer import TransformerConfig
 
 
@@ -36,7 +36,7 @@ class Layout:
     """Per data-parallel rank per step: gradient-accumulation steps, or the pipeline's micro-batches."""
     virtual_stages: int
     """Model chunks per pipeline rank (Megatron-LM's interleaved schedule); 1: plain 1F1B."""
-    recompute: Recompute
+    recompute: TrainRecompute
     sequence_parallel: bool
     context_parallel: int = 1
     """Ranks splitting each sequence (training/context.py); its ranks hold the same weights."""

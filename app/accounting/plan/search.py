@@ -27,7 +27,7 @@ from app.accounting.plan.layout import Layout, divisors, refusal
 from app.accounting.training.sharding import interleaves, split_layers
 from app.accounting.plan.step import StepTime, Workload, memory_of, step_time
 from app.accounting.records import RECORD
-from app.accounting.training.activations import Recompute
+from app.accounting.training.activations import TrainRecompute
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,7 +43,7 @@ class Limits:
     zero_stage: tuple[int, ...] = (0, 1, 2, 3)
     micro_batch: tuple[int, ...] | None = None
     virtual_stages: tuple[int, ...] | None = None
-    recompute: tuple[Recompute, ...] = ("none", "selective", "full")
+    recompute: tuple[TrainRecompute, ...] = ("none", "selective", "full")
     allow_tensor_parallel_across_nodes: bool = False
     sequence_parallel: bool = True
     """With tensor parallelism (Korthikanti et al. 2022): same bytes on the wire, 1/t of the

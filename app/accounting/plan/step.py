@@ -13,7 +13,8 @@ sequence's work (causal load balancing, training/context.py). The pipeline runs 
 stage's pace, and its bubble is that stage's time.
 Overlap rules, one per kind:
   tensor parallel, expert all-to-alls, pipeline sends: not overlapped (on the critical path in
-    Megatron-LM's default schedule);
+    Megatron-LM's default schedule); with overlap_tensor_parallel the tensor-parallel collectives
+    hide behind the micro-batch's linear GEMMs (--tp-comm-overlap, torchtitan's async TP);
   context parallel: the ring's K/V sends overlap the attention core they feed (what outlasts it is
     exposed); the all-gather variant is exposed (Llama 3 paper, section 3.3.2);
   data parallel (overlap_data_parallel): a gradient reduction overlaps the backward pass of its
@@ -26,12 +27,14 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from app.accounting import blocks, flops
+from app.accounting import matmul as mm
 from app.accounting.comm.collectives import Link, collective_time
 from app.accounting.hardware import Accelerator
 from app.accounting.plan import volumes
 from app.accounting.plan.energy import StepEnergy
 from app.accounting.plan.layout import Cluster, Group, Layout, groups
 from app.accounting.records import RECORD
+from app.accounting.training import activations as act
 from app.accounting.training import context, memory
 from app.accounting.training.sharding import split_layers
 from app.accounting.transformer import TransformerConfig
@@ -110,7 +113,8 @@ class Workload:
     precision: memory.TrainPrecision
     optimizer: memory.Optimizer
     peak_flop_per_sec: float
-    compute_efficiency: float
+    compute_efficiency: float | None
+    """Share of the dense peak every matmul runs at; None: each GEMM timed from its shape (`matmul`)."""
     overlap_data_parallel: bool = True
     usable_memory_bytes: int | None = None
     """Fits below this; None: the GPU's memory."""
@@ -118,6 +122,15 @@ class Workload:
     fp8_peak_flop_per_sec: float | None = None
     """With an FP8 recipe: the peak its decoder layers' linear GEMMs run at (training/fp8.py)."""
     fp8_param_gather: bool = False
+    overlap_tensor_parallel: bool = False
+    """Tensor-parallel collectives overlap the GEMMs they feed (Megatron-LM's --tp-comm-overlap with
+    Transformer Engine's userbuffers; torchtitan's async tensor parallelism): what outlasts the
+    micro-batch's linear GEMMs is exposed. False: all on the critical path (Megatron-LM's default)."""
+    matmul: mm.MatmulDevice | None = None
+    """Time each GEMM from its shape (app/accounting/matmul.py) on this device in the precision's
+    compute dtype; None: every matmul at peak x compute_efficiency."""
+    fp8_matmul: mm.MatmulDevice | None = None
+    """With an FP8 recipe and `matmul`: the device in float8, for the decoder layers' GEMMs."""
 
 
 @lru_cache(maxsize=64)
@@ -152,23 +165,57 @@ def _exposed(total: float, window: float) -> float:
     return max(0.0, total - window)
 
 
-def _stage_seconds(w: Workload, lo: Layout, rate: float) -> tuple[float, float, int]:
-    """(forward seconds, recompute seconds) of one micro-batch on the slowest stage, and its layers."""
+def _stage_seconds(w: Workload, lo: Layout, rate: float) -> tuple[float, float, float, int, float]:
+    """(forward, backward, recompute) seconds of one micro-batch on the slowest stage, its layers, and
+    one layer's attention-core forward seconds."""
     cfg = w.model
-    layers_f, head_f, core_f, _ = _per_sequence(cfg, w.seq_len)
     split = lo.pipeline_split or split_layers(cfg.n_layers, lo.pipeline_parallel)
-    # Seconds per layer at the bf16 rate: an FP8 recipe runs the linear GEMMs (all but the core) faster.
-    linear = (layers_f - core_f) / cfg.n_layers
-    fast = rate / w.peak_flop_per_sec * w.fp8_peak_flop_per_sec if w.fp8_peak_flop_per_sec else rate
-    layer_s = linear / fast + core_f / cfg.n_layers / rate
-    redo_s = {"none": 0.0, "selective": core_f / cfg.n_layers / rate, "full": layer_s}[lo.recompute]
-    per = lo.micro_batch / (lo.tensor_parallel * lo.context_parallel)
+    n, cp = cfg.n_layers, lo.context_parallel
+    if w.matmul is None:
+        layers_f, head_f, core_f, _ = _per_sequence(cfg, w.seq_len)
+        # Seconds per layer at the bf16 rate: an FP8 recipe runs the linear GEMMs (all but the core) faster.
+        fast = rate / w.peak_flop_per_sec * w.fp8_peak_flop_per_sec if w.fp8_peak_flop_per_sec else rate
+        per = lo.micro_batch / (lo.tensor_parallel * cp)
+        core = core_f / n / rate * per
+        fwd = ((layers_f - core_f) / n / fast) * per + core
+        bwd, head_fwd, head_bwd = 2 * fwd, head_f / rate * per, 2 * head_f / rate * per
+    else:
+        fwd, bwd, core, head_fwd, head_bwd = _shaped(w, lo)
+    if lo.recompute == "op_selective":  # every second matmul, a share of the layer's linear GEMMs
+        linear_f = _per_sequence(cfg, w.seq_len)[0] - _per_sequence(cfg, w.seq_len)[2]
+        share = act.op_selective_recompute_flops(cfg, w.seq_len) * n / linear_f
+        redo = share * (fwd - core)
+    else:
+        redo = {"none": 0.0, "selective": core, "full": fwd}[lo.recompute]
 
     def seconds(i: int) -> float:
-        return split[i] * layer_s + (head_f / rate if i == len(split) - 1 else 0.0)
+        return split[i] * (fwd + bwd) + (head_fwd + head_bwd if i == len(split) - 1 else 0.0)
 
     slowest = max(range(len(split)), key=seconds)
-    return seconds(slowest) * per, split[slowest] * redo_s * per, split[slowest]
+    last = slowest == len(split) - 1
+    return (split[slowest] * fwd + (head_fwd if last else 0.0), split[slowest] * bwd + (head_bwd if last else 0.0),
+            split[slowest] * redo, split[slowest], core)
+
+
+def _shaped(w: Workload, lo: Layout) -> tuple[float, float, float, float, float]:
+    """Per layer (mean over the model's layers): forward, backward and attention-core forward seconds,
+    and the LM head's forward and backward, each GEMM timed from its shape (matmul.step_matmul). A
+    context-parallel rank runs its s / c tokens' GEMMs and 1/c of the whole sequence's attention core:
+    c times the core of s / c tokens. An FP8 recipe's layer GEMMs run on the float8 device; its
+    attention core and head stay in bf16."""
+    cfg, cp, n = w.model, lo.context_parallel, w.model.n_layers
+    assert w.matmul is not None
+
+    def times(dev: mm.MatmulDevice) -> mm.MatmulTimes:
+        return mm.step_matmul(cfg, seq_len=w.seq_len // cp, micro_batch=lo.micro_batch, tp=lo.tensor_parallel,
+                              dev=dev, expert_parallel=lo.expert_parallel)
+
+    base = times(w.matmul)
+    layers = times(w.fp8_matmul) if w.fp8_matmul is not None else base
+    core_f, core_b = base.attention_core_forward_seconds * cp, base.attention_core_backward_seconds * cp
+    fwd = (layers.forward_layers_seconds - layers.attention_core_forward_seconds + core_f) / n
+    bwd = (layers.backward_layers_seconds - layers.attention_core_backward_seconds + core_b) / n
+    return fwd, bwd, core_f / n, base.head_forward_seconds, base.head_backward_seconds
 
 
 def step_time(w: Workload, layout: Layout, mem: memory.TrainingMemory | None = None) -> StepTime:
@@ -176,11 +223,12 @@ def step_time(w: Workload, layout: Layout, mem: memory.TrainingMemory | None = N
     tp, pp, v, m, b, cp = (lo.tensor_parallel, lo.pipeline_parallel, lo.virtual_stages, lo.micro_batches,
                            lo.micro_batch, lo.context_parallel)
     p = memory.PRECISIONS[w.precision]
-    rate = w.peak_flop_per_sec * w.compute_efficiency
+    rate = w.peak_flop_per_sec * (w.compute_efficiency or 1.0)
     layers_f, head_f, core_f, whole_f = _per_sequence(cfg, w.seq_len)
-    redo = {"none": 0.0, "selective": core_f, "full": layers_f}[lo.recompute]
-    fwd_t, redo_t, layers = _stage_seconds(w, lo, rate)
-    bwd_t = 2 * fwd_t + redo_t
+    redo = {"none": 0.0, "selective": core_f, "full": layers_f,
+            "op_selective": act.op_selective_recompute_flops(cfg, w.seq_len) * cfg.n_layers}[lo.recompute]
+    fwd_t, bwd_t, redo_t, layers, core_t = _stage_seconds(w, lo, rate)
+    bwd_t += redo_t
     tokens = b * w.seq_len // cp  # on one GPU
     place = groups(lo, w.cluster.gpus_per_node)
 
@@ -188,7 +236,9 @@ def step_time(w: Workload, layout: Layout, mem: memory.TrainingMemory | None = N
                                       sequence_parallel=lo.sequence_parallel, recompute=lo.recompute)
     tpc = _messages_time(w, tp_msgs, place["tensor"]) if tp > 1 else None
     tp_mb = layers * (tpc["forward"] + tpc["backward"]) if tpc else 0.0
-    cp_mb, cp_bytes = _context_time(w, lo, place["context"], rate, layers) if cp > 1 else (0.0, 0.0)
+    if w.overlap_tensor_parallel:
+        tp_mb = _exposed(tp_mb, fwd_t + bwd_t - 3 * layers * core_t)
+    cp_mb, cp_bytes = _context_time(w, lo, place["context"], core_t, layers) if cp > 1 else (0.0, 0.0)
     moe_layers = -(-sum(n for layer, n in blocks.distinct(cfg) if layer.mlp.routes) * layers // cfg.n_layers)
     epc = None
     if lo.expert_parallel > 1 and moe_layers:
@@ -248,7 +298,7 @@ def step_time(w: Workload, layout: Layout, mem: memory.TrainingMemory | None = N
         memory_bytes=mem.total, memory=mem, fits=mem.total <= limit)
 
 
-def _context_time(w: Workload, lo: Layout, g: Group, rate: float, layers: int) -> tuple[float, float]:
+def _context_time(w: Workload, lo: Layout, g: Group, core_f: float, layers: int) -> tuple[float, float]:
     """(exposed seconds, bytes sent) of one micro-batch's K/V exchange on one GPU, per layer of the
     slowest stage (training/context.py): the ring's cp - 1 sends each way hide behind the attention
     core they feed, forward and backward (K and V, then K, V and their gradients); the all-gather
@@ -265,7 +315,6 @@ def _context_time(w: Workload, lo: Layout, g: Group, rate: float, layers: int) -
     link = c.intra if g.per_node == g.ranks else c.inter
     assert link is not None  # the search refuses a multi-node layout without a network
     step_fwd = link.latency_s + chunk / link.bytes_per_sec
-    core_f = _per_sequence(cfg, w.seq_len)[2] / cfg.n_layers * lo.micro_batch / (lo.tensor_parallel * cp * rate)
     fwd = _exposed((cp - 1) * step_fwd, core_f)
     bwd = _exposed((cp - 1) * 2 * step_fwd, 2 * core_f)  # K, V and dK, dV; the core's backward is 2x
     return layers * (fwd + bwd), 3 * (cp - 1) * chunk

@@ -17,8 +17,9 @@ from app.accounting.records import RECORD
 ASSUMPTIONS = (
     "ranks in Megatron-LM's order: tensor parallel innermost, then expert and data parallel, pipeline "
     "stages outermost",
-    "compute: exact matmul FLOPs of the busiest stage (the last: its layers and the LM head) at "
-    "peak x compute_efficiency; elementwise work is not counted",
+    "compute: the slowest pipeline stage's exact matmul FLOPs at peak x compute_efficiency (matmul_time flat), "
+    "or each GEMM timed from its shape at the GPU's achievable matmul rate (shaped); elementwise work (norms, "
+    "activations, residual adds) and the optimizer step are not counted",
     "tensor-parallel collectives, expert all-to-alls and pipeline sends are not overlapped",
     "data-parallel gradient reductions overlap their micro-batch's backward, parameter all-gathers its "
     "forward (overlap_data_parallel); what outlasts that compute is exposed",
@@ -51,7 +52,9 @@ class TrainingPlan:
     tokens_per_step: int
     peak_flop_per_sec: float
     """Dense, in the precision's compute dtype, per GPU."""
-    compute_efficiency: float
+    compute_efficiency: float | None
+    """The share of the dense peak every matmul ran at; null with matmul_time shaped (each GEMM timed
+    from its shape)."""
     best: list[StepTime]
     """The fastest layouts that fit, fastest first (at most top_k)."""
     evaluated: int

@@ -21,7 +21,7 @@ when there is one micro-batch; Rajbhandari et al. 2020, section 7).
 from dataclasses import dataclass
 
 from app.accounting.comm.collectives import bus_factor
-from app.accounting.training.activations import Recompute
+from app.accounting.training.activations import TrainRecompute
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,7 +36,7 @@ class Message:
 
 
 def tensor_parallel(*, tokens: int, d_model: int, act_bytes: int, sequence_parallel: bool,
-                    recompute: Recompute) -> list[Message]:
+                    recompute: TrainRecompute) -> list[Message]:
     """One layer, one micro-batch of `tokens` (b*s)."""
     size = tokens * d_model * act_bytes
     forward = 2 * (2 if recompute == "full" else 1)  # the recomputed forward's in the backward phase
@@ -48,7 +48,7 @@ def tensor_parallel(*, tokens: int, d_model: int, act_bytes: int, sequence_paral
 
 
 def expert_parallel(*, tokens: int, d_model: int, top_k: int, act_bytes: int, tp: int,
-                    sequence_parallel: bool, recompute: Recompute) -> list[Message]:
+                    sequence_parallel: bool, recompute: TrainRecompute) -> list[Message]:
     """One mixture-of-experts layer, one micro-batch: dispatch and combine, each way. With
     sequence parallelism a tensor rank routes its 1/t of the tokens."""
     local = tokens // tp if sequence_parallel else tokens

@@ -22,17 +22,22 @@ parallel size, v vocabulary; e n_experts, k top_k.
 """
 
 from functools import lru_cache
+from typing import Literal
 
 from app.accounting.blocks import Layer
 from app.accounting.blocks.base import Item, Recompute
+from app.accounting.errors import InvalidInput
 from app.accounting.models import TransformerConfig
 from app.accounting.training import fp8
 
-__all__ = ["Item", "Recompute", "layer_recipe", "embedding_recipe", "head_recipe", "sized", "linear_stack"]
+TrainRecompute = Literal[Recompute, "op_selective"]
+"""What a pretraining plan and its memory take: also torchtitan's op-level selective checkpointing."""
+
+__all__ = ["Item", "Recompute", "TrainRecompute", "layer_recipe", "op_selective_recompute_flops", "embedding_recipe", "head_recipe", "sized", "linear_stack"]
 
 
 @lru_cache(maxsize=1024)
-def layer_recipe(layer: Layer, act_bytes: int, recompute: Recompute, residual_bytes: int | None = None, *,
+def layer_recipe(layer: Layer, act_bytes: int, recompute: TrainRecompute, residual_bytes: int | None = None, *,
                  tp: int = 1, linear_input_bytes: int = 0) -> tuple[Item, ...]:
     """Tensors one layer keeps for backward, its attention's then its MLP's. selective drops the
     attention core (softmax and its dropout over s x s), which is recomputed, as FlashAttention
@@ -44,6 +49,8 @@ def layer_recipe(layer: Layer, act_bytes: int, recompute: Recompute, residual_by
     cfg, res = layer.attention.cfg, act_bytes if residual_bytes is None else residual_bytes
     if recompute == "full":
         return (Item("layer_input", cfg.d_model, 0, res, False),)
+    if recompute == "op_selective":
+        return _op_selective(layer, act_bytes, res, linear_input_bytes)
     items = layer.attention.saved(act_bytes=act_bytes, residual_bytes=res, recompute=recompute, tp=tp)
     items += layer.mlp.saved(act_bytes=act_bytes, residual_bytes=res)
     items = _norm_layout(cfg, items, act_bytes, res)
@@ -51,6 +58,44 @@ def layer_recipe(layer: Layer, act_bytes: int, recompute: Recompute, residual_by
         items = [i._replace(bytes_per_element=linear_input_bytes) if i.name in fp8.LINEAR_INPUTS else i
                  for i in items]
     return tuple(i for i in items if i.per_token or i.per_token_per_position)
+
+
+def _dense_only(layer: Layer) -> TransformerConfig:
+    cfg = layer.attention.cfg
+    if layer.mlp.routes or cfg.mla or cfg.norm_layout != "pre":
+        raise InvalidInput("recompute", "op_selective is torchtitan's policy for its pre-norm dense blocks "
+                                        "(grouped-query attention and an MLP); use selective or full for a "
+                                        "mixture-of-experts, latent-attention or other block")
+    return cfg
+
+
+def _op_selective(layer: Layer, act_bytes: int, res: int, linear_input_bytes: int) -> tuple[Item, ...]:
+    """torchtitan's op-level selective activation checkpointing (torchtitan/distributed/
+    activation_checkpoint.py, selective_ac_option "op"): each block is checkpointed, and inside it
+    the outputs of matmuls, attention (SDPA) and tensor-parallel reduce-scatters are saved, except
+    every second matmul, which is recomputed. torchtitan's Llama block runs its matmuls as wq, wk,
+    wv, wo, then w1, w3, w2 (SwiGLU: w2(silu(w1 x) * w3 x)), or up, down for a plain MLP: the odd ones
+    (q, v, w1, w2) are saved, the even ones (k, o, w3) recomputed, with the norms, rotary and
+    activations between them. Saved per token: the block's input (the checkpoint's), q, v, the
+    attention output and its fp32 log-sum-exp per head, w1's output and w2's (after the reduce-scatter
+    under tensor parallelism). FP8 recipes keep the same tensors (their outputs are bf16)."""
+    cfg = _dense_only(layer)
+    del linear_input_bytes  # saved matmul outputs, not inputs
+    q, kv = cfg.n_heads * cfg.hd, cfg.kv_heads * cfg.hd
+    items = [Item("layer_input", cfg.d_model, 0, res, False), Item("attention/q", q, 0, act_bytes, True),
+             Item("attention/v", kv, 0, act_bytes, True), Item("attention/sdpa_output", q, 0, act_bytes, True),
+             Item("attention/sdpa_logsumexp_fp32", cfg.n_heads, 0, 4, True),
+             Item("mlp/gate_output" if cfg.gated else "mlp/up_output", cfg.ff, 0, act_bytes, True)]
+    if cfg.gated:
+        items.append(Item("mlp/down_output", cfg.d_model, 0, act_bytes, False))
+    return tuple(items)
+
+
+def op_selective_recompute_flops(cfg: TransformerConfig, tokens: int) -> int:
+    """Forward FLOPs op_selective recomputes per layer: the even matmuls, k and o projections and
+    w3 (gated) or down (plain MLP)."""
+    h, kv, q = cfg.d_model, cfg.kv_heads * cfg.hd, cfg.n_heads * cfg.hd
+    return 2 * tokens * (h * kv + q * h + h * cfg.ff)
 
 
 def _norm_layout(cfg: TransformerConfig, items: list[Item], act_bytes: int, res: int) -> list[Item]:

@@ -104,7 +104,7 @@ class _Plan(NamedTuple):
 
 @lru_cache(maxsize=1024)
 def _plan(cfg: TransformerConfig, tp: int, pp: int, ep: int, precision: str,
-          recompute: act.Recompute, split: tuple[int, ...] | None = None) -> _Plan:
+          recompute: act.TrainRecompute, split: tuple[int, ...] | None = None) -> _Plan:
     p = PRECISIONS[precision]
     layers = blocks.layers(cfg)
     stages = stage_layers(cfg, pp, split)
@@ -296,7 +296,7 @@ class TrainingMemory:
 
 def training_memory(
     *, model: TransformerConfig | None, params: int | None, precision: TrainPrecision,
-    optimizer: Optimizer, batch_size: int, seq_len: int, recompute: act.Recompute = "none",
+    optimizer: Optimizer, batch_size: int, seq_len: int, recompute: act.TrainRecompute = "none",
     zero_stage: int = 0, data_parallel: int = 1, tensor_parallel: int = 1,
     pipeline_parallel: int = 1, sequence_parallel: bool = True, expert_parallel: int = 1,
     gpu: Accelerator | None = None, virtual_stages: int = 1, fused_optimizer: bool | None = None,

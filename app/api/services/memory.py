@@ -26,10 +26,12 @@ class TrainingMemoryRequest(Input):
         1, description="Micro-batch size per data-parallel rank, in sequences.")
     seq_len: sequence_length(1, 10_000_000) | None = Field(
         None, description="Tokens per sequence; null means the model's max_seq_len.")
-    recompute: activations.Recompute = Field(
+    recompute: activations.TrainRecompute = Field(
         "selective", description="selective (the default: what FlashAttention-era training does, "
                                  "Korthikanti et al. 2022) recomputes the attention core; none keeps "
-                                 "every activation; full keeps only each layer's input.")
+                                 "every activation; full keeps only each layer's input; op_selective is "
+                                 "torchtitan's op-level policy (save matmul and attention outputs but every "
+                                 "second matmul's), for dense pre-norm blocks.")
     zero_stage: count(0, 3) = 0
     data_parallel: Ranks = 1
     tensor_parallel: count(1, 1024) = 1

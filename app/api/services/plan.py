@@ -1,10 +1,11 @@
 """Planning a training run over many GPUs: every valid layout timed and sized, the fastest that fit."""
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field
 
 from app.accounting.errors import InvalidInput
+from app.accounting import matmul
 from app.accounting.hardware import peak_flop_per_sec
 from app.accounting.plan import energy as plan_energy
 from app.accounting.plan import run, training
@@ -45,7 +46,9 @@ class PlanLimits(Input):
     virtual_stages: Degrees | None = Field(  # type: ignore[valid-type]
         None, description="Model chunks per pipeline rank (Megatron-LM's interleaved schedule).")
     zero_stage: Annotated[list[count(0, 3)], Field(min_length=1, max_length=4)] = [0, 1, 2, 3]  # type: ignore[valid-type]
-    recompute: Annotated[list[activations.Recompute], Field(min_length=1, max_length=3)] = [
+    recompute: Annotated[list[activations.TrainRecompute], Field(
+        min_length=1, max_length=4, description="none, selective (Megatron-LM's attention core), full, and "
+                                                "op_selective (torchtitan's op-level policy: dense blocks)")] = [
         "none", "selective", "full"]
     allow_tensor_parallel_across_nodes: bool = False
     sequence_parallel: bool = Field(True, description="With tensor parallelism (Korthikanti et al. 2022).")
@@ -86,12 +89,23 @@ class TrainingPlanRequest(EnergyInputs):
                            "--fp8-param-gather, torchao's enable_fsdp_float8_all_gather); false: in bf16.")
     optimizer: memory.Optimizer = "adamw"
     compute_efficiency: number(ge=1e-3, le=1) = Field(
-        DEFAULT_MFU, description="Share of the dense peak the matmuls run at, communication aside (the time "
-                                 "calculator's default MFU).")
+        DEFAULT_MFU, description="With matmul_time flat: the share of the dense peak every matmul runs at, "
+                                 "communication aside (the time calculator's default MFU).")
+    matmul_time: Literal["flat", "shaped"] = Field(
+        "flat", description="flat: every matmul at peak x compute_efficiency. shaped: each GEMM timed from its shape "
+                            "and dtype at the GPU's achievable matmul rate (MAMF; app/accounting/matmul.py: waves and "
+                            "tiles over the SMs, the memory-bound regime, FlashAttention's published rates for the "
+                            "attention core). Against published runs (bench/published_training.py) shaped is "
+                            "optimistic, as it counts no elementwise work nor what keeps a whole step's GEMMs under "
+                            "their isolated rate, so flat stays the default.")
     context_parallel_algorithm: context.Algorithm = Field(
         "ring", description="How context-parallel ranks exchange keys and values: ring (Megatron-LM's p2p, hidden "
                             "behind the attention core) or all_gather (Llama 3: gathered before attention, "
                             "exposed).")
+    overlap_tensor_parallel: bool = Field(
+        False, description="Tensor-parallel collectives overlap the GEMMs they feed (Megatron-LM's --tp-comm-overlap, "
+                           "torchtitan's async tensor parallelism); false: on the critical path, Megatron-LM's "
+                           "default.")
     overlap_data_parallel: bool = Field(
         True, description="Gradient reductions overlap backward and parameter gathers overlap forward; "
                           "false: all data-parallel communication is exposed.")
@@ -137,11 +151,17 @@ def plan_training(body: TrainingPlanRequest, here: Here | None = None) -> traini
     fp8_peak = peak_flop_per_sec(acc, "float8_e4m3fn", field="precision") if fp8.is_fp8(body.precision) else None
     if body.fp8_param_gather and fp8_peak is None:
         raise InvalidInput("fp8_param_gather", "needs an FP8 recipe as the precision")
+    shaped = body.matmul_time == "shaped"
+    if shaped and "compute_efficiency" in body.model_fields_set:
+        raise InvalidInput("compute_efficiency", "applies with matmul_time flat; shaped times each GEMM itself")
     w = Workload(cfg, acc, cluster, global_batch=batch, seq_len=seq, precision=body.precision,
-                 optimizer=body.optimizer, peak_flop_per_sec=peak, compute_efficiency=body.compute_efficiency,
+                 optimizer=body.optimizer, peak_flop_per_sec=peak,
+                 compute_efficiency=None if shaped else body.compute_efficiency,
                  overlap_data_parallel=body.overlap_data_parallel,
                  context_parallel_algorithm=body.context_parallel_algorithm, fp8_peak_flop_per_sec=fp8_peak,
-                 fp8_param_gather=body.fp8_param_gather)
+                 fp8_param_gather=body.fp8_param_gather, overlap_tensor_parallel=body.overlap_tensor_parallel,
+                 matmul=matmul.device(acc, memory.PEAK_DTYPE[body.precision], field="precision") if shaped else None,
+                 fp8_matmul=matmul.device(acc, "float8_e4m3fn", field="precision") if shaped and fp8_peak else None)
     plan = training.plan(w, body.limits.to_engine(), top_k=body.top_k, points=body.include_points,
                          links=links)
     if body.power_watts is not None or acc.board_power_watts is not None:  # else no energy: as the time's
