@@ -43,6 +43,9 @@ class Interconnect:
     network_latency_s: float
     source: str
     nvlink_generation: int | None = None
+    nvswitch: bool = False
+    """The node's GPUs meet in NVSwitch chips (HGX boards), not in a mesh of direct links: with NVLink
+    4 or later its switches reduce an all_reduce themselves (NVLink SHARP, comm/achievable.py)."""
     network: str | None = None
     """The scale-out network of the reference node (DGX); null where no reference board names one."""
     network_bytes_per_sec_per_node: float | None = None

@@ -57,7 +57,7 @@ def test_name_hints_find_the_part(api, hint, part):
 
 
 @pytest.mark.parametrize(("hint", "parts"), [
-    ("rtx", "rtx-4090, rtx-3090, rtx-5090, rtx-a6000"), ("80GB", "h100-sxm, h100-pcie, a100-80gb, h800"),
+    ("rtx", "rtx-4090, rtx-3090, rtx-5090, rtx-a6000"), ("80GB", "h100-sxm, h100-pcie, a100-80gb, h800, a800-80gb"),
 ])
 def test_a_hint_of_several_parts_lists_them(api, hint, parts):
     body = assert_names_field(api.post(MAX_MODEL, {"gpu": hint}), "gpu")

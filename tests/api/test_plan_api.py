@@ -97,7 +97,9 @@ def test_an_overridden_interconnect_is_the_node_link(api):
     ring = api.ok("/api/v1/comm/collective", {
         "collective": "all_gather", "bytes": "1GB", "ranks": 8, "gpu": "h100-sxm", "base_latency_s": 0,
         "intra_node_latency_s": 0, "gpu_overrides": {"interconnect_bytes_per_sec": 100e9}})
-    assert ring["busbw_bytes_per_sec"] == pytest.approx(100e9)
+    # An override is a line rate, as the catalogue's figure it replaces: a ring over the H100's NVLink 4
+    # gets 82% of it (8 x H200 with NVLS off: 367.6 of 450 GB/s, stas00/ml-engineering network/README.md).
+    assert ring["busbw_bytes_per_sec"] == pytest.approx(0.82 * 100e9)
 
 
 def test_a_published_layout_is_entered_as_published(api):

@@ -3,11 +3,13 @@
 import tomllib
 from importlib import resources
 
+import pytest
+
 from tests.support.api import assert_names_field
 
 IDS = ["h100-sxm", "h100-pcie", "h200", "b200", "a100-40gb", "a100-80gb", "l40s", "l4", "a10g",
-       "rtx-4090", "rtx-3090", "rtx-5090", "rtx-a6000", "l40", "a10", "h20", "h800", "mi300x", "tpu-v5e",
-       "tpu-v5p"]
+       "rtx-4090", "rtx-3090", "rtx-5090", "rtx-a6000", "l40", "a10", "h20", "h800", "a800-80gb", "v100-sxm2",
+       "mi300x", "mi250x", "tpu-v5e", "tpu-v5p", "tpu-v4"]
 
 
 def test_catalogue_lists_every_required_accelerator(api):
@@ -74,11 +76,14 @@ def test_every_gpu_has_a_sourced_node_and_link_latencies(api):
         if g["vendor"] == "google":
             assert ic is None  # TPU pods are not nodes of GPUs
             continue
-        assert ic["source"] and ic["gpus_per_node"] == 8 and ic["pcie_generation"] in (4, 5)
+        assert ic["source"] and ic["gpus_per_node"] == 8 and ic["pcie_generation"] in (3, 4, 5)
         assert 0 < ic["node_link_latency_s"] < ic["network_latency_s"] < 1e-4
         # A ring over the node runs no faster than what one GPU sends its peers.
         assert ic["node_link_bytes_per_sec"] <= g["interconnect_bytes_per_sec"]
         assert (ic["nvlink_generation"] is not None) == (ic["link"] == "nvlink" or g["id"] == "h100-pcie")
+        # HGX boards join their GPUs through NVSwitch; DGX-1's V100s and PCIe cards do not
+        hgx = ic["link"] == "nvlink" and ic["nvlink_generation"] >= 3
+        assert ic["nvswitch"] == hgx and ("through NVSwitch" in ic["source"]) == hgx, g["id"]
 
 
 def test_dgx_h100_network_is_eight_400_gbit_nics():
@@ -98,3 +103,42 @@ def test_the_collectives_probe_predicts_over_the_node_link():
     pcie, _ = catalogue_link("NVIDIA H100 PCIe")  # its bridge joins pairs; 8 cards ring over PCIe Gen5
     assert (pcie.bytes_per_sec, pcie.latency_s) == (64e9, 5.7e-6)
     assert catalogue_link("AMD EPYC 9654") is None
+
+
+def test_the_parts_published_pretraining_runs_used(api):
+    """Each from its vendor's figures (notes and sources in hardware.toml)."""
+    # V100 datasheet, SXM2 column: 32GB, 900GB/s, tensor (FP16) 125, FP32 15.7, FP64 7.8 TFLOPS, 300W;
+    # the Volta whitepaper's 640 tensor cores x 64 FMA x 2 x 1.53 GHz = 125.3 TFLOPS. No BF16 path.
+    v100 = api.get("/api/v1/hardware/v100-sxm2").json()
+    assert (v100["memory_bytes"], v100["memory_bandwidth_bytes_per_sec"]) == (32e9, 900e9)
+    assert v100["peak_flop_per_sec"] == {"float64": 7.8e12, "float32": 15.7e12, "float16": 125e12}
+    assert 640 * 64 * 2 * 1.53e9 == pytest.approx(125e12, rel=0.005)
+    assert v100["interconnect_bytes_per_sec"] == 300e9 / 2 and v100["board_power_watts"] == 300
+    # A800: the A100 80GB SXM with NVLink at 400GB/s both ways (NVIDIA, Nov 2022, via Reuters/Tweakers)
+    a800, a100 = (api.get(f"/api/v1/hardware/{g}").json() for g in ("a800-80gb", "a100-80gb"))
+    assert a800["peak_flop_per_sec"] == a100["peak_flop_per_sec"] and a800["memory_bytes"] == 80e9
+    assert a800["interconnect_bytes_per_sec"] == 400e9 / 2 == a800["interconnect"]["node_link_bytes_per_sec"]
+    # MI250X: one GCD, what ROCm counts as a GPU, so half the module's 383.0 TFLOPS FP16/BF16, 128GB,
+    # 95.7 FP64 matrix; the ROCm MI250 page's 1,024 FLOPS/clock/CU x 110 CUs x 1.7 GHz agrees.
+    mi250x = api.get("/api/v1/hardware/mi250x").json()
+    bf16 = mi250x["peak_flop_per_sec"]["bfloat16"]
+    assert bf16 == 383.0e12 / 2 == pytest.approx(1024 * 110 * 1.7e9, rel=1e-3)
+    assert (mi250x["memory_bytes"], mi250x["peak_flop_per_sec"]["float64"]) == (128e9 / 2, 95.7e12 / 2)
+    # LUMI-G: 4 x 200 Gb/s Slingshot-11 per node of 8 GCDs
+    assert mi250x["interconnect"]["network_bytes_per_sec_per_node"] == 4 * 200e9 / 8
+    # Cloud TPU v4 docs: 275 TFLOPS bf16 or int8, 32 GiB HBM2 at 1,200 GBps; no node of GPUs
+    v4 = api.get("/api/v1/hardware/tpu-v4").json()
+    assert v4["peak_flop_per_sec"] == {"bfloat16": 275e12, "int8": 275e12}
+    assert (v4["memory_bytes"], v4["memory_bandwidth_bytes_per_sec"]) == (32 * 2**30, 1200e9)
+    assert v4["interconnect"] is None and v4["board_power_watts"] is None
+
+
+def test_a_catalogue_gpu_without_a_bf16_path_is_refused_naming_the_dtype(api):
+    """The V100 has FP16 tensor cores and no BF16: its bf16 peak is refused, never borrowed."""
+    from app.accounting import hardware
+    from app.accounting.errors import InvalidInput
+
+    with pytest.raises(InvalidInput) as refused:
+        hardware.peak_flop_per_sec(hardware.gpu("v100-sxm2"), "bfloat16")
+    assert refused.value.field == "dtype"
+    assert hardware.peak_flop_per_sec(hardware.gpu("v100-sxm2"), "float16") == 125e12

@@ -111,11 +111,13 @@ def test_one_gpu_step_is_its_flops_at_the_efficiency() -> None:
 
 def test_data_parallel_all_reduce_hand_computed() -> None:
     # Two GPUs in one node, ZeRO 0, nothing overlapped: the step is the compute plus one ring
-    # all-reduce of the 16-bit gradients, t = base + 2(n-1) x latency + 2(n-1)/n x S / bw.
+    # all-reduce of the 16-bit gradients, t = base + 2(n-1) x latency + 2(n-1)/n x S / bw, the ring
+    # getting 80% of a node link of no named kind's 450 GB/s line rate (NCCL's topology model prices
+    # NVLink at 20 of 25 GB/s, src/graph/topo.h; rings measure 78-82% on A100 and H200 nodes).
     w = workload(gpus=2, batch=2, overlap=False)
     st = step_time(w, layout(dp=2))
     grads = memory_of(w, layout(dp=2)).params_per_gpu * 2
-    ring = RING_BASE_LATENCY_S + 2 * 3.4e-6 + 2 * (1 / 2) * grads / 450e9
+    ring = RING_BASE_LATENCY_S + 2 * 3.4e-6 + 2 * (1 / 2) * grads / (0.80 * 450e9)
     assert st.breakdown.data_parallel == pytest.approx(ring)
     assert st.step_seconds == pytest.approx(st.breakdown.compute + ring)
     overlapped = step_time(workload(gpus=2, batch=2), layout(dp=2))

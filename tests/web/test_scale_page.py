@@ -219,20 +219,21 @@ def test_a_refused_limit_shows_the_apis_message_beside_its_input(api, name, valu
 
 
 def test_the_collective_page_is_the_apis_answer_and_a_ring_by_hand(api):
-    """all_reduce of 1 GB over the 8 GPUs of one HGX H100 node: a ring of 2(n-1) = 14 steps, each
-    rank sending 2(n-1)/n x S = 1.75 GB over NVLink 4's 450 GB/s per direction (the datasheet's
-    900 GB/s both ways), 3.4 us a step and 8.4 us once (NCCL's ring latencies):
-    14 x 3.4e-6 + 1.75e9 / 450e9 + 8.4e-6 = 3.9449 ms; busbw = algbw x 2(n-1)/n."""
+    """all_reduce of 1 GB over the 8 GPUs of one HGX H100 node: NVLink SHARP, as NCCL runs it on an
+    NVSwitch Hopper node. Each link carries S (g + 1) / g = 1.125 GB (nccl-tests PR 239: algbw =
+    B g / (g + 1)) at B = 68% of NVLink 4's 450 GB/s per direction (8 x H200 NVLS sweeps: B of 304-311
+    GB/s, stas00/ml-engineering network/README.md), after NCCL's 25 us NVLS latency:
+    25e-6 + 1.125e9 / 306e9 = 3.7015 ms; busbw = algbw x 2(n-1)/n."""
     form = {"collective": "all_reduce", "bytes": "1GB", "ranks": 8, "gpus_per_node": 8, "gpu": "h100-sxm"}
     page = _fragment(api, form, "/ui/scale/collective")
     answer = api.ok(COLLECTIVE, form | {"bytes": 10**9})
-    by_hand = 14 * 3.4e-6 + 1.75e9 / 450e9 + 8.4e-6
+    by_hand = 25e-6 + 1.125e9 / (0.68 * 450e9)
     assert answer["seconds"] == pytest.approx(by_hand, rel=1e-12)
-    assert _testid(page, "seconds") == duration(by_hand) == "3.94 ms"
+    assert _testid(page, "seconds") == duration(by_hand) == "3.70 ms"
     assert _testid(page, "algbw") == f"{sig(1e9 / by_hand / 1e9)} GB/s"
     assert _testid(page, "busbw") == f"{sig(1.75 * 1e9 / by_hand / 1e9)} GB/s"
     assert _testid(page, "nodes") == "1 × 8"
-    assert _testid(page, "level-bytes-intra_node") == "1.750 GB"
+    assert _testid(page, "level-bytes-intra_node") == "1.125 GB"
     assert 'data-testid="level-inter_node"' not in page
     # Across 8 nodes a second level, as the API answers it.
     wide = _fragment(api, form | {"ranks": 64}, "/ui/scale/collective")

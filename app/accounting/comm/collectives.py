@@ -1,4 +1,4 @@
-"""Time of one collective of S bytes over n ranks, ring algorithms, in a node or across nodes.
+"""Time of one collective of S bytes over n ranks, as NCCL runs it, in a node or across nodes.
 
 nccl-tests (PERFORMANCE.md) reports algbw = S / t and busbw = algbw x factor(n): the factor
 turns the algorithm's bandwidth into the bytes each rank's link carries, so busbw compares
@@ -16,7 +16,15 @@ A ring of n ranks takes (n - 1) steps per pass (all_reduce two passes), each pay
 latency once, after a fixed launch latency: t = base + steps x latency + factor x S / bandwidth,
 with bandwidth per GPU per direction. Latencies are NCCL's own tuning model's for rings with
 the Simple protocol, what large messages use (src/graph/tuning.cc: baseLat 8.4 us; hwLat per
-step NVLink 3.4 us, PCIe 5.7 us, network 9.6 us).
+step NVLink 3.4 us, PCIe 5.7 us, network 9.6 us in NCCL 2.16, 14 us since 2.18).
+
+The bandwidth is what NCCL achieves, not the line rate (app/accounting/comm/achievable.py): a
+link's line rate x the share its kind delivers (a ring over NVLink 4 about 82%). On an NVSwitch
+node of Hopper or Blackwell GPUs an all_reduce inside the node runs NVLink SHARP when that is
+faster (it is above 4 GPUs): each link carries S (g + 1) / g at NVLS's share, after NCCL's NVLS
+latency. Between nodes an all_reduce runs a ring or a tree, whichever is faster. A link given as
+`achieved` (a measured busbw, or a fit to measured times) is taken as is; `achievable=False`
+times everything at line rate with rings only.
 
 Across nodes (n = nodes x g GPUs per node) the collective is hierarchical, as NCCL runs it over
 NVLink inside a node and the network between: all_reduce is a reduce-scatter inside each node,
@@ -26,9 +34,11 @@ turn; all_to_all sends each destination's piece over the link that reaches it, b
 broadcast pipelines S through the slower link.
 """
 
+import math
 from dataclasses import dataclass
 from typing import Literal
 
+from app.accounting.comm import achievable as ach
 from app.accounting.errors import InvalidInput
 from app.accounting.records import RECORD
 
@@ -60,9 +70,14 @@ def bus_factor(op: str, n: int) -> float:
 @dataclass(frozen=True, slots=True)
 class Link:
     bytes_per_sec: float
-    """Per GPU, one direction."""
+    """Per GPU, one direction: the line rate, or (achieved) a bus bandwidth already achieved."""
     latency_s: float
     """Paid once per ring step."""
+    kind: ach.Kind | None = None
+    """What the link is made of, which sets the share of the line rate NCCL gets; None: a line rate
+    of no named kind (a node link's ~80%, a network's 96%)."""
+    achieved: bool = False
+    """bytes_per_sec is an achieved bus bandwidth (measured, fitted or given as such): not derated."""
 
 
 @dataclass(slots=True)
@@ -73,9 +88,16 @@ class Level:
     """intra_node or inter_node."""
     ranks: int
     bytes: float
-    """Bytes each rank sends at this level."""
+    """Bytes each rank's link carries at this level (NVLS: S (g + 1) / g)."""
     steps: int
+    """Latencies paid: ring steps, the tree's 2 log2(nodes), or 1 for NVLS."""
     seconds: float
+    algorithm: str
+    """ring, nvls, tree or p2p (all_to_all), as NCCL would run this level."""
+    efficiency: float
+    """The share of the link's bytes_per_sec this level runs at (1: line rate, or given as achieved)."""
+    bytes_per_sec: float
+    """The bandwidth this level runs at: the link's x efficiency."""
 
     __pydantic_config__ = RECORD
 
@@ -89,24 +111,61 @@ class CollectiveTime:
     nodes: int
     gpus_per_node: int
     seconds: float
-    """The levels' times (all_to_all: the slower level's) plus the base latency; 0 for one rank."""
+    """The levels' times (all_to_all: the slower level's) plus the base latency (none for NVLS,
+    whose latency is its level's); 0 for one rank."""
     algbw_bytes_per_sec: float
     """S / seconds."""
     busbw_bytes_per_sec: float
-    """algbw x bus_factor: comparable with one link's bandwidth."""
+    """algbw x bus_factor: comparable with one link's bandwidth (NVLS reads above the line rate)."""
     bus_factor: float
+    algorithm: str
+    """The levels' algorithms, node level first (e.g. "nvls", "ring + tree"); "none" for one rank."""
     levels: list[Level]
     assumptions: list[str]
 
     __pydantic_config__ = RECORD
 
 
-def _ring(name: str, ranks: int, sent: float, steps: int, link: Link) -> Level:
-    return Level(name, ranks, sent, steps, steps * link.latency_s + sent / link.bytes_per_sec)
+ALGORITHMS = ("NCCL's algorithms: rings, each step paying the link's latency once; NVLink SHARP for an "
+              "all_reduce inside one Hopper or Blackwell NVSwitch node, and a ring or tree between nodes, "
+              "where faster")
+
+
+def _share(link: Link, *, network: bool, achievable: bool) -> ach.Efficiency:
+    if not achievable:
+        return ach.LINE_RATE
+    if link.achieved:
+        return ach.ACHIEVED
+    return ach.ring(link.kind, network=network)
+
+
+def _level(name: str, ranks: int, sent: float, steps: int, link: Link, share: ach.Efficiency,
+           algorithm: str) -> Level:
+    bw = link.bytes_per_sec * share.fraction
+    return Level(name=name, ranks=ranks, bytes=sent, steps=steps, seconds=steps * link.latency_s + sent / bw,
+                 algorithm=algorithm, efficiency=share.fraction, bytes_per_sec=bw)
+
+
+def _nvls(g: int, s: float, link: Link, share: ach.Efficiency) -> Level:
+    """All_reduce by NVLink SHARP over g GPUs of one node: S (g + 1) / g on each link at B (nccl-tests
+    PR 239: algbw = B g / (g + 1)), after NCCL's NVLS latency, which replaces the ring's."""
+    bw = link.bytes_per_sec * share.fraction
+    sent = s * (g + 1) / g
+    return Level(name="intra_node", ranks=g, bytes=sent, steps=1, seconds=ach.NVLS_LATENCY_S + sent / bw,
+                 algorithm="nvls", efficiency=share.fraction, bytes_per_sec=bw)
+
+
+def _tree_steps(nodes: int) -> int:
+    """A double binary tree's latencies for one all_reduce: up and down, log2(nodes) each (NCCL
+    tuning.cc: 2 x log2i(nNodes) x interLat; log2i rounds down)."""
+    return 2 * max(1, int(math.log2(nodes)))
 
 
 def collective_time(op: str, size_bytes: int, ranks: int, *, gpus_per_node: int, intra: Link,
-                    inter: Link | None = None, base_latency_s: float = RING_BASE_LATENCY_S) -> CollectiveTime:
+                    inter: Link | None = None, base_latency_s: float = RING_BASE_LATENCY_S,
+                    achievable: bool = True) -> CollectiveTime:
+    """Seconds of one `op` of nccl-tests' size S over `ranks` GPUs, `gpus_per_node` to a node, with
+    the algorithm NCCL would pick at each level; `achievable=False` times rings at line rate."""
     factor = bus_factor(op, ranks)
     if ranks < 1:
         raise InvalidInput("ranks", f"must be at least 1, got {ranks}")
@@ -117,41 +176,85 @@ def collective_time(op: str, size_bytes: int, ranks: int, *, gpus_per_node: int,
     if nodes > 1 and inter is None:
         raise InvalidInput("inter_node_bytes_per_sec", "ranks span nodes: give the network's bandwidth")
     s = float(size_bytes)
+    node_share = _share(intra, network=False, achievable=achievable)
+    net_share = _share(inter, network=True, achievable=achievable) if inter is not None else None
+    notes: list[str] = []
     levels: list[Level] = []
-    seconds = 0.0
+    seconds, base = 0.0, base_latency_s
     if ranks == 1:  # nothing moves
         pass
     elif op == "all_to_all":
-        levels.append(_ring("intra_node", g, s * (g - 1) / ranks, ring_steps(op, g), intra))
+        levels.append(_level("intra_node", g, s * (g - 1) / ranks, ring_steps(op, g), intra, node_share,
+                             "p2p"))
         if nodes > 1:
-            levels.append(_ring("inter_node", ranks, s * (ranks - g) / ranks, ring_steps(op, nodes), inter))
+            levels.append(_level("inter_node", ranks, s * (ranks - g) / ranks, ring_steps(op, nodes), inter,
+                                 net_share, "p2p"))
         seconds = max((level.seconds for level in levels), default=0.0)  # both links at once
     elif op == "broadcast":
         # Pipelined: every level pays its ring's latencies, and S crosses the slowest link once.
-        links = [("intra_node", g, intra)] + ([("inter_node", nodes, inter)] if nodes > 1 else [])
-        slowest = min(links, key=lambda item: item[2].bytes_per_sec)[0]
-        for name, r, link in links:
-            carry = s / link.bytes_per_sec if name == slowest else 0.0
-            levels.append(Level(name, r, s, ring_steps(op, r), ring_steps(op, r) * link.latency_s + carry))
+        links = [("intra_node", g, intra, node_share)] + (
+            [("inter_node", nodes, inter, net_share)] if nodes > 1 else [])
+        slowest = min(links, key=lambda item: item[2].bytes_per_sec * item[3].fraction)[0]
+        for name, r, link, share in links:
+            bw = link.bytes_per_sec * share.fraction
+            carry = s / bw if name == slowest else 0.0
+            levels.append(Level(name=name, ranks=r, bytes=s, steps=ring_steps(op, r),
+                                seconds=ring_steps(op, r) * link.latency_s + carry, algorithm="ring",
+                                efficiency=share.fraction, bytes_per_sec=bw))
         seconds = sum(level.seconds for level in levels)
     else:
         inside = (g - 1) / g * s  # reduce-scatter or all-gather of S inside a node
         passes = 2 if op == "all_reduce" else 1
         if g > 1:
-            levels.append(_ring("intra_node", g, passes * inside, ring_steps(op, g), intra))
+            levels.append(_level("intra_node", g, passes * inside, ring_steps(op, g), intra, node_share,
+                                 "ring"))
+            nvls_share = ach.nvls(intra.kind) if achievable and not intra.achieved else None
+            if op == "all_reduce" and nodes == 1 and nvls_share is not None:
+                # NCCL's tuner runs the faster; NVLS pays no ring base latency.
+                sharp = _nvls(g, s, intra, nvls_share)
+                if sharp.seconds < levels[0].seconds + base_latency_s:
+                    levels[0], base = sharp, 0.0
+                    notes.append(f"NVLink SHARP (NVLS) all_reduce: B = {nvls_share.fraction:.0%} of the line "
+                                 f"rate, algbw = B g / (g + 1), {ach.NVLS_LATENCY_S * 1e6:g} us once "
+                                 f"({nvls_share.source})")
         if nodes > 1:
             shard = s / g
-            levels.append(_ring("inter_node", nodes, passes * (nodes - 1) / nodes * shard,
-                                ring_steps(op, nodes), inter))
+            ring = _level("inter_node", nodes, passes * (nodes - 1) / nodes * shard, ring_steps(op, nodes),
+                          inter, net_share, "ring")
+            if op == "all_reduce" and achievable:
+                tree_share = ach.Efficiency(net_share.fraction * ach.TREE_SHARE, net_share.source)
+                tree = _level("inter_node", nodes, 2 * shard, _tree_steps(nodes), inter, tree_share, "tree")
+                if tree.seconds < ring.seconds:
+                    ring = tree
+                    notes.append(f"between nodes a double binary tree: {tree.steps} network latencies "
+                                 f"where a ring pays {ring_steps(op, nodes)}, each node's shard up and down "
+                                 f"at {ach.TREE_SHARE:.0%} of the ring's bandwidth "
+                                 "(NCCL src/graph/tuning.cc)")
+            levels.append(ring)
         seconds = sum(level.seconds for level in levels)
-    seconds += base_latency_s if ranks > 1 else 0.0
+    seconds += base if ranks > 1 else 0.0
     algbw = s / seconds if seconds else 0.0
     return CollectiveTime(
         collective=op, bytes=size_bytes, ranks=ranks, nodes=nodes, gpus_per_node=g, seconds=seconds,
-        algbw_bytes_per_sec=algbw, busbw_bytes_per_sec=algbw * factor, bus_factor=factor, levels=levels,
-        assumptions=["ring algorithms; each ring step pays the link's latency once",
+        algbw_bytes_per_sec=algbw, busbw_bytes_per_sec=algbw * factor, bus_factor=factor,
+        algorithm=" + ".join(dict.fromkeys(level.algorithm for level in levels)) or "none", levels=levels,
+        assumptions=[ALGORITHMS if achievable else "rings at line rate (achievable=False), each step paying "
+                     "the link's latency once",
                      "bandwidths are per GPU per direction; every GPU of a node has its own share of "
-                     "the network (one NIC per GPU, as on HGX boards)"])
+                     "the network (one NIC per GPU, as on HGX boards)",
+                     *_shares(levels, intra, inter, node_share, net_share), *notes])
+
+
+def _shares(levels: list[Level], intra: Link, inter: Link | None, node: ach.Efficiency,
+            net: ach.Efficiency | None) -> list[str]:
+    """One line per link used: the share of its bytes_per_sec the collective runs at, and why."""
+    said = []
+    for name, link, share in (("intra_node", intra, node), ("inter_node", inter, net)):
+        if link is None or share is None or not any(lv.name == name for lv in levels):
+            continue
+        said.append(f"{name}: {share.fraction:.0%} of {link.bytes_per_sec / 1e9:g} GB/s for rings "
+                    f"({share.source})")
+    return said
 
 
 def ring_steps(op: str, n: int) -> int:
@@ -179,7 +282,7 @@ class FittedLink:
     __pydantic_config__ = RECORD
 
     def link(self) -> Link | None:
-        return None if self.bytes_per_sec is None else Link(self.bytes_per_sec, self.latency_s)
+        return None if self.bytes_per_sec is None else Link(self.bytes_per_sec, self.latency_s, achieved=True)
 
     def seconds(self, size_bytes: int) -> float:
         """The fitted time of S bytes: collective_time over this link in one node, no base latency

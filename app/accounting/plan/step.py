@@ -28,6 +28,7 @@ from functools import lru_cache
 
 from app.accounting import blocks, flops
 from app.accounting import matmul as mm
+from app.accounting.comm import achievable as ach
 from app.accounting.comm.collectives import Link, collective_time
 from app.accounting.hardware import Accelerator
 from app.accounting.plan import volumes
@@ -161,6 +162,12 @@ def _messages_time(w: Workload, messages: list[volumes.Message], g: Group) -> di
     return out
 
 
+def _p2p_bytes_per_sec(link: Link, *, network: bool) -> float:
+    """What point-to-point sends (pipeline stages, the context ring) get of a link: its share as a ring
+    of its kind (comm/achievable.py), or all of an achieved figure."""
+    return link.bytes_per_sec * (1.0 if link.achieved else ach.ring(link.kind, network=network).fraction)
+
+
 def _exposed(total: float, window: float) -> float:
     return max(0.0, total - window)
 
@@ -252,7 +259,7 @@ def step_time(w: Workload, layout: Layout, mem: memory.TrainingMemory | None = N
     if pp > 1:
         link = w.cluster.intra if place["pipeline"].per_node == 2 else w.cluster.inter
         assert link is not None  # the search refuses a multi-node layout without a network
-        p2p_mb = 2 * v * (link.latency_s + p2p_bytes / link.bytes_per_sec)
+        p2p_mb = 2 * v * (link.latency_s + p2p_bytes / _p2p_bytes_per_sec(link, network=link is w.cluster.inter))
     ideal = m * (fwd_t + bwd_t + tp_mb + cp_mb + ep_mb + p2p_mb)
     bubble = (pp - 1) / (v * m) * ideal
 
@@ -314,7 +321,7 @@ def _context_time(w: Workload, lo: Layout, g: Group, core_f: float, layers: int)
         return layers * t, 2 * volumes.wire_bytes(volumes.Message("all_gather", full, 1, "forward"), cp)
     link = c.intra if g.per_node == g.ranks else c.inter
     assert link is not None  # the search refuses a multi-node layout without a network
-    step_fwd = link.latency_s + chunk / link.bytes_per_sec
+    step_fwd = link.latency_s + chunk / _p2p_bytes_per_sec(link, network=link is w.cluster.inter)
     fwd = _exposed((cp - 1) * step_fwd, core_f)
     bwd = _exposed((cp - 1) * 2 * step_fwd, 2 * core_f)  # K, V and dK, dV; the core's backward is 2x
     return layers * (fwd + bwd), 3 * (cp - 1) * chunk

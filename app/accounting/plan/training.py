@@ -4,6 +4,7 @@ that fit, and what the model assumes."""
 from dataclasses import dataclass, field
 
 from app.accounting.comm import links
+from app.accounting.comm.achievable import NETWORK
 from app.accounting.comm.collectives import Link
 from app.accounting.errors import InvalidInput
 from app.accounting.hardware import CUSTOM_VENDOR, Accelerator
@@ -131,6 +132,9 @@ def cluster(gpu: Accelerator, *, num_gpus: int, gpus_per_node: int | None,
                                "give the network's bytes/s per GPU")
         if nlat is None:
             raise InvalidInput("inter_node_latency_s", "give the network's latency per ring step")
-        net = Link(nbw, nlat)
+        net = links.link(nbw, nlat, given=inter[0] is not None, kind=NETWORK)
         inter_src = "given" if inter[0] else f"catalogue: {ic.network}"
-    return Cluster(num_gpus, g, Link(bw, lat), net), (intra_src, inter_src)
+    # Catalogue figures are line rates of the row's kind, derated to what NCCL achieves; given ones
+    # are achieved already (comm/links.py).
+    node = links.link(bw, lat, given=intra[0] is not None, kind=links.node_kind(gpu))
+    return Cluster(num_gpus, g, node, net), (intra_src, inter_src)

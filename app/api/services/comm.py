@@ -4,6 +4,7 @@ from pydantic import Field
 
 from app.accounting.comm import collectives as cc
 from app.accounting.comm import links
+from app.accounting.comm.achievable import NETWORK
 from app.accounting.errors import InvalidInput
 from app.inputs.fields import Input, byte_count, count, number
 from app.inputs.schemas import GpuRef, GpuOverridesIn, accelerator
@@ -26,14 +27,18 @@ class CollectiveRequest(Input):
                           "latency, the network's share per GPU and its latency; or give them.")
     gpu_overrides: GpuOverridesIn | None = None  # type: ignore[valid-type]
     intra_node_bytes_per_sec: Bandwidth | None = Field(
-        None, description="Per GPU per direction inside a node (NVLink 4: 450e9); null takes the gpu's node "
-                          "link.")
+        None, description="Per GPU per direction inside a node, taken as the achievable bus bandwidth (what "
+                          "nccl-tests reports as busbw for a ring: H100 about 370e9) and not derated; null "
+                          "takes the gpu's node link, a line rate (NVLink 4: 450e9), at the share NCCL gets "
+                          "of it.")
     intra_node_latency_s: Latency | None = Field(
         None, description="Per ring step inside a node; null takes the gpu's (NCCL's NVLink figure 3.4 us, "
                           "PCIe 5.7 us), or NVLink's without a gpu.")
     inter_node_bytes_per_sec: Bandwidth | None = Field(
-        None, description="Per GPU per direction between nodes; null takes the gpu's network / gpus_per_node "
-                          "(DGX H100: 8 x 400 Gb/s NDR, 50e9), or that NDR figure where it names none.")
+        None, description="Per GPU per direction between nodes, taken as the achievable bus bandwidth (what "
+                          "nccl-tests reports as busbw) and not derated; null takes the gpu's network / "
+                          "gpus_per_node (DGX H100: 8 x 400 Gb/s NDR, 50e9 line rate, about 96% achieved), "
+                          "or that NDR figure where it names none.")
     inter_node_latency_s: Latency | None = Field(
         None, description="Per ring step between nodes; null: NCCL's network figure, 9.6 us.")
     base_latency_s: Latency = Field(
@@ -42,19 +47,21 @@ class CollectiveRequest(Input):
 
 def collective(body: CollectiveRequest) -> cc.CollectiveTime:
     acc = accelerator(body.gpu, body.gpu_overrides)
-    intra, intra_lat = links.node(acc, body.intra_node_bytes_per_sec, body.intra_node_latency_s)
+    intra = links.node_link(acc, body.intra_node_bytes_per_sec, body.intra_node_latency_s,
+                            cc.NVLINK_STEP_LATENCY_S)
     if intra is None:
         field = "gpu" if acc is None else "intra_node_bytes_per_sec"
         raise InvalidInput(field, "give a gpu with an interconnect figure in the catalogue, or "
                                   "intra_node_bytes_per_sec")
-    network, net_lat = links.network(acc, body.inter_node_bytes_per_sec, body.inter_node_latency_s)
+    network = links.network_link(acc, body.inter_node_bytes_per_sec, body.inter_node_latency_s,
+                                 cc.NETWORK_STEP_LATENCY_S)
     answer = cc.collective_time(
-        body.collective, body.bytes, body.ranks, gpus_per_node=body.gpus_per_node,
-        intra=cc.Link(intra, cc.NVLINK_STEP_LATENCY_S if intra_lat is None else intra_lat),
-        inter=cc.Link(network or cc.NDR_BYTES_PER_SEC_PER_GPU,
-                      cc.NETWORK_STEP_LATENCY_S if net_lat is None else net_lat),
+        body.collective, body.bytes, body.ranks, gpus_per_node=body.gpus_per_node, intra=intra,
+        inter=network or cc.Link(cc.NDR_BYTES_PER_SEC_PER_GPU, body.inter_node_latency_s
+                                 if body.inter_node_latency_s is not None else cc.NETWORK_STEP_LATENCY_S,
+                                 kind=NETWORK),
         base_latency_s=body.base_latency_s)
     if answer.nodes > 1 and network is None:
         answer.assumptions.append("the gpu's reference board names no network: one 400 Gb/s NDR NIC per GPU "
-                                  "(50e9 bytes/s) is assumed; give inter_node_bytes_per_sec")
+                                  "(50e9 bytes/s line rate) is assumed; give inter_node_bytes_per_sec")
     return answer
