@@ -78,5 +78,7 @@ PAGE = Calculator(
      Input("recompute", "Recompute", hint="training: full is gradient checkpointing"),
      Input("lora_rank", "LoRA rank", hint="LoRA and QLoRA, on peft's default targets", more=True),
      Input("mfu", "MFU", hint="training: share of the dense bf16 peak, 0 to 1", more=True),
-     Input("optimizer", "Optimizer", hint="training: AdamW's states in fp32, or 8-bit", more=True)),
+     Input("optimizer", "Optimizer", hint="training: AdamW's states in fp32, or 8-bit", more=True),
+     Input("stack", "Stack", hint="training: whose conventions for the logits and checkpoints: Tally's, "
+                                  "Hugging Face's, Unsloth's or torchtune's", more=True)),
     _charts, takes_model="model", heavy=Narrow("model", "a smaller model (fewer layers)"))

@@ -115,6 +115,9 @@ def test_step_time_is_the_step_flops_at_the_mfu(api):
     ({"mode": "freeze", "freeze_embeddings": True}, "freeze_head"),  # llama3.2-1b ties its head
     ({"model": "deepseek-v2-lite", "mode": "lora"}, "model"),
     ({"mode": "bitfit"}, "mode"),
+    ({"mode": "lora", "stack": "megatron"}, "stack"),
+    ({"mode": "qlora", "stack": "HF"}, "stack"),
+    ({"mode": "lora", "stack": None}, "stack"),
 ])
 def test_bad_input_names_the_field(api, body, field):
     response = api.post(URL, BASE | body)
@@ -176,3 +179,23 @@ def test_qwen3_moe_mlp_targets_wrap_its_routed_experts_as_peft_does(api):
     # gate without up: peft refuses it (the two are fused into one parameter)
     response = api.post(URL, body | {"lora_targets": ["q", "gate"]})
     assert "gate_up_proj" in assert_names_field(response, "lora_targets.1")["message"]
+
+
+def test_the_stack_is_echoed_with_its_rules(api):
+    """stack (app/accounting/finetune/stacks.py): the answer names it, the loss's chunks, what went to
+    host memory, and the rules that applied with their sources."""
+    body = BASE | {"mode": "qlora", "recompute": "full", "seq_len": 512}
+    tally = api.ok(URL, body)["memory"]
+    assert (tally["stack"], tally["loss_chunks"], tally["offloaded"]) == ("tally", 1, 0)
+    unsloth = api.ok(URL, body | {"stack": "unsloth"})["memory"]
+    # llama3.2-1b: 16 layers of d_model 2048; all but two checkpointed layer inputs (bf16) in host memory
+    assert unsloth["stack"] == "unsloth" and unsloth["offloaded"] == 14 * 2 * 512 * 2048 * 2
+    assert "recompute_layer" in unsloth["phases"] and "head/logits_fp32" not in unsloth["activation_items"]
+    assert any("unsloth_zoo/gradient_checkpointing.py" in a for a in unsloth["assumptions"])
+    torchtune = api.ok(URL, body | {"stack": "torchtune"})["memory"]
+    assert torchtune["loss_chunks"] == 8
+    hf = api.ok(URL, body | {"stack": "hf"})["memory"]
+    assert any("prepare_model_for_kbit_training" in a for a in hf["assumptions"])
+    # the stack changes memory only: the FLOPs and the time are the same
+    steps = [api.ok(URL, body | {"stack": st, "gpu": "rtx-4090"}) for st in ("tally", "unsloth")]
+    assert steps[0]["flops"] == steps[1]["flops"] and steps[0]["time"] == steps[1]["time"]

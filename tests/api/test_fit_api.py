@@ -145,3 +145,38 @@ def test_the_lora_rows_say_the_targets_they_adapt(api):
         for option in ("lora", "qlora"):
             assert rows[option]["settings"]["lora_targets"] == targets
             assert rows[option]["settings"]["lora_rank"] == 8
+
+
+@pytest.mark.parametrize("stack", ["hf", "unsloth", "torchtune"])
+def test_the_stack_is_the_fine_tuning_calculators(api, stack):
+    """POST /api/v1/fit with a stack: each training row is POST /api/v1/finetune's answer under the
+    same stack, its settings say which, and the assumptions name it."""
+    answer = api.ok(URL, ASK | {"stack": stack, "recompute": "full"})
+    rows = {o["option"]: o for o in answer["options"] if o["kind"] == "training"}
+    for option in ("lora", "qlora", "full"):
+        step = _finetune(api, option, stack=stack, recompute="full")
+        assert rows[option]["total_bytes"] == step["memory"]["total"], option
+        assert rows[option]["settings"]["stack"] == stack
+    assert any(f"stack {stack}" in a for a in answer["assumptions"])
+
+
+@pytest.mark.parametrize("stack", ["deepspeed", "Unsloth", 3])
+def test_a_bad_stack_is_refused_naming_it(api, stack):
+    from tests.support.api import assert_names_field
+
+    assert_names_field(api.post(URL, ASK | {"stack": stack}), "stack")
+
+
+@pytest.mark.parametrize("stack", ["unsloth", "torchtune"])
+def test_largest_batch_and_context_are_the_edge_under_a_stack(api, stack):
+    """Unsloth's loss runs in more chunks as the tokens grow, so its bytes are not linear in the batch:
+    the largest batch is still the one that fits with the next that does not."""
+    answer = api.ok(URL, ASK | {"stack": stack, "recompute": "full"})
+    for row in (o for o in answer["options"] if o["option"] in ("lora", "qlora")):
+        batch, context = row["largest_batch"], row["largest_context"]
+        at = {"stack": stack, "recompute": "full"}
+        assert _finetune(api, row["option"], batch_size=batch, **at)["memory"]["fits"]
+        assert not _finetune(api, row["option"], batch_size=batch + 1, **at)["memory"]["fits"]
+        assert _finetune(api, row["option"], seq_len=context, **at)["memory"]["fits"]
+        if context < 8192:  # Llama 3 8B's max_seq_len caps it
+            assert not _finetune(api, row["option"], seq_len=context + 1, **at)["memory"]["fits"]

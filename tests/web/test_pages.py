@@ -47,7 +47,7 @@ def test_choice_lists_come_from_the_request_models():
     memory = {i.name: i.choices for i in CALCULATORS["memory"].inputs}
     assert memory["model"] == PresetName.__args__ == choices(TrainingMemoryRequest, "model")
     assert memory["zero_stage"] == ("0", "1", "2", "3")  # count(0, 3)
-    assert memory["recompute"] == ("none", "selective", "full")
+    assert memory["recompute"] == ("none", "selective", "full", "op_selective")  # TrainRecompute
     assert choices(TransformerRequest, "causal") == ("full", "halved")
     formats = {i.name: i.choices for i in CALCULATORS["formats"].inputs}["dtype"]
     assert "bfloat16" in formats and "bf16" not in formats  # names, not their aliases

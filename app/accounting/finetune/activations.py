@@ -117,32 +117,59 @@ def _mlp_alone_keeps_shared_norm(layer: blocks.Layer, f: dict[str, bool], act_by
             if item.name in ("mlp/up_input", "moe/router_input") and _kept(item.name, f, shared_experts)]
 
 
-def saved(cfg: TransformerConfig, plan: Graph, *, rank: int, act_bytes: int, residual_bytes: int,
-          recompute: act.Recompute, seq_len: int, batch_size: int, weight_bytes: int,
-          frozen_keep_inputs: bool = False) -> dict[str, int]:
-    """Bytes kept for backward over the whole model, by saved tensor (summed over layers).
-    weight_bytes sizes the merged expert weights (the base's parameter dtype)."""
-    out: dict[str, int] = {}
+def _layer(layer: blocks.Layer, grad: LayerGrad, *, rank: int, act_bytes: int, residual_bytes: int,
+           recompute: act.Recompute, seq_len: int, batch_size: int, weight_bytes: int,
+           frozen_keep_inputs: bool) -> dict[str, int]:
+    """Bytes one layer keeps for backward, by saved tensor."""
+    cfg, out = layer.attention.cfg, {}
 
     def add(items) -> None:
         for name, size in act.sized(tuple(items), s=seq_len, b=batch_size, t=1,
                                     sequence_parallel=False).items():
             out[name] = out.get(name, 0) + size
 
+    recipe = act.layer_recipe(layer, act_bytes, recompute, residual_bytes)
+    f = _flags(grad, frozen_keep_inputs)
+    autocast = act_bytes != residual_bytes
+    add(_copies(item, grad, autocast) for item in recipe if _kept(item.name, f, bool(cfg.ff_shared)))
+    if recompute != "full" and grad.adapters:
+        add(_adapter_items(layer, grad, rank, act_bytes))
+        add(_mlp_alone_keeps_shared_norm(layer, f, act_bytes, residual_bytes, bool(cfg.ff_shared)))
+    if recompute != "full":
+        for name, elements in _merged_experts(layer, grad.adapters).items():
+            out[name] = out.get(name, 0) + elements * weight_bytes
+    return out
+
+
+def saved(cfg: TransformerConfig, plan: Graph, *, rank: int, act_bytes: int, residual_bytes: int,
+          recompute: act.Recompute, seq_len: int, batch_size: int, weight_bytes: int,
+          frozen_keep_inputs: bool = False) -> dict[str, int]:
+    """Bytes kept for backward over the whole model, by saved tensor (summed over layers).
+    weight_bytes sizes the merged expert weights (the base's parameter dtype)."""
+    out: dict[str, int] = {}
     for layer, grad in zip(blocks.layers(cfg), plan.layers, strict=True):
-        recipe = act.layer_recipe(layer, act_bytes, recompute, residual_bytes)
-        f = _flags(grad, frozen_keep_inputs)
-        autocast = act_bytes != residual_bytes
-        add(_copies(item, grad, autocast) for item in recipe if _kept(item.name, f, bool(cfg.ff_shared)))
-        if recompute != "full" and grad.adapters:
-            add(_adapter_items(layer, grad, rank, act_bytes))
-            add(_mlp_alone_keeps_shared_norm(layer, f, act_bytes, residual_bytes, bool(cfg.ff_shared)))
-        if recompute != "full":
-            for name, elements in _merged_experts(layer, grad.adapters).items():
-                out[name] = out.get(name, 0) + elements * weight_bytes
+        for name, size in _layer(layer, grad, rank=rank, act_bytes=act_bytes, residual_bytes=residual_bytes,
+                                 recompute=recompute, seq_len=seq_len, batch_size=batch_size,
+                                 weight_bytes=weight_bytes, frozen_keep_inputs=frozen_keep_inputs).items():
+            out[name] = out.get(name, 0) + size
     if plan.embedding_trains:
-        add(act.embedding_recipe(cfg))
+        for name, size in act.sized(act.embedding_recipe(cfg), s=seq_len, b=batch_size, t=1,
+                                    sequence_parallel=False).items():
+            out[name] = out.get(name, 0) + size
     head = {"head/final_norm_input": plan.head_input_grad, "head/lm_head_input": plan.head_trains,
             "head/logits_fp32": True}
-    add(item for item in act.head_recipe(cfg, act_bytes, residual_bytes) if head[item.name])
+    kept = tuple(item for item in act.head_recipe(cfg, act_bytes, residual_bytes) if head[item.name])
+    for name, size in act.sized(kept, s=seq_len, b=batch_size, t=1, sequence_parallel=False).items():
+        out[name] = out.get(name, 0) + size
     return {name: size for name, size in out.items() if size}
+
+
+def recomputed_layer(cfg: TransformerConfig, plan: Graph, *, rank: int, act_bytes: int, residual_bytes: int,
+                     seq_len: int, batch_size: int, weight_bytes: int,
+                     frozen_keep_inputs: bool = False) -> int:
+    """Bytes the largest checkpointed layer keeps while backward reruns its forward and differentiates
+    it (torch.utils.checkpoint): what it keeps unchecked, with no s x s scores (FlashAttention, SDPA)."""
+    return max((sum(_layer(layer, grad, rank=rank, act_bytes=act_bytes, residual_bytes=residual_bytes,
+                           recompute="selective", seq_len=seq_len, batch_size=batch_size,
+                           weight_bytes=weight_bytes, frozen_keep_inputs=frozen_keep_inputs).values())
+                for layer, grad in zip(blocks.layers(cfg), plan.layers, strict=True)), default=0)

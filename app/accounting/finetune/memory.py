@@ -8,10 +8,14 @@
   in the quantized base format (inference/quant.py; bitsandbytes keeps the embeddings, norms and
   head in the compute dtype). ZeRO stage 3 (FSDP) shards them too, as FSDP-QLoRA does.
 - Activations are what autograd keeps (finetune/activations.py).
-- Transients at the start of backward: the loss's fp32 gradients (as in training) and, for QLoRA,
-  the one matrix dequantized to the compute dtype for the matmul running.
+- Transients at the start of backward: the loss's gradients (as in training: two fp32 ones) and,
+  for QLoRA, the one matrix dequantized to the compute dtype for the matmul running.
+- The stack (finetune/stacks.py) decides what the loss keeps of the logits and in which chunks,
+  whether checkpointed layer inputs leave for host memory, peft's fp32 upcast under QLoRA, and
+  whether a rerun checkpointed layer is a phase of its own; "tally" is the rule above.
 
-Mode full is the training calculator's answer itself (memory.training_memory), not a second copy.
+Mode full is the training calculator's answer itself (memory.training_memory), not a second copy,
+with the stack's loss and offload in place of the calculator's (tally: unchanged).
 """
 
 import math
@@ -21,6 +25,7 @@ from app.accounting import blocks
 from app.accounting.errors import InvalidInput
 from app.accounting.finetune import activations as saved
 from app.accounting.finetune import spec as ft
+from app.accounting.finetune import stacks
 from app.accounting.finetune.flops import frozen_weights_in_backward
 from app.accounting.finetune.freeze import freeze_params
 from app.accounting.finetune.lora import lora_params, wrapped
@@ -49,6 +54,9 @@ BASE_DTYPE = {"fp32": "float32", "bf16_autocast": "float32", "bf16_mixed": "bflo
 QLORA_KEEP = (*DEFAULT_KEEP, "routed_experts")
 """What transformers' bitsandbytes integration leaves unquantized: it swaps nn.Linear modules only,
 so besides the embeddings, head, norms and routers, transformers 5.x's fused 3-D expert parameters."""
+RECOMPUTE_LAYER = "recompute_layer"
+MOMENTS = (*phases.PHASES[:2], RECOMPUTE_LAYER, *phases.PHASES[2:])
+"""The step's phases (training/phases.py) and the stacks' rerun checkpointed layer, in step order."""
 
 
 @dataclass(slots=True)
@@ -87,7 +95,8 @@ class FineTuneMemory:
     phases: dict[str, int]
     """Live bytes at each moment of the step that can hold the peak (training/phases.py):
     start_of_backward, lm_head_weight_gradient and end_of_backward where the head trains,
-    optimizer_step."""
+    recompute_layer (a stack other than tally, with recompute full: the largest checkpointed
+    layer rerun and differentiated beside the layer inputs still held), optimizer_step."""
     peak_phase: str
     total: int
     """The step's peak: the largest of phases, what the train_step probe measures."""
@@ -99,6 +108,12 @@ class FineTuneMemory:
     """total <= the GPU's memory, or with a paged optimizer, total - optimizer_state (its state
     pages to host memory when the GPU runs short, at the cost of PCIe traffic)."""
     headroom: int | None
+    stack: str
+    """The stack whose conventions the step follows (finetune/stacks.py)."""
+    loss_chunks: int
+    """Chunks of tokens the loss runs in (1: the whole micro-batch at once)."""
+    offloaded: int
+    """Bytes of checkpointed layer inputs in host memory (the stack's offload), not counted on the GPU."""
     assumptions: list[str]
 
     __pydantic_config__ = RECORD
@@ -108,10 +123,13 @@ def finetune_memory(cfg: TransformerConfig, spec: ft.FineTune, *, precision: Pre
                     batch_size: int, seq_len: int, recompute: act.Recompute = "selective",
                     paged_optimizer: bool = False, data_parallel: int = 1, zero_stage: int = 0,
                     gpu: Accelerator | None = None, fused_optimizer: bool | None = None,
-                    largest_param: int | None = None) -> FineTuneMemory:
+                    largest_param: int | None = None, stack: str = "tally") -> FineTuneMemory:
     """One GPU's bytes at the step's peak. fused_optimizer and largest_param as training_memory's
-    (largest_param: elements of the largest tensor the optimizer steps)."""
+    (largest_param: elements of the largest tensor the optimizer steps); stack: finetune/stacks.py."""
     ft.check(cfg, spec)
+    if stack not in stacks.STACKS:
+        raise InvalidInput("stack", f"must be one of {', '.join(stacks.NAMES)}, got {stack!r}")
+    rules = stacks.stack(stack)
     if paged_optimizer and optimizer not in PAGED:
         raise InvalidInput("paged_optimizer", f"bitsandbytes pages {', '.join(PAGED)}; not {optimizer}")
     if spec.mode == "qlora" and precision in ("fp32", "bf16_autocast"):
@@ -124,8 +142,13 @@ def finetune_memory(cfg: TransformerConfig, spec: ft.FineTune, *, precision: Pre
                               batch_size=batch_size, seq_len=seq_len, recompute=recompute,
                               zero_stage=zero_stage, data_parallel=data_parallel,
                               fused_optimizer=fused_optimizer, largest_param=largest_param)
-        return _full(mem, paged=paged_optimizer, gpu=gpu)
+        return _full(mem, cfg, rules, paged=paged_optimizer, gpu=gpu, recompute=recompute, seq_len=seq_len,
+                     batch_size=batch_size, precision=precision)
     p = PRECISIONS[precision]
+    # peft's prepare_model_for_kbit_training under QLoRA (stack hf): the embeddings, norms and head in
+    # fp32, and with them the residual stream; matmuls still read 16-bit casts (autocast, bitsandbytes)
+    kbit = rules.kbit_fp32 and spec.mode == "qlora"
+    residual = 4 if kbit else p.residual
     plan = ft.graph(cfg, spec)
     notes = [f"batch_size {batch_size} is the micro-batch per data-parallel rank"]
     if spec.mode == "freeze":
@@ -142,7 +165,8 @@ def finetune_memory(cfg: TransformerConfig, spec: ft.FineTune, *, precision: Pre
                      "so A reads the wrapped matrix's own input")
     dequantized = 0
     if spec.mode == "qlora":
-        base = weight_bytes(cfg, spec.base_format, keep=QLORA_KEEP, base_dtype=BASE_DTYPE[precision])
+        base = weight_bytes(cfg, spec.base_format, keep=QLORA_KEEP,
+                            base_dtype="float32" if kbit else BASE_DTYPE[precision])
         frozen_bytes = base.total_bytes
         dequantized = _largest_matrix(cfg) * p.activation  # the compute dtype
         notes.append(f"base in {base.format_name}; {', '.join(base.kept)} kept in {base.base_dtype}; each "
@@ -150,40 +174,74 @@ def finetune_memory(cfg: TransformerConfig, spec: ft.FineTune, *, precision: Pre
     else:
         frozen_bytes = frozen * p.param
     copies += frozen_weights_in_backward(cfg, spec) * p.weight_copy
+    if kbit and plan.head_input_grad and not plan.head_trains:
+        # autocast casts the fp32 head to 16 bits for its matmul, and F.linear keeps that cast for the
+        # input gradient (the head's weight requires none, so autocast's cache does not hold it)
+        copies += cfg.vocab_size * cfg.d_model * p.activation
     per = state_bytes_per_param(precision, optimizer)
     dp, z = data_parallel, zero_stage
 
     def shard(n: float, stage: int) -> int:
         return math.ceil(n / (dp if z >= stage else 1))
 
-    items = saved.saved(cfg, plan, rank=spec.rank, act_bytes=p.activation, residual_bytes=p.residual,
-                        recompute=recompute, seq_len=seq_len, batch_size=batch_size, weight_bytes=p.param,
-                        # bitsandbytes' Linear8bitLt keeps its input whenever it requires a gradient
-                        frozen_keep_inputs=spec.mode == "qlora" and spec.base_format == "int8_channel")
-    loss = 2 * 4 * seq_len * batch_size * cfg.vocab_size
+    layer_kw = dict(rank=spec.rank, act_bytes=p.activation, residual_bytes=residual, seq_len=seq_len,
+                    batch_size=batch_size, weight_bytes=p.param,
+                    # bitsandbytes' Linear8bitLt keeps its input whenever it requires a gradient
+                    frozen_keep_inputs=spec.mode == "qlora" and spec.base_format == "int8_channel")
+    items = saved.saved(cfg, plan, recompute=recompute, **layer_kw)
+    tokens = seq_len * batch_size
+    loss = stacks.loss(rules, tokens=tokens, vocab=cfg.vocab_size, d_model=cfg.d_model,
+                       act_bytes=p.activation)
+    items, offloaded = _stack_items(items, rules, loss, recompute=recompute,
+                                    layer_bytes=tokens * cfg.d_model * residual)
     parts = {"frozen_weights": shard(frozen_bytes, 3), "parameters": shard(trainable * per.parameters, 3),
              "gradients": shard(trainable * per.gradients, 2),
              "optimizer_state": shard(trainable * per.optimizer_state, 1),
              "master_weights": shard(trainable * per.master_weights, 1), "weight_copies": copies,
-             "activations": sum(items.values()), "transient": loss + dequantized,
+             "activations": sum(items.values()), "transient": loss.transient + dequantized,
              "inputs": phases.token_inputs(seq_len * batch_size)}
     if z and dp == 1:
         notes.append("ZeRO shards over data-parallel ranks; with data_parallel 1 it saves nothing")
     # The LM head's weight gradient exists where the head (or peft's trained copy of it) trains.
-    later = None if not plan.head_trains else phases.lm_head_phases(
+    later = {} if not plan.head_trains else phases.lm_head_phases(
         parts, vocab_size=cfg.vocab_size, d_model=cfg.d_model, tied=cfg.tied_embeddings, grad_bytes=p.grad)
+    if rules.recompute_phase and recompute == "full":
+        # the last decoder layer, first in backward: every layer input still on the GPU, the layer's
+        # own activations, the gradient arriving and the one leaving, and a dequantized QLoRA matrix
+        later[RECOMPUTE_LAYER] = (sum(parts[k] for k in phases.STATES) + copies + items.get("layer_input", 0)
+                                  + saved.recomputed_layer(cfg, plan, **layer_kw) + dequantized
+                                  + phases.activation_gradients(tokens, cfg.d_model, residual))
     fused = optimizer in phases.FUSED if fused_optimizer is None else fused_optimizer
     if largest_param is None:
         largest_param = 0 if fused else shard(largest_trainable(cfg, spec), 1)
     peak = phases.step_peak(parts, largest_param=largest_param, optimizer=optimizer, fused=fused, later=later,
                             state_bytes=p.optimizer_state)
     notes += phases.notes(optimizer, fused=fused)
+    notes += stacks.notes(rules, mode=spec.mode, recompute=recompute, chunks=loss.chunks, offloaded=offloaded)
     return _answer(spec.mode, trainable, frozen, spec.base_format if spec.mode == "qlora" else None, peak,
-                   items, paged_optimizer, gpu, notes)
+                   items, paged_optimizer, gpu, notes, stack=(rules.name, loss.chunks, offloaded))
 
 
-def _full(mem: TrainingMemory, *, paged: bool, gpu: Accelerator | None) -> FineTuneMemory:
-    """Mode full: the training calculator's answer, its activations summed over layers by name."""
+def _stack_items(items: dict[str, int], rules: stacks.Stack, loss: stacks.Loss, *, recompute: str,
+                 layer_bytes: int) -> tuple[dict[str, int], int]:
+    """The saved tensors with the stack's loss in place of the fp32 logits the recipe keeps, and with
+    its offload: the layer inputs on the GPU, and the bytes that went to host memory.
+    layer_bytes: one checkpointed layer input (tokens x d_model in the residual stream's dtype)."""
+    items = {k: v for k, v in items.items() if k != "head/logits_fp32"}
+    items |= {name: size for name, size in (("head/logits_fp32", loss.kept),
+                                             ("head/hidden_gradient", loss.hidden_gradient)) if size}
+    held = items.get("layer_input", 0)
+    if not (rules.offload_checkpoints and recompute == "full" and held):
+        return items, 0
+    on_gpu = min(held, stacks.UNSLOTH_GPU_CHECKPOINTS * layer_bytes)
+    return items | {"layer_input": on_gpu}, held - on_gpu
+
+
+def _full(mem: TrainingMemory, cfg: TransformerConfig, rules: stacks.Stack, *, paged: bool,
+          gpu: Accelerator | None, recompute: str, seq_len: int, batch_size: int,
+          precision: Precision) -> FineTuneMemory:
+    """Mode full: the training calculator's answer, its activations summed over layers by name; under
+    another stack than tally, its loss, offload and rerun layer in place of the calculator's."""
     detail = mem.activation_detail
     items = {name: size * detail.layers_held for name, size in detail.per_layer.items()}
     for name, size in (detail.dense_layer or {}).items():
@@ -191,14 +249,40 @@ def _full(mem: TrainingMemory, *, paged: bool, gpu: Accelerator | None) -> FineT
     items |= detail.outside_layers
     peak = {"frozen_weights": 0} | phases.breakdown(mem)
     notes = [n for n in mem.assumptions if not n.startswith("excludes the CUDA context")]  # _answer's own
-    return _answer("full", mem.params, 0, None, peak, items, paged, gpu, notes)
+    if rules.name == "tally":
+        return _answer("full", mem.params, 0, None, peak, items, paged, gpu, notes, stack=("tally", 1, 0))
+    p, tokens = PRECISIONS[precision], seq_len * batch_size
+    loss = stacks.loss(rules, tokens=tokens, vocab=cfg.vocab_size, d_model=cfg.d_model,
+                       act_bytes=p.activation)
+    items, offloaded = _stack_items(items, rules, loss, recompute=recompute,
+                                    layer_bytes=tokens * cfg.d_model * p.residual)
+    parts = {k: peak[k] for k in phases.PARTS} | {"activations": sum(items.values()),
+                                                    "transient": loss.transient}
+    later = phases.lm_head_phases(parts, vocab_size=cfg.vocab_size, d_model=cfg.d_model,
+                                  tied=cfg.tied_embeddings, grad_bytes=p.grad)
+    if rules.recompute_phase and recompute == "full":
+        layer = max(sum(act.sized(act.layer_recipe(lyr, p.activation, "selective", p.residual), s=seq_len,
+                                  b=batch_size, t=1, sequence_parallel=False).values())
+                    for lyr in blocks.layers(cfg))
+        later[RECOMPUTE_LAYER] = (sum(parts[k] for k in phases.STATES) + parts["weight_copies"]
+                                  + items.get("layer_input", 0) + layer
+                                  + phases.activation_gradients(tokens, cfg.d_model, p.residual))
+    moments = {"start_of_backward": sum(parts.values()), **later,
+               "optimizer_step": peak["optimizer_step"]}
+    peak = parts | {"optimizer_temporaries": peak["optimizer_temporaries"]} | moments | {
+        "total": max(moments.values())}
+    notes += stacks.notes(rules, mode="full", recompute=recompute, chunks=loss.chunks, offloaded=offloaded)
+    return _answer("full", mem.params, 0, None, peak, items, paged, gpu, notes,
+                   stack=(rules.name, loss.chunks, offloaded))
 
 
 def _answer(mode: str, trainable: int, frozen: int, base_format: str | None, peak: dict[str, int],
-            items: dict[str, int], paged: bool, gpu: Accelerator | None, notes: list[str]) -> FineTuneMemory:
-    """`peak`: phases.step_peak's bytes by kind, temporaries, phases and total."""
+            items: dict[str, int], paged: bool, gpu: Accelerator | None, notes: list[str], *,
+            stack: tuple[str, int, int]) -> FineTuneMemory:
+    """`peak`: phases.step_peak's bytes by kind, temporaries, phases and total; `stack`: its name, the
+    loss's chunks and the bytes offloaded to host memory."""
     total = peak["total"]
-    moments = {k: peak[k] for k in phases.PHASES if k in peak}
+    moments = {k: peak[k] for k in MOMENTS if k in peak}
     parts = {k: peak[k] for k in phases.PARTS} | {
         "optimizer_temporaries": peak["optimizer_temporaries"], "phases": moments,
         "start_of_backward": peak["start_of_backward"], "peak_phase": max(moments, key=moments.__getitem__)}
@@ -212,7 +296,8 @@ def _answer(mode: str, trainable: int, frozen: int, base_format: str | None, pea
         activation_items=items, total=total, total_gib=total / GIB, paged_optimizer=paged,
         gpu=None if gpu is None else gpu.id, gpu_memory_bytes=None if gpu is None else gpu.memory_bytes,
         fits=None if gpu is None else on_gpu <= gpu.memory_bytes,
-        headroom=None if gpu is None else gpu.memory_bytes - total, assumptions=notes, **parts)
+        headroom=None if gpu is None else gpu.memory_bytes - total, stack=stack[0], loss_chunks=stack[1],
+        offloaded=stack[2], assumptions=notes, **parts)
 
 
 def _largest_matrix(cfg: TransformerConfig) -> int:

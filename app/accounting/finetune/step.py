@@ -36,10 +36,12 @@ class FineTuneStep:
 def finetune_step(cfg: TransformerConfig, spec: ft.FineTune, *, precision: Precision, optimizer: Optimizer,
                   batch_size: int, seq_len: int, recompute: act.Recompute = "selective",
                   paged_optimizer: bool = False, data_parallel: int = 1, zero_stage: int = 0,
-                  gpu: Accelerator | None = None, mfu: float = 0.5) -> FineTuneStep:
+                  gpu: Accelerator | None = None, mfu: float = 0.5, stack: str = "tally") -> FineTuneStep:
+    """stack: the framework's conventions for the loss and checkpointed activations (finetune/stacks.py);
+    they change memory only, the FLOPs and time are the same."""
     mem = finetune_memory(cfg, spec, precision=precision, optimizer=optimizer, batch_size=batch_size,
                           seq_len=seq_len, recompute=recompute, paged_optimizer=paged_optimizer,
-                          data_parallel=data_parallel, zero_stage=zero_stage, gpu=gpu)
+                          data_parallel=data_parallel, zero_stage=zero_stage, gpu=gpu, stack=stack)
     flops = step_flops(cfg, spec, batch_size=batch_size, seq_len=seq_len)
     by_target = {}
     if spec.adapted:

@@ -6,6 +6,7 @@ from pydantic import Field
 
 from app.accounting.finetune import lora
 from app.accounting.finetune.spec import QLORA_FORMATS, FineTune, Mode
+from app.accounting.finetune.stacks import StackName
 from app.accounting.finetune.step import FineTuneStep, finetune_step
 from app.accounting.inference import formats
 from app.accounting.training import activations, memory
@@ -19,6 +20,17 @@ Targets = Annotated[list[Target],  # type: ignore[valid-type]
                     Field(min_length=1, max_length=len(lora.TARGETS))]
 BaseFormat = named("QLoRA base format", QLORA_FORMATS, formats.QUANTIZATION_LISTING,
                    lambda name: formats.lookup_format(name).id)
+
+
+STACK_DESCRIPTION = (
+    "The framework whose conventions the step follows, for what the loss keeps of the logits and where "
+    "checkpointed activations live. tally: one fp32 copy of the logits kept and two fp32 gradients at the "
+    "start of backward. hf: transformers' ForCausalLMLoss (the same 12 bytes a token a vocabulary entry), "
+    "and under qlora peft's prepare_model_for_kbit_training (embeddings, norms, head and residual stream in "
+    "fp32). unsloth: the loss in chunks with no logits kept (unsloth_fused_ce_loss), and with recompute full "
+    "the checkpointed layer inputs offloaded to host memory. torchtune: LinearCrossEntropyLoss in 8 chunks, "
+    "each keeping its fp32 log-probabilities (compile off, as its configs ship). Stacks other than tally "
+    "also count a checkpointed layer's rerun in backward (recompute full).")
 
 
 class FineTuneRequest(Input):
@@ -70,6 +82,7 @@ class FineTuneRequest(Input):
     gpu_overrides: GpuOverridesIn | None = None  # type: ignore[valid-type]
     mfu: number(ge=1e-6, le=1) = Field(DEFAULT_MFU, description="Share of the dense peak the step's FLOPs "
                                                                 "run at (with a gpu).")
+    stack: StackName = Field("tally", description=STACK_DESCRIPTION)
 
     def spec(self) -> FineTune:
         targets = None if self.lora_targets is None else tuple(self.lora_targets)
@@ -85,4 +98,4 @@ def step(body: FineTuneRequest) -> FineTuneStep:
         cfg, body.spec(), precision=body.precision, optimizer=body.optimizer, batch_size=body.batch_size,
         seq_len=body.seq_len or cfg.max_seq_len, recompute=body.recompute,
         paged_optimizer=body.paged_optimizer, data_parallel=body.data_parallel, zero_stage=body.zero_stage,
-        gpu=accelerator(body.gpu, body.gpu_overrides), mfu=body.mfu)
+        gpu=accelerator(body.gpu, body.gpu_overrides), mfu=body.mfu, stack=body.stack)

@@ -8,11 +8,13 @@ from pydantic import Field
 from app.accounting import fit
 from app.accounting.errors import InvalidInput
 from app.accounting.finetune.spec import FineTune, targets_of
+from app.accounting.finetune.stacks import STACKS, StackName
 from app.accounting.finetune.step import finetune_step
 from app.accounting.hardware import Accelerator
 from app.accounting.inference import formats
 from app.accounting.training import activations
 from app.api.services import inference
+from app.api.services.finetune import STACK_DESCRIPTION
 from app.api.services.time import DEFAULT_MFU
 from app.inputs.fields import count, number, sequence_length
 from app.inputs.schemas import GpuInput, ModelSpec, engine_model
@@ -45,6 +47,7 @@ class FitRequest(GpuInput):
                                                                 "a step's FLOPs run at.")
     optimizer: Literal["adamw", "adamw_8bit"] = Field(
         "adamw", description="Training: AdamW's states in fp32, or in 8 bits (bitsandbytes' AdamW8bit).")
+    stack: StackName = Field("tally", description="Training: " + STACK_DESCRIPTION)
 
 
 def answer(body: FitRequest) -> fit.FitAnswer:
@@ -83,6 +86,9 @@ def answer(body: FitRequest) -> fit.FitAnswer:
             "quantization and a paged optimizer (POST /api/v1/finetune); over num_gpus > 1 every way "
             "shards its weights, frozen ones too, with ZeRO stage 3 (FSDP's full sharding, as peft's "
             "FSDP recipes run LoRA and QLoRA), batch_size sequences on each GPU",
+            f"training memory follows stack {body.stack} ({STACKS[body.stack].label}): what the loss keeps "
+            "of the logits and where checkpointed activations live (POST /api/v1/finetune's assumptions list "
+            "its rules)",
             "training time counts the step's matmul FLOPs, the recompute's included, at mfu of the dense "
             "bf16 peak, and QLoRA's dequantization of its NF4 base before each matmul at the memory "
             "bandwidth (app/accounting/finetune/timing.py)",
@@ -155,7 +161,8 @@ def _runner(body: FitRequest, cfg, acc: Accelerator, option: str):
         zero_stage = 3 if gpus > 1 else 0  # FSDP's full sharding: the frozen base too
         return finetune_step(cfg, spec, precision=precision, optimizer=opt, batch_size=b, seq_len=s,
                              recompute=recompute, paged_optimizer=paged and opt in ("adamw", "adamw_8bit"),
-                             data_parallel=gpus, zero_stage=zero_stage, gpu=acc, mfu=body.mfu)
+                             data_parallel=gpus, zero_stage=zero_stage, gpu=acc, mfu=body.mfu,
+                             stack=body.stack)
 
     return run
 
@@ -174,6 +181,8 @@ def _trained(body: FitRequest, cfg, acc: Accelerator, option: str) -> fit.FitOpt
     step = run()
     m = step.memory
     most = _largest_batch(run(b=1).memory, run(b=2).memory, acc.memory_bytes, paged=paged)
+    if body.stack != "tally":  # a chunked loss (Unsloth's chunk count) is not linear in the batch
+        most = _edge(lambda b: fits(b=b), most)
     longest = max(fit.largest(lambda s: fits(s=s), 1, cfg.max_seq_len), 0)
     advice = None
     if not m.fits:
@@ -203,6 +212,7 @@ def _trained(body: FitRequest, cfg, acc: Accelerator, option: str) -> fit.FitOpt
         option=option, kind="training", label=label,
         settings={"precision": precision, "optimizer": optimizer, "paged_optimizer": paged,
                   "recompute": body.recompute, "zero_stage": 3 if body.num_gpus > 1 else 0,
+                  "stack": body.stack,
                   "data_parallel": body.num_gpus,
                   **adapters,
                   **({"base_format": spec.base_format} if spec.mode == "qlora" else {})},
@@ -217,6 +227,17 @@ def _trained(body: FitRequest, cfg, acc: Accelerator, option: str) -> fit.FitOpt
         tokens_per_sec=step.time.tokens_per_sec,
         advice=None if m.fits else advice[0] if advice else "does not fit on 1024 GPUs with ZeRO stage 3",
         advice_change=advice and advice[1])
+
+
+def _edge(fits, guess: int, limit: int = 1_000_000) -> int:
+    """The largest batch that fits, near `guess`: down from it while it does not fit, else up in
+    doubling steps and back by bisection, so that `fits` holds there and not one further."""
+    if guess > 0 and not fits(guess):
+        return max(fit.largest(fits, 1, guess - 1), 0) if guess > 1 else 0
+    low, step = guess, 1
+    while low + step <= limit and fits(low + step):
+        low, step = low + step, step * 2
+    return fit.largest(fits, low + 1, min(low + step, limit + 1) - 1) if step > 1 else low
 
 
 def _largest_batch(one, two, memory_bytes: int, *, paged: bool) -> int:
