@@ -3,6 +3,7 @@ GPU-hours from papers and framework benchmark pages, and fine-tuning memory from
 torchtune's tables, each asked of the API in process with the published setup and nothing else.
 
     .venv/bin/python bench/published_training.py [--only TEXT] [--loose] [--json PATH]
+                                                  [--matmul-time flat|shaped]
 
 The cases are bench/published/training.toml and finetune.toml; their headers say what every key
 means and each case names its source. A pretraining case is one POST /api/v1/plan/training: its
@@ -124,9 +125,13 @@ def unmodelled(case: dict) -> str:
     return "; ".join(f"unmodelled {k}: {UNMODELLED[k]}" for k in named)
 
 
+SENT_WITH_EVERY_PLAN: dict = {}
+"""A model choice the command line makes for every case alike (--matmul-time), never per case."""
+
+
 def training_body(case: dict) -> dict:
     """The published setup as a plan request; data_parallel is what the other degrees leave."""
-    body = {k: case[k] for k in PLAN_KEYS if k in case} | {"top_k": 1}
+    body = {k: case[k] for k in PLAN_KEYS if k in case} | {"top_k": 1} | SENT_WITH_EVERY_PLAN
     layout = case.get("layout", {})
     limits: dict = {k: [layout[k]] for k in LIMIT_KEYS if k in layout}
     limits |= {k: layout[k] for k in STAGE_KEYS if k in layout}
@@ -351,8 +356,13 @@ def main() -> None:
     cli.add_argument("--loose", action="store_true",
                      help="also answer each refused case without the fields the API lacks (rows marked ~)")
     cli.add_argument("--json", metavar="PATH", help="write every row as JSON to PATH")
+    cli.add_argument("--matmul-time", choices=("flat", "shaped"),
+                     help="send this matmul_time with every plan (default: the API's, flat); shaped times each "
+                          "GEMM from its shape, for the two models side by side")
     args = cli.parse_args()
     api = client()
+    if args.matmul_time:
+        SENT_WITH_EVERY_PLAN["matmul_time"] = args.matmul_time
 
     def picked(name: str) -> list[dict]:
         text = (args.only or "").lower()

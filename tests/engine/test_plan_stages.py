@@ -276,3 +276,26 @@ def test_overlapped_tensor_parallelism_hides_behind_the_linear_gemms() -> None:
         window = plain.compute - 4 * 3 * core
         assert overlapped.tensor_parallel == (0 if hidden else pytest.approx(plain.tensor_parallel - window))
         assert plain.tensor_parallel > 0
+
+
+# --- tensor-parallel groups that straddle nodes -------------------------------------------------
+
+def test_a_tensor_group_that_straddles_two_nodes_runs_at_the_network() -> None:
+    # Megatron-LM's rank order puts tensor ranks next to each other: with TP6 on 8-GPU nodes ranks 6-11
+    # form a group across nodes 0 and 1. Its ring is as slow as its network hop, so TP6 over 48 GPUs
+    # is timed over the network, while TP4 (two groups a node) and TP6 inside one node stay on NVLink.
+    from app.accounting.plan.layout import Group, groups
+    assert groups(layout_of(tp=6, dp=8), 8)["tensor"] == Group(6, 1)
+    assert groups(layout_of(tp=4, dp=12), 8)["tensor"] == Group(4, 4)
+    assert groups(layout_of(tp=6, dp=1), 8)["tensor"] == Group(6, 6)
+    # Its collectives take what they would if every rank sat in a node of its own, on the network.
+    w = workload("gpt3-175b", gpus=48, batch=48, seq=2048)  # 96 heads: TP4 and TP6 both split them
+    lo = layout_of(tp=6, dp=8)
+    alone = replace(w, cluster=Cluster(48, 1, w.cluster.intra, w.cluster.inter))
+    assert step_time(w, lo).breakdown.tensor_parallel == pytest.approx(step_time(alone, lo).breakdown.tensor_parallel)
+    assert step_time(w, lo).breakdown.tensor_parallel > step_time(w, layout_of(tp=4, dp=12)).breakdown.tensor_parallel
+
+
+def layout_of(tp: int, dp: int, b: int = 1, m: int = 1) -> Layout:
+    return Layout(data_parallel=dp, tensor_parallel=tp, pipeline_parallel=1, expert_parallel=1, zero_stage=1,
+                  micro_batch=b, micro_batches=m, virtual_stages=1, recompute="selective", sequence_parallel=True)

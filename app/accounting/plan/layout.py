@@ -88,7 +88,7 @@ def groups(layout: Layout, gpus_per_node: int) -> dict[str, Group]:
     t, d, e, c = layout.tensor_parallel, layout.data_parallel, layout.expert_parallel, layout.context_parallel
     g = gpus_per_node
     return {
-        "tensor": Group(t, min(t, g)),
+        "tensor": tensor_group(t, g, layout.gpus),
         "context": group(c, t, g),
         "data": group(d * c, t, g),
         "expert": group(e, t * c, g),
@@ -96,6 +96,17 @@ def groups(layout: Layout, gpus_per_node: int) -> dict[str, Group]:
         # Two neighbouring stages share a node only when the whole model's ranks fit in one.
         "pipeline": Group(2, 2 if layout.gpus <= g else 1),
     }
+
+
+def tensor_group(t: int, g: int, gpus: int) -> Group:
+    """Tensor ranks are consecutive: t dividing a node of g (or a multiple of it) keeps each group in
+    whole nodes. Otherwise (3, 5, 6 or 7 on 8-GPU nodes) some groups straddle two nodes once the run
+    spans several, and the step waits for them: a ring runs at its slowest hop, so such a group is
+    timed as a ring over the network (Group(t, 1)), latency paid at every step."""
+    whole = (t <= g and g % t == 0) or (t > g and t % g == 0)
+    if whole or gpus <= g:
+        return Group(t, min(t, g))
+    return Group(t, 1)
 
 
 @lru_cache(maxsize=1024)
@@ -125,8 +136,8 @@ def refusal(cfg: TransformerConfig, *, tp: int, pp: int, dp: int, ep: int, gpus_
 
 
 REASONS = {
-    "tensor_parallel_across_nodes": "tensor parallelism would leave the node (allow it with "
-                                    "allow_tensor_parallel_across_nodes), or splits a node unevenly",
+    "tensor_parallel_across_nodes": "tensor parallelism larger than a node needs "
+                                    "allow_tensor_parallel_across_nodes, and a multiple of the node's GPUs",
     "tensor_parallel_heads": "tensor_parallel must divide n_heads, and divide n_kv_heads or be a "
                              "multiple of it",
     "pipeline_layers": "pipeline_parallel must not exceed n_layers, and a stage split must give every stage "

@@ -16,15 +16,21 @@ from app.accounting.plan.step import StepTime, Workload
 from app.accounting.records import RECORD
 
 ASSUMPTIONS = (
-    "ranks in Megatron-LM's order: tensor parallel innermost, then expert and data parallel, pipeline "
-    "stages outermost",
+    "ranks in Megatron-LM's order: tensor parallel innermost, then context, expert and data parallel, "
+    "pipeline stages outermost; a tensor group that straddles two nodes (a degree not dividing the node) "
+    "runs at the network, a ring being as fast as its slowest hop",
+    "collectives at the share of each link's line rate NCCL achieves on its kind (NVLink SHARP for an "
+    "all-reduce in a Hopper or Blackwell NVSwitch node; comm/achievable.py); a given bandwidth as achieved",
     "compute: the slowest pipeline stage's exact matmul FLOPs at peak x compute_efficiency (matmul_time flat), "
     "or each GEMM timed from its shape at the GPU's achievable matmul rate (shaped); elementwise work (norms, "
     "activations, residual adds) and the optimizer step are not counted",
-    "tensor-parallel collectives, expert all-to-alls and pipeline sends are not overlapped",
+    "tensor-parallel collectives (unless overlap_tensor_parallel), expert all-to-alls and pipeline sends are "
+    "not overlapped; a context-parallel ring hides behind the attention core, its all-gather does not",
     "data-parallel gradient reductions overlap their micro-batch's backward, parameter all-gathers its "
     "forward (overlap_data_parallel); what outlasts that compute is exposed",
-    "pipeline bubble: (p - 1) / (v m) of the pipeline's ideal time (Narayanan et al. 2021)",
+    "pipeline bubble: (p - 1) / (v m) of the pipeline's ideal time (Narayanan et al. 2021), the slowest "
+    "stage setting the pace; ZeRO-2/3 with a pipeline gather parameters once a step and reduce gradients "
+    "after the last micro-batch (torch.distributed.pipelining)",
     "routing is even: each expert-parallel rank receives its share of every token's top_k copies",
 )
 
