@@ -189,7 +189,15 @@ CALCULATORS = {c.slug: c for c in (
          Input("pipeline_parallel", "Pipeline stages"),
          Input("expert_parallel", "Expert-parallel ranks", hint="routed experts split over these ranks, "
                "inside data parallelism; 1 for a dense model"),
-         Input("gpu", "GPU", "h100-sxm", "checks the total against its memory")),
+         Input("gpu", "GPU", "h100-sxm", "checks the total against its memory"),
+         Input("first_stage_layers", "First stage's layers", hint="empty: stages differ by at most a layer",
+               more=True),
+         Input("last_stage_layers", "Last stage's layers", hint="the middle stages share the rest", more=True),
+         Input("virtual_stages", "Chunks per pipeline rank", hint="interleaved schedule", more=True),
+         Input("context_parallel", "Context-parallel ranks", hint="each keeps 1/c of every sequence", more=True),
+         Input("context_parallel_algorithm", "Context-parallel exchange", more=True),
+         Input("activation_offload", "Offload activations", hint="saved tensors in host memory", more=True),
+         Input("loss_chunks", "Loss chunks", hint="more than 1: a fused chunked cross-entropy", more=True)),
         _memory_charts, takes_model="model",
         heavy=Narrow("model", "a smaller model (fewer layers)")),
     Calculator(

@@ -59,7 +59,8 @@ def request(form: Any) -> TrainingPlanRequest:
 
 
 STACK = {"compute": "compute", "recompute": "recompute", "tensor_parallel": "tensor parallel",
-         "context_parallel": "context parallel", "expert_parallel": "expert parallel", "pipeline_p2p": "pipeline sends",
+         "context_parallel": "context parallel", "activation_offload": "activation offload",
+         "expert_parallel": "expert parallel", "pipeline_p2p": "pipeline sends",
          "pipeline_bubble": "pipeline bubble", "data_parallel": "data parallel (exposed)"}
 """A step's exposed seconds by kind (Breakdown), in the order the bar stacks them, and their names."""
 
@@ -163,6 +164,9 @@ PAGE = Calculator(
      Input("context_parallel_algorithm", "Context-parallel exchange", hint="ring (hidden behind attention) or "
            "all_gather (Llama 3)", more=True),
      Input("fp8_param_gather", "FP8 parameter gathers", hint="with an FP8 precision and ZeRO", more=True),
+     Input("activation_offload", "Offload activations", hint="saved tensors in host memory, over PCIe",
+           more=True),
+     Input("loss_chunks", "Loss chunks", hint="more than 1: a fused chunked cross-entropy", more=True),
      Input("expert_parallel", "Expert-parallel degrees", hint=LIST, is_list=True, more=True),
      Input("micro_batch", "Micro-batch sizes", hint="sequences; " + LIST, is_list=True, more=True),
      Input("overlap_tensor_parallel", "Overlap tensor parallel", hint="Megatron-LM's --tp-comm-overlap, "

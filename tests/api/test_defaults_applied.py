@@ -53,7 +53,8 @@ def test_defaults_applied_lists_each_left_out_field_with_its_value(api):
         "recompute": "selective", "data_parallel": 1, "tensor_parallel": 1, "pipeline_parallel": 1,
         "expert_parallel": 1,
         "sequence_parallel": True, "virtual_stages": 1, "gpu_overrides": None, "first_stage_layers": None,
-        "last_stage_layers": None, "context_parallel": 1, "context_parallel_algorithm": "ring"}
+        "last_stage_layers": None, "context_parallel": 1, "context_parallel_algorithm": "ring",
+        "activation_offload": False, "loss_chunks": 1}
     # A field sent with its default's value was chosen, not defaulted.
     chosen = api.ok(MEMORY, {"model": "gpt2", "recompute": "selective"})["defaults_applied"]
     assert "recompute" not in chosen and "zero_stage" in chosen

@@ -22,8 +22,8 @@ def test_the_plan_takes_the_node_and_network_from_the_catalogue(api):
     best = answer["best"][0]
     assert best["step_seconds"] == min(p["step_seconds"] for p in answer["points"] if p["fits"])
     parts = best["breakdown"]
-    exposed = sum(parts[k] for k in ("compute", "tensor_parallel", "context_parallel", "expert_parallel",
-                                     "pipeline_p2p", "pipeline_bubble", "data_parallel"))
+    exposed = sum(parts[k] for k in ("compute", "tensor_parallel", "context_parallel", "activation_offload",
+                                     "expert_parallel", "pipeline_p2p", "pipeline_bubble", "data_parallel"))
     assert best["step_seconds"] == pytest.approx(exposed)
     assert best["memory"]["total"] == best["memory_bytes"] <= 80e9
 

@@ -299,3 +299,49 @@ def test_a_tensor_group_that_straddles_two_nodes_runs_at_the_network() -> None:
 def layout_of(tp: int, dp: int, b: int = 1, m: int = 1) -> Layout:
     return Layout(data_parallel=dp, tensor_parallel=tp, pipeline_parallel=1, expert_parallel=1, zero_stage=1,
                   micro_batch=b, micro_batches=m, virtual_stages=1, recompute="selective", sequence_parallel=True)
+
+
+# --- activation offload and a chunked loss ----------------------------------------------------
+
+def test_offloaded_activations_leave_two_layers_on_the_gpu() -> None:
+    # Llama 3 8B, no recompute, 4 stages: the first holds 8 layers x 4 micro-batches. Offloaded,
+    # 2 layers' saved tensors stay on the GPU and the other 30 are in host memory.
+    kw = dict(model=LLAMA_8B, params=None, precision="bf16_mixed", optimizer="adamw", batch_size=1, seq_len=4096,
+              pipeline_parallel=4, first_stage_layers=8)
+    kept = memory.training_memory(**kw)
+    off = memory.training_memory(**kw, activation_offload=True)
+    per_layer = kept.activation_detail.per_layer_total
+    first = next(s for s in off.stages if s.stage == 0)
+    assert first.activations == 2 * per_layer  # no dropout: nothing outside the layers on the first stage
+    assert off.activation_detail.offloaded >= 6 * per_layer
+    assert off.total < kept.total
+
+
+def test_a_chunked_loss_keeps_no_whole_sequence_logits() -> None:
+    # Llama 3 8B, 4,096 tokens, one GPU: the whole-sequence loss keeps fp32 logits (4 x 128,256 bytes a
+    # token) and makes two fp32 gradients of them; in 8 chunks none is kept, one chunk's gradients are
+    # made at a time, and the head's input gradient (4,096 bf16 a token) is kept from the forward.
+    kw = dict(model=LLAMA_8B, params=None, precision="bf16_mixed", optimizer="adamw", batch_size=1, seq_len=4096)
+    whole = memory.training_memory(**kw)
+    chunked = memory.training_memory(**kw, loss_chunks=8)
+    assert whole.activations - chunked.activations == 4096 * (4 * 128256 - 2 * 4096)
+    assert chunked.transient == 2 * 4 * 4096 * 128256 // 8
+    assert whole.transient == 2 * 4 * 4096 * 128256
+
+
+def test_offload_copies_over_pcie_show_when_they_outlast_compute() -> None:
+    # One GPU, full-width Llama 3 8B, no recompute: each micro-batch's 32 layers of saved tensors go out
+    # and back over a link 10,000 times slower than PCIe 5, so each copy outlasts its pass.
+    lo = Layout(data_parallel=1, tensor_parallel=1, pipeline_parallel=1, expert_parallel=1, zero_stage=0,
+                micro_batch=1, micro_batches=2, virtual_stages=1, recompute="none", sequence_parallel=False)
+    w = replace(workload("llama3-8b", gpus=1, batch=2, seq=2048), cluster=Cluster(1, 1, Link(1.0, 0.0), None),
+                activation_offload=True, pcie_bytes_per_sec=64e9 / 1e4)
+    st = step_time(w, lo)
+    copy = 32 * st.memory.activation_detail.per_layer_total / (64e9 / 1e4)
+    fwd = st.breakdown.compute / 2 / 3  # a micro-batch's forward: a third of its compute
+    assert st.breakdown.activation_offload == pytest.approx(2 * ((copy - fwd) + (copy - 2 * fwd)))
+    # Over PCIe 5 (64 GB/s) with full recompute only each layer's 8 KiB-a-token input moves: it hides.
+    # Without recompute, 8B's saved tensors per token outrun its compute per token, and show.
+    pcie = replace(w, pcie_bytes_per_sec=64e9)
+    assert step_time(pcie, replace(lo, recompute="full")).breakdown.activation_offload == 0
+    assert 0 < step_time(pcie, lo).breakdown.activation_offload < st.breakdown.activation_offload

@@ -52,6 +52,8 @@ class Breakdown:
     tensor_parallel: float
     context_parallel: float
     """Exposed: the K/V exchange the attention core does not hide."""
+    activation_offload: float
+    """Exposed: the copies of saved tensors to and from host memory that outlast their pass's compute."""
     expert_parallel: float
     pipeline_p2p: float
     pipeline_bubble: float
@@ -123,6 +125,10 @@ class Workload:
     fp8_peak_flop_per_sec: float | None = None
     """With an FP8 recipe: the peak its decoder layers' linear GEMMs run at (training/fp8.py)."""
     fp8_param_gather: bool = False
+    activation_offload: bool = False
+    loss_chunks: int = 1
+    pcie_bytes_per_sec: float | None = None
+    """With activation_offload: the host link the saved tensors cross, per direction."""
     overlap_tensor_parallel: bool = False
     """Tensor-parallel collectives overlap the GEMMs they feed (Megatron-LM's --tp-comm-overlap with
     Transformer Engine's userbuffers; torchtitan's async tensor parallelism): what outlasts the
@@ -260,11 +266,16 @@ def step_time(w: Workload, layout: Layout, mem: memory.TrainingMemory | None = N
         link = w.cluster.intra if place["pipeline"].per_node == 2 else w.cluster.inter
         assert link is not None  # the search refuses a multi-node layout without a network
         p2p_mb = 2 * v * (link.latency_s + p2p_bytes / _p2p_bytes_per_sec(link, network=link is w.cluster.inter))
-    ideal = m * (fwd_t + bwd_t + tp_mb + cp_mb + ep_mb + p2p_mb)
-    bubble = (pp - 1) / (v * m) * ideal
-
     if mem is None:
         mem = memory_of(w, lo)
+    off_mb = 0.0
+    if w.activation_offload and mem.activation_detail is not None and w.pcie_bytes_per_sec:
+        # Each layer's saved tensors out over PCIe in forward and back in backward, beside that pass's compute.
+        copy = layers * mem.activation_detail.per_layer_total / w.pcie_bytes_per_sec
+        off_mb = _exposed(copy, fwd_t) + _exposed(copy, bwd_t)
+    ideal = m * (fwd_t + bwd_t + tp_mb + cp_mb + ep_mb + p2p_mb + off_mb)
+    bubble = (pp - 1) / (v * m) * ideal
+
     dense = mem.params_per_gpu - mem.expert_params_per_gpu
 
     def dp(params: int, g: Group) -> dict[str, float] | None:
@@ -287,6 +298,7 @@ def step_time(w: Workload, layout: Layout, mem: memory.TrainingMemory | None = N
 
     breakdown = Breakdown(
         compute=m * (fwd_t + bwd_t), recompute=m * redo_t, tensor_parallel=m * tp_mb, context_parallel=m * cp_mb,
+        activation_offload=m * off_mb,
         expert_parallel=m * ep_mb, pipeline_p2p=m * p2p_mb, pipeline_bubble=bubble,
         data_parallel=dp_exposed, data_parallel_total=dp_total)
     step = ideal + bubble + dp_exposed
@@ -334,6 +346,7 @@ def memory_of(w: Workload, lo: Layout) -> memory.TrainingMemory:
         tensor_parallel=lo.tensor_parallel, pipeline_parallel=lo.pipeline_parallel,
         sequence_parallel=lo.sequence_parallel, expert_parallel=lo.expert_parallel, gpu=w.gpu,
         virtual_stages=lo.virtual_stages, context_parallel=lo.context_parallel,
+        activation_offload=w.activation_offload, loss_chunks=w.loss_chunks,
         context_parallel_algorithm=w.context_parallel_algorithm,
         first_stage_layers=lo.pipeline_split[0] if lo.pipeline_split else None,
         last_stage_layers=lo.pipeline_split[-1] if lo.pipeline_split else None)

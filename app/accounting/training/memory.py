@@ -82,6 +82,8 @@ class ActivationDetail:
     dense_layer_total: int = 0
     dense_layers_held: int = 0
     """Dense-layer x micro-batch pairs resident, counted as layers_held is."""
+    offloaded: int = 0
+    """With activation_offload: the layers' saved tensors held in host memory instead (not in total)."""
 
     __pydantic_config__ = RECORD
 
@@ -137,8 +139,22 @@ def in_flight_layers(layers: int, index: int, *, pp: int, v: int) -> int:
     return math.ceil(layers * (2 * (pp - index - 1) + (v - 1) * pp + 1) / v)
 
 
+OFFLOAD_LAYERS_ON_GPU = 2
+"""Layers whose saved tensors stay on the GPU under activation offloading: the one computing and the one
+in transfer (Megatron-LM's --cpu-offloading keeps a window of layers; torchtune's OffloadActivations
+copies each saved tensor out on a side stream and back one layer ahead in backward)."""
+LOSS_CHUNKS_NOTE = ("loss_chunks {n}: the LM head and loss run chunk by chunk inside the forward pass, each "
+                    "chunk's logits and their gradient made and freed at once and the head's input gradient "
+                    "kept (a fused linear cross-entropy: Liger-Kernel's LigerFusedLinearCrossEntropyLoss, "
+                    "Unsloth's fused loss), so no whole-sequence fp32 logits are held")
+OFFLOAD_NOTE = ("activation_offload: each layer's saved tensors go to host memory as forward moves on and come "
+                "back a layer ahead in backward, 2 layers' kept on the GPU (Megatron-LM's --cpu-offloading, "
+                "torchtune's OffloadActivations); activation_detail.offloaded is what the host holds")
+
+
 def _stage_activations(cfg: TransformerConfig, plan: _Plan, stage: PipeStage, *, s: int, b: int,
-                       act_bytes: int, tp: int, pp: int, sp: bool, v: int = 1) -> ActivationDetail:
+                       act_bytes: int, tp: int, pp: int, sp: bool, v: int = 1, offload: bool = False,
+                       loss_chunks: int = 1) -> ActivationDetail:
     def size(items: tuple) -> dict[str, int]:
         return act.sized(items, s=s, b=b, t=tp, sequence_parallel=sp)
 
@@ -151,18 +167,29 @@ def _stage_activations(cfg: TransformerConfig, plan: _Plan, stage: PipeStage, *,
         outside |= {k: n * in_flight for k, n in size(plan.embedding).items()}
     if stage.kind in ("only", "last"):
         outside |= size(plan.head)
+        if loss_chunks > 1:  # no whole-sequence logits: the head's input gradient, made in the forward
+            del outside["head/logits_fp32"]
+            outside["head/input_gradient"] = outside["head/lm_head_input"]
     dense_layer = size(plan.dense_layer) if plan.routes else None
     layer_total, dense_total = sum(layer.values()), sum((dense_layer or {}).values())
+    offloaded = 0
+    if offload:
+        kept = min(held + dense_held, OFFLOAD_LAYERS_ON_GPU)
+        kept_dense = min(dense_held, max(0, kept - held))
+        kept_routed = kept - kept_dense
+        offloaded = layer_total * (held - kept_routed) + dense_total * (dense_held - kept_dense)
+        held, dense_held = kept_routed, kept_dense
     return ActivationDetail(
         bytes_per_element=act_bytes, per_layer=layer, per_layer_total=layer_total, layers_held=held,
         outside_layers=outside, dense_layer=dense_layer, dense_layer_total=dense_total,
         dense_layers_held=dense_held,
-        total=layer_total * held + dense_total * dense_held + sum(outside.values()))
+        total=layer_total * held + dense_total * dense_held + sum(outside.values()), offloaded=offloaded)
 
 
-def _loss_gradients(cfg: TransformerConfig, stage: Stage, *, s: int, b: int, t: int) -> int:
-    """fp32 d(loss)/d(log-probs) and d(loss)/d(logits), both s x b x vocab / t, on the last stage."""
-    return math.ceil(2 * 4 * s * b * cfg.vocab_size / t) if stage in ("only", "last") else 0
+def _loss_gradients(cfg: TransformerConfig, stage: Stage, *, s: int, b: int, t: int, chunks: int = 1) -> int:
+    """fp32 d(loss)/d(log-probs) and d(loss)/d(logits), both s x b x vocab / t, on the last stage; one
+    chunk's of `chunks` under a chunked loss."""
+    return math.ceil(2 * 4 * s * b * cfg.vocab_size / (t * chunks)) if stage in ("only", "last") else 0
 
 
 def matmul_share(cfg: TransformerConfig) -> float:
@@ -302,7 +329,8 @@ def training_memory(
     gpu: Accelerator | None = None, virtual_stages: int = 1, fused_optimizer: bool | None = None,
     largest_param: int | None = None, first_stage_layers: int | None = None,
     last_stage_layers: int | None = None, context_parallel: int = 1,
-    context_parallel_algorithm: context.Algorithm = "ring",
+    context_parallel_algorithm: context.Algorithm = "ring", activation_offload: bool = False,
+    loss_chunks: int = 1,
 ) -> TrainingMemory:
     """Per-GPU training memory at the step's peak (phases.py). Give `model` (a config) or `params`
     (a bare count). virtual_stages: model chunks per pipeline rank (the interleaved schedule's v).
@@ -325,6 +353,13 @@ def training_memory(
                            "pipeline_parallel > 1 and virtual_stages dividing each stage's layers (or, with "
                            "the embedding and the loss counted as a layer of the first and the last stage, "
                            "each stage's slots: Megatron-LM)")
+    if (activation_offload or loss_chunks > 1) and model is None:
+        raise InvalidInput("activation_offload" if activation_offload else "loss_chunks",
+                           "applies to activations, which need the model's shape, not a bare parameter count")
+    if loss_chunks > 1:
+        assumptions.append(LOSS_CHUNKS_NOTE.format(n=loss_chunks))
+    if activation_offload:
+        assumptions.append(OFFLOAD_NOTE)
     if cp > 1:
         seq_len = context.local_tokens(seq_len, cp, model)
         assumptions.append(context.NOTE.format(cp=cp))
@@ -372,12 +407,12 @@ def training_memory(
             states = [v + math.ceil(n_exp * x / de) for v, x, (_, de) in zip(states, kinds, div, strict=True)]
         detail = None if model is None else _stage_activations(
             model, plan, stage, s=seq_len, b=batch_size, act_bytes=width.activation, tp=tp, pp=pp,
-            sp=sequence_parallel, v=virtual_stages)
+            sp=sequence_parallel, v=virtual_stages, offload=activation_offload, loss_chunks=loss_chunks)
         parts = dict(zip(phases.PARTS[:4], states, strict=True))
         parts |= {"weight_copies": math.ceil(n * width.weight_copy * share + n_exp * width.weight_copy),
                   "activations": detail.total if detail else 0,
                   "transient": 0 if model is None else _loss_gradients(model, stage.kind, s=seq_len,
-                                                                         b=batch_size, t=tp)
+                                                                         b=batch_size, t=tp, chunks=loss_chunks)
                   + (context.gathered_kv_bytes(model, seq_len, batch_size, cp, tp, width.activation,
                                               context_parallel_algorithm) if cp > 1
                      else 0),

@@ -62,6 +62,14 @@ class TrainingMemoryRequest(Input):
         "ring", description="How context-parallel ranks exchange keys and values: ring (Megatron-LM's p2p: one "
                             "chunk arriving at a time) or all_gather (Llama 3: the whole sequence's K and V "
                             "of one layer gathered).")
+    activation_offload: bool = Field(
+        False, description="Each layer's saved tensors go to host memory and come back a layer ahead in backward, "
+                           "2 layers' kept on the GPU (Megatron-LM's --cpu-offloading, torchtune's "
+                           "OffloadActivations); activation_detail.offloaded is what the host holds.")
+    loss_chunks: count(1, 4096) = Field(
+        1, description="1: the whole sequence's fp32 logits are kept for the loss. More: a fused linear "
+                       "cross-entropy in that many chunks (Liger-Kernel's, Unsloth's): one chunk's logits and "
+                       "gradients at a time, no whole-sequence logits kept.")
     gpu: GpuRef | None = Field(None, description="Check the total against this GPU's memory.")
     gpu_overrides: GpuOverridesIn | None = None  # type: ignore[valid-type]
 
@@ -92,7 +100,8 @@ def training(body: TrainingMemoryRequest) -> memory.TrainingMemory:
         sequence_parallel=body.sequence_parallel, expert_parallel=body.expert_parallel, gpu=gpu,
         virtual_stages=body.virtual_stages, first_stage_layers=body.first_stage_layers,
         last_stage_layers=body.last_stage_layers, context_parallel=body.context_parallel,
-        context_parallel_algorithm=body.context_parallel_algorithm)
+        context_parallel_algorithm=body.context_parallel_algorithm, activation_offload=body.activation_offload,
+        loss_chunks=body.loss_chunks)
 
 
 def max_model(body: MaxModelRequest) -> memory.MaxModel:

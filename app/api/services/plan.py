@@ -102,6 +102,12 @@ class TrainingPlanRequest(EnergyInputs):
         "ring", description="How context-parallel ranks exchange keys and values: ring (Megatron-LM's p2p, hidden "
                             "behind the attention core) or all_gather (Llama 3: gathered before attention, "
                             "exposed).")
+    activation_offload: bool = Field(
+        False, description="As the training memory calculator's: layers' saved tensors in host memory, their "
+                           "copies out and back over PCIe overlapping the micro-batch's compute (what outlasts "
+                           "it is exposed).")
+    loss_chunks: count(1, 4096) = Field(
+        1, description="As the training memory calculator's: a fused linear cross-entropy in this many chunks.")
     overlap_tensor_parallel: bool = Field(
         False, description="Tensor-parallel collectives overlap the GEMMs they feed (Megatron-LM's --tp-comm-overlap, "
                            "torchtitan's async tensor parallelism); false: on the critical path, Megatron-LM's "
@@ -126,6 +132,15 @@ class TrainingPlanRequest(EnergyInputs):
     price_per_gpu_hour: number(ge=0, le=1e6) | None = Field(
         None, description="Price of one GPU-hour in `currency`, for the run's cost (with training_tokens).")
     currency: Currency = Field("USD", description="ISO 4217 code of the price, echoed, never converted.")
+
+
+def _pcie(acc) -> float:
+    """The host link activation offloading copies over: the catalogue row's PCIe, per direction."""
+    bw = acc.interconnect.pcie_bytes_per_sec if acc.interconnect else None
+    if bw is None:
+        raise InvalidInput("activation_offload", f"{acc.id} has no PCIe figure in the catalogue to copy "
+                                                 "activations over")
+    return bw
 
 
 def plan_training(body: TrainingPlanRequest, here: Here | None = None) -> training.TrainingPlan:
@@ -160,6 +175,8 @@ def plan_training(body: TrainingPlanRequest, here: Here | None = None) -> traini
                  overlap_data_parallel=body.overlap_data_parallel,
                  context_parallel_algorithm=body.context_parallel_algorithm, fp8_peak_flop_per_sec=fp8_peak,
                  fp8_param_gather=body.fp8_param_gather, overlap_tensor_parallel=body.overlap_tensor_parallel,
+                 activation_offload=body.activation_offload, loss_chunks=body.loss_chunks,
+                 pcie_bytes_per_sec=_pcie(acc) if body.activation_offload else None,
                  matmul=matmul.device(acc, memory.PEAK_DTYPE[body.precision], field="precision") if shaped else None,
                  fp8_matmul=matmul.device(acc, "float8_e4m3fn", field="precision") if shaped and fp8_peak else None)
     plan = training.plan(w, body.limits.to_engine(), top_k=body.top_k, points=body.include_points,
