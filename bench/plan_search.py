@@ -16,7 +16,7 @@ from fastapi.testclient import TestClient
 
 from app.accounting import matmul
 from app.accounting.plan import layout, step
-from app.accounting.training import memory, sharding
+from app.accounting.training import sharding, stages
 from app.api.services.plan import TrainingPlanRequest, plan_training
 from app.main import create_app
 
@@ -28,7 +28,7 @@ CASES = {
 }
 TARGET_S = 1.0
 # What the engine keeps between calls: a first search in a fresh process pays all their misses.
-CACHES = (step._seconds, step._per_sequence, layout.refusal, memory._plan, sharding._layer_on_gpu,
+CACHES = (step._seconds, step._per_sequence, layout.refusal, stages.plan_of, sharding._layer_on_gpu,
           matmul.step_matmul)
 
 

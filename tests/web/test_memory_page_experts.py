@@ -29,8 +29,10 @@ def test_expert_parallel_splits_the_experts_on_the_page_as_in_the_api(api):
 
 
 def test_deepseek_shows_its_dense_layers_beside_its_moe_layers(api):
+    # Ten layers on the first of 8 stages (its 3 dense ones among them) for 8 micro-batches: the
+    # busiest stage, whose activations the page itemizes, holds dense layers beside routed ones.
     page = _page(api, "model=deepseek-v3&data_parallel=64&expert_parallel=64&tensor_parallel=8"
-                      "&pipeline_parallel=8&seq_len=4096")
+                      "&pipeline_parallel=8&seq_len=4096&first_stage_layers=10")
     assert "dense layer, bytes" in page
     assert "attention/latent" in page
 

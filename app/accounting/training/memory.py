@@ -6,24 +6,23 @@ Model-state bytes per parameter are states.py's (the ZeRO paper's accounting); Z
 shards optimizer state and master weights over data-parallel ranks, stage 2 also gradients,
 stage 3 also parameters. How parameters split over tensor, pipeline and expert-parallel
 ranks, layer by layer, is sharding.py's; routed experts' states shard over data_parallel /
-expert_parallel ranks, the rest over data_parallel. Activations are activations.py's. The
+expert_parallel ranks, the rest over data_parallel (data x context with context parallelism).
+Each stage's activations are stages.py's, over activations.py's saved tensors. The
 total is the largest of the step's phases (phases.py): the start of backward, the LM head's
 weight gradient, the end of backward, the optimizer step.
 """
 
 import math
 from dataclasses import dataclass
-from functools import lru_cache
-from typing import NamedTuple
 
-from app.accounting import blocks
 from app.accounting.errors import InvalidInput
 from app.accounting.hardware import Accelerator
 from app.accounting.models import TransformerConfig, count_params
 from app.accounting.records import RECORD
 from app.accounting.training import activations as act
 from app.accounting.training import context, fp8
-from app.accounting.training import phases
+from app.accounting.training import phases, stages
+from app.accounting.training.stages import ActivationDetail, in_flight_layers
 from app.accounting.training.sharding import (
     PipeStage,
     Stage,
@@ -31,8 +30,6 @@ from app.accounting.training.sharding import (
     interleaves,
     kv_replicas,
     split_layers,
-    stage_layers,
-    stage_params,
 )
 from app.accounting.training.states import (
     BLOCKWISE_8BIT_BLOCK,
@@ -57,139 +54,6 @@ __all__ = ["BLOCKWISE_8BIT_BLOCK", "OPTIMIZER_STATES", "PEAK_DTYPE", "PRECISIONS
            "optimizer_bytes_per_param", "state_bytes_per_param", "ActivationDetail", "TrainingMemory",
            "training_memory", "matmul_share", "in_flight_layers"]
 # (states.py's names are re-exported: callers have always imported them from here.)
-
-
-@dataclass(slots=True)
-class ActivationDetail:
-    """Activation bytes on one GPU of the reported pipeline stage."""
-
-    bytes_per_element: int
-    per_layer: dict[str, int]
-    """Bytes one layer keeps per micro-batch, by saved tensor: in a model with experts, a
-    mixture-of-experts layer (its dense layers are in dense_layer)."""
-    per_layer_total: int
-    layers_held: int
-    """Layer x micro-batch pairs of that kind resident: layers on the stage x micro-batches
-    in flight (1F1B keeps pipeline_parallel micro-batches in flight on the first stage)."""
-    outside_layers: dict[str, int]
-    """Embedding dropout mask (first stage) and final norm, LM head input and fp32 logits
-    (last stage)."""
-    total: int
-    """per_layer_total x layers_held + dense_layer_total x dense_layers_held + outside_layers."""
-    dense_layer: dict[str, int] | None = None
-    """A model with experts: what one of its dense-MLP layers keeps (first_dense_layers,
-    moe_every, mlp_only_layers); null for a dense model, whose layers are per_layer."""
-    dense_layer_total: int = 0
-    dense_layers_held: int = 0
-    """Dense-layer x micro-batch pairs resident, counted as layers_held is."""
-    offloaded: int = 0
-    """With activation_offload: the layers' saved tensors held in host memory instead (not in total)."""
-
-    __pydantic_config__ = RECORD
-
-
-class _Plan(NamedTuple):
-    """What a request's memory depends on besides s and b, derived once per config."""
-
-    params: int
-    stage_params: tuple[tuple[PipeStage, int, int], ...]
-    stage_moe_layers: dict[int, tuple[int, int]]
-    """Per stage: (dense layers, mixture-of-experts layers) it holds."""
-    routes: bool
-    """Some layer routes to experts: `layer` is such a layer, `dense_layer` the others."""
-    layer: tuple
-    """The saved tensors of a mixture-of-experts layer, or of every layer of a dense model."""
-    dense_layer: tuple
-    embedding: tuple
-    head: tuple
-
-
-@lru_cache(maxsize=1024)
-def _plan(cfg: TransformerConfig, tp: int, pp: int, ep: int, precision: str,
-          recompute: act.TrainRecompute, split: tuple[int, ...] | None = None) -> _Plan:
-    p = PRECISIONS[precision]
-    layers = blocks.layers(cfg)
-    stages = stage_layers(cfg, pp, split)
-    moe_of = {st.index: sum(layers[i].mlp.routes for i in st.layers) for st in stages}
-    counts = {st.index: (len(st.layers) - moe_of[st.index], moe_of[st.index]) for st in stages}
-    # Windows change no saved tensor: one layer of each MLP kind stands for its kind (a model whose
-    # every layer routes still reports what a dense one would keep, held by none).
-    routed = next((layer for layer in layers if layer.mlp.routes), None)
-    dense = next((layer for layer in layers if not layer.mlp.routes), None)
-    if dense is None:
-        dense = blocks.Layer(layers[0].attention, blocks.dense_mlp(cfg))
-
-    def recipe(layer: blocks.Layer) -> tuple:
-        return act.layer_recipe(layer, p.activation, recompute, p.residual, tp=tp, linear_input_bytes=p.linear_input)
-
-    return _Plan(count_params(cfg).total, stage_params(cfg, tp, pp, ep, split), counts, routed is not None,
-                 recipe(routed or dense), recipe(dense) if routed else (), act.embedding_recipe(cfg),
-                 act.head_recipe(cfg, p.activation, p.residual))
-
-
-def in_flight_layers(layers: int, index: int, *, pp: int, v: int) -> int:
-    """Layer x micro-batch pairs the GPU of stage `index` (0 first) holds at its peak. 1F1B keeps
-    pp - index micro-batches in flight there (its warm-up forwards and the one in progress);
-    Megatron-LM's interleaved schedule, v chunks of layers / v each, keeps its warm-up,
-    2(pp - index - 1) + (v - 1) pp chunks (megatron/core/pipeline_parallel/schedules.py), plus the
-    one in progress: on the first stage layers x pp x (1 + (pp - 1) / (pp v)), the factor of
-    Korthikanti et al. 2022, section 4.2.3."""
-    if v == 1:
-        return layers * (pp - index)
-    return math.ceil(layers * (2 * (pp - index - 1) + (v - 1) * pp + 1) / v)
-
-
-OFFLOAD_LAYERS_ON_GPU = 2
-"""Layers whose saved tensors stay on the GPU under activation offloading: the one computing and the one
-in transfer (Megatron-LM's --cpu-offloading keeps a window of layers; torchtune's OffloadActivations
-copies each saved tensor out on a side stream and back one layer ahead in backward)."""
-LOSS_CHUNKS_NOTE = ("loss_chunks {n}: the LM head and loss run chunk by chunk inside the forward pass, each "
-                    "chunk's logits and their gradient made and freed at once and the head's input gradient "
-                    "kept (a fused linear cross-entropy: Liger-Kernel's LigerFusedLinearCrossEntropyLoss, "
-                    "Unsloth's fused loss), so no whole-sequence fp32 logits are held")
-OFFLOAD_NOTE = ("activation_offload: each layer's saved tensors go to host memory as forward moves on and come "
-                "back a layer ahead in backward, 2 layers' kept on the GPU (Megatron-LM's --cpu-offloading, "
-                "torchtune's OffloadActivations); activation_detail.offloaded is what the host holds")
-
-
-def _stage_activations(cfg: TransformerConfig, plan: _Plan, stage: PipeStage, *, s: int, b: int,
-                       act_bytes: int, tp: int, pp: int, sp: bool, v: int = 1, offload: bool = False,
-                       loss_chunks: int = 1) -> ActivationDetail:
-    def size(items: tuple) -> dict[str, int]:
-        return act.sized(items, s=s, b=b, t=tp, sequence_parallel=sp)
-
-    in_flight = pp - stage.index
-    dense, moe = (in_flight_layers(n, stage.index, pp=pp, v=v) for n in plan.stage_moe_layers[stage.index])
-    held, dense_held = (moe, dense) if plan.routes else (dense, 0)
-    layer = size(plan.layer)
-    outside: dict[str, int] = {}
-    if stage.kind in ("only", "first"):
-        outside |= {k: n * in_flight for k, n in size(plan.embedding).items()}
-    if stage.kind in ("only", "last"):
-        outside |= size(plan.head)
-        if loss_chunks > 1:  # no whole-sequence logits: the head's input gradient, made in the forward
-            del outside["head/logits_fp32"]
-            outside["head/input_gradient"] = outside["head/lm_head_input"]
-    dense_layer = size(plan.dense_layer) if plan.routes else None
-    layer_total, dense_total = sum(layer.values()), sum((dense_layer or {}).values())
-    offloaded = 0
-    if offload:
-        kept = min(held + dense_held, OFFLOAD_LAYERS_ON_GPU)
-        kept_dense = min(dense_held, max(0, kept - held))
-        kept_routed = kept - kept_dense
-        offloaded = layer_total * (held - kept_routed) + dense_total * (dense_held - kept_dense)
-        held, dense_held = kept_routed, kept_dense
-    return ActivationDetail(
-        bytes_per_element=act_bytes, per_layer=layer, per_layer_total=layer_total, layers_held=held,
-        outside_layers=outside, dense_layer=dense_layer, dense_layer_total=dense_total,
-        dense_layers_held=dense_held,
-        total=layer_total * held + dense_total * dense_held + sum(outside.values()), offloaded=offloaded)
-
-
-def _loss_gradients(cfg: TransformerConfig, stage: Stage, *, s: int, b: int, t: int, chunks: int = 1) -> int:
-    """fp32 d(loss)/d(log-probs) and d(loss)/d(logits), both s x b x vocab / t, on the last stage; one
-    chunk's of `chunks` under a chunked loss."""
-    return math.ceil(2 * 4 * s * b * cfg.vocab_size / (t * chunks)) if stage in ("only", "last") else 0
 
 
 def matmul_share(cfg: TransformerConfig) -> float:
@@ -357,9 +221,9 @@ def training_memory(
         raise InvalidInput("activation_offload" if activation_offload else "loss_chunks",
                            "applies to activations, which need the model's shape, not a bare parameter count")
     if loss_chunks > 1:
-        assumptions.append(LOSS_CHUNKS_NOTE.format(n=loss_chunks))
+        assumptions.append(stages.LOSS_CHUNKS_NOTE.format(n=loss_chunks))
     if activation_offload:
-        assumptions.append(OFFLOAD_NOTE)
+        assumptions.append(stages.OFFLOAD_NOTE)
     if cp > 1:
         seq_len = context.local_tokens(seq_len, cp, model)
         assumptions.append(context.NOTE.format(cp=cp))
@@ -369,12 +233,12 @@ def training_memory(
                                "learned positions")
         if pp > 1 and len(set(split)) > 1:
             assumptions.append("pipeline stages hold " + ", ".join(map(str, split)) + " layers, first to last")
-        plan = _plan(model, tp, pp, ep, precision, recompute, split)
-        n_params, stages = plan.params, plan.stage_params
+        plan = stages.plan_of(model, tp, pp, ep, precision, recompute, split)
+        n_params, by_stage = plan.params, plan.stage_params
         assumptions += _model_notes(model, tp=tp, dp=dp, ep=ep, zero_stage=zero_stage)
     else:
         n_params = params
-        stages = ((PipeStage("only", 0, range(0)), math.ceil(params / (tp * pp)), 0),)
+        by_stage = ((PipeStage("only", 0, range(0)), math.ceil(params / (tp * pp)), 0),)
         assumptions.append("a bare parameter count is split evenly over tensor and pipeline "
                            "ranks; activations need the model's shape and are not counted")
     if zero_stage and dp * cp == 1:
@@ -401,17 +265,17 @@ def training_memory(
     fused = optimizer in phases.FUSED if fused_optimizer is None else fused_optimizer
 
     best, per_stage = None, []
-    for stage, n, n_exp in stages:  # one stage, or the first, middles and last
+    for stage, n, n_exp in by_stage:  # one stage, or the first, middles and last
         states = [math.ceil(n * x / d) for x, (d, _) in zip(kinds, div, strict=True)]
         if n_exp:
             states = [v + math.ceil(n_exp * x / de) for v, x, (_, de) in zip(states, kinds, div, strict=True)]
-        detail = None if model is None else _stage_activations(
+        detail = None if model is None else stages.stage_activations(
             model, plan, stage, s=seq_len, b=batch_size, act_bytes=width.activation, tp=tp, pp=pp,
             sp=sequence_parallel, v=virtual_stages, offload=activation_offload, loss_chunks=loss_chunks)
         parts = dict(zip(phases.PARTS[:4], states, strict=True))
         parts |= {"weight_copies": math.ceil(n * width.weight_copy * share + n_exp * width.weight_copy),
                   "activations": detail.total if detail else 0,
-                  "transient": 0 if model is None else _loss_gradients(model, stage.kind, s=seq_len,
+                  "transient": 0 if model is None else stages.loss_gradients(model, stage.kind, s=seq_len,
                                                                          b=batch_size, t=tp, chunks=loss_chunks)
                   + (context.gathered_kv_bytes(model, seq_len, batch_size, cp, tp, width.activation,
                                               context_parallel_algorithm) if cp > 1

@@ -132,7 +132,7 @@ def fitting_setup(body: ServingRequest) -> Setup:
 @lru_cache(maxsize=64)  # x Setup.memo's 256 entries bounds what a stream of odd requests can hold
 def _deployment(*fields: Any) -> Setup:
     """One Setup per deployment, so its weights, workspace and cache budget are worked out once
-    while a user varies the prompt, output and concurrency (as memory._plan is per layout)."""
+    while a user varies the prompt, output and concurrency (as training/stages.plan_of is per layout)."""
     return Setup(*fields)
 
 
