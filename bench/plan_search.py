@@ -28,7 +28,7 @@ CASES = {
 }
 TARGET_S = 1.0
 # What the engine keeps between calls: a first search in a fresh process pays all their misses.
-CACHES = (step._seconds, step._per_sequence, layout.refusal, stages.plan_of, sharding._layer_on_gpu,
+CACHES = (step._seconds, step._per_sequence, layout.refusal, stages.plan_of, sharding.layer_on_gpu,
           matmul.step_matmul)
 
 

@@ -345,3 +345,15 @@ def test_offload_copies_over_pcie_show_when_they_outlast_compute() -> None:
     pcie = replace(w, pcie_bytes_per_sec=64e9)
     assert step_time(pcie, replace(lo, recompute="full")).breakdown.activation_offload == 0
     assert 0 < step_time(pcie, lo).breakdown.activation_offload < st.breakdown.activation_offload
+
+
+def test_fsdp_casts_a_layer_at_a_time_to_fp8() -> None:
+    # Llama 3 8B over 8 ranks with ZeRO-3 and no pipeline: FSDP gathers one decoder layer at a time
+    # (and prefetches the next), so FP8 copies of 2 layers exist: 2 x 2 bytes x one layer's linear
+    # weights (q and o 4,096^2, k and v 4,096 x 1,024, gate, up and down 4,096 x 14,336) plus its two
+    # norms (4,096 each); ZeRO-1 keeps the whole model's (Transformer Engine's per-step cache).
+    layer = 2 * 4096 * 4096 + 2 * 4096 * 1024 + 3 * 4096 * 14336 + 2 * 4096
+    kw = dict(model=LLAMA_8B, params=None, precision="fp8_delayed", optimizer="adamw", batch_size=1,
+              seq_len=4096, data_parallel=8)
+    assert memory.training_memory(**kw, zero_stage=3).weight_copies == 2 * 2 * layer
+    assert memory.training_memory(**kw, zero_stage=1).weight_copies == pytest.approx(2 * LINEAR_8B, rel=1e-6)

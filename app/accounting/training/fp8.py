@@ -39,6 +39,15 @@ NOTE = ("{recipe}: the decoder layers' linear GEMMs at the float8 peak, the atte
         "report, section 3.3)")
 
 
+FSDP_LAYERS_CAST = 2
+"""Layers whose FP8 weight casts exist at once under ZeRO-3 with no pipeline: the one computing and the
+one prefetched."""
+FSDP_NOTE = ("ZeRO-3 (FSDP) with an FP8 recipe: weights are gathered a layer at a time and cast there (torchao's "
+             "Float8Linear keeps the high-precision weight for backward, which FSDP gathers again; with "
+             "enable_fsdp_float8_all_gather the gathered weight is FP8 already), so FP8 copies of 2 layers "
+             "exist at once, not of the whole model")
+
+
 def is_fp8(precision: str) -> bool:
     return precision in RECIPES
 

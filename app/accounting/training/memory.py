@@ -15,13 +15,14 @@ weight gradient, the end of backward, the optimizer step.
 import math
 from dataclasses import dataclass
 
+from app.accounting import blocks
 from app.accounting.errors import InvalidInput
 from app.accounting.hardware import Accelerator
 from app.accounting.models import TransformerConfig, count_params
 from app.accounting.records import RECORD
 from app.accounting.training import activations as act
 from app.accounting.training import context, fp8
-from app.accounting.training import phases, stages
+from app.accounting.training import phases, sharding, stages
 from app.accounting.training.stages import ActivationDetail, in_flight_layers
 from app.accounting.training.sharding import (
     PipeStage,
@@ -79,6 +80,11 @@ def _model_notes(model: TransformerConfig, *, tp: int, dp: int, ep: int, zero_st
             notes.append("every data-parallel rank of an expert group holds different experts: ZeRO "
                          "saves nothing on routed-expert states")
     return notes
+
+
+def _layer_params(cfg: TransformerConfig, tp: int, ep: int) -> int:
+    """Parameters one GPU holds of the model's largest layer, routed experts included."""
+    return max(sum(sharding.layer_on_gpu(layer, tp, ep)) for layer, _ in blocks.distinct(cfg))
 
 
 def _largest(cfg: TransformerConfig, stage: PipeStage, tp: int, ep: int) -> int:
@@ -255,6 +261,10 @@ def training_memory(
     share = 1.0 if model is None else fp8.linear_share(model) if fp8.is_fp8(precision) else matmul_share(model)
     if fp8.is_fp8(precision):
         assumptions.append(fp8.NOTE.format(recipe=precision))
+    # ZeRO-3 with no pipeline gathers one layer at a time: an FP8 cast exists for the gathered layers only.
+    fsdp_fp8 = fp8.is_fp8(precision) and zero_stage >= 3 and pp == 1 and dp * cp > 1 and model is not None
+    if fsdp_fp8:
+        assumptions.append(fp8.FSDP_NOTE)
     # ZeRO stage k divides these model states over the data-parallel ranks; routed experts'
     # over the data-parallel ranks that hold the same experts, dp / ep (Megatron-LM's expert
     # data-parallel group, DeepSpeed-MoE's expert data parallelism).
@@ -273,7 +283,8 @@ def training_memory(
             model, plan, stage, s=seq_len, b=batch_size, act_bytes=width.activation, tp=tp, pp=pp,
             sp=sequence_parallel, v=virtual_stages, offload=activation_offload, loss_chunks=loss_chunks)
         parts = dict(zip(phases.PARTS[:4], states, strict=True))
-        parts |= {"weight_copies": math.ceil(n * width.weight_copy * share + n_exp * width.weight_copy),
+        copied = (n * share + n_exp) if not fsdp_fp8 else fp8.FSDP_LAYERS_CAST * _layer_params(model, tp, ep)
+        parts |= {"weight_copies": math.ceil(copied * width.weight_copy),
                   "activations": detail.total if detail else 0,
                   "transient": 0 if model is None else stages.loss_gradients(model, stage.kind, s=seq_len,
                                                                          b=batch_size, t=tp, chunks=loss_chunks)

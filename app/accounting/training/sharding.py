@@ -33,7 +33,7 @@ def kv_replicas(cfg: TransformerConfig, tp: int) -> int:
 
 
 @lru_cache(maxsize=2048)
-def _layer_on_gpu(layer: blocks.Layer, tp: int, ep: int) -> tuple[int, int]:
+def layer_on_gpu(layer: blocks.Layer, tp: int, ep: int) -> tuple[int, int]:
     """(parameters outside the routed experts, routed-expert parameters) one GPU holds of a
     layer, from its weights' tensor-parallel split (blocks.base.Weight.tp_split).
 
@@ -166,7 +166,7 @@ def stage_params(cfg: TransformerConfig, tp: int, pp: int, ep: int = 1,
                "last": norm_params(cfg) + head}
     out = []
     for stage in stage_layers(cfg, pp, split):
-        kinds = [_layer_on_gpu(layers[i], tp, ep) for i in stage.layers]
+        kinds = [layer_on_gpu(layers[i], tp, ep) for i in stage.layers]
         out.append((stage, sum(k[0] for k in kinds) + outside[stage.kind], sum(k[1] for k in kinds)))
     return tuple(out)
 
