@@ -195,8 +195,8 @@ def _stage_seconds(w: Workload, lo: Layout, rate: float) -> tuple[float, float, 
     else:
         fwd, bwd, core, head_fwd, head_bwd = _shaped(w, lo)
     if lo.recompute == "op_selective":  # every second matmul, a share of the layer's linear GEMMs
-        linear_f = _per_sequence(cfg, w.seq_len)[0] - _per_sequence(cfg, w.seq_len)[2]
-        share = act.op_selective_recompute_flops(cfg, w.seq_len) * n / linear_f
+        layers_f, _, core_f, _ = _per_sequence(cfg, w.seq_len)
+        share = act.op_selective_recompute_flops(cfg, w.seq_len) * n / (layers_f - core_f)
         redo = share * (fwd - core)
     else:
         redo = {"none": 0.0, "selective": core, "full": fwd}[lo.recompute]

@@ -1,5 +1,7 @@
 """Training memory per GPU, and the largest model that fits."""
 
+from typing import Annotated
+
 from pydantic import Field
 
 from app.accounting.training import activations, context, memory
@@ -7,6 +9,15 @@ from app.inputs.fields import Input, count, number, sequence_length
 from app.inputs.schemas import GpuInput, GpuOverridesIn, GpuRef, ModelOrParams, accelerator, engine_model
 
 Ranks = count(1, 1_000_000)
+ContextAlgorithm = Annotated[context.Algorithm, Field(
+    description="How context-parallel ranks exchange keys and values: ring (Megatron-LM's p2p: one chunk "
+                "arriving at a time, hidden behind the attention core) or all_gather (Llama 3: the whole "
+                "sequence's K and V of one layer gathered before attention, exposed).")]
+LossChunks = Annotated[count(1, 4096), Field(  # type: ignore[valid-type]
+    description="1: the whole sequence's fp32 logits are kept for the loss. More: a fused linear cross-entropy "
+                "in that many chunks (Liger-Kernel's, Unsloth's): one chunk's logits and gradients at a time, no "
+                "whole-sequence logits kept.")]
+"""Fields the plan takes as this calculator does."""
 
 
 class TrainingMemoryRequest(Input):
@@ -58,18 +69,12 @@ class TrainingMemoryRequest(Input):
         1, description="Ranks splitting each sequence (Megatron-LM's --context-parallel-size): each keeps "
                        "seq_len / context_parallel tokens' activations, and ZeRO shards over data x context "
                        "ranks. seq_len must be a multiple of 2 x context_parallel (causal load balancing).")
-    context_parallel_algorithm: context.Algorithm = Field(
-        "ring", description="How context-parallel ranks exchange keys and values: ring (Megatron-LM's p2p: one "
-                            "chunk arriving at a time) or all_gather (Llama 3: the whole sequence's K and V "
-                            "of one layer gathered).")
+    context_parallel_algorithm: ContextAlgorithm = "ring"
     activation_offload: bool = Field(
         False, description="Each layer's saved tensors go to host memory and come back a layer ahead in backward, "
                            "2 layers' kept on the GPU (Megatron-LM's --cpu-offloading, torchtune's "
                            "OffloadActivations); activation_detail.offloaded is what the host holds.")
-    loss_chunks: count(1, 4096) = Field(
-        1, description="1: the whole sequence's fp32 logits are kept for the loss. More: a fused linear "
-                       "cross-entropy in that many chunks (Liger-Kernel's, Unsloth's): one chunk's logits and "
-                       "gradients at a time, no whole-sequence logits kept.")
+    loss_chunks: LossChunks = 1  # type: ignore[valid-type]
     gpu: GpuRef | None = Field(None, description="Check the total against this GPU's memory.")
     gpu_overrides: GpuOverridesIn | None = None  # type: ignore[valid-type]
 

@@ -11,10 +11,11 @@ from app.accounting.plan import energy as plan_energy
 from app.accounting.plan import run, training
 from app.accounting.plan.search import Limits
 from app.accounting.plan.step import Workload
-from app.accounting.training import activations, context, fp8, memory
+from app.accounting.training import activations, fp8, memory
 from app.api.services import energy
 from app.api.services.comm import Bandwidth, Latency
 from app.api.services.energy import EnergyInputs
+from app.api.services.memory import ContextAlgorithm, LossChunks
 from app.api.services.time import DEFAULT_MFU, Currency
 from app.inputs.fields import Input, count, number, sequence_length
 from app.inputs.schemas import GpuOverridesIn, GpuRef, ModelSpec, accelerator, engine_model
@@ -98,16 +99,12 @@ class TrainingPlanRequest(EnergyInputs):
                             "attention core). Against published runs (bench/published_training.py) shaped is "
                             "optimistic, as it counts no elementwise work nor what keeps a whole step's GEMMs under "
                             "their isolated rate, so flat stays the default.")
-    context_parallel_algorithm: context.Algorithm = Field(
-        "ring", description="How context-parallel ranks exchange keys and values: ring (Megatron-LM's p2p, hidden "
-                            "behind the attention core) or all_gather (Llama 3: gathered before attention, "
-                            "exposed).")
+    context_parallel_algorithm: ContextAlgorithm = "ring"
     activation_offload: bool = Field(
         False, description="As the training memory calculator's: layers' saved tensors in host memory, their "
                            "copies out and back over PCIe overlapping the micro-batch's compute (what outlasts "
                            "it is exposed).")
-    loss_chunks: count(1, 4096) = Field(
-        1, description="As the training memory calculator's: a fused linear cross-entropy in this many chunks.")
+    loss_chunks: LossChunks = 1  # type: ignore[valid-type]
     overlap_tensor_parallel: bool = Field(
         False, description="Tensor-parallel collectives overlap the GEMMs they feed (Megatron-LM's --tp-comm-overlap, "
                            "torchtitan's async tensor parallelism); false: on the critical path, Megatron-LM's "
