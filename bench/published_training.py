@@ -173,8 +173,9 @@ def relax(body: dict, fields: list[str], extra: dict) -> tuple[dict, list[str]] 
     return body, changes
 
 
-def assumed(case: dict, note: str) -> str:
-    if more := unmodelled(case):
+def assumed(case: dict, note: str, *, plan: bool = True) -> str:
+    """The case's note, the plan's unmodelled settings it names (plan: a training case), its assumptions."""
+    if plan and (more := unmodelled(case)):
         note = f"{note}; {more}" if note else more
     if not case.get("assumed"):
         return note
@@ -294,8 +295,8 @@ def finetune_rows(api: TestClient, case: dict, body: dict, loose: bool, changes:
         fields, message = refused(response)
         note = f"{prefix}not expressible ({', '.join(fields)}): {message}"
         return refusal_rows(figures, base, note, fields, "api")
-    total = response.json()["memory"]["total"]
-    note = joined(prefix, assumed(case, case.get("convention", "")))
+    total = response.json()["memory"]["torch_allocated_peak"]  # what torch.cuda's peak counters read
+    note = joined(prefix, assumed(case, case.get("convention", ""), plan=False))
     predicted = {"peak_memory_gib": lambda: total / 2**30, "peak_memory_gb": lambda: total / 1e9,
                  "longest_context": lambda: longest_context(api, body)}
     return [Row(kind=k, published=v, predicted=predicted[k](), note=note, **base) for k, v in figures.items()]

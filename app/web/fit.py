@@ -40,6 +40,8 @@ def applied(body: FitRequest, change: dict | None) -> str | None:
     if not change or "option" in change or not isinstance(body.model, str):
         return None
     asked = body.model_dump(mode="json", include={i.name for i in PAGE.inputs}, exclude_none=True)
+    # a check box's value as the form sends it, not Python's True
+    asked = {k: str(v).lower() if isinstance(v, bool) else v for k, v in asked.items()}
     return "/fit?" + urlencode(asked | change)
 
 
@@ -80,5 +82,12 @@ PAGE = Calculator(
      Input("mfu", "MFU", hint="training: share of the dense bf16 peak, 0 to 1", more=True),
      Input("optimizer", "Optimizer", hint="training: AdamW's states in fp32, or 8-bit", more=True),
      Input("stack", "Stack", hint="training: whose conventions for the logits and checkpoints: Tally's, "
-                                  "Hugging Face's, Unsloth's or torchtune's", more=True)),
+                                  "Hugging Face's, Unsloth's or torchtune's", more=True),
+     Input("loss_chunks", "Loss chunks", hint="training: chunks of tokens the loss runs in; empty: the "
+                                              "stack's rule", more=True),
+     Input("torch_compile", "Compiled loss", hint="training: the loss keeps 16-bit logits", more=True),
+     Input("activation_offload", "Offload checkpoints",
+           hint="training, recompute full: layer inputs in host memory", more=True),
+     Input("optimizer_in_backward", "Optimizer in backward",
+           hint="training: each parameter steps as its gradient lands", more=True)),
     _charts, takes_model="model", heavy=Narrow("model", "a smaller model (fewer layers)"))

@@ -7,8 +7,8 @@ Published figures, and how close the rules come (decimal GB, as the catalogue's 
   batch size 1: Unsloth 89,389 tokens, Hugging Face + FA2 6,916; on 48 GB Unsloth 12,106 and HF
   out of memory. The 80 GB rows are met (below); the 48 GB Unsloth row is not: the rules give
   9,726 tokens, 20 % short. The same README's Llama 3.1 8B table is not met either: at 80 GB the
-  rules give 33,748 tokens for hf where it says 28,454 (+19 %, and +13 % to +19 % on every other
-  row), and 364,575 for unsloth where it says 342,733 (+6 %, growing to +56 % on 8 GB). Its rows
+  rules give 33,828 tokens for hf where it says 28,454 (+19 %, and +13 % to +19 % on every other
+  row), and 365,409 for unsloth where it says 342,733 (+7 %, growing to +56 % on 8 GB). Its rows
   grow exactly linearly with memory (211.9 KB a token for Unsloth, 2.47 MB for HF), as a fit would.
 - torchtune's README, "Memory and training speed": Llama 3.1 8B QLoRA on one RTX 4090, 7.4 GiB
   at batch 2 of 2,048 packed tokens, with torch.compile; the stack follows the configs'
@@ -58,7 +58,8 @@ def test_hf_holds_the_logits_as_tally_does():
     and log_softmax's fp32 gradients (8). Checked against torch below."""
     lora, tally = _mem("hf", seq_len=2048), _mem("tally", seq_len=2048)
     assert lora.activation_items == tally.activation_items and lora.transient == tally.transient
-    assert lora.total == tally.total  # selective recompute: no checkpointed layer to rerun
+    # selective recompute: no checkpointed layer to rerun; hf frees the adapters' gradients between steps
+    assert tally.total - lora.total == lora.gradients > 0
 
 
 @pytest.mark.oracle
@@ -225,15 +226,17 @@ def test_torchtunes_eager_chunked_loss_holds_what_the_stack_counts():
 def test_a_rerun_checkpointed_layer_is_a_phase_of_its_own():
     """Recompute full under a stack other than tally: the last layer, first in backward, reruns its
     forward and keeps what it keeps unchecked (as selective recompute keeps it: no s x s scores)
-    beside every layer input and two activation gradients (s x d each). With nothing frozen every
-    layer keeps the same, so one layer is the selective activations less the head's, over 32."""
+    beside every layer input, two activation gradients (s x d each) and the head's weight gradient.
+    With nothing frozen every layer keeps the same, so one layer is the selective activations less
+    the head's, over 32."""
     s = 1024
     spec = FineTune("freeze")  # nothing frozen: every layer alike
     full, selective = (_mem("hf", spec, seq_len=s, recompute=r) for r in ("full", "selective"))
     outside = ("head/", "embedding/")
     head = sum(n for name, n in selective.activation_items.items() if name.startswith(outside))
     layer = (selective.activations - head) / L
-    states = (full.parameters + full.gradients + full.optimizer_state + full.master_weights
+    # hf frees the gradients between steps: only the LM head's (V x D, bf16) exists yet
+    states = (full.parameters + V * D * 2 + full.optimizer_state + full.master_weights
               + full.frozen_weights + full.inputs + full.weight_copies)
     gradients = 2 * s * D * 2
     assert full.phases["recompute_layer"] == states + full.activation_items["layer_input"] + layer + gradients
@@ -277,8 +280,8 @@ def _per_token(stack: str, s: int, cfg=LLAMA_70B) -> float:
 @pytest.mark.parametrize(("stack", "published"), [("hf", 6_916), ("unsloth", 89_389)])
 def test_llama_3_3_70b_on_an_80_gb_a100_as_unsloths_readme_measured(stack, published):
     """Unsloth's README: Llama 3.3 70B, QLoRA rank 32 on every linear layer, batch 1, an 80 GB A100:
-    89,389 tokens with Unsloth, 6,916 with Hugging Face + FA2. The rules give 90,173 (+0.9 %) and
-    7,049 (+1.9 %); Tally's own rule gives 12,514 (+81 %). Tolerance: OVERHEAD_BYTES at the stack's
+    89,389 tokens with Unsloth, 6,916 with Hugging Face + FA2. The rules give 92,256 (+3.2 %) and
+    7,247 (+4.8 %); Tally's own rule gives 12,514 (+81 %). Tolerance: OVERHEAD_BYTES at the stack's
     cost of one more token (4.19 MB for hf, 0.40 MB for unsloth): 477 and 5,028 tokens, 6.9 % and 5.6 %."""
     ours = _longest(stack, 80e9)
     slack = OVERHEAD_BYTES / _per_token(stack, published)
@@ -299,7 +302,7 @@ def test_torchtunes_readme_qlora_peak_on_a_4090():
     the configs' compile: False, where each chunk's log_softmax keeps fp32 log-probabilities; the
     compiled loss keeps each chunk's bf16 logits instead (2 bytes, as the saved-tensor hooks see
     with torch.compile on CPU: test_compiled_torchtune_loss_keeps_16_bit_logits). Eager the rules
-    give 9.04 GiB, 22 % over; with that one difference 8.06 GiB, 9 % over: within 10 %, which the
+    give 9.02 GiB, 22 % over; with torch_compile 8.04 GiB, 9 % over: within 10 %, which the
     compiled chunk's gradients (eager 8 bytes a chunk's token, 0.49 GiB here, not known compiled)
     and alpaca's prompt tokens (masked before the projection by LinearCrossEntropyLoss) span."""
     s, b = 2048, 2
@@ -307,7 +310,10 @@ def test_torchtunes_readme_qlora_peak_on_a_4090():
                     base_format="nf4_double_quant")
     eager = _mem("torchtune", spec, cfg=models.preset("llama3.1-8b"), seq_len=s, batch_size=b,
                  recompute="full", precision="bf16").total
-    compiled = eager - 2 * s * b * V
+    compiled = finetune_memory(models.preset("llama3.1-8b"), spec, precision="bf16", optimizer="adamw",
+                               batch_size=b, seq_len=s, recompute="full", stack="torchtune",
+                               options=stacks.Options(torch_compile=True)).total
+    assert eager - compiled == 2 * s * b * V  # the flag: 2 bytes kept a token a vocabulary entry, not 4
     published = 7.4 * GIB
     assert eager > published and published <= compiled <= 1.10 * published, (eager / GIB, compiled / GIB)
 

@@ -88,6 +88,22 @@ def test_the_fragment_is_the_apis_answer_and_a_link(api):
     assert re.findall(r'data-testid="section-(\w+)"', response.text) == kinds
 
 
+def test_a_recipes_flags_are_asked_and_answered_as_the_api_does(api):
+    form = ASKED | {"recompute": "full", "stack": "torchtune", "loss_chunks": 4, "torch_compile": "true",
+                    "activation_offload": "true", "optimizer_in_backward": "true"}
+    page = api.get("/fit")
+    for name in ("loss_chunks", "torch_compile", "activation_offload", "optimizer_in_backward"):
+        assert f'name="{name}"' in page.text
+    response = api.get("/ui/fit?" + urlencode(form))
+    assert response.status_code == 200
+    answer = api.ok(FIT, form | {"loss_chunks": 4, "torch_compile": True, "activation_offload": True,
+                                 "optimizer_in_backward": True})
+    _shown(response.text, answer)
+    plain = api.ok(FIT, ASKED | {"recompute": "full", "stack": "torchtune"})
+    full = [o for o in answer["options"] if o["option"] == "full"][0]
+    assert full["total_bytes"] < [o for o in plain["options"] if o["option"] == "full"][0]["total_bytes"]
+
+
 def test_the_bars_are_the_answers_bytes_by_kind(api):
     page = _fragment(api, ASKED)
     answer = api.ok(FIT, ASKED)

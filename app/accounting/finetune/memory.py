@@ -101,6 +101,11 @@ class FineTuneMemory:
     total: int
     """The step's peak: the largest of phases, what the train_step probe measures."""
     total_gib: float
+    torch_allocated_peak: int
+    """The peak as torch's caching allocator counts it (torch.cuda.max_memory_allocated, what the
+    train_step probe and torchtune's logs read): total less a paged optimizer's state, which
+    bitsandbytes allocates as CUDA managed memory outside that allocator (bitsandbytes/functional.py,
+    get_paged: cget_managed_ptr)."""
     paged_optimizer: bool
     gpu: str | None
     gpu_memory_bytes: int | None
@@ -123,13 +128,21 @@ def finetune_memory(cfg: TransformerConfig, spec: ft.FineTune, *, precision: Pre
                     batch_size: int, seq_len: int, recompute: act.Recompute = "selective",
                     paged_optimizer: bool = False, data_parallel: int = 1, zero_stage: int = 0,
                     gpu: Accelerator | None = None, fused_optimizer: bool | None = None,
-                    largest_param: int | None = None, stack: str = "tally") -> FineTuneMemory:
+                    largest_param: int | None = None, stack: str = "tally",
+                    options: stacks.Options = stacks.Options()) -> FineTuneMemory:
     """One GPU's bytes at the step's peak. fused_optimizer and largest_param as training_memory's
-    (largest_param: elements of the largest tensor the optimizer steps); stack: finetune/stacks.py."""
+    (largest_param: elements of the largest tensor the optimizer steps); stack and a recipe's options
+    over it: finetune/stacks.py."""
     ft.check(cfg, spec)
     if stack not in stacks.STACKS:
         raise InvalidInput("stack", f"must be one of {', '.join(stacks.NAMES)}, got {stack!r}")
-    rules = stacks.stack(stack)
+    if options.activation_offload and recompute != "full":
+        raise InvalidInput("activation_offload", "offloads the checkpointed layer inputs, as torchtune and "
+                                                 "Unsloth do: it needs recompute full")
+    if options.loss_chunks is not None and options.loss_chunks < 1:
+        raise InvalidInput("loss_chunks", f"must be at least 1, got {options.loss_chunks}")
+    rules = stacks.stack(stack, options)
+    in_backward = options.optimizer_in_backward
     if paged_optimizer and optimizer not in PAGED:
         raise InvalidInput("paged_optimizer", f"bitsandbytes pages {', '.join(PAGED)}; not {optimizer}")
     if spec.mode == "qlora" and precision in ("fp32", "bf16_autocast"):
@@ -142,8 +155,10 @@ def finetune_memory(cfg: TransformerConfig, spec: ft.FineTune, *, precision: Pre
                               batch_size=batch_size, seq_len=seq_len, recompute=recompute,
                               zero_stage=zero_stage, data_parallel=data_parallel,
                               fused_optimizer=fused_optimizer, largest_param=largest_param)
+        one_grad = shard(largest_trainable(cfg, spec), data_parallel if zero_stage >= 2 else 1) * \
+            PRECISIONS[precision].grad if in_backward else None
         return _full(mem, cfg, rules, paged=paged_optimizer, gpu=gpu, recompute=recompute, seq_len=seq_len,
-                     batch_size=batch_size, precision=precision)
+                     batch_size=batch_size, precision=precision, one_gradient=one_grad)
     p = PRECISIONS[precision]
     # peft's prepare_model_for_kbit_training under QLoRA (stack hf): the embeddings, norms and head in
     # fp32, and with them the residual stream; matmuls still read 16-bit casts (autocast, bitsandbytes)
@@ -181,8 +196,8 @@ def finetune_memory(cfg: TransformerConfig, spec: ft.FineTune, *, precision: Pre
     per = state_bytes_per_param(precision, optimizer)
     dp, z = data_parallel, zero_stage
 
-    def shard(n: float, stage: int) -> int:
-        return math.ceil(n / (dp if z >= stage else 1))
+    def share(n: float, stage: int) -> int:
+        return shard(n, dp if z >= stage else 1)
 
     layer_kw = dict(rank=spec.rank, act_bytes=p.activation, residual_bytes=residual, seq_len=seq_len,
                     batch_size=batch_size, weight_bytes=p.param,
@@ -194,10 +209,12 @@ def finetune_memory(cfg: TransformerConfig, spec: ft.FineTune, *, precision: Pre
                        act_bytes=p.activation)
     items, offloaded = _stack_items(items, rules, loss, recompute=recompute,
                                     layer_bytes=tokens * cfg.d_model * residual)
-    parts = {"frozen_weights": shard(frozen_bytes, 3), "parameters": shard(trainable * per.parameters, 3),
-             "gradients": shard(trainable * per.gradients, 2),
-             "optimizer_state": shard(trainable * per.optimizer_state, 1),
-             "master_weights": shard(trainable * per.master_weights, 1), "weight_copies": copies,
+    # optimizer_in_backward: a post-accumulate-grad hook steps each parameter and frees its gradient
+    grads = largest_trainable(cfg, spec) * per.gradients if in_backward else trainable * per.gradients
+    parts = {"frozen_weights": share(frozen_bytes, 3), "parameters": share(trainable * per.parameters, 3),
+             "gradients": share(grads, 2),
+             "optimizer_state": share(trainable * per.optimizer_state, 1),
+             "master_weights": share(trainable * per.master_weights, 1), "weight_copies": copies,
              "activations": sum(items.values()), "transient": loss.transient + dequantized,
              "inputs": phases.token_inputs(seq_len * batch_size)}
     if z and dp == 1:
@@ -213,9 +230,12 @@ def finetune_memory(cfg: TransformerConfig, spec: ft.FineTune, *, precision: Pre
                                   + phases.activation_gradients(tokens, cfg.d_model, residual))
     fused = optimizer in phases.FUSED if fused_optimizer is None else fused_optimizer
     if largest_param is None:
-        largest_param = 0 if fused else shard(largest_trainable(cfg, spec), 1)
+        largest_param = 0 if fused else share(largest_trainable(cfg, spec), 1)
     peak = phases.step_peak(parts, largest_param=largest_param, optimizer=optimizer, fused=fused, later=later,
                             state_bytes=p.optimizer_state)
+    if rules.gradients_freed:
+        head = cfg.vocab_size * cfg.d_model * per.gradients if plan.head_trains else 0
+        peak = _gradients_freed(peak, shard(parts["gradients"], 1), head)
     notes += phases.notes(optimizer, fused=fused)
     notes += stacks.notes(rules, mode=spec.mode, recompute=recompute, chunks=loss.chunks, offloaded=offloaded)
     return _answer(spec.mode, trainable, frozen, spec.base_format if spec.mode == "qlora" else None, peak,
@@ -237,11 +257,17 @@ def _stack_items(items: dict[str, int], rules: stacks.Stack, loss: stacks.Loss, 
     return items | {"layer_input": on_gpu}, held - on_gpu
 
 
+def shard(n: float, ranks: int) -> int:
+    """One rank's bytes of n split over `ranks`, rounded up."""
+    return math.ceil(n / ranks)
+
+
 def _full(mem: TrainingMemory, cfg: TransformerConfig, rules: stacks.Stack, *, paged: bool,
           gpu: Accelerator | None, recompute: str, seq_len: int, batch_size: int,
-          precision: Precision) -> FineTuneMemory:
+          precision: Precision, one_gradient: int | None) -> FineTuneMemory:
     """Mode full: the training calculator's answer, its activations summed over layers by name; under
-    another stack than tally, its loss, offload and rerun layer in place of the calculator's."""
+    another stack than tally, or a recipe's flags, its loss, offload and rerun layer in place of the
+    calculator's. one_gradient: bytes of the one gradient held at a time (optimizer_in_backward)."""
     detail = mem.activation_detail
     items = {name: size * detail.layers_held for name, size in detail.per_layer.items()}
     for name, size in (detail.dense_layer or {}).items():
@@ -249,7 +275,7 @@ def _full(mem: TrainingMemory, cfg: TransformerConfig, rules: stacks.Stack, *, p
     items |= detail.outside_layers
     peak = {"frozen_weights": 0} | phases.breakdown(mem)
     notes = [n for n in mem.assumptions if not n.startswith("excludes the CUDA context")]  # _answer's own
-    if rules.name == "tally":
+    if rules == stacks.STACKS["tally"] and one_gradient is None:
         return _answer("full", mem.params, 0, None, peak, items, paged, gpu, notes, stack=("tally", 1, 0))
     p, tokens = PRECISIONS[precision], seq_len * batch_size
     loss = stacks.loss(rules, tokens=tokens, vocab=cfg.vocab_size, d_model=cfg.d_model,
@@ -258,6 +284,8 @@ def _full(mem: TrainingMemory, cfg: TransformerConfig, rules: stacks.Stack, *, p
                                     layer_bytes=tokens * cfg.d_model * p.residual)
     parts = {k: peak[k] for k in phases.PARTS} | {"activations": sum(items.values()),
                                                     "transient": loss.transient}
+    if one_gradient is not None:
+        parts["gradients"] = one_gradient
     later = phases.lm_head_phases(parts, vocab_size=cfg.vocab_size, d_model=cfg.d_model,
                                   tied=cfg.tied_embeddings, grad_bytes=p.grad)
     if rules.recompute_phase and recompute == "full":
@@ -268,12 +296,24 @@ def _full(mem: TrainingMemory, cfg: TransformerConfig, rules: stacks.Stack, *, p
                                   + items.get("layer_input", 0) + layer
                                   + phases.activation_gradients(tokens, cfg.d_model, p.residual))
     moments = {"start_of_backward": sum(parts.values()), **later,
-               "optimizer_step": peak["optimizer_step"]}
+               "optimizer_step": sum(parts[k] for k in phases.STATES) + peak["optimizer_temporaries"]}
     peak = parts | {"optimizer_temporaries": peak["optimizer_temporaries"]} | moments | {
         "total": max(moments.values())}
+    if rules.gradients_freed:
+        peak = _gradients_freed(peak, parts["gradients"], cfg.vocab_size * cfg.d_model * p.grad)
     notes += stacks.notes(rules, mode="full", recompute=recompute, chunks=loss.chunks, offloaded=offloaded)
     return _answer("full", mem.params, 0, None, peak, items, paged, gpu, notes,
                    stack=(rules.name, loss.chunks, offloaded))
+
+
+def _gradients_freed(peak: dict[str, int], gradients: int, head_gradient: int) -> dict[str, int]:
+    """step_peak's answer for a stack that frees gradients between steps: no gradient at the start of
+    backward, only the LM head's (head_gradient bytes, where it trains) while the head's weight
+    gradient or a rerun checkpointed layer is computed; whole at the end of backward and the step."""
+    early = {"start_of_backward": gradients, "lm_head_weight_gradient": gradients,
+             RECOMPUTE_LAYER: max(0, gradients - head_gradient)}
+    peak = peak | {k: peak[k] - less for k, less in early.items() if k in peak}
+    return peak | {"total": max(peak[k] for k in MOMENTS if k in peak)}
 
 
 def _answer(mode: str, trainable: int, frozen: int, base_format: str | None, peak: dict[str, int],
@@ -294,6 +334,7 @@ def _answer(mode: str, trainable: int, frozen: int, base_format: str | None, pea
     return FineTuneMemory(
         mode=mode, trainable_params=trainable, frozen_params=frozen, base_format=base_format,
         activation_items=items, total=total, total_gib=total / GIB, paged_optimizer=paged,
+        torch_allocated_peak=on_gpu,
         gpu=None if gpu is None else gpu.id, gpu_memory_bytes=None if gpu is None else gpu.memory_bytes,
         fits=None if gpu is None else on_gpu <= gpu.memory_bytes,
         headroom=None if gpu is None else gpu.memory_bytes - total, stack=stack[0], loss_chunks=stack[1],

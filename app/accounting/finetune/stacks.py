@@ -69,7 +69,7 @@ moment as a phase of its own (recompute_layer), which is the peak where the logi
 """
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 StackName = Literal["tally", "hf", "unsloth", "torchtune"]
@@ -104,6 +104,10 @@ class Stack:
     """QLoRA: peft's prepare_model_for_kbit_training casts what is not 4-bit to fp32."""
     recompute_phase: bool
     """Recompute full: count the moment a checkpointed layer is rerun and differentiated."""
+    gradients_freed: bool
+    """zero_grad(set_to_none=True) after each step: backward starts with no gradients and makes them
+    as it goes, so they are whole only at its end (tally: kept allocated, as Megatron-LM's and
+    DeepSpeed's contiguous buffers and the train_step probe's zero_grad(set_to_none=False))."""
     rules: tuple[str, ...]
     """The rules in words with their sources, for the answer's assumptions."""
 
@@ -111,12 +115,13 @@ class Stack:
 STACKS: dict[str, Stack] = {
     "tally": Stack(
         "tally", "Tally's rule", logits_kept_bytes=4, loss_peak_bytes=8, chunks=1, hidden_gradient=False,
-        offload_checkpoints=False, kbit_fp32=False, recompute_phase=False,
+        offload_checkpoints=False, kbit_fp32=False, recompute_phase=False, gradients_freed=False,
         rules=("stack tally: one fp32 copy of the logits kept and the loss's two fp32 gradients at the start "
                "of backward (12 bytes a token a vocabulary entry)",)),
     "hf": Stack(
         "hf", "Hugging Face Trainer / TRL with peft", logits_kept_bytes=4, loss_peak_bytes=8, chunks=1,
         hidden_gradient=False, offload_checkpoints=False, kbit_fp32=True, recompute_phase=True,
+        gradients_freed=True,
         rules=("stack hf: transformers' ForCausalLMLoss upcasts the logits (logits.float()) for "
                "F.cross_entropy, whose log_softmax keeps its fp32 output; backward starts with nll_loss's "
                "and log_softmax's fp32 gradients (12 bytes a token a vocabulary entry; "
@@ -127,7 +132,7 @@ STACKS: dict[str, Stack] = {
                "bitsandbytes' Linear4bit returns its input's dtype)")),
     "unsloth": Stack(
         "unsloth", "Unsloth", logits_kept_bytes=0, loss_peak_bytes=2, chunks=0, hidden_gradient=True,
-        offload_checkpoints=True, kbit_fp32=False, recompute_phase=True,
+        offload_checkpoints=True, kbit_fp32=False, recompute_phase=True, gradients_freed=True,
         rules=("stack unsloth: unsloth_fused_ce_loss computes the loss and its gradient in the forward, "
                "chunk by chunk (each chunk's fp32 logits at most 4 GiB, a multiple of 4 chunks), compiled "
                "into one kernel over the chunk's 16-bit logits; it keeps the final hidden states' gradient "
@@ -138,6 +143,7 @@ STACKS: dict[str, Stack] = {
     "torchtune": Stack(
         "torchtune", "torchtune", logits_kept_bytes=4, loss_peak_bytes=8, chunks=TORCHTUNE_CHUNKS,
         hidden_gradient=False, offload_checkpoints=False, kbit_fp32=False, recompute_phase=True,
+        gradients_freed=True,
         rules=("stack torchtune: LinearCrossEntropyLoss projects and upcasts 8 chunks of tokens in turn; "
                "eager (the configs' compile: False) each chunk's log_softmax keeps its fp32 output, and "
                "backward makes one chunk's two fp32 gradients at a time "
@@ -160,8 +166,53 @@ class Loss:
     """Made while one chunk's gradient is computed, beside what is kept."""
 
 
-def stack(name: str) -> Stack:
-    return STACKS[name]
+@dataclass(frozen=True, slots=True)
+class Options:
+    """A recipe's own flags over its stack's defaults, as torchtune's configs name them."""
+
+    loss_chunks: int | None = None
+    """Chunks of tokens the loss runs in (torchtune's num_output_chunks); None: the stack's rule."""
+    torch_compile: bool = False
+    """The loss compiled (torchtune's compile: True): each chunk keeps its 16-bit logits, not fp32
+    log-probabilities."""
+    activation_offload: bool = False
+    """Checkpointed layer inputs in pinned host memory (torchtune's enable_activation_offloading)."""
+    optimizer_in_backward: bool = False
+    """Each parameter stepped as its gradient lands, and the gradient freed (torchtune's
+    optimizer_in_bwd): one tensor's gradient at a time, not the model's."""
+
+
+COMPILED_LOGITS_BYTES = 2
+"""A compiled loss keeps its chunk's 16-bit logits and recomputes the upcast and log-softmax in
+backward (inductor's partitioner), as the saved-tensor hooks see under torch.compile on CPU
+(tests/engine/test_finetune_stacks.py, test_compiled_torchtune_loss_keeps_16_bit_logits)."""
+TORCHTUNE_OFFLOAD = ("torchtune/training/_activation_offloading.py: OffloadActivations copies each saved "
+                     "tensor to pinned host memory on a side stream and brings it back one layer ahead in "
+                     "backward; the recipes keep the output layer's on the GPU (NoOpManager)")
+
+
+def stack(name: str, options: Options = Options()) -> Stack:
+    """The stack's rules with a recipe's flags over them, each flag said in the rules."""
+    rules, said = STACKS[name], []
+    if options.loss_chunks is not None and options.loss_chunks != rules.chunks:
+        rules = replace(rules, chunks=options.loss_chunks)
+        said.append(f"loss_chunks {options.loss_chunks}: the loss runs over that many chunks of tokens "
+                    "in turn")
+    if options.torch_compile and rules.logits_kept_bytes > COMPILED_LOGITS_BYTES:
+        rules = replace(rules, logits_kept_bytes=COMPILED_LOGITS_BYTES)
+        said.append("torch_compile: the compiled loss keeps each chunk's 16-bit logits and recomputes the "
+                    "upcast and log-softmax in backward (2 bytes a token a vocabulary entry); the loss's "
+                    "gradients are counted as eager's, and the layers' saved tensors as Tally's fused count")
+    if options.activation_offload and not rules.offload_checkpoints:
+        rules = replace(rules, offload_checkpoints=True)
+        said.append("activation_offload, recompute full: the checkpointed layer inputs in pinned host "
+                    f"memory, two of them on the GPU ({TORCHTUNE_OFFLOAD})")
+    if options.optimizer_in_backward:
+        said.append("optimizer_in_backward: each parameter steps as its gradient lands and frees it, so one "
+                    "tensor's gradient is held at a time (torchtune/training/memory.py, "
+                    "register_optim_in_bwd_hooks: a post-accumulate-grad hook steps and zeroes each "
+                    "parameter)")
+    return replace(rules, rules=rules.rules + tuple(said)) if said else rules
 
 
 def loss_chunks(rules: Stack, tokens: int, vocab: int) -> int:
@@ -191,6 +242,11 @@ def notes(rules: Stack, *, mode: str, recompute: str, chunks: int, offloaded: in
         said.append(f"the loss runs in {chunks} chunks of tokens")
     if offloaded:
         said.append(f"{offloaded:,} bytes of checkpointed layer inputs in host memory, not on the GPU")
+    if rules.gradients_freed:
+        said.append("gradients freed after each step (zero_grad(set_to_none=True): the Trainer's "
+                    "model.zero_grad(), "
+                    "torchtune's recipes): backward starts with none, and only the LM head's exists while a "
+                    "rerun layer or the head's weight gradient is computed")
     if rules.recompute_phase and recompute == "full":
         said.append("recompute_layer: a checkpointed layer rerun in backward keeps what an unchecked layer "
                     "keeps (no s x s scores, as FlashAttention and SDPA) beside the layer inputs still held "

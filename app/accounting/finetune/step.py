@@ -8,6 +8,7 @@ from app.accounting.finetune.flops import FineTuneFlops, step_flops
 from app.accounting.finetune.lora import lora_params
 from app.accounting.finetune import timing
 from app.accounting.finetune.memory import QLORA_KEEP, FineTuneMemory, finetune_memory
+from app.accounting.finetune.stacks import Options
 from app.accounting.finetune.timing import StepTime
 from app.accounting.hardware import Accelerator, peak_flop_per_sec
 from app.accounting.records import RECORD
@@ -36,12 +37,15 @@ class FineTuneStep:
 def finetune_step(cfg: TransformerConfig, spec: ft.FineTune, *, precision: Precision, optimizer: Optimizer,
                   batch_size: int, seq_len: int, recompute: act.Recompute = "selective",
                   paged_optimizer: bool = False, data_parallel: int = 1, zero_stage: int = 0,
-                  gpu: Accelerator | None = None, mfu: float = 0.5, stack: str = "tally") -> FineTuneStep:
-    """stack: the framework's conventions for the loss and checkpointed activations (finetune/stacks.py);
-    they change memory only, the FLOPs and time are the same."""
+                  gpu: Accelerator | None = None, mfu: float = 0.5, stack: str = "tally",
+                  options: Options = Options()) -> FineTuneStep:
+    """stack: the framework's conventions for the loss and checkpointed activations, and options a
+    recipe's flags over them (finetune/stacks.py); they change memory only, the FLOPs and time are
+    the same."""
     mem = finetune_memory(cfg, spec, precision=precision, optimizer=optimizer, batch_size=batch_size,
                           seq_len=seq_len, recompute=recompute, paged_optimizer=paged_optimizer,
-                          data_parallel=data_parallel, zero_stage=zero_stage, gpu=gpu, stack=stack)
+                          data_parallel=data_parallel, zero_stage=zero_stage, gpu=gpu, stack=stack,
+                          options=options)
     flops = step_flops(cfg, spec, batch_size=batch_size, seq_len=seq_len)
     by_target = {}
     if spec.adapted:

@@ -6,7 +6,7 @@ from pydantic import Field
 
 from app.accounting.finetune import lora
 from app.accounting.finetune.spec import QLORA_FORMATS, FineTune, Mode
-from app.accounting.finetune.stacks import StackName
+from app.accounting.finetune.stacks import Options, StackName
 from app.accounting.finetune.step import FineTuneStep, finetune_step
 from app.accounting.inference import formats
 from app.accounting.training import activations, memory
@@ -33,7 +33,30 @@ STACK_DESCRIPTION = (
     "also count a checkpointed layer's rerun in backward (recompute full).")
 
 
-class FineTuneRequest(Input):
+class RecipeFlags(Input):
+    """A recipe's flags over its stack's defaults (finetune/stacks.py, Options), as torchtune names them."""
+
+    loss_chunks: count(1, 4096) | None = Field(
+        None, description="Chunks of tokens the loss runs in, one after another (torchtune's "
+                          "num_output_chunks; 1: the whole micro-batch at once); null: the stack's rule.")
+    torch_compile: bool = Field(
+        False, description="The loss compiled (torchtune's compile: True): it keeps each chunk's 16-bit "
+                           "logits rather than fp32 log-probabilities. Unsloth's loss is compiled already.")
+    activation_offload: bool = Field(
+        False, description="With recompute full: the checkpointed layer inputs in pinned host memory, two "
+                           "on the GPU (torchtune's enable_activation_offloading; Unsloth's stack does it "
+                           "already).")
+    optimizer_in_backward: bool = Field(
+        False, description="Each parameter steps as its gradient lands, which is then freed (torchtune's "
+                           "optimizer_in_bwd): one tensor's gradient is held at a time.")
+
+    def options(self) -> Options:
+        return Options(loss_chunks=self.loss_chunks, torch_compile=self.torch_compile,
+                       activation_offload=self.activation_offload,
+                       optimizer_in_backward=self.optimizer_in_backward)
+
+
+class FineTuneRequest(RecipeFlags):
     model: ModelSpec
     mode: Mode = Field(
         "lora", description="full: every weight trains. freeze: the parts named by freeze_* frozen, the rest "
@@ -98,4 +121,5 @@ def step(body: FineTuneRequest) -> FineTuneStep:
         cfg, body.spec(), precision=body.precision, optimizer=body.optimizer, batch_size=body.batch_size,
         seq_len=body.seq_len or cfg.max_seq_len, recompute=body.recompute,
         paged_optimizer=body.paged_optimizer, data_parallel=body.data_parallel, zero_stage=body.zero_stage,
-        gpu=accelerator(body.gpu, body.gpu_overrides), mfu=body.mfu, stack=body.stack)
+        gpu=accelerator(body.gpu, body.gpu_overrides), mfu=body.mfu, stack=body.stack,
+        options=body.options())

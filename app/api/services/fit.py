@@ -14,7 +14,7 @@ from app.accounting.hardware import Accelerator
 from app.accounting.inference import formats
 from app.accounting.training import activations
 from app.api.services import inference
-from app.api.services.finetune import STACK_DESCRIPTION
+from app.api.services.finetune import STACK_DESCRIPTION, RecipeFlags
 from app.api.services.time import DEFAULT_MFU
 from app.inputs.fields import count, number, sequence_length
 from app.inputs.schemas import GpuInput, ModelSpec, engine_model
@@ -29,7 +29,7 @@ TRAINING = {  # option -> (label, FineTune, precision, paged optimizer); the opt
 MORE_GPUS = (2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 
 
-class FitRequest(GpuInput):
+class FitRequest(GpuInput, RecipeFlags):
     model: ModelSpec
     num_gpus: count(1, 1024) = Field(
         1, description="GPUs of this kind: tensor parallel when serving, data parallel (full fine-tuning "
@@ -162,7 +162,7 @@ def _runner(body: FitRequest, cfg, acc: Accelerator, option: str):
         return finetune_step(cfg, spec, precision=precision, optimizer=opt, batch_size=b, seq_len=s,
                              recompute=recompute, paged_optimizer=paged and opt in ("adamw", "adamw_8bit"),
                              data_parallel=gpus, zero_stage=zero_stage, gpu=acc, mfu=body.mfu,
-                             stack=body.stack)
+                             stack=body.stack, options=body.options())
 
     return run
 
