@@ -89,6 +89,9 @@ class Row:
     """api (a 422 naming refused_fields) or search (every candidate refused, for those reasons)."""
     request: dict = field(default_factory=dict)
     layout: dict | None = None
+    shaped_error_pct: float | None = None
+    """A plan's figure with matmul_time shaped beside the default's: what timing each GEMM from its
+    shape would make of the same case (--beside shaped)."""
 
     @property
     def error_pct(self) -> float | None:
@@ -114,8 +117,9 @@ def client() -> TestClient:
 # --- requests ---------------------------------------------------------------------------------------
 
 UNMODELLED = {
-    "torch_compile": "torch.compile fuses elementwise kernels, whose time Tally's plan does not count: no field "
-                     "would change its answer",
+    "torch_compile": "torch.compile fuses elementwise kernels, whose time Tally's plan does not count, and its "
+                     "partitioner recomputes pointwise outputs that eager saves, whose bytes Tally counts as "
+                     "eager's: no field would change its answer",
 }
 """Published settings the plan has no mechanism for, named on the case's rows instead of sent."""
 
@@ -223,6 +227,8 @@ def training_rows(api: TestClient, case: dict, body: dict, loose: bool, changes:
     if response.status_code != 200:
         fields, message = refused(response)
         note = f"{prefix}not expressible ({', '.join(fields)}): {message}"
+        if case.get("convention"):
+            note += f"; {case['convention']}"
         return refusal_rows(figures, base, note, fields, "api")
     plan = response.json()
     step = plan["best"][0] if plan["best"] else plan["least_memory"]
@@ -321,13 +327,15 @@ def show(kind: str, value: float | None) -> str:
     return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
 
 
-def print_table(rows: list[Row]) -> None:
-    print(f"{'case':38s} {'figure':22s} {'predicted':>12s} {'published':>12s} {'error %':>8s}  note")
+def print_table(rows: list[Row], beside: bool = False) -> None:
+    extra = f" {'shaped %':>8s}" if beside else ""
+    print(f"{'case':38s} {'figure':22s} {'predicted':>12s} {'published':>12s} {'error %':>8s}{extra}  note")
     for r in rows:
         err = "" if r.error_pct is None else f"{r.error_pct:+.1f}"
         name = ("~ " if r.loose else "") + r.case
+        other = "" if not beside else f" {'' if r.shaped_error_pct is None else f'{r.shaped_error_pct:+.1f}':>8s}"
         print(f"{name:38s} {r.kind:22s} {show(r.kind, r.predicted):>12s} {show(r.kind, r.published):>12s} "
-              f"{err:>8s}  {r.note}")
+              f"{err:>8s}{other}  {r.note}")
 
 
 def summary(rows: list[Row], label: str) -> list[str]:
@@ -357,6 +365,8 @@ def main() -> None:
     cli.add_argument("--loose", action="store_true",
                      help="also answer each refused case without the fields the API lacks (rows marked ~)")
     cli.add_argument("--json", metavar="PATH", help="write every row as JSON to PATH")
+    cli.add_argument("--beside", choices=("shaped",),
+                     help="also run every plan with matmul_time shaped and print its error beside the default's")
     cli.add_argument("--matmul-time", choices=("flat", "shaped"),
                      help="send this matmul_time with every plan (default: the API's, flat); shaped times each "
                           "GEMM from its shape, for the two models side by side")
@@ -371,8 +381,14 @@ def main() -> None:
 
     training, finetune = picked("training"), picked("finetune")
     rows = [r for c in training for r in run_training(api, c, args.loose)]
+    if args.beside:
+        SENT_WITH_EVERY_PLAN["matmul_time"] = args.beside
+        other = {(r.case, r.kind, r.loose): r.error_pct for c in training for r in run_training(api, c, args.loose)}
+        SENT_WITH_EVERY_PLAN.clear()
+        for r in rows:
+            r.shaped_error_pct = other.get((r.case, r.kind, r.loose))
     rows += [r for c in finetune for r in run_finetune(api, c, args.loose)]
-    print_table(rows)
+    print_table(rows, beside=bool(args.beside))
     print()
     print("\n".join(summary([r for r in rows if not r.loose], "strict, the published setup as sent")))
     print(counts(rows, training, "pretraining"))
@@ -384,7 +400,7 @@ def main() -> None:
         print(counts(rows, [c for c in training if c["id"] in refused_ids], "pretraining, loose", loose=True))
         print(counts(rows, [c for c in finetune if c["id"] in refused_ids], "fine-tuning, loose", loose=True))
     if args.json:
-        out = [asdict(r) | {"error_pct": r.error_pct} for r in rows]
+        out = [asdict(r) | {"error_pct": r.error_pct} for r in rows]  # shaped_error_pct with --beside
         Path(args.json).write_text(json.dumps(out, indent=1))
 
 

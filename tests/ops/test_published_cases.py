@@ -102,3 +102,15 @@ def test_every_case_becomes_a_request_with_its_published_layout_pinned():
     for case in FINETUNE:
         body = runner.finetune_body(case)
         assert body["stack"] == case["stack"] and body["model"] == case["model"]
+
+
+def test_every_case_is_a_request_the_api_takes():
+    """Every published setup is expressible field by field: the request the runner builds passes
+    the API's schema (a refusal for what the setup means, as PaLM's TPU pod, is the runner's row)."""
+    from app.api.services.finetune import FineTuneRequest
+    from app.api.services.plan import TrainingPlanRequest
+
+    for case in TRAINING:
+        TrainingPlanRequest.model_validate(runner.training_body(case))
+    for case in FINETUNE:
+        FineTuneRequest.model_validate(runner.finetune_body(case))
