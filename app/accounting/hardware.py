@@ -68,7 +68,9 @@ class Accelerator:
     name: str
     vendor: str
     memory_bytes: int
-    """Device memory in bytes, decimal as the datasheet writes it ("80GB" is 80e9)."""
+    """Device memory every fit and capacity answer uses, bytes: the total the device reports (CUDA's
+    cudaMemGetInfo total, which torch.cuda.mem_get_info returns and vLLM's gpu_memory_utilization
+    multiplies) where the catalogue has a report, else the datasheet's figure (memory_source)."""
     memory_bandwidth_bytes_per_sec: float
     peak_flop_per_sec: dict[str, float]
     """Dense peak per dtype key: float64, float32, tfloat32, bfloat16, float16, float8, float4, int8."""
@@ -86,8 +88,30 @@ class Accelerator:
     """W: the vendor's max board power (TDP) of one GPU; the energy calculator's average power is it
     x a utilisation factor. Null where no vendor sheet gives one (A10G, TPUs)."""
     board_power_source: str | None = None
+    datasheet_memory_bytes: int | None = None
+    """The datasheet's figure, decimal as it writes it ("80GB" is 80e9); null for a custom GPU."""
+    memory_source: str = "datasheet"
+    """Where memory_bytes comes from: "device" (a device's own report, cited in memory_report),
+    "datasheet" (no report in the catalogue), "measured" (the live device a probe runs on),
+    "gpu_overrides.memory_bytes" or "given in the request"."""
+    memory_report: str | None = None
+    """The device report memory_bytes is: the query and where it was published."""
 
     __pydantic_config__ = RECORD
+
+
+def memory_note(acc: Accelerator) -> str:
+    """What a fit's memory is, in words, for an answer's assumptions."""
+    gib = acc.memory_bytes / 2**30
+    if acc.memory_source == "device":
+        return (f"{acc.id}: {acc.memory_bytes:,} bytes ({gib:.1f} GiB), the total the device reports "
+                f"({acc.memory_report}), not the datasheet's {acc.datasheet_memory_bytes / 1e9:g} GB")
+    if acc.memory_source == "measured":
+        return f"{acc.id}: {acc.memory_bytes:,} bytes ({gib:.1f} GiB), {acc.memory_report}"
+    if acc.memory_source == "datasheet":
+        return (f"{acc.id}: the datasheet's {acc.memory_bytes / 1e9:g} GB; the catalogue has no device report "
+                "for it, and a device reports somewhat more or less (give gpu_overrides.memory_bytes)")
+    return f"{acc.id}: {acc.memory_bytes:,} bytes ({gib:.1f} GiB), {acc.memory_source}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,7 +197,8 @@ def custom(spec: CustomGpu) -> Accelerator:
         source="given in the request", notes="", interconnect_bytes_per_sec=spec.interconnect_bytes_per_sec,
         interconnect_source="given in the request" if spec.interconnect_bytes_per_sec else None,
         board_power_watts=spec.board_power_watts,
-        board_power_source="given in the request" if spec.board_power_watts else None)
+        board_power_source="given in the request" if spec.board_power_watts else None,
+        memory_source="given in the request")
 
 
 @cache
@@ -184,8 +209,14 @@ def catalogue() -> dict[str, Accelerator]:
         peaks = {k: float(v) for k, v in row.pop("peak_flop_per_sec").items()}
         assert set(peaks) <= set(PEAK_KEYS), row["id"]
         link = row.pop("interconnect", None)
-        table[row["id"]] = Accelerator(peak_flop_per_sec=peaks, **row,
-                                       interconnect=None if link is None else Interconnect(**link))
+        # the device's own report where one is published, else the datasheet's figure
+        datasheet, reported = row.pop("datasheet_memory_bytes"), row.pop("device_memory_bytes", None)
+        report = row.pop("device_memory_report", None)
+        assert (reported is None) == (report is None), row["id"]
+        table[row["id"]] = Accelerator(
+            peak_flop_per_sec=peaks, **row, interconnect=None if link is None else Interconnect(**link),
+            memory_bytes=reported or datasheet, datasheet_memory_bytes=datasheet,
+            memory_source="datasheet" if reported is None else "device", memory_report=report)
     return table
 
 
@@ -193,6 +224,13 @@ def for_device(device_name: str) -> Accelerator | None:
     """The entry whose device_names include what a live device reports (NVML, torch); None
     for a part the catalogue does not list, or a CPU."""
     return next((acc for acc in catalogue().values() if device_name in acc.device_names), None)
+
+
+def measured(acc: Accelerator, memory_bytes: int) -> Accelerator:
+    """The entry with the memory a live device reported (torch.cuda.mem_get_info's total), which
+    overrides both the catalogue's report and the datasheet: drivers differ by some hundred MiB."""
+    return replace(acc, memory_bytes=memory_bytes, memory_source="measured",
+                   memory_report="this device's own torch.cuda.mem_get_info total")
 
 
 def catalogue_id(device_name: str) -> str | None:
@@ -253,6 +291,8 @@ def gpu(gpu_id: str, overrides: GpuOverrides | None = None, *, field: str = "gpu
         acc,
         interconnect=node,
         memory_bytes=overrides.memory_bytes or acc.memory_bytes,
+        memory_source="gpu_overrides.memory_bytes" if overrides.memory_bytes else acc.memory_source,
+        memory_report=None if overrides.memory_bytes else acc.memory_report,
         memory_bandwidth_bytes_per_sec=(
             overrides.memory_bandwidth_bytes_per_sec or acc.memory_bandwidth_bytes_per_sec),
         peak_flop_per_sec=peaks,

@@ -31,7 +31,11 @@ class Setup:
 
     def catalogue(self):
         """The device's catalogue entry; None on CPU or an unlisted GPU."""
-        return hardware.for_device(torch.cuda.get_device_name(self.device)) if self.cuda else None
+        if not self.cuda:
+            return None
+        acc = hardware.for_device(torch.cuda.get_device_name(self.device))
+        # the live device's own total overrides the catalogue's (drivers reserve differing amounts)
+        return None if acc is None else hardware.measured(acc, torch.cuda.mem_get_info(self.device)[1])
 
 
 def setup(model: type[P], raw: dict[str, Any]) -> tuple[P, Setup]:

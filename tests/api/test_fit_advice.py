@@ -45,20 +45,21 @@ def test_every_piece_of_advice_makes_its_option_fit(model, gpu, num_gpus, seq_le
 
 
 def test_the_audits_case_lora_70b_on_h100s_fits_where_it_says():
-    """LoRA shards its frozen base over the GPUs (ZeRO 3, as FSDP runs it): 70B on four H100s."""
+    """LoRA shards its frozen base over the GPUs (ZeRO 3, as FSDP runs it): 70B on two H100s, each of
+    the 79.2 GiB its device reports (on 80e9 bytes, the datasheet's reading, it took four)."""
     ask = {"model": "llama3-70b", "gpu": "h100-sxm", "seq_len": 4096}
     lora = {o.option: o for o in answer(FitRequest.model_validate(ask)).options}["lora"]
-    assert lora.advice_change == {"num_gpus": 4, "recompute": "full"}
+    assert lora.advice_change == {"num_gpus": 2, "recompute": "full"}
     after = {o.option: o for o in answer(FitRequest.model_validate(ask | lora.advice_change)).options}
     assert after["lora"].fits and after["lora"].settings["zero_stage"] == 3
-    # Llama 3 70B's 70.55B parameters (model card: 70B) in bf16, a quarter on each GPU, not all 141 GB
+    # Llama 3 70B's 70.55B parameters (model card: 70B) in bf16, half on each GPU, not all 141 GB
     frozen = after["lora"].bytes_by_kind["frozen_weights"]
-    assert 70.5e9 * 2 / 4 < frozen < 70.6e9 * 2 / 4
+    assert 70.5e9 * 2 / 2 < frozen < 70.6e9 * 2 / 2
 
 
 @pytest.mark.parametrize(("ask", "said"), [
     ({"model": "llama3-70b", "gpu": "h100-sxm", "seq_len": 4096},
-     "Serving fits in AWQ 4-bit (GEMM); LoRA: fits on 4 GPUs"),
+     "Serving fits in AWQ 4-bit (GEMM); LoRA: fits on 2 GPUs"),
     ({"model": "llama3-8b", "gpu": "h100-sxm", "seq_len": 2048}, "Serving fits in bfloat16, FP8 E4M3, INT8 and "),
 ])
 def test_the_summary_says_one_thing_per_way_to_run_it(ask, said):

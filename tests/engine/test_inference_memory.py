@@ -7,6 +7,7 @@ import pytest
 
 from app.accounting.units import GIB
 from tests.support.api import assert_names_field
+from tests.support.devices import A100_80GB_REPORTED_BYTES
 
 MEMORY, CAPACITY = "/api/v1/inference/memory", "/api/v1/inference/capacity"
 LLAMA2_7B_PARAMS = 6_738_415_616  # meta-llama/Llama-2-7b-hf, transformers' count
@@ -21,7 +22,7 @@ def test_memory_adds_up(api):
     assert answer["overhead_bytes"] == GIB
     parts = ("weights_bytes", "kv_cache_bytes", "workspace_bytes", "overhead_bytes")
     assert answer["total_bytes"] == sum(answer[p] for p in parts)
-    assert answer["usable_bytes"] == int(0.9 * 80e9) and answer["fits"]
+    assert answer["usable_bytes"] == int(0.9 * A100_80GB_REPORTED_BYTES) and answer["fits"]
     assert answer["defaults_applied"]["gpu_memory_utilization"] == 0.9
 
 

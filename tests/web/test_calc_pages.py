@@ -11,6 +11,7 @@ import pytest
 
 from app.web.calculators import CALCULATORS
 from tests.support.api import assert_names_field
+from tests.support.devices import H100_REPORTED_BYTES
 
 TIME = "/api/v1/time/training"
 
@@ -152,10 +153,10 @@ def test_the_course_example_opens_in_float32(api):
 
 
 def test_numbers_read_as_a_person_reads_them(api):
-    """At the defaults: one H100 (80 GB) at 16 bytes per parameter (bf16 mixed with AdamW)
-    holds 80e9 / 16 = 5e9 parameters."""
+    """At the defaults: one H100 (the 85.06e9 bytes it reports) at 16 bytes per parameter (bf16
+    mixed with AdamW) holds 5.32e9 parameters."""
     memory = api.get("/memory").text
-    assert _testid(memory, "max-params") == "5.0 B"
+    assert _testid(memory, "max-params") == f"{H100_REPORTED_BYTES / 16 / 1e9:.1f} B" == "5.3 B"
     assert "GiB" not in memory
     assert _testid(api.get("/time?params=70e9&tokens=15e12").text, "flops") == "6.30 × 10²⁴"
     for slug in CALCULATORS:

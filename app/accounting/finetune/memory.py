@@ -29,7 +29,7 @@ from app.accounting.finetune import stacks
 from app.accounting.finetune.flops import frozen_weights_in_backward
 from app.accounting.finetune.freeze import freeze_params
 from app.accounting.finetune.lora import lora_params, wrapped
-from app.accounting.hardware import Accelerator
+from app.accounting.hardware import Accelerator, memory_note
 from app.accounting.inference.formats import DEFAULT_KEEP
 from app.accounting.inference.quant import weight_bytes
 from app.accounting.records import RECORD
@@ -331,6 +331,8 @@ def _answer(mode: str, trainable: int, frozen: int, base_format: str | None, pea
         notes.append("paged optimizer: its state may page to host memory when the GPU runs short "
                      "(bitsandbytes' unified memory); fits counts the rest")
     notes.append("excludes the CUDA context, allocator fragmentation and communication buffers")
+    if gpu is not None:
+        notes.append(memory_note(gpu))
     return FineTuneMemory(
         mode=mode, trainable_params=trainable, frozen_params=frozen, base_format=base_format,
         activation_items=items, total=total, total_gib=total / GIB, paged_optimizer=paged,

@@ -60,6 +60,8 @@ class InferenceMemory:
     workspace: Workspace
     by_concurrency: list[MemoryPoint]
     """Powers of two up to past the most sequences that fit, for the stacked chart."""
+    gpu_memory_note: str = ""
+    """What gpu_memory_bytes is: the total the device reports, or the datasheet's figure."""
     advice: str | None = None
     """When it does not fit: the smallest change found that makes it fit (fewer sequences, more
     tensor-parallel ranks of these GPUs, more GPUs, a smaller weight format), each checked."""
@@ -90,6 +92,8 @@ class ServingCapacity:
     workspace_bytes: int
     overhead_bytes: int
     usable_bytes: int
+    gpu_memory_note: str = ""
+    """As InferenceMemory's."""
     advice: str | None = None
     """As InferenceMemory's."""
 
@@ -139,7 +143,7 @@ def memory(setup: Setup, *, context: int, concurrency: int) -> InferenceMemory:
         gpu_memory_bytes=setup.memory_bytes,
         usable_bytes=usable, fits=here.total_bytes <= usable, weights=setup.weights,
         kv_cache=setup.kv(context=context, batch=_per_replica(setup, concurrency)), workspace=setup.workspace,
-        by_concurrency=curve)
+        by_concurrency=curve, gpu_memory_note=setup.memory_note)
 
 
 def capacity(setup: Setup, *, context: int, concurrency: int) -> ServingCapacity:
@@ -154,7 +158,7 @@ def capacity(setup: Setup, *, context: int, concurrency: int) -> ServingCapacity
         fits=fits(setup, context=context, concurrency=concurrency),
         weights_bytes_per_gpu=setup.weights_per_gpu, workspace_bytes=setup.workspace.bytes,
         overhead_bytes=setup.overhead_bytes,
-        usable_bytes=int(setup.gpu_memory_utilization * setup.memory_bytes))
+        usable_bytes=int(setup.gpu_memory_utilization * setup.memory_bytes), gpu_memory_note=setup.memory_note)
 
 
 Limit = Literal["memory", "max_seq_len"]

@@ -47,6 +47,8 @@ class Setup:
     overhead_bytes: int
     engine: kv_cache.Engine = "vllm"
     """Whose KV cache is counted (kv_cache.py): vLLM's, or transformers' DynamicCache (unpaged)."""
+    memory_note: str = ""
+    """What memory_bytes is, in words (hardware.memory_note): the device's report or the datasheet's."""
 
     def __post_init__(self) -> None:
         tp = self.tensor_parallel

@@ -3,6 +3,7 @@ that fit, and what the model assumes."""
 
 from dataclasses import dataclass, field
 
+from app.accounting import hardware
 from app.accounting.comm import links
 from app.accounting.comm.achievable import NETWORK
 from app.accounting.comm.collectives import Link
@@ -92,7 +93,7 @@ def plan(w: Workload, limits: Limits, *, top_k: int, points: bool,
     c = w.cluster
     inter = None if c.inter is None or c.nodes == 1 else LinkUsed(c.inter.bytes_per_sec, c.inter.latency_s,
                                                                     links[1] or "")
-    notes = list(ASSUMPTIONS)
+    notes = [*ASSUMPTIONS, hardware.memory_note(w.gpu)]
     if c.nodes > 1 and c.inter is not None:
         notes.append("every GPU has its own share of the node's network (one NIC per GPU, as on DGX boards)")
     return TrainingPlan(

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from app.accounting import blocks
 from app.accounting.errors import InvalidInput
-from app.accounting.hardware import Accelerator
+from app.accounting.hardware import Accelerator, memory_note
 from app.accounting.models import TransformerConfig, count_params
 from app.accounting.records import RECORD
 from app.accounting.training import activations as act
@@ -319,6 +319,8 @@ def training_memory(
     if optimizer == "adamw_8bit":
         assumptions.append("8-bit states: 1 byte each plus an fp32 absmax per 2048 elements")
     assumptions.append("excludes the CUDA context, allocator fragmentation and communication buffers")
+    if gpu is not None:
+        assumptions.append(memory_note(gpu))
     total = peak["total"]
     moments = {k: peak[k] for k in phases.PHASES if k in peak}
     return TrainingMemory(

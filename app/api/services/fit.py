@@ -5,7 +5,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from app.accounting import fit
+from app.accounting import fit, hardware
 from app.accounting.errors import InvalidInput
 from app.accounting.finetune.spec import FineTune, targets_of
 from app.accounting.finetune.stacks import STACKS, StackName
@@ -96,6 +96,7 @@ def answer(body: FitRequest) -> fit.FitAnswer:
             "training, gradient checkpointing, batch 1, a smaller format (LoRA over an NF4 base, 8-bit "
             "AdamW states for full fine-tuning), a shorter sequence, more GPUs with ZeRO stage 3; each "
             "is checked before it is given, and advice_change is it as a change to this request",
+            hardware.memory_note(acc),
             *left_out])
 
 

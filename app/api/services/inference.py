@@ -96,7 +96,8 @@ class ServingRequest(GpuInput):
                            None if self.unquantized is None else tuple(self.unquantized), self.dtype,
                            self.cache_dtype, self.mla_cache, self.block_size, tp,
                            self.num_gpus, self.accelerator().memory_bytes, self.gpu_memory_utilization,
-                           self.max_num_batched_tokens, self.max_num_seqs, self.overhead_bytes, self.engine)
+                           self.max_num_batched_tokens, self.max_num_seqs, self.overhead_bytes, self.engine,
+                           hardware.memory_note(self.accelerator()))
 
     def asked_context(self, setup: Setup) -> int:
         """Tokens per sequence the request asks to hold (memory: context; time: prompt + output)."""

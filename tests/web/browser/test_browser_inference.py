@@ -7,6 +7,7 @@ import httpx
 from playwright.sync_api import expect
 
 from tests.support.browser import assert_fits_a_phone, wait_for_charts, watched_at
+from tests.support.devices import H100_REPORTED_BYTES
 
 # Short requests (512 + 128 tokens): a sequence's cache read stays below its FLOPs' time, so
 # decode turns compute-bound at some batch. Memory at 8k tokens per sequence.
@@ -38,7 +39,7 @@ def test_the_two_charts_are_the_apis_curves(browser, base_url, screenshots):
     memory = _api(base_url, "memory", {k: EXAMPLE[k] for k in MEMORY_FIELDS})
     time = _api(base_url, "time", {k: v for k, v in EXAMPLE.items() if k != "context"})
     # The stack: one bar per concurrency of by_concurrency, weights + KV cache + workspace +
-    # overhead summing to its total, the usable memory (0.9 x 80 GB) drawn over the bars.
+    # overhead summing to its total, the usable memory (0.9 x what the H100 reports) drawn over the bars.
     stack = page.evaluate(f"(() => {{ const c = {CHART.format(0)}; return {{labels: c.data.labels,"
                           " sets: c.data.datasets.map(d => ({label: d.label, data: d.data}))}; })()")
     assert stack["labels"] == [f"{p['concurrency']:,}" for p in memory["by_concurrency"]]
@@ -47,7 +48,8 @@ def test_the_two_charts_are_the_apis_curves(browser, base_url, screenshots):
     for i, point in enumerate(memory["by_concurrency"]):
         assert abs(sum(s["data"][i] for s in bars) - point["total_bytes"] / 1e9) < 1e-6
     (line,) = [s for s in stack["sets"] if s["label"].startswith("usable")]
-    assert line["data"] == [0.9 * 80e9 / 1e9] * len(stack["labels"])  # the H100's 80 GB, vLLM's 0.9
+    assert line["data"] == [memory["usable_bytes"] / 1e9] * len(stack["labels"])
+    assert memory["usable_bytes"] == int(0.9 * H100_REPORTED_BYTES)  # vLLM's 0.9 of the device's total
     assert page.evaluate(DRAWN_LAST) == line["label"]
     # Tokens/s against batch: the decode curve, and the compute-bound batch as a vertical line.
     curve = page.evaluate(f"{CHART.format(1)}.data.datasets.map(d => ({{label: d.label, data: d.data}}))")
