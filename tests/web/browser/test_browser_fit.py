@@ -8,6 +8,7 @@ import httpx
 from playwright.sync_api import expect
 
 from tests.support.browser import assert_fits_a_phone, wait_for_charts, watched_at
+from tests.support.devices import RTX_4090_REPORTED_BYTES
 
 ASKED = {"model": "llama3-8b", "gpu": "rtx-4090", "seq_len": 2048}
 CHART = "Chart.getChart(document.querySelector('[data-testid=section-{}] canvas'))"
@@ -50,7 +51,7 @@ def test_llama3_8b_on_an_rtx_4090_qlora_fits_full_fine_tuning_does_not(browser, 
     expect(page.get_by_test_id("advice-full")).to_have_text(f"{advice[0].upper()}{advice[1:]}.")
     expect(page.get_by_test_id("summary")).to_have_text(answer["summary"] + ".")
     # Each section's bars are its options' bytes by kind, in GB, summing to each total; the
-    # usable memory is one mark per bar and the GPU's 24 GB (NVIDIA's datasheet) one line.
+    # usable memory is one mark per bar and the 24,564 MiB an RTX 4090 reports one line.
     for kind in ("inference", "training"):
         mine = [o for o in answer["options"] if o["kind"] == kind]
         sets = page.evaluate(SETS.format(CHART.format(kind)))
@@ -63,7 +64,7 @@ def test_llama3_8b_on_an_rtx_4090_qlora_fits_full_fine_tuning_does_not(browser, 
         (usable,) = [s for s in sets if s["label"] == "usable memory"]
         assert [p["x"] for p in usable["data"]] == [o["usable_bytes"] / 1e9 for o in mine]
         (line,) = [s for s in sets if s["type"] == "line"]
-        assert [p["x"] for p in line["data"]] == [24e9 / 1e9] * 2
+        assert [p["x"] for p in line["data"]] == [RTX_4090_REPORTED_BYTES / 1e9] * 2
         assert page.evaluate(f"{CHART.format(kind)}.options.indexAxis") == "y"  # horizontal
         # The marks are drawn over the bars: Chart.js draws the sorted list from its end.
         drawn_last = page.evaluate(f"{CHART.format(kind)}.getSortedVisibleDatasetMetas()[0].label")
@@ -128,7 +129,7 @@ def test_a_gpu_of_ones_own_is_picked_filled_in_and_kept_in_the_url(browser, base
     expect(page.locator("#gpu_memory-error")).to_contain_text("ambiguous")
     page.select_option("#gpu", "rtx-4090")
     expect(page.get_by_test_id("custom-gpu")).to_be_hidden()
-    expect(page.get_by_test_id("gpu-memory")).to_have_text("1 × 24 GB")
+    expect(page.get_by_test_id("gpu-memory")).to_have_text(f"1 × {RTX_4090_REPORTED_BYTES / 1e9:.0f} GB")
     assert "gpu_name" not in page.url
     watched.clean()
     page.context.close()
