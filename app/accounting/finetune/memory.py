@@ -155,8 +155,10 @@ def finetune_memory(cfg: TransformerConfig, spec: ft.FineTune, *, precision: Pre
                               batch_size=batch_size, seq_len=seq_len, recompute=recompute,
                               zero_stage=zero_stage, data_parallel=data_parallel,
                               fused_optimizer=fused_optimizer, largest_param=largest_param)
-        one_grad = shard(largest_trainable(cfg, spec), data_parallel if zero_stage >= 2 else 1) * \
-            PRECISIONS[precision].grad if in_backward else None
+        one_grad = None
+        if in_backward:  # a post-accumulate-grad hook steps each parameter and frees its gradient
+            one_grad = shard(largest_trainable(cfg, spec) * PRECISIONS[precision].grad,
+                             data_parallel if zero_stage >= 2 else 1)
         return _full(mem, cfg, rules, paged=paged_optimizer, gpu=gpu, recompute=recompute, seq_len=seq_len,
                      batch_size=batch_size, precision=precision, one_gradient=one_grad)
     p = PRECISIONS[precision]
@@ -235,7 +237,7 @@ def finetune_memory(cfg: TransformerConfig, spec: ft.FineTune, *, precision: Pre
                             state_bytes=p.optimizer_state)
     if rules.gradients_freed:
         head = cfg.vocab_size * cfg.d_model * per.gradients if plan.head_trains else 0
-        peak = _gradients_freed(peak, shard(parts["gradients"], 1), head)
+        peak = _gradients_freed(peak, parts["gradients"], head)
     notes += phases.notes(optimizer, fused=fused)
     notes += stacks.notes(rules, mode=spec.mode, recompute=recompute, chunks=loss.chunks, offloaded=offloaded)
     return _answer(spec.mode, trainable, frozen, spec.base_format if spec.mode == "qlora" else None, peak,

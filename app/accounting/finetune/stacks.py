@@ -244,9 +244,8 @@ def notes(rules: Stack, *, mode: str, recompute: str, chunks: int, offloaded: in
         said.append(f"{offloaded:,} bytes of checkpointed layer inputs in host memory, not on the GPU")
     if rules.gradients_freed:
         said.append("gradients freed after each step (zero_grad(set_to_none=True): the Trainer's "
-                    "model.zero_grad(), "
-                    "torchtune's recipes): backward starts with none, and only the LM head's exists while a "
-                    "rerun layer or the head's weight gradient is computed")
+                    "model.zero_grad(), torchtune's recipes): backward starts with none, and only the LM "
+                    "head's exists while a rerun layer or the head's weight gradient is computed")
     if rules.recompute_phase and recompute == "full":
         said.append("recompute_layer: a checkpointed layer rerun in backward keeps what an unchecked layer "
                     "keeps (no s x s scores, as FlashAttention and SDPA) beside the layer inputs still held "

@@ -51,9 +51,7 @@ class RecipeFlags(Input):
                            "optimizer_in_bwd): one tensor's gradient is held at a time.")
 
     def options(self) -> Options:
-        return Options(loss_chunks=self.loss_chunks, torch_compile=self.torch_compile,
-                       activation_offload=self.activation_offload,
-                       optimizer_in_backward=self.optimizer_in_backward)
+        return Options(**{name: getattr(self, name) for name in RecipeFlags.model_fields})
 
 
 class FineTuneRequest(RecipeFlags):
