@@ -96,7 +96,8 @@
     const labels = spec.bars.map((b) => b.label);
     const mine = (i) => spec.current !== undefined && i === spec.current;
     const datasets = spec.kinds.map((kind) => ({
-      label: kind.replace("_", " "), data: spec.bars.map((b) => b[kind]), backgroundColor: KIND_COLORS[kind],
+      label: (spec.labels && spec.labels[kind]) || kind.replace("_", " "), data: spec.bars.map((b) => b[kind]),
+      backgroundColor: KIND_COLORS[kind],
       borderColor: color("--fg"), borderWidth: spec.bars.map((b, i) => (mine(i) ? 2 : 0)),
       stack: "memory", order: 1,
     }));

@@ -62,6 +62,8 @@ def serve(body: InferencePageRequest, jobs: Store) -> InferenceAnswer:
 
 KINDS = ("weights", "kv_cache", "workspace", "overhead")
 """The stack of InferenceMemory's by_concurrency, bottom up: MemoryPoint's <kind>_bytes."""
+LABELS = {"kv_cache": "KV cache", "workspace": "activations", "overhead": "outside torch"}
+"""What the chart's legend calls them: the engine's activation peak and its memory outside torch."""
 
 
 def _memory_stack(body: InferencePageRequest, memory: dict) -> dict:
@@ -74,7 +76,7 @@ def _memory_stack(body: InferencePageRequest, memory: dict) -> dict:
              **{k: p[f"{k}_bytes"] / 1e9 for k in KINDS}} for p in points]
     current = [p["concurrency"] for p in points].index(memory["concurrency"])
     usable = numbers.gb(memory["usable_bytes"])
-    return {"type": "memory_stack", "bars": bars, "kinds": list(KINDS),
+    return {"type": "memory_stack", "bars": bars, "kinds": list(KINDS), "labels": LABELS,
             "capacity_gb": memory["usable_bytes"] / 1e9, "capacity_label": f"usable: {usable}",
             "gpu": gpu_label(body.gpu), "current": current,
             "x": "sequences in flight (concurrency, all replicas)"}
@@ -98,8 +100,9 @@ def _charts(body: InferencePageRequest, answer: dict, jobs: Store) -> dict:
 
 PAGE = Calculator(
     "inference", "Inference",
-    "Serving a model: bytes per GPU (weights in their format, the paged KV cache, the forward's "
-    "workspace, a fixed overhead) against the GPU's usable memory, how many users fit, and time to "
+    "Serving a model: bytes per GPU as the engine (vLLM, SGLang, llama.cpp, transformers) budgets them "
+    "(weights in their format, the KV cache, the engine's activation peak and what it keeps outside "
+    "torch) against its share of the GPU, how many users fit, and time to "
     "first token, inter-token latency, tokens/s and cost per million tokens on the roofline. The "
     "answers of POST /api/v1/inference/memory, /capacity and /time for one set of inputs.",
     InferencePageRequest, serve,
@@ -109,6 +112,7 @@ PAGE = Calculator(
      Input("gpu", "GPU", "h100-sxm"),
      Input("num_gpus", "GPUs"),
      Input("tensor_parallel", "Tensor-parallel ranks", hint="GPUs per replica; replicas = GPUs / this"),
+     Input("engine", "Engine", hint="whose memory conventions: vllm serve, SGLang, llama.cpp, transformers"),
      Input("context", "Context", hint="tokens per sequence for memory; empty: prompt + output"),
      Input("concurrency", "Concurrency", hint="sequences in flight, all replicas"),
      Input("prompt_tokens", "Prompt tokens"),
@@ -121,13 +125,17 @@ PAGE = Calculator(
      Input("unquantized", "Kept unquantized", hint="components, comma-separated; empty: the format's rule",
            is_list=True, more=True),
      Input("mla_cache", "Latent attention cache", hint="latent models only", more=True),
-     Input("block_size", "KV block", hint="tokens per paged block, as vLLM pages the cache", more=True),
-     Input("gpu_memory_utilization", "GPU memory utilization", hint="share of memory the engine may use",
+     Input("block_size", "KV block", hint="vLLM: tokens per paged block", more=True),
+     Input("gpu_memory_utilization", "GPU memory utilization", hint="vLLM: its share of the total; empty: 0.9",
            more=True),
-     Input("max_num_batched_tokens", "Batched tokens", hint="the largest forward; sets the workspace",
-           more=True),
-     Input("max_num_seqs", "Sequences per step", hint="sets the logits' workspace", more=True),
-     Input("overhead_bytes", "Overhead bytes", hint="per GPU: CUDA context, graphs (\"1GiB\")", more=True),
+     Input("mem_fraction_static", "mem_fraction_static", hint="SGLang: its share of the free memory; empty: its "
+                                                              "default", more=True),
+     Input("max_num_batched_tokens", "Batched tokens", hint="the largest forward (SGLang's chunked prefill, "
+                                                            "llama.cpp's n_ubatch); empty: the engine's", more=True),
+     Input("max_num_seqs", "Sequences per step", hint="vLLM's sampler rows; empty: the engine's", more=True),
+     Input("cuda_graphs", "CUDA graphs", hint="false: vLLM's enforce_eager", more=True),
+     Input("free_memory_bytes", "Free memory at start", hint="per GPU, if another process holds some", more=True),
+     Input("overhead_bytes", "Outside torch", hint="vLLM: NCCL, cuBLAS (\"2GiB\"); empty: modelled", more=True),
      Input("flops_efficiency", "FLOPs efficiency", hint='0 to 1, or "measured"', typed=True, more=True),
      Input("memory_efficiency", "Memory efficiency", hint='0 to 1, or "measured"', typed=True, more=True),
      Input("interconnect_bytes_per_sec", "Interconnect bytes/s", hint="per direction; empty: the catalogue's",

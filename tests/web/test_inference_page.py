@@ -5,6 +5,7 @@ are checked against published figures and the standard 2 x layers x kv_heads x h
 bytes per token."""
 
 import html
+import math
 import json
 import re
 from urllib.parse import urlencode
@@ -66,7 +67,7 @@ def test_the_cards_are_the_three_routes_answers(api):
                      ("usable", "usable_bytes")):
         assert re.search(rf'data-row="{row}"><th scope="row">{row}</th><td>{memory[key]:,}</td>', page), row
     # vLLM's budget: 0.9 of the total the H100 reports (79.22 GiB in vLLM's own log), not of 80e9
-    assert memory["usable_bytes"] == int(0.9 * H100_REPORTED_BYTES)
+    assert memory["usable_bytes"] == math.ceil(0.9 * H100_REPORTED_BYTES)  # vLLM request_memory
     for line in time["conventions"]:
         assert html.escape(line, quote=False) in page.replace("&#39;", "'")
 
@@ -180,8 +181,8 @@ def test_the_page_says_which_defaults_it_used(api):
     shown = _testid(page, "defaults-applied")
     for name in ("weight_format", "prompt_tokens", "output_tokens", "flops_efficiency"):
         assert f"{name.replace('_', ' ')} {applied[name]}" in shown
-    # Bytes and seconds with their units, not raw: 1 GiB of overhead, 8 us per all-reduce.
-    assert "overhead bytes 1.07 GB" in shown and "allreduce latency s 8 µs" in shown
+    # Seconds with their unit, not raw: 8 us per all-reduce.
+    assert "engine vllm" in shown and "allreduce latency s 8 µs" in shown
 
 
 def test_the_nav_and_the_overview_lead_to_it(api):

@@ -1,15 +1,18 @@
 """Serving memory per GPU, and what fits: the most sequences at a context, the longest
 context at a concurrency.
 
-Convention (vLLM's): the engine may use gpu_memory_utilization x memory on each GPU; the
-weights, the forward's workspace and a fixed overhead come off it, and the KV cache gets
-the rest. Each of the model's replicas (num_gpus / tensor_parallel) serves its own share
-of the sequences, so capacity scales with replicas.
+Convention: the engine's (engines/): it allows itself a share of each GPU (vLLM's
+gpu_memory_utilization of the total, SGLang's mem_fraction_static of what is free at start,
+the whole device for llama.cpp and transformers); the items it reserves in that share come
+off it (weights, its activation peak, memory outside torch) and the KV cache gets the rest.
+Each of the model's replicas (num_gpus / tensor_parallel) serves its own share of the
+sequences, so capacity scales with replicas.
 """
 
 from dataclasses import dataclass
 from typing import Literal
 
+from app.accounting.inference.engines import Reserved
 from app.accounting.inference.kv_cache import KvCache
 from app.accounting.inference.quant import WeightBytes
 from app.accounting.inference.setup import Setup
@@ -32,6 +35,26 @@ class MemoryPoint:
 
 
 @dataclass(slots=True)
+class EngineView:
+    """The engine's conventions as applied to this deployment, shared by both answers."""
+
+    engine: str
+    settings: dict[str, float | int | bool | None]
+    """The engine's settings as applied, the request's or the engine's defaults for this GPU, under the
+    engine's own names (vLLM's gpu_memory_utilization, SGLang's mem_fraction_static ...)."""
+    share_rule: str
+    """How the engine sets the share of each GPU it allows itself (usable_bytes)."""
+    reserved: list[Reserved]
+    """Everything the engine holds beside the cache on each GPU, with whether it comes off the share."""
+    kv_cache_tokens: int
+    """Tokens the cache holds on each replica, as the engine logs it at start-up (vLLM's "GPU KV
+    cache size", SGLang's max_total_num_tokens): whole blocks or slots of the cache's budget."""
+    engine_notes: list[str]
+
+    __pydantic_config__ = RECORD
+
+
+@dataclass(slots=True)
 class InferenceMemory:
     """Bytes on each GPU serving `concurrency` sequences of `context` tokens."""
 
@@ -47,17 +70,23 @@ class InferenceMemory:
     kv_cache_bytes: int
     """This GPU's share of the cache of its replica's sequences, paged."""
     workspace_bytes: int
+    """The engine's activation peak where it takes it off its share (vLLM's profile run, llama.cpp's
+    compute buffer, transformers' prefill); 0 for SGLang, which keeps it outside."""
     overhead_bytes: int
+    """The rest it takes off its share: vLLM's memory outside torch."""
     total_bytes: int
     gpu_memory_bytes: int
     usable_bytes: int
-    """gpu_memory_utilization x gpu_memory_bytes."""
+    """The engine's share of gpu_memory_bytes (engine.share_rule)."""
     fits: bool
     """total_bytes <= usable_bytes."""
     weights: WeightBytes
     kv_cache: KvCache
     """The cache of one replica's sequences, with its conventions."""
     workspace: Workspace
+    """A forward's live set by phase at max_num_batched_tokens (residual, attention, MLP, logits); the
+    engine's own figure is engine.reserved's activations."""
+    engine: EngineView
     by_concurrency: list[MemoryPoint]
     """Powers of two up to past the most sequences that fit, for the stacked chart."""
     gpu_memory_note: str = ""
@@ -77,7 +106,7 @@ class ServingCapacity:
     concurrency: int
     replicas: int
     kv_budget_bytes_per_gpu: int
-    """usable - weights - workspace - overhead; negative when the weights alone do not fit."""
+    """usable - the engine's reserved items in its share; negative when the weights alone do not fit."""
     kv_bytes_per_sequence_per_gpu: int
     """One sequence of `context` tokens, paged."""
     max_sequences: int
@@ -92,6 +121,10 @@ class ServingCapacity:
     workspace_bytes: int
     overhead_bytes: int
     usable_bytes: int
+    engine: EngineView
+    max_concurrency: float
+    """kv_cache_tokens over one sequence of `context` tokens in whole blocks, per replica: vLLM's
+    "Maximum concurrency for `context` tokens per request"."""
     gpu_memory_note: str = ""
     """As InferenceMemory's."""
     advice: str | None = None
@@ -104,12 +137,44 @@ def _per_replica(setup: Setup, concurrency: int) -> int:
     return -(-concurrency // setup.replicas)
 
 
+def _kept(setup: Setup, *kinds: str) -> int:
+    """Bytes of the reserved items of these kinds the engine takes off its share."""
+    return sum(r.bytes for r in setup.budget.reserved if r.in_budget and r.kind in kinds)
+
+
+def _activations(setup: Setup) -> int:
+    return _kept(setup, "activations")
+
+
+def _overhead(setup: Setup) -> int:
+    return _kept(setup, "non_torch", "cuda_graphs", "cuda_context", "headroom")
+
+
+def _view(setup: Setup) -> EngineView:
+    b = setup.budget
+    return EngineView(engine=b.engine, settings=engine_settings(setup), share_rule=b.share_rule, reserved=b.reserved,
+                      kv_cache_tokens=setup.kv_cache_tokens, engine_notes=b.notes)
+
+
+def engine_settings(setup: Setup) -> dict[str, float | int | bool | None]:
+    """The deployment's engine settings under the engine's own names."""
+    names = {"vllm": ("gpu_memory_utilization", "max_num_batched_tokens", "max_num_seqs", "block_size"),
+             "sglang": ("mem_fraction_static", "chunked_prefill_size", "cuda_graph_max_bs", "page_size"),
+             "llama.cpp": (None, "n_ubatch", "n_parallel", "n_ctx_pad"),
+             "transformers": (None, "prefill_tokens", "batch", None)}[setup.engine]
+    values = (setup.memory_fraction, setup.max_num_batched_tokens, setup.max_num_seqs, setup.block_size or 1)
+    out: dict[str, float | int | bool | None] = {n: v for n, v in zip(names, values, strict=True) if n}
+    if setup.engine in ("vllm", "sglang"):
+        out["cuda_graphs"] = setup.cuda_graphs
+    return out
+
+
 def _point(setup: Setup, context: int, concurrency: int) -> MemoryPoint:
     kv = setup.kv_per_gpu(context=context, batch=_per_replica(setup, concurrency))
-    fixed = setup.weights_per_gpu + setup.workspace.bytes + setup.overhead_bytes
+    act, over = _activations(setup), _overhead(setup)
+    fixed = setup.weights_per_gpu + act + over
     return MemoryPoint(concurrency=concurrency, weights_bytes=setup.weights_per_gpu, kv_cache_bytes=kv,
-                       workspace_bytes=setup.workspace.bytes, overhead_bytes=setup.overhead_bytes,
-                       total_bytes=fixed + kv)
+                       workspace_bytes=act, overhead_bytes=over, total_bytes=fixed + kv)
 
 
 def fits(setup: Setup, *, context: int, concurrency: int) -> bool:
@@ -127,7 +192,7 @@ def max_sequences(setup: Setup, context: int) -> int:
 
 def memory(setup: Setup, *, context: int, concurrency: int) -> InferenceMemory:
     here = _point(setup, context, concurrency)
-    usable = int(setup.gpu_memory_utilization * setup.memory_bytes)
+    usable = setup.budget.share_bytes
     most = max_sequences(setup, context)
     curve, c = [], 1
     while True:
@@ -139,11 +204,11 @@ def memory(setup: Setup, *, context: int, concurrency: int) -> InferenceMemory:
         context=context, concurrency=concurrency, sequences_per_replica=_per_replica(setup, concurrency),
         tensor_parallel=setup.tensor_parallel, replicas=setup.replicas, weights_bytes=here.weights_bytes,
         kv_cache_bytes=here.kv_cache_bytes, workspace_bytes=here.workspace_bytes,
-        overhead_bytes=setup.overhead_bytes, total_bytes=here.total_bytes,
+        overhead_bytes=here.overhead_bytes, total_bytes=here.total_bytes,
         gpu_memory_bytes=setup.memory_bytes,
         usable_bytes=usable, fits=here.total_bytes <= usable, weights=setup.weights,
         kv_cache=setup.kv(context=context, batch=_per_replica(setup, concurrency)), workspace=setup.workspace,
-        by_concurrency=curve, gpu_memory_note=setup.memory_note)
+        engine=_view(setup), by_concurrency=curve, gpu_memory_note=setup.memory_note)
 
 
 def capacity(setup: Setup, *, context: int, concurrency: int) -> ServingCapacity:
@@ -156,9 +221,14 @@ def capacity(setup: Setup, *, context: int, concurrency: int) -> ServingCapacity
         kv_bytes_per_sequence_per_gpu=per_sequence, max_sequences=max_sequences(setup, context),
         max_context=longest, max_context_limited_by=limited, max_seq_len=setup.cfg.max_seq_len,
         fits=fits(setup, context=context, concurrency=concurrency),
-        weights_bytes_per_gpu=setup.weights_per_gpu, workspace_bytes=setup.workspace.bytes,
-        overhead_bytes=setup.overhead_bytes,
-        usable_bytes=int(setup.gpu_memory_utilization * setup.memory_bytes), gpu_memory_note=setup.memory_note)
+        weights_bytes_per_gpu=setup.weights_per_gpu, workspace_bytes=_activations(setup),
+        overhead_bytes=_overhead(setup), usable_bytes=setup.budget.share_bytes, engine=_view(setup),
+        max_concurrency=_concurrency(setup, context), gpu_memory_note=setup.memory_note)
+
+
+def _concurrency(setup: Setup, context: int) -> float:
+    block = setup.block_size or 1
+    return setup.kv_cache_tokens / (-(-context // block) * block)
 
 
 Limit = Literal["memory", "max_seq_len"]

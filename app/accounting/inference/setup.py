@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 from app.accounting import dtypes
 from app.accounting.errors import InvalidInput
-from app.accounting.inference import kv_cache, quant
+from app.accounting.inference import engines, kv_cache, quant
 from app.accounting.inference.workspace import Workspace, workspace
 from app.accounting.transformer import TransformerConfig
 
@@ -40,15 +40,25 @@ class Setup:
     num_gpus: int
     memory_bytes: int
     """One GPU's memory."""
-    gpu_memory_utilization: float
-    """Share of each GPU's memory the engine may use (vLLM's gpu_memory_utilization)."""
+    memory_fraction: float | None
+    """The engine's share setting: vLLM's gpu_memory_utilization (of the total), SGLang's
+    mem_fraction_static (of the memory free at start); None for llama.cpp and transformers."""
     max_num_batched_tokens: int
+    """Tokens in the largest forward: vLLM's max_num_batched_tokens, SGLang's chunked_prefill_size,
+    llama.cpp's n_ubatch, transformers' batch x prompt."""
     max_num_seqs: int
-    overhead_bytes: int
-    engine: kv_cache.Engine = "vllm"
-    """Whose KV cache is counted (kv_cache.py): vLLM's, or transformers' DynamicCache (unpaged)."""
+    overhead_bytes: int | None
+    """Replaces the engine's modelled memory outside torch (vLLM's non-torch increase); None: modelled."""
+    engine: engines.EngineName = "vllm"
+    """Whose conventions budget the memory and lay out the cache (engines/)."""
     memory_note: str = ""
     """What memory_bytes is, in words (hardware.memory_note): the device's report or the datasheet's."""
+    cuda_graphs: bool = True
+    """The engine captures CUDA graphs (vLLM without enforce_eager, SGLang without disable_cuda_graph)."""
+    free_memory_bytes: int | None = None
+    """Memory free on each GPU when the engine starts; None: the total less a CUDA context."""
+    multiprocessors: int | None = None
+    """The GPU's SMs (vLLM's sampler scratch); None where the catalogue lacks them."""
 
     def __post_init__(self) -> None:
         tp = self.tensor_parallel
@@ -93,18 +103,37 @@ class Setup:
                          act_bytes=self.act_bytes, tensor_parallel=self.tensor_parallel)
 
     @cached_property
+    def budget(self) -> engines.Budget:
+        """One GPU's memory as the engine divides it: its share, what it reserves, the cache's rest."""
+        return engines.plan(self)
+
+    @property
     def kv_budget_per_gpu(self) -> int:
-        """What is left for the cache on each GPU: utilization x memory - weights - the
-        forward's workspace - the fixed overhead (negative when the model does not fit)."""
-        usable = int(self.gpu_memory_utilization * self.memory_bytes)
-        return usable - self.weights_per_gpu - self.workspace.bytes - self.overhead_bytes
+        """What is left for the cache on each GPU (negative when the model does not fit)."""
+        return self.budget.kv_bytes
+
+    @property
+    def cache_engine(self) -> kv_cache.Engine:
+        """Whose cache layout: transformers' DynamicCache, or the heads a serving engine keeps."""
+        return "transformers" if self.engine == "transformers" else "vllm"
+
+    @cached_property
+    def kv_cache_tokens(self) -> int:
+        """Tokens the cache holds on each replica, as the engine counts them at start-up (vLLM's
+        "GPU KV cache size", SGLang's max_total_num_tokens): whole blocks (vLLM), slots (SGLang)."""
+        block = self.block_size or 1
+        unit = kv_cache.sequence_bytes_per_gpu(
+            self.cfg, context=min(block, self.cfg.max_seq_len), cache_dtype=self.cache_dtype,
+            model_dtype=self.model_dtype, block_size=self.block_size, mla_cache=self.mla_cache,
+            tensor_parallel=self.tensor_parallel, engine=self.cache_engine)[0]
+        return max(0, self.kv_budget_per_gpu) // unit * block if unit else 0
 
     def kv(self, *, context: int, batch: int, paged: bool = True) -> kv_cache.KvCache:
         return _kv_cache(
             self.cfg, context=context, batch=batch, cache_dtype=self.cache_dtype,
             model_dtype=self.model_dtype,
             block_size=self.block_size if paged else None, mla_cache=self.mla_cache,
-            tensor_parallel=self.tensor_parallel, engine=self.engine)
+            tensor_parallel=self.tensor_parallel, engine=self.cache_engine)
 
     @cached_property
     def memo(self) -> dict[Hashable, Any]:
@@ -125,5 +154,5 @@ class Setup:
             one = self.remember((context, paged), kv_cache.sequence_bytes_per_gpu(
                 self.cfg, context=context, cache_dtype=self.cache_dtype, model_dtype=self.model_dtype,
                 block_size=self.block_size if paged else None, mla_cache=self.mla_cache,
-                tensor_parallel=self.tensor_parallel, engine=self.engine))
+                tensor_parallel=self.tensor_parallel, engine=self.cache_engine))
         return batch * one[0] + one[1]

@@ -1,8 +1,8 @@
-"""Transient memory a serving engine needs beside weights and KV cache.
+"""Transient memory of one forward beside weights and KV cache, by phase.
 
-vLLM sizes its KV cache by running one dummy forward over `max_num_batched_tokens` tokens
-(its profile run) and keeping what that forward peaked at off the cache budget
-(vllm/v1/worker/gpu_worker.py, determine_available_memory). Here that peak is estimated as
+What transformers' prefill holds at its peak (engines/hf.py), and SGLang's activations in the
+memory it keeps outside its fraction; vLLM's profile run is its own (engines/vllm.py: attention
+skipped, a sampler over max_num_seqs rows). The peak is estimated as
 the largest live set of one layer, since a forward frees each layer's intermediates before
 the next: the residual stream and its normed copy, plus either attention's projections
 (FlashAttention keeps no score matrix) or the MLP's hidden activations, or the sampler's
@@ -16,14 +16,9 @@ from dataclasses import dataclass
 from app.accounting import blocks
 from app.accounting.records import RECORD
 from app.accounting.transformer import TransformerConfig
-from app.accounting.units import GIB
 
 LOGIT_BYTES = 4
 """The sampler upcasts logits to fp32 (vLLM's Sampler) and keeps them beside their softmax."""
-
-DEFAULT_OVERHEAD_BYTES = GIB
-"""CUDA context, cuBLAS/NCCL workspaces and captured CUDA graphs: what vLLM's start-up log
-reports as non-torch memory plus graph memory is 0.5 to 1.5 GiB on one H100; 1 GiB stated."""
 
 
 @dataclass(slots=True)

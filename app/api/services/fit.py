@@ -79,7 +79,8 @@ def answer(body: FitRequest) -> fit.FitAnswer:
         seq_len=body.seq_len, batch_size=body.batch_size, options=options,
         summary=fit.summary(options, {o.option: _name(o.option) for o in options if o.kind == "inference"}),
         assumptions=[
-            "serving: vLLM-like, gpu_memory_utilization 0.9, 1 GiB overhead, tensor_parallel num_gpus, "
+            "serving: as vllm serve budgets it (gpu_memory_utilization 0.9 of the device's total, less its profile "
+            "run's activation peak and its memory outside torch), tensor_parallel num_gpus, "
             "time per output token at batch_size sequences decoding at seq_len (POST /api/v1/inference/*)",
             "training: bf16 mixed precision, the optimizer asked for; LoRA and QLoRA rank lora_rank on "
             "peft's default targets for the family (q and v, or the fused qkv), QLoRA over NF4 with double "
@@ -128,7 +129,7 @@ def _served(body: FitRequest, fmt: str) -> fit.FitOption:
     name = formats.FORMATS[fmt].name
     return fit.FitOption(
         option=f"inference-{fmt}", kind="inference", label=f"Inference, {name}",
-        settings={"weight_format": fmt, "tensor_parallel": body.num_gpus, "gpu_memory_utilization": 0.9},
+        settings={"weight_format": fmt, "tensor_parallel": body.num_gpus, **mem.engine.settings},
         fits=mem.fits, total_bytes=mem.total_bytes, usable_bytes=mem.usable_bytes,
         bytes_by_kind={"weights": mem.weights_bytes, "kv_cache": mem.kv_cache_bytes,
                        "workspace": mem.workspace_bytes, "overhead": mem.overhead_bytes},

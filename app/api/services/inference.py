@@ -7,10 +7,9 @@ from pydantic import Field
 
 from app.accounting import dtypes, hardware
 from app.accounting.errors import InvalidInput
-from app.accounting.inference import capacity, formats, kv_cache, latency, weights
+from app.accounting.inference import capacity, engines, formats, kv_cache, latency, weights
 from app.accounting.inference.roofline import Hardware
 from app.accounting.inference.setup import Setup
-from app.accounting.inference.workspace import DEFAULT_OVERHEAD_BYTES
 from app.api.services import serving_advice
 from app.api.services.time import Currency
 from app.inputs.fields import byte_count, count, number, sequence_length
@@ -64,12 +63,13 @@ class ServingRequest(GpuInput):
                               "token per layer, as vLLM and FlashMLA do) or decompressed keys and values "
                               "(as eager transformers does).")
     block_size: count(1, 1 << 16) | None = Field(
-        16, description="Paged-attention block in tokens (vLLM's default 16): each sequence's cache is "
-                        "rounded up to whole blocks. null: unpaged, exact.")
-    engine: kv_cache.Engine = Field(
-        "vllm", description="Whose KV cache is counted: vllm (the serving engine these calculators follow: "
-                            "n_kv_heads, paged by block_size) or transformers (its DynamicCache, unpaged, in "
-                            "`dtype`: Falcon's new_decoder_architecture caches K and V for all n_heads).")
+        16, description="vLLM's paged-attention block in tokens (its default 16): each sequence's cache is "
+                        "rounded up to whole blocks. null: unpaged, exact. Other engines lay out their own "
+                        "cache (SGLang a slot a token, llama.cpp 256-token padding, transformers unpaged).")
+    engine: engines.EngineName = Field(
+        "vllm", description="Whose conventions budget each GPU and lay out the cache: vllm (`vllm serve`, V1 "
+                            "engine), sglang, llama.cpp or transformers (generate with its DynamicCache). "
+                            "docs/api/inference.md gives each one's rules and sources.")
     num_gpus: count(1, 1 << 20) = Field(
         1, description="GPUs of this kind; num_gpus / tensor_parallel replicas of the model.")
     tensor_parallel: count(1, 1024) | None = Field(
@@ -77,27 +77,62 @@ class ServingRequest(GpuInput):
                           "when it exceeds them). null: the fewest GPUs per replica, of those dividing "
                           "num_gpus, at which the asked sequences fit (else one does, else num_gpus): "
                           "more replicas serve more, as vLLM's data parallel does.")
-    gpu_memory_utilization: number(gt=0, le=1, text=False) = Field(
-        0.9, description="Share of each GPU's memory the engine may use (vLLM's default 0.9).")
-    max_num_batched_tokens: count(1, 1 << 24) = Field(
-        8192, description="Tokens in the largest forward (the chunked-prefill budget); sets the workspace.")
-    max_num_seqs: count(1, 1 << 20) = Field(
-        256, description="Sequences sampled in one step (vLLM's default 256); sets the logits' workspace.")
-    overhead_bytes: byte_count(0, 10**13) = Field(
-        DEFAULT_OVERHEAD_BYTES, description="Fixed bytes per GPU besides weights, cache and workspace: CUDA "
-                                            "context, library workspaces, CUDA graphs (1 GiB stated).")
+    gpu_memory_utilization: number(gt=0, le=1, text=False) | None = Field(
+        None, description="vLLM only: the share of each GPU's total it may use; null is vLLM's default 0.9.")
+    mem_fraction_static: number(gt=0, le=1, text=False) | None = Field(
+        None, description="SGLang only: the share of the memory free at start it keeps for weights and the "
+                          "token pool; null is SGLang's default for this GPU and tensor_parallel.")
+    max_num_batched_tokens: count(1, 1 << 24) | None = Field(
+        None, description="Tokens in the largest forward, which sets the activation memory: vLLM's "
+                          "max_num_batched_tokens, SGLang's chunked_prefill_size, llama.cpp's n_ubatch, "
+                          "transformers' batch x prompt. null: the engine's default for this GPU (vllm serve: "
+                          "8192 on a GPU of 70 GiB or more that is not an A100, else 2048).")
+    max_num_seqs: count(1, 1 << 20) | None = Field(
+        None, description="Sequences sampled in one step (vLLM's max_num_seqs: its sampler's memory; llama.cpp's "
+                          "-np; transformers' batch). null: the engine's default (vllm serve: 1024 on a GPU of "
+                          "70 GiB or more that is not an A100, else 256).")
+    cuda_graphs: bool = Field(
+        True, description="The engine captures CUDA graphs (false: vLLM's enforce_eager, SGLang's "
+                          "disable_cuda_graph); sets vLLM's memory outside torch and the graph pool.")
+    free_memory_bytes: byte_count(1, 10**15) | None = Field(
+        None, description="Memory free on each GPU when the engine starts (SGLang's 'Load weight begin. avail "
+                          "mem'; nvidia-smi's free). null: the total less a CUDA context (and NCCL's "
+                          "communicator across GPUs). Another process or a display holds the difference.")
+    overhead_bytes: byte_count(0, 10**13) | None = Field(
+        None, description="vLLM: its memory outside torch (NCCL, cuBLAS handles) in place of the modelled "
+                          "figure (0.25 GiB on one GPU, 2.1 GiB across GPUs, from vLLM 0.19's logs). null: "
+                          "modelled.")
 
     def setup(self, tensor_parallel: int | None = None) -> Setup:
         """The deployment; tensor_parallel null (here and in the request) is the one that fits."""
         tp = tensor_parallel or self.tensor_parallel
         if tp is None:
             return fitting_setup(self)
-        return _deployment(engine_model(self.model), self.weight_format, self.group_size,
-                           None if self.unquantized is None else tuple(self.unquantized), self.dtype,
-                           self.cache_dtype, self.mla_cache, self.block_size, tp,
-                           self.num_gpus, self.accelerator().memory_bytes, self.gpu_memory_utilization,
-                           self.max_num_batched_tokens, self.max_num_seqs, self.overhead_bytes, self.engine,
-                           hardware.memory_note(self.accelerator()))
+        self._check_engine_fields()
+        acc = self.accelerator()
+        picked = engines.defaults(self.engine, memory_bytes=acc.memory_bytes, gpu_id=acc.id, tensor_parallel=tp)
+        fraction = (self.gpu_memory_utilization if self.engine == "vllm" else
+                    self.mem_fraction_static if self.engine == "sglang" else None)
+        block = self.block_size if self.engine == "vllm" else picked["block_size"]
+        return _deployment(
+            cfg=engine_model(self.model), weight_format=self.weight_format, group_size=self.group_size,
+            keep=None if self.unquantized is None else tuple(self.unquantized), model_dtype=self.dtype,
+            cache_dtype=self.cache_dtype, mla_cache=self.mla_cache, block_size=block, tensor_parallel=tp,
+            num_gpus=self.num_gpus, memory_bytes=acc.memory_bytes,
+            memory_fraction=picked["memory_fraction"] if fraction is None else fraction,
+            max_num_batched_tokens=self.max_num_batched_tokens or picked["max_num_batched_tokens"],
+            max_num_seqs=self.max_num_seqs or picked["max_num_seqs"], overhead_bytes=self.overhead_bytes,
+            engine=self.engine, memory_note=hardware.memory_note(acc), cuda_graphs=self.cuda_graphs,
+            free_memory_bytes=self.free_memory_bytes)
+
+    def _check_engine_fields(self) -> None:
+        """A setting of another engine is refused rather than silently ignored."""
+        own = {"gpu_memory_utilization": "vllm", "mem_fraction_static": "sglang", "overhead_bytes": "vllm",
+               "block_size": "vllm"}
+        for field, engine in own.items():
+            if field in self.model_fields_set and engine != self.engine:
+                raise InvalidInput(field, f"is {engine}'s setting; engine {self.engine!r} does not read it "
+                                          "(docs/api/inference.md lists each engine's settings)")
 
     def asked_context(self, setup: Setup) -> int:
         """Tokens per sequence the request asks to hold (memory: context; time: prompt + output)."""
@@ -131,10 +166,10 @@ def fitting_setup(body: ServingRequest) -> Setup:
 
 
 @lru_cache(maxsize=64)  # x Setup.memo's 256 entries bounds what a stream of odd requests can hold
-def _deployment(*fields: Any) -> Setup:
+def _deployment(**fields: Any) -> Setup:
     """One Setup per deployment, so its weights, workspace and cache budget are worked out once
     while a user varies the prompt, output and concurrency (as training/stages.plan_of is per layout)."""
-    return Setup(*fields)
+    return Setup(**fields)
 
 
 def _context(setup: Setup, value: int | None, field: str = "context") -> int:
