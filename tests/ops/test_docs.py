@@ -18,7 +18,7 @@ from app.main import create_app
 ROOT = next(p for p in Path(__file__).resolve().parents if (p / "mkdocs.yml").exists())
 README = (ROOT / "README.md").read_text()
 ARCHITECTURE = (ROOT / "docs" / "architecture.md").read_text()
-EXTENSIONS = ("Add a calculator", "Add a probe", "Add a model family", "Add a block kind")
+EXTENSIONS = ("Add a calculator", "Add a probe", "Add a model family", "Add a block kind", "Add a serving engine")
 
 
 def test_the_readme_is_at_most_300_lines():
