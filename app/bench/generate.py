@@ -10,7 +10,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from app.accounting.inference.roofline import Hardware, Pass
-from app.bench import decode, energy
+from app.bench import decode, energy, graphed
 from app.bench.common import Setup, setup, to_json
 from app.bench.livebytes import LiveBytes
 from app.bench.matmul import operands
@@ -22,6 +22,7 @@ from app.probes.generate.result import (
     Ceilings,
     DecodePoint,
     GenerateResult,
+    GraphedDecodePoint,
     PrefillPoint,
     Roofline,
     ServingMemory,
@@ -141,19 +142,23 @@ def run(raw: dict, progress) -> dict:
         progress(done, total, f"prefill of {n} tokens")
         prefills.append(_prefill_point(env, model, plan, hw, ceilings, weights, n))
         done += 1
-    decodes = []
+    decodes, graphs, capture = [], [], None
     for b in plan.batch_sizes:
         for c in plan.contexts:
             progress(done, total, f"decode: batch {b}, context {c}")
             decodes.append(_decode_point(env, model, plan, hw, ceilings, weights, b, c))
+            if "graph" in plan.modes:
+                point, capture = _graphed_point(env, model, plan, decodes[-1], b, c)
+                graphs.append(point)
             done += 1
     progress(done, total, "done")
     return to_json(GenerateResult(
         probe="generate", environment=env.environment(p.seed), model=plan.name, params=plan.params,
         dtype=plan.dtype, weights_bytes=sum(t.nbytes for t in weights), attention=_attention(plan),
-        decode_steps=plan.decode_steps, ops_per_decode_step=decodes[0].ops_per_step, cuda_graphs=False,
-        ceilings=ceilings, prefill=prefills, decode=decodes, notes=_notes(env, ceilings, decodes),
-        assumptions=_assumptions(plan, ceilings)))
+        decode_steps=plan.decode_steps, ops_per_decode_step=decodes[0].ops_per_step,
+        cuda_graphs=capture == "cuda_graph", ceilings=ceilings, prefill=prefills, decode=decodes,
+        notes=_notes(env, ceilings, decodes, graphs, capture), assumptions=_assumptions(plan, ceilings),
+        graphed=graphs, graph_capture=capture))
 
 
 def _prefill_point(env: Setup, model: Transformer, plan: workload.GeneratePlan, hw: Hardware,
@@ -182,12 +187,8 @@ def _decode_point(env: Setup, model: Transformer, plan: workload.GeneratePlan, h
                   ceilings: Ceilings, weights: list[torch.Tensor], batch: int, context: int) -> DecodePoint:
     """Each sequence's prompt (context - decode_steps tokens) prefilled alone into its row, then
     timed runs of decode_steps steps ending at `context`, each rewriting the same slots."""
-    cfg, device, steps = plan.config, env.device, plan.decode_steps
-    start = context - steps
-    cache = decode.allocate(cfg, batch=batch, context=context, dtype=TORCH_DTYPES[plan.dtype], device=device)
-    for i in range(batch):
-        decode.prefill(model, torch.randint(cfg.vocab_size, (1, start), device=device), cache.row(i))
-    ids = torch.randint(cfg.vocab_size, (batch, 1), device=device)
+    steps = plan.decode_steps
+    cache, ids, start = _filled(env, model, plan, batch, context)
 
     def generate() -> torch.Tensor:
         return decode.decode(model, ids, cache, start, steps)
@@ -203,6 +204,38 @@ def _decode_point(env: Setup, model: Transformer, plan: workload.GeneratePlan, h
         achieved_bytes_per_sec=predicted.bytes / per.median, predicted=predicted,
         predicted_tokens_per_sec=batch / predicted.seconds,
         ops_per_step=ops, launch_bound=predicted.launch_floor_seconds > predicted.seconds, memory=memory)
+
+
+def _filled(env: Setup, model: Transformer, plan: workload.GeneratePlan, batch: int,
+            context: int) -> tuple[decode.Cache, torch.Tensor, int]:
+    """A cache for `batch` sequences of `context` tokens, each row's prompt (context -
+    decode_steps tokens) prefilled alone; the tokens to feed next (B, 1), and their position."""
+    cfg, device = plan.config, env.device
+    start = context - plan.decode_steps
+    cache = decode.allocate(cfg, batch=batch, context=context, dtype=TORCH_DTYPES[plan.dtype], device=device)
+    for i in range(batch):
+        decode.prefill(model, torch.randint(cfg.vocab_size, (1, start), device=device), cache.row(i))
+    return cache, torch.randint(cfg.vocab_size, (batch, 1), device=device), start
+
+
+def _graphed_point(env: Setup, model: Transformer, plan: workload.GeneratePlan, eager: DecodePoint,
+                   batch: int, context: int) -> tuple[GraphedDecodePoint, str]:
+    """The eager point's workload as a fixed-shape step, prepared once (captured or compiled),
+    then timed runs of decode_steps replays ending at `context`."""
+    steps = plan.decode_steps
+    cache, ids, start = _filled(env, model, plan, batch, context)
+    static = graphed.StaticDecode(model, cache, batch)
+    static.start(ids, start)
+    step, capture = graphed.prepare(static, env.cuda)
+
+    def generate() -> torch.Tensor:
+        return graphed.decode(step, static, ids, start, steps)
+
+    per = _per_step(env.timer.measure(generate), steps, batch)
+    return GraphedDecodePoint(
+        batch_size=batch, context=context, time=per, tokens_per_sec=batch / per.median,
+        achieved_bytes_per_sec=eager.predicted.bytes / per.median, eager_seconds=eager.time.median,
+        launch_overhead_seconds=eager.time.median - per.median, predicted=eager.predicted), capture
 
 
 def _attention(plan: workload.GeneratePlan) -> str:
@@ -222,11 +255,15 @@ def _attention(plan: workload.GeneratePlan) -> str:
     return said
 
 
-def _notes(env: Setup, ceilings: Ceilings, points: list[DecodePoint]) -> list[str]:
+def _notes(env: Setup, ceilings: Ceilings, points: list[DecodePoint], graphs: list[GraphedDecodePoint],
+           capture: str | None) -> list[str]:
     launch_us = ceilings.seconds_per_launch * 1e6
-    notes = ["CUDA graphs: not used; each op of a step is launched from Python, "
-             f"{sig(launch_us)} us apiece here, so a small model's step at batch 1 is launch-bound, not "
-             "bandwidth-bound: the roofline's targets apply from batch 8 up"]
+    notes = [f"eager mode: each op of a step is launched from Python, {sig(launch_us)} us apiece here, so a "
+             "small model's step at batch 1 is launch-bound, not bandwidth-bound"]
+    if graphs:
+        saved = statistics.median(g.launch_overhead_seconds / g.eager_seconds for g in graphs)
+        notes.append(f"graph mode ({capture}): the same steps with fixed shapes, replayed; launching from "
+                     f"Python cost the eager steps a median {sig(100 * saved)}% of their time")
     for d in points:
         if d.launch_bound:
             notes.append(f"batch {d.batch_size}, context {d.context}: launching its ops alone takes "
@@ -251,7 +288,8 @@ def _assumptions(plan: workload.GeneratePlan, ceilings: Ceilings) -> list[str]:
         "memory: weights (parameters x dtype bytes) + the unpaged KV cache (kv_cache.py) + the serving "
         "workspace of the forward (workspace.py) + what eager PyTorch holds beyond it (the layer's input and "
         "the sublayer's output at residual width, RoPE tables; absorbed latent decode's fp32 scores)",
-        "greedy sampling over fp32 softmax probabilities; no CUDA graphs, no paged cache",
+        "greedy sampling over fp32 softmax probabilities on the device; no paged cache; graph mode reads each "
+        "layer's whole cache under a mask, as gpt-fast does (app/bench/graphed.py)",
     ]
     if plan.config.moe:
         said.append("routed experts read per step: roofline.experts_read(batch) of each MoE layer's")

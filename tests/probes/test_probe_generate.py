@@ -78,7 +78,9 @@ def single_thread():
 
 @pytest.fixture(scope="module")
 def runs(single_thread) -> dict[str, dict]:
-    return {name: generate.run(QUICK | SWEEP | {"model": cfg}, quiet) for name, cfg in CONFIGS.items()}
+    # eager only here: graph mode compiles each shape (test_graph_mode_... runs it once)
+    return {name: generate.run(QUICK | SWEEP | {"model": cfg, "modes": ["eager"]}, quiet)
+            for name, cfg in CONFIGS.items()}
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -108,7 +110,8 @@ def test_times_are_reported_as_positive_figures_beside_the_roofline(runs, name):
         assert d["tokens_per_sec"] == pytest.approx(d["batch_size"] / d["time"]["median"])
         assert d["ops_per_step"] > 0
         assert d["achieved_bytes_per_sec"] == pytest.approx(d["predicted"]["bytes"] / d["time"]["median"])
-    assert any("CUDA graphs: not used" in n for n in result["notes"])
+    assert any("eager mode: each op of a step is launched from Python" in n for n in result["notes"])
+    assert result["graphed"] == [] and result["graph_capture"] is None  # modes: eager only
 
 
 def _positions(cfg: TransformerConfig, model: Transformer, ids: torch.Tensor, split: int) -> torch.Tensor:
@@ -206,8 +209,11 @@ def test_a_generate_job_runs_in_a_child_and_exports_a_row_per_measurement(make_a
     assert job["result"]["probe"] == "generate" and job["result"]["decode"][0]["context"] == 12
     exported = api.get(f"{JOBS}/{job_id}/result", params={"format": "csv"}).text
     rows = list(csv.DictReader(exported.splitlines()))
+    # the graph-mode point beside the eager one (the CPU default runs both for a dense model)
     assert [(r["phase"], r["prompt_len"] or r["context"]) for r in rows] == [("prefill", "8"),
-                                                                             ("decode", "12")]
+                                                                             ("decode", "12"), ("graphed", "12")]
+    assert float(rows[2]["launch_overhead_seconds"]) == pytest.approx(
+        float(rows[1]["time.median"]) - float(rows[2]["time.median"]))
     assert rows[1]["memory.kv_cache_bytes"] == str(cache_bytes("llama-gqa", 12, 2))
 
 
@@ -259,3 +265,55 @@ def test_sizing_a_generate_job_never_imports_torch():
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def test_graph_mode_decodes_what_eager_decodes_and_reports_both(single_thread):
+    """The fixed-shape step (app/bench/graphed.py), compiled by torch.compile on this CPU, gives the
+    tokens and cache eager decoding gives, step by step; the probe then reports both modes."""
+    from app.bench import graphed
+
+    cfg = TransformerConfig(**(CONFIGS["windowed"] | {"max_seq_len": 64}))
+    torch.manual_seed(0)
+    model = Transformer(cfg).eval()
+    batch, context, steps = 2, 40, 6  # the windowed layer's ring wraps: 40 tokens past its 16
+    start = context - steps
+    caches = [decode.allocate(cfg, batch=batch, context=context, dtype=torch.float32,
+                              device=torch.device("cpu")) for _ in range(2)]
+    prompt = torch.randint(cfg.vocab_size, (batch, start))
+    for cache in caches:
+        for i in range(batch):
+            decode.prefill(model, prompt[i:i + 1], cache.row(i))
+    ids = torch.randint(cfg.vocab_size, (batch, 1))
+    static = graphed.StaticDecode(model, caches[1], batch)
+    static.start(ids, start)
+    step, capture = graphed.prepare(static, cuda=False)
+    assert capture == ("torch.compile" if graphed.compiler_present() else "static eager")
+    eager = ids
+    for i in range(steps):
+        eager = decode.sample(decode.forward(model, eager, caches[0], start + i))
+        step()
+        assert torch.equal(static.ids, eager), i
+    for a, b in zip(caches[0].tensors(), caches[1].tensors(), strict=True):
+        assert torch.allclose(a, b, atol=1e-5)
+    result = generate.run(QUICK | {"model": CONFIGS["llama-gqa"], "prompt_lens": [8], "batch_sizes": [2],
+                                   "contexts": [24], "decode_steps": 4}, quiet)
+    (point,) = result["graphed"]
+    assert result["graph_capture"] == capture and point["batch_size"] == 2 and point["context"] == 24
+    assert point["time"]["median"] > 0
+    assert point["launch_overhead_seconds"] == pytest.approx(point["eager_seconds"] - point["time"]["median"])
+    assert point["eager_seconds"] == result["decode"][0]["time"]["median"]
+    console = Console(file=io.StringIO(), width=400)
+    for part in printed(RESULTS.validate_python(result)):
+        console.print(part)
+    assert "eager beside graph mode" in console.file.getvalue()
+
+
+def test_graph_mode_is_refused_by_name_where_decode_is_data_dependent():
+    from app.probes.generate import plan
+    from app.probes.generate.params import GenerateParams
+
+    for name in ("moe", "mla"):
+        with pytest.raises(Exception) as refused:
+            plan.generate(GenerateParams.model_validate({"model": CONFIGS[name], "modes": ["graph"]}), False)
+        assert getattr(refused.value, "field", None) == "params.modes"
+        assert plan.generate(GenerateParams.model_validate({"model": CONFIGS[name]}), False).modes == ("eager",)

@@ -26,6 +26,13 @@ def headline(r: GenerateResult) -> list[Metric]:
                        "signed_fraction", at),
                 Metric("decode_bandwidth", "decode bandwidth achieved (median step)",
                        d.achieved_bytes_per_sec / 1e9, "gb_per_sec", at)]
+    if r.graphed:
+        g = max(r.graphed, key=lambda g: (g.batch_size, g.context))
+        at = f"batch {g.batch_size}, context {g.context}"
+        out += [Metric("decode_graph_tokens", f"decode tokens/s, graph mode ({r.graph_capture})", g.tokens_per_sec,
+                       "tokens_per_sec", at),
+                Metric("decode_launch_overhead", "launch overhead per step (eager - graph)",
+                       g.launch_overhead_seconds, "seconds", at)]
     if r.prefill:
         p = max(r.prefill, key=lambda p: p.prompt_len)
         out.append(Metric("prefill_tokens", "prefill tokens/s (median)", p.tokens_per_sec, "tokens_per_sec",
@@ -40,7 +47,7 @@ def tables(r: GenerateResult) -> list:
     said = f"{where(r)}: {r.model} ({r.params:,} params, {r.dtype}); {r.attention}"
     ceilings = (f"roofline at this job's own ceilings: {per(c.matmul_flop_per_sec, 1e12)} TFLOP/s (a "
                 f"{c.matmul_size}^3 {c.matmul_dtype} matmul), {per(c.bandwidth_bytes_per_sec, 1e9)} GB/s (a "
-                f"device copy); CUDA graphs: {'yes' if r.cuda_graphs else 'no'}; {r.ops_per_decode_step} ops "
+                f"device copy); graph mode: {r.graph_capture or 'not run'}; {r.ops_per_decode_step} ops "
                 f"per decode step, {per(c.seconds_per_launch, 1e-6)} us per launch")
     points = [*r.prefill, *r.decode]
     unit, scale = binary_unit(max((max(x.memory.predicted["total"], x.memory.measured_peak_allocated)
@@ -64,6 +71,16 @@ def tables(r: GenerateResult) -> list:
         prefill = [row + energy.cells(p.time, True) for row, p in zip(prefill, r.prefill, strict=True)]
         decode = [row + energy.cells(d.time, True) for row, d in zip(decode, r.decode, strict=True)]
         peak += energy.headers("token")
+    graphs = []
+    if r.graphed:  # eager and graph side by side, point by point
+        rows = [[str(g.batch_size), str(g.context), ms(g.eager_seconds), ms(g.time.median),
+                 ms(g.launch_overhead_seconds), ms(g.predicted.seconds),
+                 numbers.percent(g.predicted.seconds / g.time.median - 1, 1, True), sig(g.tokens_per_sec),
+                 per(g.achieved_bytes_per_sec, 1e9)] for g in r.graphed]
+        graphs = [f"decode, eager beside graph mode ({r.graph_capture}: fixed shapes, replayed, sampling on the "
+                  "device)",
+                  Table(["batch", "context", "eager ms", "graph ms", "launch overhead ms", "roofline ms",
+                         "roofline error (graph)", "tokens/s (graph)", "GB/s achieved (graph)"], rows, 0)]
     return [said, ceilings,
             "prefill (one prompt, batch 1)",
             Table(["prompt tokens", "median ms", "roofline ms", "error", "bound", "tokens/s (median)",
@@ -72,16 +89,17 @@ def tables(r: GenerateResult) -> list:
             Table(["batch", "context", "median ms", "roofline ms", "launch floor ms", "error", "bound",
                    "tokens/s (median)", "GB/s achieved (median)", "KV cache bytes", "KV predicted", *peak],
                   decode, 0),
+            *graphs,
             "error = predicted / measured - 1; * launch-bound: the ops' launches alone take longer than the "
             "roofline's time", *r.notes, *(f"assumes {a}" for a in r.assumptions), *energy.note(r)]
 
 
-PHASES = ("prefill", "decode")
+PHASES = ("prefill", "decode", "graphed")
 
 
 def csv_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
     """A row per measurement of both lists, its phase named."""
-    return [{"phase": phase} | flatten(point) for phase in PHASES for point in result[phase]]
+    return [{"phase": phase} | flatten(point) for phase in PHASES for point in result.get(phase, [])]
 
 
 COMPARED = ("model", "params", "dtype", "decode_steps")

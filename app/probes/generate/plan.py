@@ -32,6 +32,8 @@ class GeneratePlan:
     decode_steps: int
     matmul_size: int
     copy_bytes: int
+    modes: tuple[str, ...] = ("eager",)
+    """eager, and graph where the model's decode has fixed shapes (app/bench/graphed.py)."""
 
 
 def generate(p: GenerateParams, cuda: bool) -> GeneratePlan:
@@ -65,9 +67,22 @@ def generate(p: GenerateParams, cuda: bool) -> GeneratePlan:
                                "steps; each context must exceed decode_steps")
     width = int(dtypes.lookup(dtype).storage_bytes)
     n = models.count_params(cfg).total
+    graphable = graph_refusal(cfg)
+    if p.modes and "graph" in p.modes and graphable:
+        raise InvalidInput("params.modes", f"graph mode needs fixed shapes: {graphable}; use eager")
+    modes = tuple(dict.fromkeys(p.modes)) if p.modes else ("eager",) if graphable else ("eager", "graph")
     return GeneratePlan(name, cfg, dtype, width, n, n * width, lengths["prompt_lens"],
                         tuple(p.batch_sizes or sizes.batch_sizes), lengths["contexts"], p.decode_steps,
-                        sizes.matmul_size, sizes.copy_bytes)
+                        sizes.matmul_size, sizes.copy_bytes, modes)
+
+
+def graph_refusal(cfg: models.TransformerConfig) -> str | None:
+    """Why this model's decode step cannot be captured (app/bench/graphed.py), or None."""
+    if cfg.mla:
+        return "latent attention's absorbed decode is data-dependent here"
+    if cfg.moe:
+        return "the experts' routing sizes its matmuls on the host"
+    return None
 
 
 def kv_bytes(plan: GeneratePlan, *, context: int, batch: int) -> int:

@@ -1,7 +1,7 @@
 """What the generate probe reports: prefill and decode, each beside the roofline's time and the
 serving calculators' bytes. Seconds, bytes and FLOP/s unless a name says otherwise."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from app.accounting.records import RECORD
@@ -115,6 +115,28 @@ class DecodePoint:
 
 
 @dataclass(slots=True)
+class GraphedDecodePoint:
+    """The same decode point run as an engine runs it (app/bench/graphed.py): fixed shapes, the
+    step captured once and replayed, sampling on the device, no host sync per token."""
+
+    batch_size: int
+    context: int
+    time: Stats
+    """Seconds per step, as DecodePoint's."""
+    tokens_per_sec: float
+    achieved_bytes_per_sec: float
+    """The eager point's predicted bytes over this step's median time."""
+    eager_seconds: float
+    """The eager point's median step, beside it."""
+    launch_overhead_seconds: float
+    """eager_seconds - this median: what launching each op from Python costs a step, measured."""
+    predicted: Roofline
+    """The roofline at the job's ceilings, as the eager point's."""
+
+    __pydantic_config__ = RECORD
+
+
+@dataclass(slots=True)
 class GenerateResult:
     probe: Literal["generate"]
     environment: Environment
@@ -130,12 +152,17 @@ class GenerateResult:
     ops_per_decode_step: int
     """The first decode point's ops_per_step."""
     cuda_graphs: bool
-    """Whether decode steps were captured in CUDA graphs (they are not: each op is launched)."""
+    """Whether graph mode captured decode steps in CUDA graphs (graphed, graph_capture)."""
     ceilings: Ceilings
     prefill: list[PrefillPoint]
     decode: list[DecodePoint]
     notes: list[str]
     """What the measurements say about themselves: launch-bound points, the device, the dtype."""
     assumptions: list[str]
+    graphed: list[GraphedDecodePoint] = field(default_factory=list)
+    """The decode points again in graph mode (params.modes), in the same order; empty when eager only."""
+    graph_capture: Literal["cuda_graph", "torch.compile", "static eager"] | None = None
+    """How graph mode ran: a CUDA graph replayed (CUDA), torch.compile (a CPU with a C compiler), or
+    the fixed-shape step run as is; null when it did not run."""
 
     __pydantic_config__ = RECORD
