@@ -1,7 +1,7 @@
 """train_step: time forward, backward and optimizer step of a real model, measure its
 peak memory, and set the calculators' prediction for the same configuration beside both."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
@@ -116,6 +116,8 @@ def phases(work: Workload, opt: torch.optim.Optimizer, device: torch.device, pre
 def run(raw: dict, progress) -> dict:
     p, env = setup(TrainStepParams, raw)
     work = workload(p, env.device)
+    if p.compile:  # the optimizer steps the module's own parameters; the wrapper shares them
+        work = replace(work, model=torch.compile(work.model))
     pred = work.prediction
     opt = optimizer(p.optimizer, lora.trainable(work.model), env.device)
     (forward, backward, step), losses = phases(work, opt, env.device, p.precision)
@@ -154,8 +156,10 @@ def run(raw: dict, progress) -> dict:
             "gradients stay allocated between steps (zero_grad(set_to_none=False))",
             "transformers train with dropout off, whatever the config says",
             *lora.assumptions(p, pred.lora_targets),
+            *(["torch.compile: the first warm-up steps compile; peak memory is eager PyTorch's prediction beside "
+               "inductor's measurement"] if p.compile else []),
         ], mode=p.mode, trainable_params=sum(param.numel() for param in lora.trainable(work.model)),
-        sustained=sustained))
+        sustained=sustained, compiled=p.compile))
 
 
 def peak_bytes(device: torch.device, held: list[torch.Tensor], step: list, *,

@@ -235,3 +235,16 @@ def test_child_exits_when_its_parent_goes():
     proc.stdin.write(json.dumps({"job_id": 1, "probe": "matmul", "params": {"warmup_s": 60}}) + "\n")
     proc.stdin.close()  # what the parent's death looks like from here
     assert proc.wait(timeout=60) == 3
+
+
+def test_train_step_under_torch_compile_trains_the_same_model():
+    """compile: inductor's kernels (a C compiler on this CPU) compute the eager step's loss on the same
+    seed and batch, and the result says it was compiled. Times are not compared on a shared CPU."""
+    body = QUICK | {"model": {"vocab_size": 256, "d_model": 32, "n_layers": 2, "n_heads": 2, "mlp": "swiglu",
+                              "norm": "rmsnorm", "position": "rope", "bias": False, "max_seq_len": 64},
+                    "batch_size": 2, "seq_len": 16, "steps": 2, "warmup_steps": 1, "optimizer": "sgd"}
+    eager, compiled = train_step.run(body, quiet), train_step.run(body | {"compile": True}, quiet)
+    assert (eager["compiled"], compiled["compiled"]) == (False, True)
+    assert compiled["loss_first"] == pytest.approx(eager["loss_first"], rel=1e-4)
+    assert compiled["flops_per_step"] == eager["flops_per_step"]
+    assert any("torch.compile" in a for a in compiled["assumptions"])

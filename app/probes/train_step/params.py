@@ -89,3 +89,8 @@ class TrainStepFields(ProbeParams):
 
 class TrainStepParams(TrainStepFields, SustainParams):
     """The train_step probe: a step, and with sustain_s its sustained run."""
+
+    compile: bool = Field(
+        False, description="Run the model under torch.compile (inductor: fused elementwise kernels around "
+        "the matmuls, attention through SDPA's flash or memory-efficient kernels as in eager), so its MFU "
+        "describes an optimized stack; the first steps compile. The memory prediction stays eager's.")

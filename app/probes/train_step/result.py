@@ -45,5 +45,8 @@ class TrainStepResult:
     results from before fine-tuning modes."""
     sustained: Sustained | None = None
     """With sustain_s: whole steps (forward, backward, optimizer) run back to back."""
+    compiled: bool = False
+    """The model ran under torch.compile (TrainStepParams.compile): inductor's fused kernels, so its
+    MFU describes an optimized stack; the memory prediction stays eager PyTorch's."""
 
     __pydantic_config__ = RECORD
