@@ -23,18 +23,9 @@ import torch
 import torch.nn.functional as F
 
 from app.bench.decode import Cache, LayerCache, sample
-from app.bench.models import Attention, Experts, Transformer, rope_tables
+from app.bench.models import Attention, Transformer, rope_tables
 
 Capture = Literal["cuda_graph", "torch.compile", "static eager"]
-
-
-def supported(model: Transformer) -> str | None:
-    """Why this model's decode cannot be graphed here, or None."""
-    if model.cfg.mla:
-        return "latent attention's absorbed decode is data-dependent here"
-    if any(isinstance(block.mlp, Experts) for block in model.blocks):
-        return "the experts' routing sizes its matmuls on the host"
-    return None
 
 
 class StaticDecode:
@@ -46,10 +37,9 @@ class StaticDecode:
         self.ids = torch.zeros(batch, 1, dtype=torch.long, device=device)
         self.pos = torch.zeros(1, dtype=torch.long, device=device)
         """Position of the token in `ids`; the step advances it."""
-        longest = max(layer.slots for layer in cache.layers)
         self.rope = None
-        if model.pos is None:  # RoPE: the whole table once, read at pos
-            self.rope = rope_tables(longest + 1 << 12, model.cfg.hd, device)
+        if model.pos is None:  # RoPE: the model's whole table once (max_seq_len rows), read at pos
+            self.rope = rope_tables(model.cfg.max_seq_len, model.cfg.hd, device)
         self.slots = {n: torch.arange(n, device=device) for n in {layer.slots for layer in cache.layers}}
 
     def start(self, ids: torch.Tensor, position: int) -> None:

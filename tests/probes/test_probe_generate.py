@@ -201,7 +201,8 @@ def test_tally_probe_generate_lists_its_options_and_prints_its_tables(capsys, ru
 def test_a_generate_job_runs_in_a_child_and_exports_a_row_per_measurement(make_api):
     api = make_api()
     body = {"probe": "generate", "params": QUICK | {"model": LLAMA, "prompt_lens": [8], "batch_sizes": [2],
-                                                  "contexts": [12], "decode_steps": 2}}
+                                                  "contexts": [12], "decode_steps": 2,
+                                                  "modes": ["eager", "graph"]}}
     job_id = api.post(JOBS, body).json()["id"]
     run_all(api)
     job = api.get(f"{JOBS}/{job_id}").json()
@@ -209,7 +210,7 @@ def test_a_generate_job_runs_in_a_child_and_exports_a_row_per_measurement(make_a
     assert job["result"]["probe"] == "generate" and job["result"]["decode"][0]["context"] == 12
     exported = api.get(f"{JOBS}/{job_id}/result", params={"format": "csv"}).text
     rows = list(csv.DictReader(exported.splitlines()))
-    # the graph-mode point beside the eager one (the CPU default runs both for a dense model)
+    # the graph-mode point beside the eager one
     assert [(r["phase"], r["prompt_len"] or r["context"]) for r in rows] == [("prefill", "8"),
                                                                              ("decode", "12"), ("graphed", "12")]
     assert float(rows[2]["launch_overhead_seconds"]) == pytest.approx(
@@ -296,7 +297,7 @@ def test_graph_mode_decodes_what_eager_decodes_and_reports_both(single_thread):
     for a, b in zip(caches[0].tensors(), caches[1].tensors(), strict=True):
         assert torch.allclose(a, b, atol=1e-5)
     result = generate.run(QUICK | {"model": CONFIGS["llama-gqa"], "prompt_lens": [8], "batch_sizes": [2],
-                                   "contexts": [24], "decode_steps": 4}, quiet)
+                                   "contexts": [24], "decode_steps": 4, "modes": ["eager", "graph"]}, quiet)
     (point,) = result["graphed"]
     assert result["graph_capture"] == capture and point["batch_size"] == 2 and point["context"] == 24
     assert point["time"]["median"] > 0
@@ -316,4 +317,10 @@ def test_graph_mode_is_refused_by_name_where_decode_is_data_dependent():
         with pytest.raises(Exception) as refused:
             plan.generate(GenerateParams.model_validate({"model": CONFIGS[name], "modes": ["graph"]}), False)
         assert getattr(refused.value, "field", None) == "params.modes"
-        assert plan.generate(GenerateParams.model_validate({"model": CONFIGS[name]}), False).modes == ("eager",)
+        short = {"model": CONFIGS[name], "prompt_lens": [8], "contexts": [16]}  # within max_seq_len
+        assert plan.generate(GenerateParams.model_validate(short), True).modes == ("eager",)
+    # a dense model: both modes by default on CUDA, where capture is cheap; eager on a CPU, whose
+    # graph mode is an inductor build per batch shape
+    dense = GenerateParams.model_validate({"model": CONFIGS["llama-gqa"], "prompt_lens": [8], "contexts": [16]})
+    assert plan.generate(dense, True).modes == ("eager", "graph")
+    assert plan.generate(dense, False).modes == ("eager",)

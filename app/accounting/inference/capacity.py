@@ -137,17 +137,16 @@ def _per_replica(setup: Setup, concurrency: int) -> int:
     return -(-concurrency // setup.replicas)
 
 
-def _kept(setup: Setup, *kinds: str) -> int:
-    """Bytes of the reserved items of these kinds the engine takes off its share."""
-    return sum(r.bytes for r in setup.budget.reserved if r.in_budget and r.kind in kinds)
-
-
 def _activations(setup: Setup) -> int:
-    return _kept(setup, "activations")
+    """The activation peak the engine takes off its share."""
+    return sum(r.bytes for r in setup.budget.reserved if r.in_budget and r.kind == "activations")
 
 
 def _overhead(setup: Setup) -> int:
-    return _kept(setup, "non_torch", "cuda_graphs", "cuda_context", "headroom")
+    """Every other item the engine takes off its share besides the weights (non-torch memory,
+    graph pools, SGLang's allocator rounding): what the memory curve draws as overhead."""
+    return sum(r.bytes for r in setup.budget.reserved
+               if r.in_budget and r.kind not in ("weights", "activations"))
 
 
 def _view(setup: Setup) -> EngineView:

@@ -47,7 +47,8 @@ class GenerateParams(ProbeParams):
     modes: Annotated[list[Literal["eager", "graph"]], Field(min_length=1, max_length=2)] | None = Field(
         None, description="How decode steps run: eager (each op launched from Python) and graph (fixed "
         "shapes as gpt-fast runs them, captured as a CUDA graph on CUDA, torch.compile'd on a CPU with a C "
-        "compiler). Default both where the model allows graph (dense key/value attention), else eager.")
+        "compiler). Default on CUDA: both where the model allows graph (dense key/value attention), else "
+        "eager; on a CPU eager, since torch.compile builds for tens of seconds per batch shape.")
     decode_steps: count(1, 1024) = Field(
         8, description="Tokens each timed run decodes in a row, ending at the context; the time per token "
         "is the run's over decode_steps.")

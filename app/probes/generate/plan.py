@@ -70,7 +70,10 @@ def generate(p: GenerateParams, cuda: bool) -> GeneratePlan:
     graphable = graph_refusal(cfg)
     if p.modes and "graph" in p.modes and graphable:
         raise InvalidInput("params.modes", f"graph mode needs fixed shapes: {graphable}; use eager")
-    modes = tuple(dict.fromkeys(p.modes)) if p.modes else ("eager",) if graphable else ("eager", "graph")
+    # By default graph mode runs only on CUDA, where capture costs milliseconds; a CPU's graph is
+    # torch.compile, whose inductor build takes tens of seconds per batch shape.
+    modes = tuple(dict.fromkeys(p.modes)) if p.modes else ("eager", "graph") if cuda and not graphable \
+        else ("eager",)
     return GeneratePlan(name, cfg, dtype, width, n, n * width, lengths["prompt_lens"],
                         tuple(p.batch_sizes or sizes.batch_sizes), lengths["contexts"], p.decode_steps,
                         sizes.matmul_size, sizes.copy_bytes, modes)

@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Literal
 
 from app.accounting.inference.engines import hf, llamacpp, sglang, vllm
 from app.accounting.inference.engines.base import Budget, Reserved, startup_bytes
-from app.accounting.inference.workspace import workspace
 
 if TYPE_CHECKING:
     from app.accounting.inference.setup import Setup
@@ -60,7 +59,5 @@ def plan(setup: "Setup") -> Budget:
                                                 ubatch=setup.max_num_batched_tokens, flash_attention=True)
         return llamacpp.plan(total=setup.memory_bytes, weights=setup.weights_per_gpu, compute=compute,
                              startup=setup.memory_bytes - free, flash_attention=True)
-    act = workspace(setup.cfg, tokens=setup.max_num_batched_tokens, sequences=setup.max_num_seqs,
-                    act_bytes=setup.act_bytes, tensor_parallel=setup.tensor_parallel).bytes
-    return hf.plan(total=setup.memory_bytes, weights=setup.weights_per_gpu, activations=act,
+    return hf.plan(total=setup.memory_bytes, weights=setup.weights_per_gpu, activations=setup.workspace.bytes,
                    tokens=setup.max_num_batched_tokens, startup=setup.memory_bytes - free)

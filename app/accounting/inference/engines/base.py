@@ -60,10 +60,6 @@ class Budget:
 
     __pydantic_config__ = RECORD
 
-    @property
-    def reserved_in_budget_bytes(self) -> int:
-        return sum(item.bytes for item in self.reserved if item.in_budget)
-
     def outside_bytes(self) -> int:
         """Reserved bytes that must fit beside the engine's share."""
         return sum(item.bytes for item in self.reserved if not item.in_budget)
