@@ -7,7 +7,9 @@ settings and nothing else.
     .venv/bin/python bench/published_serving.py [--only TEXT] [--json PATH]
 
 The cases are bench/published/serving_memory.toml (its header says what every key means, and each
-case names its log); the logs themselves are quoted in bench/published/engine_logs.md.
+case names its log); the logs themselves are quoted in bench/published/engine_logs.md. A second
+section follows: published latency and throughput against POST /api/v1/inference/time
+(bench/published_latency.py, its cases bench/published/serving_latency.toml); --memory-only skips it.
 
 Columns, one line per published figure:
   case       the case id
@@ -26,6 +28,8 @@ import statistics
 import tomllib
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+import published_latency  # bench/, beside this file
 
 from tests.support.api import Api
 
@@ -87,6 +91,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", help="cases whose id contains this text")
     parser.add_argument("--json", type=Path, help="write every row here as JSON")
+    parser.add_argument("--memory-only", action="store_true", help="skip the latency section")
     args = parser.parse_args()
     api = Api()
     table = [row for case in cases() if not args.only or args.only in case["id"] for row in rows(api, case)]
@@ -102,8 +107,13 @@ def main() -> None:
             within = sum(e <= WITHIN for e in errs)
             print(f"{kind:16s} MAPE {statistics.fmean(errs):5.2f}%  worst {max(errs):5.2f}%  "
                   f"within {WITHIN:g}%: {within}/{len(errs)}")
+    latency = [] if args.memory_only else published_latency.table(args.only)
+    if latency:
+        print("\nlatency and throughput, POST /api/v1/inference/time at the default efficiencies\n")
+        published_latency.report(latency)
     if args.json:
-        args.json.write_text(json.dumps([asdict(r) for r in table], indent=1))
+        args.json.write_text(json.dumps({"memory": [asdict(r) for r in table],
+                                         "latency": [asdict(r) for r in latency]}, indent=1))
 
 
 if __name__ == "__main__":

@@ -322,13 +322,18 @@
   // points memory-bound, squares compute-bound; vertical lines at the compute-bound batch
   // (dashed) and the most sequences that fit (dotted); the request's own batch as a large dot.
   function drawDecodeCurve(canvas, spec) {
-    const ys = spec.points.map((p) => p.y).concat([spec.current.y]);
+    const ideal = spec.roofline || [];
+    const ys = spec.points.map((p) => p.y).concat([spec.current.y], ideal.map((p) => p.y));
     const lo = Math.min(...ys), hi = Math.max(...ys);
     const accent = color("--accent");
     const sets = [{
-      label: "tokens/s (one replica)", data: spec.points, borderColor: accent, backgroundColor: accent, order: 2,
+      label: "tokens/s (one replica, kernel by kernel)", data: spec.points, borderColor: accent,
+      backgroundColor: accent, order: 2,
       pointStyle: spec.points.map((p) => (p.bound === "compute" ? "rect" : "circle")), pointRadius: 4,
     }];
+    // The roofline without overhead: the gap down to the curve is each step's overhead.
+    if (ideal.length) sets.push({ label: "roofline (no overhead)", data: ideal, borderColor: color("--muted") || "#888",
+                                  borderDash: [4, 3], pointRadius: 0, borderWidth: 1.5, order: 3 });
     const vertical = (x, label, dash, c) => ({ label, data: [{ x, y: lo }, { x, y: hi }], borderColor: c,
                                               borderDash: dash, pointRadius: 0, borderWidth: 2, order: 1 });
     if (spec.knee) sets.push(vertical(spec.knee, "compute-bound from batch " + amount(spec.knee), [6, 4],

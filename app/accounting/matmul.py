@@ -195,14 +195,15 @@ def _side(tile: int, dim: int) -> int:
 
 def waves(m: int, n: int, sm_count: int, groups: int = 1) -> Waves:
     """Thread blocks of the output (m x n), `groups` times, and the waves of `sm_count` they run
-    in; the 256x128 tile laid whichever way needs fewer waves (then fewer tiles)."""
+    in; the 256x128 tile laid whichever way costs less (waves x tile area: a side shrunk to a thin
+    m or n makes one way's tiles smaller), then the fewer tiles."""
     long, short, _ = table().tile
     options = []
     for tm, tn in ((long, short), (short, long)):
         tm, tn = _side(tm, m), _side(tn, n)
         tiles = groups * -(-m // tm) * -(-n // tn)
         options.append(Waves(tiles, -(-tiles // sm_count), tm, tn))
-    return min(options, key=lambda w: (w.waves, w.tiles))
+    return min(options, key=lambda w: (w.waves * w.tile_m * w.tile_n, w.tiles))
 
 
 @dataclass(frozen=True, slots=True)

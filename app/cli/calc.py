@@ -220,6 +220,11 @@ def _command(sub: argparse.ArgumentParser, calc: Calculator) -> None:
     if calc.takes_body:
         options.add_json(sub, "the whole request body", "" if calc.body else calc.body_help)
     sub.add_argument("--compact", action="store_true", help="one line: the API's JSON as it came")
+    from app.cli.calc_faces import FACES
+
+    if calc.path in FACES:
+        said = FACES[calc.path].__doc__.split(" (")[0].lower()
+        sub.add_argument("--table", action="store_true", help=f"print {said} as a table, in place of the JSON")
 
 
 class _StoreOnDemand:
@@ -296,6 +301,15 @@ def _answer(cli: argparse.ArgumentParser, opts: argparse.Namespace, app: Any) ->
         content = options.merge(raw, options.given(opts, opts.fields))
     response = options.call(app, calc.method, path, content, query or None)
     ok = response.status_code < 300
+    if ok and getattr(opts, "table", False):
+        from rich.console import Console
+
+        from app.cli.calc_faces import FACES
+
+        console = Console()
+        for part in FACES[calc.path](response.json()):
+            console.print(part)
+        return options.exit_status(response.status_code)
     options.print_json(response.text, opts.compact, sys.stdout if ok else sys.stderr)
     return options.exit_status(response.status_code)
 

@@ -83,12 +83,15 @@ def _memory_stack(body: InferencePageRequest, memory: dict) -> dict:
 
 
 def _decode_curve(time: dict, capacity: dict) -> dict:
-    """Decode tokens/s of one replica against its batch (the answer's decode_curve), with the
-    compute-bound batch, the most sequences that fit, and this request's batch marked."""
+    """Decode tokens/s of one replica against its batch (the answer's decode_curve, kernel by
+    kernel), the roofline's beside it (the gap between them is the overhead: waves, kernel floors,
+    host launches), with the compute-bound batch, the most sequences that fit, and this request's
+    batch marked."""
     per_replica = time["sequences_per_replica"]
     most = capacity["max_sequences"] // capacity["replicas"]
     points = [{"x": p["batch"], "y": p["tokens_per_sec"], "bound": p["bound"]} for p in time["decode_curve"]]
-    return {"type": "decode_curve", "points": points,
+    roofline = [{"x": p["batch"], "y": p["batch"] / p["roofline_seconds"]} for p in time["decode_curve"]]
+    return {"type": "decode_curve", "points": points, "roofline": roofline, "launch": time["launch"],
             "knee": time["compute_bound_batch"], "most": most or None,
             "current": {"x": per_replica, "y": time["output_tokens_per_sec"] / time["replicas"]}}
 
@@ -136,10 +139,12 @@ PAGE = Calculator(
      Input("cuda_graphs", "CUDA graphs", hint="false: vLLM's enforce_eager", more=True),
      Input("free_memory_bytes", "Free memory at start", hint="per GPU, if another process holds some", more=True),
      Input("overhead_bytes", "Outside torch", hint="vLLM: NCCL, cuBLAS (\"2GiB\"); empty: modelled", more=True),
-     Input("flops_efficiency", "FLOPs efficiency", hint='0 to 1, or "measured"', typed=True, more=True),
+     Input("flops_efficiency", "FLOPs efficiency", hint='0 to 1, or "measured"; empty: the GPU\'s MAMF share',
+           typed=True, more=True),
      Input("memory_efficiency", "Memory efficiency", hint='0 to 1, or "measured"', typed=True, more=True),
      Input("interconnect_bytes_per_sec", "Interconnect bytes/s", hint="per direction; empty: the catalogue's",
            more=True),
-     Input("allreduce_latency_s", "All-reduce latency (s)", more=True)),
+     Input("launch", "Kernel launch", hint="graph, native (C++) or eager (Python); empty: the engine's", more=True),
+     Input("allreduce_latency_s", "All-reduce latency (s)", hint="empty: NCCL's LL ring", more=True)),
     _charts, takes_model="model",
     heavy=Narrow("model", "a smaller model (fewer layers), or fewer prompt tokens and output tokens"))

@@ -81,3 +81,27 @@ def test_help_lists_the_serving_commands_and_their_fields(capsys):
                "--concurrency", "--price-per-gpu-hour", "--flops-efficiency", "fp8_e4m3")
     for option in options:
         assert option in flat, option
+
+
+def test_table_prints_the_engines_reserved_items_and_the_time_breakdown(capsys, api):
+    """Issue 30, point 5: --table prints what the JSON nests: the engine's reserved memory item by
+    item with the KV cache's rest, and a pass's time kernel by kernel beside the roofline."""
+    body = {"model": "llama3.1-8b", "gpu": "h100-sxm", "context": 8192}
+    answer = api.ok("/api/v1/inference/capacity", body)
+    status, out, err = run_main(capsys, "calc", "inference", "capacity", "--model", "llama3.1-8b", "--gpu",
+                                "h100-sxm", "--context", "8192", "--table")
+    flat = " ".join(out.split())
+    assert (status, err) == (0, "")
+    for item in answer["engine"]["reserved"]:
+        assert item["kind"].replace("_", " ") in flat and f"{item['bytes'] / 2**30:,.2f}" in flat
+    assert f"{answer['engine']['kv_cache_tokens']:,} tokens" in flat and "gpu_memory_utilization 0.9" in flat
+    time = api.ok("/api/v1/inference/time", {"model": "llama3.1-8b", "gpu": "h100-sxm"})
+    status, out, _ = run_main(capsys, "calc", "inference", "time", "--model", "llama3.1-8b", "--gpu",
+                              "h100-sxm", "--table")
+    flat = " ".join(out.split())
+    assert status == 0 and "graph launch" in flat and "kernel floors" in flat
+    for seconds in (time["decode_kernels"]["seconds"], time["decode"]["seconds"]):
+        assert f"{seconds * 1e3:,.3f}" in flat
+    # A command without a face has no --table.
+    status, _, err = run_main(capsys, "calc", "flops", "transformer", "--model", "gpt2", "--table")
+    assert status == 2 and "--table" in err

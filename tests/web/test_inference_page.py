@@ -117,6 +117,14 @@ def test_the_charts_are_the_answers_curves(api):
     assert decode["most"] == capacity["max_sequences"] // capacity["replicas"]
     assert decode["current"]["x"] == time["sequences_per_replica"] == 12
     assert f"batch {time['compute_bound_batch']:,}" in _testid(page, "decode-chart-caption")
+    # The overhead line: the roofline's tokens/s at each batch, never below the kernel-level curve.
+    assert [(p["x"], p["y"]) for p in decode["roofline"]] == [
+        (p["batch"], p["batch"] / p["roofline_seconds"]) for p in time["decode_curve"]]
+    assert all(r["y"] >= p["y"] for r, p in zip(decode["roofline"], decode["points"], strict=True))
+    assert decode["launch"] == time["launch"] == "graph"  # vLLM's CUDA graphs
+    table = page.split('data-testid="kernel-table"')[1].split("</table>")[0]
+    step = time["decode_kernels"]
+    assert f"<td>{step['kernels']:,}</td>" in table and "graph launch" in table
 
 
 def test_a_long_context_says_decode_stays_memory_bound(api):
@@ -179,10 +187,14 @@ def test_the_page_says_which_defaults_it_used(api):
     page = _fragment(api, {"model": "llama2-7b", "gpu": "a100-80gb"})
     applied = api.ok("/api/v1/inference/time", {"model": "llama2-7b", "gpu": "a100-80gb"})["defaults_applied"]
     shown = _testid(page, "defaults-applied")
-    for name in ("weight_format", "prompt_tokens", "output_tokens", "flops_efficiency"):
+    for name in ("weight_format", "prompt_tokens", "output_tokens", "memory_efficiency"):
         assert f"{name.replace('_', ' ')} {applied[name]}" in shown
-    # Seconds with their unit, not raw: 8 us per all-reduce.
-    assert "engine vllm" in shown and "allreduce latency s 8 µs" in shown
+    assert "engine vllm" in shown
+    # A null default shapes the answer by a rule the page states beside it: the GEMMs at the part's
+    # MAMF, and the all-reduce latency NCCL's (not used here: one GPU).
+    assert applied["flops_efficiency"] is None and "flops efficiency" not in shown
+    roofline = _testid(page, "roofline")
+    assert "Maximum Achievable Matmul FLOPS" in roofline and "86.9%" in roofline  # stas00: 271.2 / 312
 
 
 def test_the_nav_and_the_overview_lead_to_it(api):

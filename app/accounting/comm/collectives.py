@@ -47,6 +47,11 @@ RING_BASE_LATENCY_S = 8.4e-6
 NVLINK_STEP_LATENCY_S = 3.4e-6
 PCIE_STEP_LATENCY_S = 5.7e-6
 NETWORK_STEP_LATENCY_S = 9.6e-6
+# The LL protocol's, which NCCL's tuner picks for the small messages of a decode step (a few KiB):
+# ring base 6.6 us, then 0.6 us per step over NVLink and 1.0 us over PCIe (same file, NCCL 2.19+).
+LL_RING_BASE_LATENCY_S = 6.6e-6
+NVLINK_LL_STEP_LATENCY_S = 0.6e-6
+PCIE_LL_STEP_LATENCY_S = 1.0e-6
 # DGX H100 / HGX H100 boards: 8 ConnectX-7 NICs at 400 Gb/s (InfiniBand NDR), one per GPU:
 # 400e9 / 8 = 50e9 bytes/s each way (NVIDIA DGX H100 user guide, "Hardware Overview").
 NDR_BYTES_PER_SEC_PER_GPU = 50e9
@@ -255,6 +260,15 @@ def _shares(levels: list[Level], intra: Link, inter: Link | None, node: ach.Effi
         said.append(f"{name}: {share.fraction:.0%} of {link.bytes_per_sec / 1e9:g} GB/s for rings "
                     f"({share.source})")
     return said
+
+
+def small_all_reduce_seconds(ranks: int, *, nvlink: bool) -> float:
+    """Latency of an all_reduce too small for its bytes to count (a decode step's activations): NCCL's
+    LL ring, its base latency and one hop latency per step of 2 (n - 1); 0 on one rank."""
+    if ranks <= 1:
+        return 0.0
+    step = NVLINK_LL_STEP_LATENCY_S if nvlink else PCIE_LL_STEP_LATENCY_S
+    return LL_RING_BASE_LATENCY_S + ring_steps("all_reduce", ranks) * step
 
 
 def ring_steps(op: str, n: int) -> int:

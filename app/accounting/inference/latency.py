@@ -11,6 +11,9 @@ Conventions, each stated in the answer:
   steps); prefill and decode are not overlapped (no chunked-prefill mixing).
 - Cost splits GPU time by phase: prefill time is charged to input tokens, decode time to
   output tokens.
+- Every time answered is kernels.py's: the pass kernel by kernel (GEMMs in whole waves at the
+  part's achievable rate, each kernel's floor, the host's launches unless a CUDA graph replays
+  them). The roofline's Pass beside it is the ideal; the difference is the overhead.
 """
 
 import math
@@ -18,10 +21,12 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from app.accounting import blocks
-from app.accounting.inference import roofline
+from app.accounting.inference import kernels, roofline
 from app.accounting.inference.capacity import fits
+from app.accounting.inference.kernels import Launch, PassTime
 from app.accounting.inference.roofline import Hardware, Pass
 from app.accounting.inference.setup import Setup
+from app.accounting.matmul import MatmulDevice
 from app.accounting.records import RECORD
 from app.accounting.units import SECONDS_PER_HOUR
 
@@ -34,9 +39,15 @@ class DecodePoint:
 
     batch: int
     seconds: float
+    """The step kernel by kernel (kernels.py)."""
     tokens_per_sec: float
     """batch / seconds, one replica."""
     bound: str
+    """The roofline's bound."""
+    roofline_seconds: float
+    """max(compute, memory) + all-reduces: the ideal step."""
+    overhead_seconds: float
+    """seconds - roofline_seconds: waves, kernel floors and host launches."""
 
     __pydantic_config__ = RECORD
 
@@ -50,9 +61,15 @@ class InferenceTime:
     replicas: int
     tensor_parallel: int
     prefill: Pass
-    """One prompt alone."""
+    """One prompt alone, on the roofline."""
     decode: Pass
-    """One step of sequences_per_replica sequences at context prompt + output/2."""
+    """One step of sequences_per_replica sequences at context prompt + output/2, on the roofline."""
+    prefill_kernels: PassTime
+    """The same prefill kernel by kernel: its seconds are time_to_first_token_s."""
+    decode_kernels: PassTime
+    """The same step kernel by kernel: its seconds are inter_token_latency_s."""
+    launch: Launch
+    """How the engine issues its kernels (kernels.Launch)."""
     time_to_first_token_s: float
     inter_token_latency_s: float
     tokens_per_sec_per_user: float
@@ -90,7 +107,9 @@ class InferenceTime:
 CONVENTIONS = [
     "Time to first token: one prompt's prefill alone on its replica, no queueing.",
     "Decode: every sequence of a replica steps together at the mean context prompt + output/2.",
-    "Each pass takes max(compute, memory) time plus its tensor-parallel all-reduces, unoverlapped.",
+    "Each pass is timed kernel by kernel: each GEMM the slower of its whole waves at the part's achievable "
+    "matmul rate and its bytes, the attention core, the sampler, the all-reduces, a floor per kernel, and "
+    "the host's launches where no CUDA graph replays them; prefill and decode kernels do not overlap.",
     "MoE decode reads the experts its tokens pick, top_k of n_experts each, uniformly at random.",
     "The LM head runs on each sequence's last position only.",
     "Cost charges prefill time to input tokens and decode time to output tokens.",
@@ -132,25 +151,45 @@ def _compute_bound(setup: Setup, hw: Hardware, one: _Decode, batch: int) -> bool
     return compute >= _bytes(setup, one, batch) / (hw.bandwidth_bytes_per_sec * hw.memory_efficiency)
 
 
-def _curve(setup: Setup, hw: Hardware, one: _Decode, top: int) -> list[DecodePoint]:
-    """_step's time at batches 1, 2, 4, ... up to `top`, as the chart needs it (the same
-    arithmetic, its constants taken once)."""
-    flop_s = one.flops / setup.tensor_parallel / (hw.peak_flop_per_sec * hw.flops_efficiency)
-    rate = hw.bandwidth_bytes_per_sec * hw.memory_efficiency
-    # The all-reduces are a fixed latency plus a time per token: comm(b) = fixed + b x per_token.
-    fixed = roofline.allreduce_seconds(setup.cfg, hw, tokens=0, act_bytes=setup.act_bytes,
-                                       tensor_parallel=setup.tensor_parallel)
-    per_token = roofline.allreduce_seconds(setup.cfg, hw, tokens=1, act_bytes=setup.act_bytes,
-                                           tensor_parallel=setup.tensor_parallel) - fixed
-    weights, per_sequence = _bytes(setup, one, 0), one.cache_bytes + one.new_bytes  # dense: linear
+def deployment(setup: Setup) -> kernels.Deployment:
+    """What kernels.py needs of the deployment."""
+    w = setup.weights
+    return kernels.Deployment(cfg=setup.cfg, tensor_parallel=setup.tensor_parallel,
+                              weight_bytes_per_param=w.total_bytes / w.params, act_bytes=setup.act_bytes,
+                              kv_bytes_per_token=setup.kv_per_gpu(context=1, batch=1, paged=False))
+
+
+class Device(NamedTuple):
+    """The hardware twice: the roofline's scalars, and the GEMMs' view (its MAMF rate and its
+    bandwidth already at the request's efficiencies), with how the engine launches."""
+
+    hw: Hardware
+    dev: MatmulDevice
+    launch: Launch
+
+
+def decode_kernels(setup: Setup, on: Device, one: _Decode, batch: int) -> PassTime:
+    """One decode step of `batch` sequences, kernel by kernel."""
+    return kernels.pass_time(deployment(setup), on.hw, on.dev, tokens=batch, sequences=batch,
+                             cache_read_bytes=batch * one.cache_bytes, launch=on.launch, prefill=False)
+
+
+def prefill_kernels(setup: Setup, on: Device, *, prompt: int, sequences: int = 1) -> PassTime:
+    """`sequences` prompts of `prompt` tokens in one forward, kernel by kernel."""
+    return kernels.pass_time(deployment(setup), on.hw, on.dev, tokens=sequences * prompt, sequences=sequences,
+                             cache_read_bytes=0, launch=on.launch, prefill=True)
+
+
+def _curve(setup: Setup, on: Device, one: _Decode, top: int) -> list[DecodePoint]:
+    """Decode steps at batches 1, 2, 4, ... up to `top` (the chart's points): kernel by kernel,
+    with the roofline's time and bound beside each."""
     points = []
     for i in range(top.bit_length()):
         batch = 1 << i
-        moved = _bytes(setup, one, batch) if blocks.routed(setup.cfg) else weights + batch * per_sequence
-        compute, memory = batch * flop_s, moved / rate
-        seconds = max(compute, memory) + fixed + batch * per_token
-        bound = "compute" if compute >= memory else "memory"
-        points.append(DecodePoint(batch, seconds, batch / seconds, bound))
+        ideal = _step(setup, on.hw, one, batch)
+        seconds = decode_kernels(setup, on, one, batch).seconds
+        points.append(DecodePoint(batch, seconds, batch / seconds, ideal.bound, ideal.seconds,
+                                  seconds - ideal.seconds))
     return points
 
 
@@ -194,46 +233,50 @@ def compute_bound_batch(setup: Setup, hw: Hardware, *, context: int,
     return hi
 
 
-def _decode_table(setup: Setup, hw: Hardware, context: int) -> tuple[_Decode, int | None, list[DecodePoint]]:
+def _decode_table(setup: Setup, on: Device, context: int) -> tuple[_Decode, int | None, list[DecodePoint]]:
     """A step's per-sequence terms at `context`, the compute-bound batch and the decode curve:
     they depend on the deployment, the hardware and the context alone, so a deployment keeps
     them while requests vary concurrency, output length and price."""
-    key = ("decode", hw, context)
+    key = ("decode", on, context)
     table = setup.memo.get(key)
     if table is None:
         one = _per_sequence(setup, context)
-        knee = compute_bound_batch(setup, hw, context=context, one=one)
-        table = setup.remember(key, (one, knee, _curve(setup, hw, one, max(knee or 1, 256) * 2)))
+        knee = compute_bound_batch(setup, on.hw, context=context, one=one)
+        table = setup.remember(key, (one, knee, _curve(setup, on, one, max(knee or 1, 256) * 2)))
     return table
 
 
-def serving_time(setup: Setup, hw: Hardware, *, prompt: int, output: int, concurrency: int,
+def serving_time(setup: Setup, on: Device, *, prompt: int, output: int, concurrency: int,
                  price_per_gpu_hour: float | None, currency: str, peak_dtype: str,
                  sources: tuple[str, str] = ("given", "given")) -> InferenceTime:
+    hw = on.hw
     per_replica = -(-concurrency // setup.replicas)
     context = prompt + output // 2
     first = prefill(setup, hw, prompt=prompt)
-    one, knee, curve = _decode_table(setup, hw, context)
+    one, knee, curve = _decode_table(setup, on, context)
     step = _step(setup, hw, one, per_replica)
-    batched = prefill(setup, hw, prompt=prompt, sequences=per_replica)
-    round_trip = batched.seconds + output * step.seconds
+    first_k = prefill_kernels(setup, on, prompt=prompt)
+    step_k = decode_kernels(setup, on, one, per_replica)
+    batched = prefill_kernels(setup, on, prompt=prompt, sequences=per_replica)
+    round_trip = batched.seconds + output * step_k.seconds
     if 2 * per_replica > curve[-1].batch:  # more sequences than the table reaches
-        curve = _curve(setup, hw, one, 2 * per_replica)
+        curve = _curve(setup, on, one, 2 * per_replica)
     gpu_hours_per_sec = setup.num_gpus / SECONDS_PER_HOUR
     if price_per_gpu_hour is None:
         cost_in = cost_out = None
     else:  # GPU-hours each phase spends per token, over all replicas
         input_rate = setup.replicas * per_replica * prompt / batched.seconds
-        output_rate = setup.replicas * per_replica / step.seconds
+        output_rate = setup.replicas * per_replica / step_k.seconds
         cost_in = 1e6 / input_rate * gpu_hours_per_sec * price_per_gpu_hour
         cost_out = 1e6 / output_rate * gpu_hours_per_sec * price_per_gpu_hour
     return InferenceTime(
         prompt_tokens=prompt, output_tokens=output, concurrency=concurrency,
         sequences_per_replica=per_replica,
         replicas=setup.replicas, tensor_parallel=setup.tensor_parallel, prefill=first, decode=step,
-        time_to_first_token_s=first.seconds, inter_token_latency_s=step.seconds,
-        tokens_per_sec_per_user=1 / step.seconds,
-        output_tokens_per_sec=setup.replicas * per_replica / step.seconds,
+        prefill_kernels=first_k, decode_kernels=step_k, launch=on.launch,
+        time_to_first_token_s=first_k.seconds, inter_token_latency_s=step_k.seconds,
+        tokens_per_sec_per_user=1 / step_k.seconds,
+        output_tokens_per_sec=setup.replicas * per_replica / step_k.seconds,
         requests_per_sec=setup.replicas * per_replica / round_trip, compute_bound_batch=knee,
         decode_curve=curve, cost_per_million_input_tokens=cost_in, cost_per_million_output_tokens=cost_out,
         currency=currency, flops_efficiency=hw.flops_efficiency, flops_efficiency_source=sources[0],

@@ -5,9 +5,12 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from app.accounting import dtypes, hardware
+import dataclasses
+
+from app.accounting import dtypes, hardware, matmul
+from app.accounting.comm import collectives
 from app.accounting.errors import InvalidInput
-from app.accounting.inference import capacity, engines, formats, kv_cache, latency, weights
+from app.accounting.inference import capacity, engines, formats, kernels, kv_cache, latency, weights
 from app.accounting.inference.roofline import Hardware
 from app.accounting.inference.setup import Setup
 from app.api.services import serving_advice
@@ -36,11 +39,10 @@ CacheDtype = named("cache dtype", _CACHE_DTYPES, dtypes.DTYPES_LISTING, _cache_d
 # that peak); every other format is dequantized to `dtype` on the fly (Marlin, GGUF kernels).
 W8A8_PEAK = {"fp8": "float8_e4m3fn", "fp8_block": "float8_e4m3fn", "int8_channel": "int8"}
 
-DEFAULT_FLOPS_EFFICIENCY = 0.7
 DEFAULT_MEMORY_EFFICIENCY = 0.9
-# Both from profiling FasterTransformer on an A100 (kipply, "Transformer Inference Arithmetic",
-# 2022), as llm-analysis takes them; the highest each part of the model reached.
-DEFAULT_ALLREDUCE_LATENCY_S = 8e-6  # llm-analysis's intra-node minimum message latency
+# From profiling FasterTransformer on an A100 (kipply, "Transformer Inference Arithmetic", 2022), as
+# llm-analysis takes it; the highest the model's memory-bound parts reached. The matmuls' default is
+# each part's own Maximum Achievable Matmul FLOPS (app/accounting/data/matmul.toml), in whole waves.
 
 
 class ServingRequest(GpuInput):
@@ -195,11 +197,12 @@ class InferenceTimeRequest(ServingRequest):
     output_tokens: sequence_length(1, 10_000_000) = Field(128, description="Tokens generated per request.")
     concurrency: count(1, 1 << 24) = Field(
         1, description="Requests in flight over all replicas; each replica decodes its share in one batch.")
-    flops_efficiency: number(gt=0, le=1, text=False) | Literal["measured"] = Field(
-        DEFAULT_FLOPS_EFFICIENCY,
-        description='Share of the dense peak matmuls reach (0.7 stated: FasterTransformer on A100, kipply '
-                    '2022). "measured": the best matmul of this server\'s device at the compute dtype '
-                    "(GET /api/v1/calibration).")
+    flops_efficiency: number(gt=0, le=1, text=False) | Literal["measured"] | None = Field(
+        None, description='Share of the dense peak the largest matmuls reach; each GEMM then pays for whole '
+                          "waves of tiles below it. null: the part's published Maximum Achievable Matmul FLOPS "
+                          "(stas00/ml-engineering's table: 0.86 on an A100, 0.80 on an H100 in bfloat16, "
+                          '0.73 in float8; data/matmul.toml). "measured": the best matmul of this server\'s '
+                          "device at the compute dtype (GET /api/v1/calibration).")
     memory_efficiency: number(gt=0, le=1, text=False) | Literal["measured"] = Field(
         DEFAULT_MEMORY_EFFICIENCY,
         description='Share of the memory bandwidth reads reach (0.9 stated, as above). "measured": this '
@@ -207,9 +210,15 @@ class InferenceTimeRequest(ServingRequest):
     interconnect_bytes_per_sec: number(ge=1, le=1e15) | None = Field(
         None, description="Per-direction bandwidth between a replica's GPUs for the all-reduces; null is the "
                           "catalogue's (NVLink, or PCIe where there is none).")
-    allreduce_latency_s: number(ge=0, le=1, text=False) = Field(
-        DEFAULT_ALLREDUCE_LATENCY_S,
-        description="Fixed time of each all-reduce (8 us stated, as llm-analysis).")
+    allreduce_latency_s: number(ge=0, le=1, text=False) | None = Field(
+        None, description="Fixed time of each all-reduce. null: NCCL's LL ring, which its tuner picks for a "
+                          "step's small messages: 6.6 us + 2 (tensor_parallel - 1) hops of 0.6 us over NVLink "
+                          "(1.0 us over PCIe), from NCCL's src/graph/tuning.cc.")
+    launch: kernels.Launch | None = Field(
+        None, description="How the engine issues a pass's kernels: graph (a CUDA graph replayed), native "
+                          "(fused kernels launched from C++, as TensorRT-LLM does) or eager (PyTorch op by op "
+                          "from Python). null: the engine's own (vllm, sglang, llama.cpp: graph, or eager with "
+                          "cuda_graphs false; transformers: eager).")
     price_per_gpu_hour: number(ge=0, le=1e6) | None = Field(
         None, description="Price of one GPU-hour in `currency`, for the cost per million tokens.")
     currency: Currency = "USD"
@@ -265,15 +274,29 @@ def serving_time(body: InferenceTimeRequest, here: Here | None = None) -> latenc
     if "measured" in (flops_eff, mem_eff):
         assert here is not None, "reads_store(body): the caller reads what is measured here"
         flops_eff, mem_eff, sources = _measured(body, here, peak_dtype, sources)
-    hw = Hardware(peak_flop_per_sec=hardware.peak_flop_per_sec(acc, peak_dtype),
-                  bandwidth_bytes_per_sec=acc.memory_bandwidth_bytes_per_sec, flops_efficiency=flops_eff,
-                  memory_efficiency=mem_eff, interconnect_bytes_per_sec=link,
-                  allreduce_latency_s=body.allreduce_latency_s)
-    answer = latency.serving_time(setup, hw, prompt=body.prompt_tokens, output=body.output_tokens,
+    gemms = matmul.device(acc, peak_dtype, field="weight_format")
+    peak = hardware.peak_flop_per_sec(acc, peak_dtype)
+    if flops_eff is None:
+        flops_eff = gemms.mamf_flop_per_sec / peak
+        sources = (f"default: {acc.id}'s Maximum Achievable Matmul FLOPS share (data/matmul.toml)", sources[1])
+    hw = Hardware(peak_flop_per_sec=peak, bandwidth_bytes_per_sec=acc.memory_bandwidth_bytes_per_sec,
+                  flops_efficiency=flops_eff, memory_efficiency=mem_eff, interconnect_bytes_per_sec=link,
+                  allreduce_latency_s=_allreduce_latency(body, acc, setup.tensor_parallel))
+    gemms = dataclasses.replace(gemms, mamf_flop_per_sec=peak * flops_eff,
+                                memory_bandwidth_bytes_per_sec=acc.memory_bandwidth_bytes_per_sec * mem_eff)
+    on = latency.Device(hw, gemms, body.launch or engines.launch(body.engine, body.cuda_graphs))
+    answer = latency.serving_time(setup, on, prompt=body.prompt_tokens, output=body.output_tokens,
                                   concurrency=body.concurrency, price_per_gpu_hour=body.price_per_gpu_hour,
                                   currency=body.currency, peak_dtype=peak_dtype, sources=sources)
     answer.advice = serving_advice.advice(body, setup, body.prompt_tokens + body.output_tokens, body.concurrency)
     return answer
+
+
+def _allreduce_latency(body: InferenceTimeRequest, acc: hardware.Accelerator, tp: int) -> float:
+    if body.allreduce_latency_s is not None:
+        return body.allreduce_latency_s
+    ic = acc.interconnect
+    return collectives.small_all_reduce_seconds(tp, nvlink=bool(ic and ic.link == "nvlink"))
 
 
 def _measured(body: InferenceTimeRequest, here: Here, peak_dtype: str,

@@ -58,7 +58,11 @@ def test_the_two_charts_are_the_apis_curves(browser, base_url, screenshots):
     assert curve[0]["data"] == [{"x": p["batch"], "y": p["tokens_per_sec"], "bound": p["bound"]}
                                 for p in time["decode_curve"]]
     knee = time["compute_bound_batch"]
-    assert knee is not None and [p["x"] for p in curve[1]["data"]] == [knee, knee]
+    # The overhead line: the roofline's tokens/s at each batch, drawn beside the curve.
+    assert curve[1]["label"] == "roofline (no overhead)"
+    assert [(p["x"], p["y"]) for p in curve[1]["data"]] == [
+        (p["batch"], p["batch"] / p["roofline_seconds"]) for p in time["decode_curve"]]
+    assert knee is not None and [p["x"] for p in curve[2]["data"]] == [knee, knee]
     assert page.evaluate(f"{CHART.format(1)}.options.scales.x.type") == "logarithmic"
     expect(page.get_by_test_id("decode-chart-caption")).to_contain_text(f"batch {knee:,}")
     expect(page.get_by_test_id("fits")).to_have_text("yes" if memory["fits"] else "no")

@@ -61,3 +61,15 @@ def plan(setup: "Setup") -> Budget:
                              startup=setup.memory_bytes - free, flash_attention=True)
     return hf.plan(total=setup.memory_bytes, weights=setup.weights_per_gpu, activations=setup.workspace.bytes,
                    tokens=setup.max_num_batched_tokens, startup=setup.memory_bytes - free)
+
+
+def launch(engine: str, cuda_graphs: bool) -> str:
+    """How the engine issues its kernels (inference/kernels.py Launch): vLLM and SGLang replay CUDA
+    graphs of their decode batches unless told not to (enforce_eager, disable_cuda_graph), and then
+    run PyTorch from Python; llama.cpp replays a graph per token (ggml-cuda.cu, since b2874) or
+    launches its kernels from C++; transformers' generate runs eager."""
+    if engine == "transformers":
+        return "eager"
+    if cuda_graphs:
+        return "graph"
+    return "native" if engine == "llama.cpp" else "eager"
