@@ -22,7 +22,7 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 
-from app.bench.decode import Cache, LayerCache, sample
+from app.bench.decode import Cache, LayerCache, prefill, sample
 from app.bench.models import Attention, Transformer, rope_tables
 
 Capture = Literal["cuda_graph", "torch.compile", "static eager"]
@@ -106,6 +106,15 @@ def prepare(static: StaticDecode, cuda: bool) -> tuple[Callable[[], object], Cap
         tensor.copy_(saved)
     static.start(ids, int(pos))
     return run, how
+
+
+def compiled_prefill(cuda: bool) -> tuple[Callable[..., torch.Tensor], Capture]:
+    """decode.prefill compiled on its own, as gpt-fast's --compile_prefill does: torch.compile with
+    fixed shapes (one build per prompt length; no CUDA graph, a prefill is long enough to hide its
+    launches), or decode.prefill itself where there is no compiler. Called as decode.prefill is."""
+    if cuda or compiler_present():
+        return torch.compile(prefill, dynamic=False), "torch.compile"
+    return prefill, "static eager"
 
 
 @torch.no_grad()

@@ -211,8 +211,8 @@ def test_a_generate_job_runs_in_a_child_and_exports_a_row_per_measurement(make_a
     exported = api.get(f"{JOBS}/{job_id}/result", params={"format": "csv"}).text
     rows = list(csv.DictReader(exported.splitlines()))
     # the graph-mode point beside the eager one
-    assert [(r["phase"], r["prompt_len"] or r["context"]) for r in rows] == [("prefill", "8"),
-                                                                             ("decode", "12"), ("graphed", "12")]
+    assert [(r["phase"], r["prompt_len"] or r["context"]) for r in rows] == [
+        ("prefill", "8"), ("decode", "12"), ("graphed", "12"), ("graphed_prefill", "8")]
     assert float(rows[2]["launch_overhead_seconds"]) == pytest.approx(
         float(rows[1]["time.median"]) - float(rows[2]["time.median"]))
     assert rows[1]["memory.kv_cache_bytes"] == str(cache_bytes("llama-gqa", 12, 2))
@@ -296,6 +296,15 @@ def test_graph_mode_decodes_what_eager_decodes_and_reports_both(single_thread):
         assert torch.equal(static.ids, eager), i
     for a, b in zip(caches[0].tensors(), caches[1].tensors(), strict=True):
         assert torch.allclose(a, b, atol=1e-5)
+    # The prefill compiled on its own writes the cache and picks the first token eager prefill does.
+    run, how = graphed.compiled_prefill(cuda=False)
+    assert how == capture
+    fresh = [decode.allocate(cfg, batch=1, context=start, dtype=torch.float32, device=torch.device("cpu"))
+             for _ in range(2)]
+    with torch.no_grad():
+        assert torch.equal(run(model, prompt[:1], fresh[1]), decode.prefill(model, prompt[:1], fresh[0]))
+    for a, b in zip(fresh[0].tensors(), fresh[1].tensors(), strict=True):
+        assert torch.allclose(a, b, atol=1e-5)
     result = generate.run(QUICK | {"model": CONFIGS["llama-gqa"], "prompt_lens": [8], "batch_sizes": [2],
                                    "contexts": [24], "decode_steps": 4, "modes": ["eager", "graph"]}, quiet)
     (point,) = result["graphed"]
@@ -303,10 +312,15 @@ def test_graph_mode_decodes_what_eager_decodes_and_reports_both(single_thread):
     assert point["time"]["median"] > 0
     assert point["launch_overhead_seconds"] == pytest.approx(point["eager_seconds"] - point["time"]["median"])
     assert point["eager_seconds"] == result["decode"][0]["time"]["median"]
+    (compiled,) = result["graphed_prefill"]
+    assert result["prefill_capture"] == how and compiled["prompt_len"] == 8 and compiled["time"]["median"] > 0
+    assert compiled["eager_seconds"] == result["prefill"][0]["time"]["median"]
+    assert compiled["overhead_seconds"] == pytest.approx(compiled["eager_seconds"] - compiled["time"]["median"])
     console = Console(file=io.StringIO(), width=400)
     for part in printed(RESULTS.validate_python(result)):
         console.print(part)
-    assert "eager beside graph mode" in console.file.getvalue()
+    said = console.file.getvalue()
+    assert "eager beside graph mode" in said and "eager beside compiled on its own" in said
 
 
 def test_graph_mode_is_refused_by_name_where_decode_is_data_dependent():

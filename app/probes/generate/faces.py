@@ -81,6 +81,13 @@ def tables(r: GenerateResult) -> list:
                   "device)",
                   Table(["batch", "context", "eager ms", "graph ms", "launch overhead ms", "roofline ms",
                          "roofline error (graph)", "tokens/s (graph)", "GB/s achieved (graph)"], rows, 0)]
+    if r.graphed_prefill:
+        rows = [[str(g.prompt_len), ms(g.eager_seconds), ms(g.time.median), ms(g.overhead_seconds),
+                 ms(g.predicted.seconds), numbers.percent(g.predicted.seconds / g.time.median - 1, 1, True),
+                 sig(g.tokens_per_sec)] for g in r.graphed_prefill]
+        graphs = [f"prefill, eager beside compiled on its own ({r.prefill_capture}, fixed shapes)",
+                  Table(["prompt tokens", "eager ms", "compiled ms", "eager overhead ms", "roofline ms",
+                         "roofline error (compiled)", "tokens/s (compiled)"], rows, 0), *graphs]
     return [said, ceilings,
             "prefill (one prompt, batch 1)",
             Table(["prompt tokens", "median ms", "roofline ms", "error", "bound", "tokens/s (median)",
@@ -94,7 +101,7 @@ def tables(r: GenerateResult) -> list:
             "roofline's time", *r.notes, *(f"assumes {a}" for a in r.assumptions), *energy.note(r)]
 
 
-PHASES = ("prefill", "decode", "graphed")
+PHASES = ("prefill", "decode", "graphed", "graphed_prefill")
 
 
 def csv_rows(result: dict[str, Any]) -> list[dict[str, Any]]:

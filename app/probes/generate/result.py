@@ -137,6 +137,24 @@ class GraphedDecodePoint:
 
 
 @dataclass(slots=True)
+class GraphedPrefillPoint:
+    """A prefill point again with the forward compiled on its own (graph mode, as gpt-fast's
+    --compile_prefill runs it): fused kernels, fixed shapes."""
+
+    prompt_len: int
+    time: Stats
+    tokens_per_sec: float
+    eager_seconds: float
+    """The eager point's median, beside it."""
+    overhead_seconds: float
+    """eager_seconds - this median: what eager launches and unfused ops cost the prefill, measured."""
+    predicted: Roofline
+    """The roofline at the job's ceilings, as the eager point's."""
+
+    __pydantic_config__ = RECORD
+
+
+@dataclass(slots=True)
 class GenerateResult:
     probe: Literal["generate"]
     environment: Environment
@@ -161,6 +179,10 @@ class GenerateResult:
     assumptions: list[str]
     graphed: list[GraphedDecodePoint] = field(default_factory=list)
     """The decode points again in graph mode (params.modes), in the same order; empty when eager only."""
+    graphed_prefill: list[GraphedPrefillPoint] = field(default_factory=list)
+    """The prefill points again, compiled on their own (graph mode), in the same order."""
+    prefill_capture: Literal["torch.compile", "static eager"] | None = None
+    """How graph mode ran the prefill; null when it did not run."""
     graph_capture: Literal["cuda_graph", "torch.compile", "static eager"] | None = None
     """How graph mode ran: a CUDA graph replayed (CUDA), torch.compile (a CPU with a C compiler), or
     the fixed-shape step run as is; null when it did not run."""
