@@ -27,7 +27,7 @@ from tests.support.api import Api
 CASES = Path(__file__).resolve().parent / "published" / "serving_latency.toml"
 TIME = "/api/v1/inference/time"
 BODY_KEYS = ("model", "gpu", "num_gpus", "tensor_parallel", "engine", "weight_format", "group_size", "dtype",
-             "cache_dtype", "cuda_graphs", "launch", "memory_efficiency", "prompt_tokens", "output_tokens",
+             "cache_dtype", "cuda_graphs", "launch", "batching", "memory_efficiency", "prompt_tokens", "output_tokens",
              "concurrency")
 WITHIN = 15.0  # percent
 

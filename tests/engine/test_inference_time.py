@@ -33,7 +33,8 @@ def test_fastertransformer_13b_kernel_by_kernel_at_the_defaults_is_the_measureme
     """With no efficiency given, each GEMM runs in whole waves at the A100's published MAMF share
     and every kernel pays its floor: prefill within 5% of FasterTransformer's measured 63.17 ms and
     a decode step within issue 30's 15% of its 22.0 ms, where the roofline at 0.7 misses both."""
-    body = {k: v for k, v in FT.items() if not k.endswith("_efficiency")} | {"launch": "native"}
+    body = {k: v for k, v in FT.items() if not k.endswith("_efficiency")} | {"launch": "native",
+                                                                               "batching": "static"}
     answer = api.ok(TIME, body)
     assert answer["flops_efficiency"] == pytest.approx(267.9 / 312, rel=0.02)  # stas00's A100 MAMF row
     assert answer["flops_efficiency_source"].startswith("default") and answer["launch"] == "native"
@@ -66,7 +67,8 @@ def test_long_context_decode_never_turns_compute_bound(api):
 
 
 def test_throughput_and_cost_follow_from_the_step_times(api):
-    answer = api.ok(TIME, FT | {"concurrency": 8, "num_gpus": 2, "price_per_gpu_hour": 2.0})
+    answer = api.ok(TIME, FT | {"concurrency": 8, "num_gpus": 2, "price_per_gpu_hour": 2.0,
+                                "batching": "static"})
     step = answer["inter_token_latency_s"]
     assert answer["sequences_per_replica"] == 4 and answer["replicas"] == 2
     assert answer["output_tokens_per_sec"] == pytest.approx(2 * 4 / step)
@@ -75,6 +77,42 @@ def test_throughput_and_cost_follow_from_the_step_times(api):
     hours = 1e6 / answer["output_tokens_per_sec"] / 3600
     assert answer["cost_per_million_output_tokens"] == pytest.approx(hours * 2 * 2.0)
     assert answer["cost_per_million_input_tokens"] < answer["cost_per_million_output_tokens"]
+    # A static batch: its 4 prompts prefill together, then 10 decode steps alone, per batch.
+    assert answer["prefill_tokens_per_step"] == 0 and answer["step_kernels"] == answer["decode_kernels"]
+    # The batch's prefill, what a cycle takes beyond its steps, costs more than one prompt alone and
+    # no more than four one after another.
+    prefill = 2 * 4 / answer["requests_per_sec"] - 10 * step
+    assert answer["time_to_first_token_s"] < prefill <= 4 * answer["time_to_first_token_s"]
+
+
+def test_continuous_batching_carries_the_prompts_in_the_decode_steps(api):
+    """vLLM's scheduler fills each step with the running requests' decode tokens, then the waiting
+    prompts: to keep 4 requests of 512 + 10 tokens in flight, the steps carry 4 x 512 / 10 = 204.8
+    prompt tokens on average: 0.4 of them a whole prompt, the rest none. A step completes 0.4
+    requests."""
+    body = FT | {"concurrency": 8, "num_gpus": 2, "price_per_gpu_hour": 2.0}
+    mixed = api.ok(TIME, body)
+    static = api.ok(TIME, body | {"batching": "static"})
+    assert mixed["batching"] == "continuous" and mixed["prefill_tokens_per_step"] == pytest.approx(204.8)
+    step, alone = mixed["step_kernels"], mixed["decode_kernels"]["seconds"]
+    assert mixed["prompt_step_share"] == pytest.approx(0.4)
+    mean = 0.4 * step["seconds"] + 0.6 * alone
+    assert mixed["inter_token_latency_s"] == pytest.approx(mean) and step["seconds"] > alone
+    assert step["kernels"] == mixed["decode_kernels"]["kernels"]  # the same kernels, more tokens each
+    assert mixed["requests_per_sec"] == pytest.approx(2 * 0.4 / mean)
+    assert mixed["output_tokens_per_sec"] == pytest.approx(2 * 4 / mean)
+    # The same work either way, in different passes: whole prompts ride in the steps that carry
+    # them (a 516-row GEMM) where a static batch prefills 2,048 rows at once.
+    assert mixed["requests_per_sec"] == pytest.approx(static["requests_per_sec"], rel=0.1)
+    # Output tokens are charged the decode-alone step, input tokens the mixed steps' extra.
+    assert mixed["cost_per_million_output_tokens"] == pytest.approx(1e6 * alone / 4 * 2 / 2 / 3600 * 2.0)
+    per_input = (mean - alone) / 204.8  # GPU-seconds of one replica (2 GPUs / 2 replicas) per token
+    assert mixed["cost_per_million_input_tokens"] == pytest.approx(1e6 * per_input * 2 / 2 / 3600 * 2.0)
+    # A budget of 104 tokens leaves 100 for prompts: every step carries a 100-token chunk, and a step
+    # completes 100 / 512 of a request rather than 0.4.
+    capped = api.ok(TIME, body | {"max_num_batched_tokens": 104})
+    assert capped["prefill_tokens_per_step"] == 100 and capped["prompt_step_share"] == 1
+    assert capped["requests_per_sec"] == pytest.approx(2 * (100 / 512) / capped["step_kernels"]["seconds"])
 
 
 def test_tensor_parallel_adds_all_reduces(api):

@@ -17,7 +17,7 @@ DATA = tomllib.loads((Path(__file__).parents[2] / "bench/published/serving_laten
 CASES = DATA["case"]
 CUSTOM = {"gptj": DATA["gptj"], "ft13b": DATA["ft13b"]}
 KEYS = ("model", "gpu", "num_gpus", "tensor_parallel", "engine", "weight_format", "group_size", "dtype",
-        "cache_dtype", "cuda_graphs", "launch", "memory_efficiency", "prompt_tokens", "output_tokens",
+        "cache_dtype", "cuda_graphs", "launch", "batching", "memory_efficiency", "prompt_tokens", "output_tokens",
         "concurrency")
 WITHIN = 0.15
 

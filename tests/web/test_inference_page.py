@@ -122,6 +122,7 @@ def test_the_charts_are_the_answers_curves(api):
         (p["batch"], p["batch"] / p["roofline_seconds"]) for p in time["decode_curve"]]
     assert all(r["y"] >= p["y"] for r, p in zip(decode["roofline"], decode["points"], strict=True))
     assert decode["launch"] == time["launch"] == "graph"  # vLLM's CUDA graphs
+    assert "Continuous batching" in _testid(page, "batching") and time["batching"] == "continuous"
     table = page.split('data-testid="kernel-table"')[1].split("</table>")[0]
     step = time["decode_kernels"]
     assert f"<td>{step['kernels']:,}</td>" in table and "graph launch" in table

@@ -117,9 +117,10 @@ def step_kernels(cfg: TransformerConfig, tensor_parallel: int, launch: Launch) -
 def _gemm_seconds(g: Gemm, dev: MatmulDevice, *, weight_bytes: float, act_bytes: int,
                   touched: float) -> float:
     """max(compute at the MAMF rate, the weights `touched` of `groups` and activations moved).
-    Compute is in whole waves of tiles once the GEMM has a tile's worth of rows (matmul.waves);
-    thinner ones, a decode step's, run as split-K or GEMV kernels that spread k over every SM
-    (CUTLASS's split-K and cuBLASLt's CUBLASLT_ALGO_CONFIG_SPLITK_NUM), so they pay no waves."""
+    Compute is in whole waves of tiles once the GEMM has a tile's worth of rows (matmul.waves: at 128
+    rows that matches TensorRT-LLM's first-token times on A100 and L40S, bench/published_latency.py);
+    thinner ones, a decode step's, run as split-K or GEMV kernels that spread the work over every SM
+    (CUTLASS's split-K; cuBLASLt's CUBLASLT_ALGO_CONFIG_SPLITK_NUM), so they pay no waves."""
     if g.m >= matmul.table().tile[1]:
         compute = matmul.gemm_time(g, dev).compute_seconds
     else:
@@ -142,11 +143,12 @@ class Deployment:
 
 
 def pass_time(d: Deployment, hw: Hardware, dev: MatmulDevice, *, tokens: int, sequences: int,
-              cache_read_bytes: float, launch: Launch, prefill: bool) -> PassTime:
-    """One forward of `tokens` new tokens over `sequences` sequences (tokens = sequences in a
-    decode step, sequences x prompt in a prefill), reading `cache_read_bytes` of cached keys and
-    values, then sampling one token per sequence. `dev` carries the efficiencies: its MAMF rate and
-    its bandwidth are what the GEMMs reach."""
+              cache_read_bytes: float, launch: Launch, prompts: float = 0.0, prompt_len: int = 0) -> PassTime:
+    """One forward of `tokens` new tokens, reading `cache_read_bytes` of cached keys and values,
+    then sampling one token for each of `sequences`. `prompts` of `prompt_len` tokens are among the
+    tokens (a prefill: all of them; a chunked-prefill step: a fraction of a prompt's worth), their
+    attention as FlashAttention computes it. `dev` carries the efficiencies: its MAMF rate and its
+    bandwidth are what the GEMMs reach."""
     cfg, tp = d.cfg, d.tensor_parallel
     gemms = attention = 0.0
     elementwise = 0  # elements: each GEMM's input written and output read by the kernels around it
@@ -160,10 +162,9 @@ def pass_time(d: Deployment, hw: Hardware, dev: MatmulDevice, *, tokens: int, se
                 touched = min(1.0, routed.experts_read(tokens) / cfg.n_experts)
             gemms += n * _gemm_seconds(g, dev, weight_bytes=d.weight_bytes_per_param, act_bytes=d.act_bytes,
                                        touched=touched)
-        if prefill:
-            core = matmul.attention_core_seconds(layer, batch=sequences, seq_len=tokens // sequences, tp=tp,
-                                                 dev=dev)
-            attention += n * core[0]  # the forward's
+        if prompts:  # one prompt's attention core (the forward's), times the prompts' worth
+            core = matmul.attention_core_seconds(layer, batch=1, seq_len=prompt_len, tp=tp, dev=dev)
+            attention += n * prompts * core[0]
     attention += cache_read_bytes / dev.memory_bandwidth_bytes_per_sec
     head = matmul.head_gemm(cfg, sequences, tp)  # the last position of each sequence
     gemms += _gemm_seconds(head, dev, weight_bytes=d.weight_bytes_per_param, act_bytes=d.act_bytes,

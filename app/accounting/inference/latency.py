@@ -7,10 +7,17 @@ Conventions, each stated in the answer:
   the mean context of its generation: prompt + output/2.
 - A step reads this GPU's dense weights once, the routed experts its tokens pick
   (roofline.experts_read), every sequence's cached keys and values, and writes the new ones.
-- Requests/s: each replica finishes its batch of sequences every (batched prefill + output
-  steps); prefill and decode are not overlapped (no chunked-prefill mixing).
-- Cost splits GPU time by phase: prefill time is charged to input tokens, decode time to
-  output tokens.
+- Batching, by engine: `continuous` (vLLM, SGLang, llama.cpp's server) mixes the prompts into
+  the decode steps as chunked prefill does: vLLM V1's scheduler fills each step's token budget
+  with the running requests' decode tokens first, then the waiting prompts, whole or the chunk
+  that fits (vllm/v1/core/sched/scheduler.py). In steady state the steps carry, on average, the
+  prompt tokens that keep `batch` requests in flight, batch x prompt / output (at most the budget
+  left): when that is less than a prompt, a share of the steps carries one and the rest decode
+  alone. The inter-token latency is the mean step, and requests/s batch / output a step.
+  `static` (transformers' generate, TensorRT-LLM's and FasterTransformer's benchmarks): a batch's
+  prompts prefill together, then `output` decode steps alone.
+- Cost splits GPU time by phase: the decode-alone step is charged to output tokens, the rest
+  (the prefill, or a mixed step's extra) to input tokens.
 - Every time answered is kernels.py's: the pass kernel by kernel (GEMMs in whole waves at the
   part's achievable rate, each kernel's floor, the host's launches unless a CUDA graph replays
   them). The roofline's Pass beside it is the ideal; the difference is the overhead.
@@ -18,7 +25,7 @@ Conventions, each stated in the answer:
 
 import math
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 from app.accounting import blocks
 from app.accounting.inference import kernels, roofline
@@ -31,6 +38,7 @@ from app.accounting.records import RECORD
 from app.accounting.units import SECONDS_PER_HOUR
 
 MAX_BATCH = 1 << 20
+Batching = Literal["continuous", "static"]
 
 
 @dataclass(slots=True)
@@ -70,6 +78,17 @@ class InferenceTime:
     """The same step kernel by kernel: its seconds are inter_token_latency_s."""
     launch: Launch
     """How the engine issues its kernels (kernels.Launch)."""
+    batching: Batching
+    """How prompts meet decode steps: continuous (chunked prefill mixed in) or static."""
+    prefill_tokens_per_step: float
+    """Continuous batching: the prompt tokens a decode step carries on average in steady state
+    (sequences_per_replica x prompt / output, at most the token budget left); 0 static."""
+    prompt_step_share: float
+    """The share of steps that carry prompt tokens: the scheduler takes a waiting prompt whole (or
+    what fits the budget), so when fewer are needed than a prompt a step, some steps carry one and
+    the rest decode alone; the inter-token latency is the mean over them."""
+    step_kernels: PassTime
+    """A step that carries prompt tokens, kernel by kernel (decode_kernels itself when none do)."""
     time_to_first_token_s: float
     inter_token_latency_s: float
     tokens_per_sec_per_user: float
@@ -112,7 +131,11 @@ CONVENTIONS = [
     "the host's launches where no CUDA graph replays them; prefill and decode kernels do not overlap.",
     "MoE decode reads the experts its tokens pick, top_k of n_experts each, uniformly at random.",
     "The LM head runs on each sequence's last position only.",
-    "Cost charges prefill time to input tokens and decode time to output tokens.",
+    "Continuous batching (vLLM, SGLang, llama.cpp's server) carries each step's share of the prompts as "
+    "chunked prefill: the inter-token latency is that mixed step; static batching (transformers) prefills a "
+    "batch, then decodes it alone.",
+    "Cost charges the decode-alone step to output tokens and the rest (prefill, or a mixed step's extra) to "
+    "input tokens.",
 ]
 
 
@@ -161,23 +184,27 @@ def deployment(setup: Setup) -> kernels.Deployment:
 
 class Device(NamedTuple):
     """The hardware twice: the roofline's scalars, and the GEMMs' view (its MAMF rate and its
-    bandwidth already at the request's efficiencies), with how the engine launches."""
+    bandwidth already at the request's efficiencies), with how the engine launches and batches."""
 
     hw: Hardware
     dev: MatmulDevice
     launch: Launch
+    batching: Batching = "continuous"
 
 
-def decode_kernels(setup: Setup, on: Device, one: _Decode, batch: int) -> PassTime:
-    """One decode step of `batch` sequences, kernel by kernel."""
-    return kernels.pass_time(deployment(setup), on.hw, on.dev, tokens=batch, sequences=batch,
-                             cache_read_bytes=batch * one.cache_bytes, launch=on.launch, prefill=False)
+def decode_kernels(setup: Setup, on: Device, one: _Decode, batch: int, chunk: int = 0,
+                   prompt: int = 0) -> PassTime:
+    """One decode step of `batch` sequences, kernel by kernel; with `chunk` prompt tokens of
+    `prompt`-token prompts riding along (chunked prefill), a mixed step."""
+    return kernels.pass_time(deployment(setup), on.hw, on.dev, tokens=batch + chunk, sequences=batch,
+                             cache_read_bytes=batch * one.cache_bytes, launch=on.launch,
+                             prompts=chunk / prompt if chunk else 0.0, prompt_len=prompt)
 
 
 def prefill_kernels(setup: Setup, on: Device, *, prompt: int, sequences: int = 1) -> PassTime:
     """`sequences` prompts of `prompt` tokens in one forward, kernel by kernel."""
     return kernels.pass_time(deployment(setup), on.hw, on.dev, tokens=sequences * prompt, sequences=sequences,
-                             cache_read_bytes=0, launch=on.launch, prefill=True)
+                             cache_read_bytes=0, launch=on.launch, prompts=sequences, prompt_len=prompt)
 
 
 def _curve(setup: Setup, on: Device, one: _Decode, top: int) -> list[DecodePoint]:
@@ -256,28 +283,48 @@ def serving_time(setup: Setup, on: Device, *, prompt: int, output: int, concurre
     one, knee, curve = _decode_table(setup, on, context)
     step = _step(setup, hw, one, per_replica)
     first_k = prefill_kernels(setup, on, prompt=prompt)
-    step_k = decode_kernels(setup, on, one, per_replica)
-    batched = prefill_kernels(setup, on, prompt=prompt, sequences=per_replica)
-    round_trip = batched.seconds + output * step_k.seconds
+    alone = decode_kernels(setup, on, one, per_replica)
+    if on.batching == "static":
+        chunk, itl, share = 0.0, alone, 0.0
+        mean = alone.seconds
+        batched = prefill_kernels(setup, on, prompt=prompt, sequences=per_replica)
+        requests = per_replica / (batched.seconds + output * alone.seconds)  # a batch's whole life
+        output_rate = per_replica / alone.seconds
+        input_seconds = batched.seconds / (per_replica * prompt)  # GPU-seconds per input token
+    else:
+        room = max(setup.max_num_batched_tokens - per_replica, 0)  # the budget past the decode tokens
+        need = per_replica * prompt / output  # prompt tokens a step must carry, on average
+        piece = min(prompt, room)  # the scheduler takes a waiting prompt whole, or what fits
+        if need <= piece:  # a share of the steps carries one piece, the others decode alone
+            chunk, share = need, need / piece if piece else 0.0
+            itl = decode_kernels(setup, on, one, per_replica, piece, prompt) if piece else alone
+            mean = share * itl.seconds + (1 - share) * alone.seconds
+        else:  # every step carries prompts, as many as fit
+            chunk, share = min(need, room), 1.0
+            itl = decode_kernels(setup, on, one, per_replica, math.ceil(chunk), prompt)
+            mean = itl.seconds
+        per_step = chunk / prompt  # requests a step completes (per_replica / output unless capped)
+        requests = per_step / mean
+        output_rate = per_step * output / mean
+        input_seconds = (mean - alone.seconds) / chunk if chunk else 0.0
     if 2 * per_replica > curve[-1].batch:  # more sequences than the table reaches
         curve = _curve(setup, on, one, 2 * per_replica)
-    gpu_hours_per_sec = setup.num_gpus / SECONDS_PER_HOUR
+    gpu_hours_per_sec = setup.num_gpus / SECONDS_PER_HOUR / setup.replicas  # one replica's GPUs
     if price_per_gpu_hour is None:
         cost_in = cost_out = None
-    else:  # GPU-hours each phase spends per token, over all replicas
-        input_rate = setup.replicas * per_replica * prompt / batched.seconds
-        output_rate = setup.replicas * per_replica / step_k.seconds
-        cost_in = 1e6 / input_rate * gpu_hours_per_sec * price_per_gpu_hour
-        cost_out = 1e6 / output_rate * gpu_hours_per_sec * price_per_gpu_hour
+    else:  # GPU-hours per token: the decode-alone step to output, the rest to input
+        cost_out = 1e6 * alone.seconds / per_replica * gpu_hours_per_sec * price_per_gpu_hour
+        cost_in = 1e6 * input_seconds * gpu_hours_per_sec * price_per_gpu_hour
     return InferenceTime(
         prompt_tokens=prompt, output_tokens=output, concurrency=concurrency,
         sequences_per_replica=per_replica,
         replicas=setup.replicas, tensor_parallel=setup.tensor_parallel, prefill=first, decode=step,
-        prefill_kernels=first_k, decode_kernels=step_k, launch=on.launch,
-        time_to_first_token_s=first_k.seconds, inter_token_latency_s=step_k.seconds,
-        tokens_per_sec_per_user=1 / step_k.seconds,
-        output_tokens_per_sec=setup.replicas * per_replica / step_k.seconds,
-        requests_per_sec=setup.replicas * per_replica / round_trip, compute_bound_batch=knee,
+        prefill_kernels=first_k, decode_kernels=alone, launch=on.launch, batching=on.batching,
+        prefill_tokens_per_step=chunk, step_kernels=itl,
+        time_to_first_token_s=first_k.seconds, inter_token_latency_s=mean,
+        tokens_per_sec_per_user=1 / mean, prompt_step_share=share,
+        output_tokens_per_sec=setup.replicas * output_rate,
+        requests_per_sec=setup.replicas * requests, compute_bound_batch=knee,
         decode_curve=curve, cost_per_million_input_tokens=cost_in, cost_per_million_output_tokens=cost_out,
         currency=currency, flops_efficiency=hw.flops_efficiency, flops_efficiency_source=sources[0],
         memory_efficiency=hw.memory_efficiency, memory_efficiency_source=sources[1],

@@ -214,6 +214,11 @@ class InferenceTimeRequest(ServingRequest):
         None, description="Fixed time of each all-reduce. null: NCCL's LL ring, which its tuner picks for a "
                           "step's small messages: 6.6 us + 2 (tensor_parallel - 1) hops of 0.6 us over NVLink "
                           "(1.0 us over PCIe), from NCCL's src/graph/tuning.cc.")
+    batching: latency.Batching | None = Field(
+        None, description="How prompts meet decode steps: continuous (chunked prefill: each decode step carries "
+                          "its share of the prompts, as vLLM, SGLang and llama.cpp's server run) or static (a "
+                          "batch prefills, then decodes alone: transformers' generate, TensorRT-LLM's and "
+                          "FasterTransformer's benchmarks). null: the engine's.")
     launch: kernels.Launch | None = Field(
         None, description="How the engine issues a pass's kernels: graph (a CUDA graph replayed), native "
                           "(fused kernels launched from C++, as TensorRT-LLM does) or eager (PyTorch op by op "
@@ -284,7 +289,8 @@ def serving_time(body: InferenceTimeRequest, here: Here | None = None) -> latenc
                   allreduce_latency_s=_allreduce_latency(body, acc, setup.tensor_parallel))
     gemms = dataclasses.replace(gemms, mamf_flop_per_sec=peak * flops_eff,
                                 memory_bandwidth_bytes_per_sec=acc.memory_bandwidth_bytes_per_sec * mem_eff)
-    on = latency.Device(hw, gemms, body.launch or engines.launch(body.engine, body.cuda_graphs))
+    on = latency.Device(hw, gemms, body.launch or engines.launch(body.engine, body.cuda_graphs),
+                        body.batching or engines.batching(body.engine))
     answer = latency.serving_time(setup, on, prompt=body.prompt_tokens, output=body.output_tokens,
                                   concurrency=body.concurrency, price_per_gpu_hour=body.price_per_gpu_hour,
                                   currency=body.currency, peak_dtype=peak_dtype, sources=sources)

@@ -63,6 +63,13 @@ def plan(setup: "Setup") -> Budget:
                    tokens=setup.max_num_batched_tokens, startup=setup.memory_bytes - free)
 
 
+def batching(engine: str) -> str:
+    """How the engine meets prompts and decode steps: continuous (vLLM V1 and SGLang chunk prompts
+    into the decode steps' token budget; llama.cpp's server batches its slots' prompt and decode
+    tokens into one ubatch) or static (transformers' generate: a batch prefills, then decodes)."""
+    return "static" if engine == "transformers" else "continuous"
+
+
 def launch(engine: str, cuda_graphs: bool) -> str:
     """How the engine issues its kernels (inference/kernels.py Launch): vLLM and SGLang replay CUDA
     graphs of their decode batches unless told not to (enforce_eager, disable_cuda_graph), and then
