@@ -40,7 +40,7 @@ def _predicted(answer: dict, case: dict) -> float:
 
 def test_the_ledger_has_at_least_15_cited_cases_from_each_kind_of_stack():
     assert len(CASES) >= 15 and len({c["id"] for c in CASES}) == len(CASES)
-    assert {c["source"] for c in CASES} >= {"TensorRT-LLM", "gpt-fast", "llama.cpp"}
+    assert {c["source"] for c in CASES} >= {"TensorRT-LLM", "vLLM", "gpt-fast", "llama.cpp"}
     for case in CASES:
         assert case["citation"] and case["url"].startswith("https://"), case["id"]
 
