@@ -144,7 +144,7 @@ PAGE = Calculator(
      Input("memory_efficiency", "Memory efficiency", hint='0 to 1, or "measured"', typed=True, more=True),
      Input("interconnect_bytes_per_sec", "Interconnect bytes/s", hint="per direction; empty: the catalogue's",
            more=True),
-     Input("launch", "Kernel launch", hint="graph, native (C++) or eager (Python); empty: the engine's", more=True),
+     Input("launch", "Kernel launch", hint="graph, native (C++), python or eager; empty: the engine's", more=True),
      Input("batching", "Batching", hint="continuous (chunked prefill) or static; empty: the engine's", more=True),
      Input("allreduce_latency_s", "All-reduce latency (s)", hint="empty: NCCL's LL ring", more=True)),
     _charts, takes_model="model",

@@ -9,7 +9,7 @@ a chain of kernels, each of which waits on the one before it, so the time is a s
           + the sampler's logits                        (read and written in float32)
           + the tensor-parallel all-reduces
           + kernels x KERNEL_FLOOR_S                    what every kernel costs however small
-    host  = kernels x the host's cost to launch one     (nil when a CUDA graph replays the step)
+    host  = kernels x the host's cost to launch one     (from Python; nil from C++ or a CUDA graph)
     pass  = max(gpu, host)                              the host launches ahead while the GPU runs
 
 A GEMM's compute is matmul.py's (tile and wave quantization at the part's Maximum Achievable Matmul
@@ -31,12 +31,13 @@ from app.accounting.matmul import Gemm, MatmulDevice
 from app.accounting.records import RECORD
 from app.accounting.transformer import TransformerConfig
 
-Launch = Literal["graph", "native", "eager"]
+Launch = Literal["graph", "native", "python", "eager"]
 """How the host issues a pass's kernels: graph (a captured CUDA graph replayed: vLLM's and SGLang's
 decode, gpt-fast's reduce-overhead, llama.cpp's single-sequence decode), native (fused kernels
 launched one by one from C++, as TensorRT-LLM's engine and llama.cpp without graphs do; a few us
-each, hidden behind kernels that run longer, so counted nil) or eager (PyTorch from Python, op by
-op: transformers, or an engine with its graphs off)."""
+each, hidden behind kernels that run longer, so counted nil), python (the same fused kernels, each
+launched from Python: vLLM's enforce_eager, SGLang's disable_cuda_graph) or eager (PyTorch op by op
+from Python, unfused: transformers)."""
 
 KERNEL_FLOOR_S = 1.2e-6
 """Seconds a kernel costs the GPU however little it does, launched or replayed: a 1024-element add
@@ -91,7 +92,8 @@ def kernels_per_layer(layer: blocks.Layer, tensor_parallel: int, launch: Launch)
     qkv GEMM, rotary, the cache write, attention, the output GEMM, the second norm, gate/up,
     the activation and down (10, as vLLM's Llama layer runs them); experts add a router GEMM,
     top-k, the token sort and the combine around their two grouped GEMMs; an all-reduce after
-    attention and after the MLP under tensor parallelism."""
+    attention and after the MLP under tensor parallelism. Eager PyTorch launches
+    EAGER_OPS_PER_LAYER instead."""
     if launch == "eager":
         return EAGER_OPS_PER_LAYER
     n = 10
@@ -143,7 +145,8 @@ class Deployment:
 
 
 def pass_time(d: Deployment, hw: Hardware, dev: MatmulDevice, *, tokens: int, sequences: int,
-              cache_read_bytes: float, launch: Launch, prompts: float = 0.0, prompt_len: int = 0) -> PassTime:
+              cache_read_bytes: float, launch: Launch, prompts: float = 0.0,
+              prompt_len: int = 0) -> PassTime:
     """One forward of `tokens` new tokens, reading `cache_read_bytes` of cached keys and values,
     then sampling one token for each of `sequences`. `prompts` of `prompt_len` tokens are among the
     tokens (a prefill: all of them; a chunked-prefill step: a fraction of a prompt's worth), their
@@ -176,7 +179,7 @@ def pass_time(d: Deployment, hw: Hardware, dev: MatmulDevice, *, tokens: int, se
     count = step_kernels(cfg, tp, launch)
     floors = count * KERNEL_FLOOR_S
     gpu = gemms + attention + other + comm + floors
-    host = count * EAGER_HOST_S_PER_OP if launch == "eager" else 0.0
+    host = count * EAGER_HOST_S_PER_OP if launch in ("python", "eager") else 0.0
     return PassTime(gemm_seconds=gemms, attention_seconds=attention, other_seconds=other,
                     communication_seconds=comm, kernels=count, kernel_floor_seconds=floors, gpu_seconds=gpu,
                     host_seconds=host, seconds=max(gpu, host), launch=launch)

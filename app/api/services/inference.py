@@ -221,9 +221,10 @@ class InferenceTimeRequest(ServingRequest):
                           "FasterTransformer's benchmarks). null: the engine's.")
     launch: kernels.Launch | None = Field(
         None, description="How the engine issues a pass's kernels: graph (a CUDA graph replayed), native "
-                          "(fused kernels launched from C++, as TensorRT-LLM does) or eager (PyTorch op by op "
-                          "from Python). null: the engine's own (vllm, sglang, llama.cpp: graph, or eager with "
-                          "cuda_graphs false; transformers: eager).")
+                          "(fused kernels launched from C++, as TensorRT-LLM does), python (the same fused "
+                          "kernels launched from Python) or eager (PyTorch op by op, unfused). null: the "
+                          "engine's own (vllm, sglang, llama.cpp: graph; with cuda_graphs false vllm and sglang "
+                          "python, llama.cpp native; transformers: eager).")
     price_per_gpu_hour: number(ge=0, le=1e6) | None = Field(
         None, description="Price of one GPU-hour in `currency`, for the cost per million tokens.")
     currency: Currency = "USD"

@@ -73,10 +73,10 @@ def batching(engine: str) -> str:
 def launch(engine: str, cuda_graphs: bool) -> str:
     """How the engine issues its kernels (inference/kernels.py Launch): vLLM and SGLang replay CUDA
     graphs of their decode batches unless told not to (enforce_eager, disable_cuda_graph), and then
-    run PyTorch from Python; llama.cpp replays a graph per token (ggml-cuda.cu, since b2874) or
-    launches its kernels from C++; transformers' generate runs eager."""
+    launch the same fused kernels from Python; llama.cpp replays a graph per token (ggml-cuda.cu,
+    since b2874) or launches its kernels from C++; transformers' generate runs eager, unfused."""
     if engine == "transformers":
         return "eager"
     if cuda_graphs:
         return "graph"
-    return "native" if engine == "llama.cpp" else "eager"
+    return "native" if engine == "llama.cpp" else "python"
