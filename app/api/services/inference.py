@@ -197,13 +197,13 @@ class InferenceTimeRequest(ServingRequest):
     output_tokens: sequence_length(1, 10_000_000) = Field(128, description="Tokens generated per request.")
     concurrency: count(1, 1 << 24) = Field(
         1, description="Requests in flight over all replicas; each replica decodes its share in one batch.")
-    flops_efficiency: number(gt=0, le=1, text=False) | Literal["measured"] | None = Field(
+    flops_efficiency: number(ge=1e-6, le=1, text=False) | Literal["measured"] | None = Field(
         None, description='Share of the dense peak the largest matmuls reach; each GEMM then pays for whole '
                           "waves of tiles below it. null: the part's published Maximum Achievable Matmul FLOPS "
                           "(stas00/ml-engineering's table: 0.86 on an A100, 0.80 on an H100 in bfloat16, "
                           '0.73 in float8; data/matmul.toml). "measured": the best matmul of this server\'s '
                           "device at the compute dtype (GET /api/v1/calibration).")
-    memory_efficiency: number(gt=0, le=1, text=False) | Literal["measured"] = Field(
+    memory_efficiency: number(ge=1e-6, le=1, text=False) | Literal["measured"] = Field(
         DEFAULT_MEMORY_EFFICIENCY,
         description='Share of the memory bandwidth reads reach (0.9 stated, as above). "measured": this '
                     "device's bandwidth probe.")
