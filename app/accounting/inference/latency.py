@@ -75,7 +75,8 @@ class InferenceTime:
     prefill_kernels: PassTime
     """The same prefill kernel by kernel: its seconds are time_to_first_token_s."""
     decode_kernels: PassTime
-    """The same step kernel by kernel: its seconds are inter_token_latency_s."""
+    """The same step kernel by kernel, decoding alone: the inter-token latency under static
+    batching (continuous batching's is the mean of it and step_kernels)."""
     launch: Launch
     """How the engine issues its kernels (kernels.Launch)."""
     batching: Batching
@@ -132,8 +133,8 @@ CONVENTIONS = [
     "MoE decode reads the experts its tokens pick, top_k of n_experts each, uniformly at random.",
     "The LM head runs on each sequence's last position only.",
     "Continuous batching (vLLM, SGLang, llama.cpp's server) carries each step's share of the prompts as "
-    "chunked prefill: the inter-token latency is that mixed step; static batching (transformers) prefills a "
-    "batch, then decodes it alone.",
+    "chunked prefill, whole prompts in a share of the steps: the inter-token latency is the mean step; static "
+    "batching (transformers) prefills a batch, then decodes it alone.",
     "Cost charges the decode-alone step to output tokens and the rest (prefill, or a mixed step's extra) to "
     "input tokens.",
 ]
