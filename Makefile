@@ -67,8 +67,10 @@ bench: $(VENV)/.installed-test
 load: $(VENV)/.installed  # 32 wrk clients on the calculators for 30 s while a CPU probe runs
 	$(BIN)/python bench/load.py
 
-gpu-targets: $(VENV)/.installed  # the worker's GPU targets; results under docs/measurements/
+gpu-targets: $(VENV)/.installed  # the worker's GPU targets, the calibration campaign and its held-out sweep
 	$(BIN)/python bench/gpu_targets.py
+	$(BIN)/tally calibrate --held-out --output docs/measurements/calibration-profile.json \
+	  | tee docs/measurements/calibration-held-out.txt
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis tally.db tally.db-wal tally.db-shm

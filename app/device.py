@@ -6,13 +6,14 @@ process to a driver state), so it asks NVML, which talks to the driver directly.
 
 import os
 import platform
+import re
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Literal
 
-from app.accounting import hardware
+from app.accounting import cpu, hardware
 from app.accounting.records import RECORD
 
 
@@ -53,6 +54,22 @@ def cpu_name() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+def cpu_peak_flop_per_sec() -> float | None:
+    """This host's float32 datasheet peak (app/accounting/cpu.py) from /proc/cpuinfo's clock and
+    flags over the cores this process may use; None where /proc/cpuinfo says neither."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            text = f.read()
+    except OSError:
+        return None
+    mhz = re.search(r"^cpu MHz\s*:\s*([0-9.]+)", text, re.M)
+    flags = re.search(r"^flags\s*:(.*)$", text, re.M)
+    if mhz is None or flags is None:
+        return None
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return cpu.peak_flop_per_sec(cores, float(mhz.group(1)) * 1e6, set(flags.group(1).split()))
 
 
 def host_memory_bytes() -> int | None:

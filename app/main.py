@@ -32,6 +32,7 @@ from app.ops.routes import router as ops_router
 from app.ops.security import RequestGuard
 from app.paths import STATIC_DIR
 from app.web.benchmarks import router as benchmarks_router
+from app.web.calibration import router as calibration_router
 from app.web.fleet import router as fleet_router
 from app.web.headers import PageHeaders
 from app.web.pages import router as pages_router
@@ -132,5 +133,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(pages_router)
     app.include_router(benchmarks_router)
     app.include_router(fleet_router)
+    app.include_router(calibration_router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     return app

@@ -239,6 +239,21 @@
     return lines(canvas, sets, axes("arithmetic intensity (FLOP/byte)", "TFLOP/s", true, true));
   }
 
+  // The accuracy ledger: each pair a point (measured across, predicted up), one colour per mode,
+  // and the diagonal where a prediction is exact; log scales, as pairs span decades.
+  function drawPredictedMeasured(canvas, spec) {
+    const sets = [];
+    let lo = Infinity, hi = 0;
+    Object.entries(spec.series).forEach(([mode, points], i) => {
+      points.forEach((p) => { lo = Math.min(lo, p.x, p.y); hi = Math.max(hi, p.x, p.y); });
+      sets.push({ label: mode, data: points, showLine: false, pointRadius: 4,
+                  backgroundColor: PALETTE[i % PALETTE.length], borderColor: PALETTE[i % PALETTE.length] });
+    });
+    sets.push({ label: "exact", data: [{ x: lo, y: lo }, { x: hi, y: hi }], borderColor: color("--muted"),
+                borderDash: [6, 4], pointRadius: 0 });
+    return lines(canvas, sets, axes("measured " + spec.metric, "predicted", true, true));
+  }
+
   function drawTransferSizes(canvas, spec) {
     const sets = Object.entries(spec.series).map(([label, points], i) => ({
       label, data: points, borderColor: PALETTE[i % PALETTE.length], backgroundColor: PALETTE[i % PALETTE.length],
@@ -354,7 +369,7 @@
     matmul_sizes: drawMatmulSizes, roofline: drawRoofline, transfer_sizes: drawTransferSizes,
     memory_compare: drawMemoryCompare, compare_lines: drawCompareLines, compare_bars: drawCompareBars,
     param_parts: drawParamParts, decode_curve: drawDecodeCurve, collective_busbw: drawCollectiveBusbw,
-    bars: drawBars,
+    bars: drawBars, predicted_measured: drawPredictedMeasured,
   };
   // For a page's own charts in their own file (static/fit.js, static/scale.js), which registers in `draw`.
   Object.assign(window.Tally, { color, axes, kindColors: KIND_COLORS, draw: DRAW });

@@ -4,7 +4,8 @@
 The folders, each with its conftest: engine (the calculators against published figures), api
 (routes, errors, the OpenAPI document, `tally calc`), fuzz (schemathesis over every operation),
 jobs (the queue, dispatchers, workers, the fleet; on SQLite and PostgreSQL), probes (the probes
-run on the CPU, and what their results say), web (the pages as text) and web/browser (in
+run on the CPU, and what their results say), calibration (profiles, campaigns, the calibrated
+step, the accuracy ledger, the held-out CPU validation), web (the pages as text) and web/browser (in
 Chromium), oracles (counts against transformers, peft, gguf, bitsandbytes and torch's
 FlopCounterMode), ops (security, logs, Docker, the layout, the README). Helpers live in
 tests/support/. Markers (pyproject.toml) are set by folder and fixture."""

@@ -41,6 +41,7 @@ from typing import Literal, NamedTuple
 
 from app.accounting import blocks, hardware
 from app.accounting.blocks.base import Causal
+from app.accounting.calibration.surface import Surface
 from app.accounting.dtypes import lookup, peak_key
 from app.accounting.errors import InvalidInput
 from app.accounting.hardware import CUSTOM_VENDOR, Accelerator, peak_flop_per_sec
@@ -130,6 +131,9 @@ class MatmulDevice:
     """FlashAttention's forward rate on this part, in its FLOP count (bfloat16)."""
     attention_backward_flop_per_sec: float
     """Its backward rate, in its count (2.5 forwards)."""
+    surface: Surface | None = None
+    """A calibration profile's matmul surface (app/accounting/calibration/surface.py): each GEMM's
+    compute then takes what this device measured at shapes near it, in place of waves at MAMF."""
 
     __pydantic_config__ = RECORD
 
@@ -227,7 +231,9 @@ def gemm_time(g: Gemm, dev: MatmulDevice) -> GemmTime:
     if g.m <= 0 or g.n <= 0 or g.k <= 0:
         return GemmTime(g, 0, 0, 0, 0.0, 0.0, 0.0, "compute")
     tiles = wave_count = None
-    if dev.sm_count is None:
+    if dev.surface is not None:
+        compute = dev.surface.seconds(g.m, g.k, g.n, g.groups)
+    elif dev.sm_count is None:
         compute = g.flops / dev.mamf_flop_per_sec
     else:
         w = waves(g.m, g.n, dev.sm_count, g.groups)

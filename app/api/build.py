@@ -60,6 +60,8 @@ TAGS = [
     {"name": "jobs", "description": "Benchmark probes queued and run on this server's device."},
     {"name": "device", "description": "The worker's device and what it has measured."},
     {"name": "fleet", "description": "Many boxes on one queue: their devices, campaigns, burn-ins."},
+    {"name": "calibration", "description": "What this fleet measured, as profiles the time calculators "
+                                           "answer from: campaigns, build, export, import."},
     {"name": "operations", "description": "Liveness, readiness and Prometheus metrics."},
 ]
 Lifespan = Callable[[FastAPI], AbstractAsyncContextManager[None]]

@@ -23,6 +23,10 @@ COMMANDS = {
                              "lists them)"),
     "probe": ("app.cli.probe", "run one benchmark probe on this box's device, with a progress bar "
                                "and a table"),
+    "calibrate": ("app.cli.calibrate", "run a calibration campaign on this box's device (or a server's), "
+                                       "build its profile, and score it on held-out train steps"),
+    "accuracy": ("app.cli.accuracy", "how close Tally's predictions came to this fleet's measurements (the "
+                                     "accuracy ledger), per probe, metric, device model and mode"),
     "burn-in": ("app.cli.burn_in", "burn in every GPU of a fleet through its server, and print which are "
                                    "slow"),
 }

@@ -32,7 +32,8 @@ from typing import Any
 from app.cli import options
 
 # Routes that need the server's job store or its device: not calculators.
-SERVER_ONLY = ("app.api.routes.jobs", "app.api.routes.device")
+SERVER_ONLY = ("app.api.routes.jobs", "app.api.routes.device", "app.api.routes.calibration",
+               "app.api.routes.accuracy")
 EXAMPLES = """examples:
   tally calc fit --model llama3-8b --gpu rtx-4090 --seq-len 2048
   tally calc finetune --model llama3-8b --mode qlora --gpu rtx-4090 --seq-len 2048 --recompute full
@@ -139,6 +140,12 @@ def calculators() -> list[Calculator]:
     for c in found:
         if c.group in crowded and not c.action:
             c.action = c.method.lower()
+    # One path read and written (/calibration/profiles: POST builds, GET lists, GET {id} exports):
+    # the writer keeps the name, a read takes -list or -get after it.
+    named = [(c.group, c.action) for c in found]
+    for c in found:
+        if named.count((c.group, c.action)) > 1 and c.method == "GET":
+            c.action += "-get" if c.path_params else "-list"
     return sorted(found, key=lambda c: (c.group, c.action))
 
 

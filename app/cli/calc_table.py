@@ -37,9 +37,11 @@ CALCULATORS = [
      'app.api.services.checkpoint:CheckpointRequest', True, '', 'app.api.routes.checkpoint',
      'Checkpoints: size, write and read time, and the share of a run spent saving them.'),
     ('comm', 'collective', 'POST', '/api/v1/comm/collective',
-     'Time, algbw and busbw of one collective over ring algorithms, inside a node and across nodes.',
-     'Time, algbw and busbw of one collective over ring algorithms, inside a node and across nodes.', [], [],
-     'app.api.services.comm:CollectiveRequest', True, '', 'app.api.routes.comm',
+     'Time, algbw and busbw of one collective over ring algorithms, inside a node and across nodes; with '
+     '`calibration`, over the link a profile fitted to its collectives runs.',
+     'Time, algbw and busbw of one collective over ring algorithms, inside a node and across nodes;\n'
+     'with `calibration`, over the link a profile fitted to its collectives runs.',
+     [], [], 'app.api.services.comm:CollectiveRequest', True, '', 'app.api.routes.comm',
      'Communication between GPUs: collectives, as nccl-tests reports them.'),
     ('data', 'dataset', 'POST', '/api/v1/data/dataset',
      "Bytes of a memmapped array of token ids, its shards, the read bandwidth a run needs, and the loaders' "
@@ -124,9 +126,11 @@ CALCULATORS = [
      'app.api.services.inference:InferenceMemoryRequest', True, '', 'app.api.routes.inference',
      'Serving: memory per GPU, capacity, prefill and decode time; the weight formats.'),
     ('inference', 'time', 'POST', '/api/v1/inference/time',
-     'Time to first token, inter-token latency, tokens/s, requests/s and cost on the roofline.',
-     'Time to first token, inter-token latency, tokens/s, requests/s and cost on the roofline.', [], [],
-     'app.api.services.inference:InferenceTimeRequest', True, '', 'app.api.routes.inference',
+     'Time to first token, inter-token latency, tokens/s, requests/s and cost: a pass kernel by kernel '
+     '(launches, waves, the batching mix), with the roofline beside it.',
+     'Time to first token, inter-token latency, tokens/s, requests/s and cost: a pass kernel by kernel\n'
+     '(launches, waves, the batching mix), with the roofline beside it.',
+     [], [], 'app.api.services.inference:InferenceTimeRequest', True, '', 'app.api.routes.inference',
      'Serving: memory per GPU, capacity, prefill and decode time; the weight formats.'),
     ('memory', 'max-model', 'POST', '/api/v1/memory/max-model',
      'The largest parameter count whose training state fits on num_gpus GPUs.',
@@ -189,6 +193,15 @@ CALCULATORS = [
     ('time', 'mfu', 'POST', '/api/v1/time/mfu', 'Achieved FLOP/s over the dense peak.',
      'Achieved FLOP/s over the dense peak.', [], [], 'app.api.services.time:MfuRequest', True, '',
      'app.api.routes.time', 'Training time and MFU.'),
+    ('time', 'step', 'POST', '/api/v1/time/step',
+     'One training step on one device: the datasheet answer (FLOPs over the dense peak x 0.5) and, with '
+     "`calibration`, the device's own: GEMMs on its measured matmul surface, per-op, activation and "
+     'optimizer terms fitted over its train_step runs, each naming the jobs it came from.',
+     'One training step on one device: the datasheet answer (FLOPs over the dense peak x 0.5) and,\n'
+     "with `calibration`, the device's own: GEMMs on its measured matmul surface, per-op, activation\n"
+     'and optimizer terms fitted over its train_step runs, each naming the jobs it came from.',
+     [], [], 'app.api.services.step:StepTimeRequest', True, '', 'app.api.routes.time',
+     'Training time and MFU.'),
     ('time', 'training', 'POST', '/api/v1/time/training',
      'Days, GPU-hours and cost of a run at a given MFU.',
      'Days, GPU-hours and cost of a run at a given MFU.', [], [],

@@ -204,9 +204,11 @@ def _or_text(name: str, hint: Any) -> Any:
     return Optional[quantity] if optional else quantity  # noqa: UP045
 
 
-def strict_input(cls: type, _done: dict[type, type] | None = None) -> type[Input]:
+def strict_input(cls: type, _done: dict[type, type] | None = None, *, suffix: str = "") -> type[Input]:
     """A strict request model with the fields, bounds and docs of an engine
-    dataclass (nested dataclasses included). `.to_engine()` builds the dataclass."""
+    dataclass (nested dataclasses included), each named as its dataclass with `suffix` (where a
+    response carries the dataclass itself, so the two schemas differ in name). `.to_engine()`
+    builds the dataclass."""
     done = {} if _done is None else _done
     if cls in done:
         return done[cls]
@@ -215,11 +217,18 @@ def strict_input(cls: type, _done: dict[type, type] | None = None) -> type[Input
     fields: dict[str, Any] = {}
     for f in dataclasses.fields(cls):
         hint = hints[f.name]
+        origin, args = typing.get_origin(hint), typing.get_args(hint)
         if dataclasses.is_dataclass(hint):
-            hint = strict_input(hint, done)
+            hint = strict_input(hint, done, suffix=suffix)
+        elif origin in (Union, types.UnionType) and any(dataclasses.is_dataclass(a) for a in args):
+            # An optional dataclass (Figure | None): its members strict too.
+            hint = Union[tuple(strict_input(a, done, suffix=suffix) if dataclasses.is_dataclass(a) else a  # noqa: UP007
+                               for a in args)]
         elif (quantity := _or_text(f.name, hint)) is not None:
             hint = quantity
-        elif typing.get_origin(hint) is tuple:  # strict mode takes no JSON list as a tuple
+        elif origin is tuple:  # strict mode takes no JSON list as a tuple
+            if args and dataclasses.is_dataclass(args[0]):  # tuple[Item, ...]: each item strict too
+                hint = tuple[strict_input(args[0], done, suffix=suffix), ...]  # type: ignore[misc]
             hint = Annotated[hint, BeforeValidator(_as_tuple)]
         elif _mentions_int(hint):
             hint = Annotated[hint, BeforeValidator(_integral)]
@@ -241,9 +250,11 @@ def strict_input(cls: type, _done: dict[type, type] | None = None) -> type[Input
         for name in nested:
             if isinstance(values[name], Input):
                 values[name] = values[name].to_engine()
+            elif isinstance(values[name], tuple):
+                values[name] = tuple(v.to_engine() if isinstance(v, Input) else v for v in values[name])
         return cls(**values)
 
-    model = create_model(cls.__name__, __base__=Input, __doc__=cls.__doc__, **fields)
+    model = create_model(cls.__name__ + suffix, __base__=Input, __doc__=cls.__doc__, **fields)
     model.to_engine = to_engine
     done[cls] = model
     return model

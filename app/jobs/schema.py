@@ -110,6 +110,55 @@ campaigns = sa.Table(
     sqlite_autoincrement=True,
 )
 
+# Calibration profiles (app/jobs/profiles.py): the JSON of app/accounting/calibration/profile.Profile,
+# numbered per device model. A table added whole, without a version step: a database that lacks it
+# gets it when opened (the create_all below), and an older Tally that opens this one ignores it.
+profiles = sa.Table(
+    "profiles", metadata,
+    sa.Column("id", INTEGER, primary_key=True, autoincrement=True, nullable=True),
+    sa.Column("device_model", TEXT, nullable=False),
+    sa.Column("version", INTEGER, nullable=False),
+    sa.Column("created_at", REAL, nullable=False),
+    sa.Column("body", TEXT, nullable=False),
+    sqlite_autoincrement=True,
+)
+sa.Index("profiles_device_model_version", profiles.c.device_model, profiles.c.version, unique=True)
+
+# Calibration campaigns (app/jobs/profiles.py): the jobs queued for one device model's profile, and
+# the profile built from them once they ended (or why none could be). Added whole, as profiles.
+calibrations = sa.Table(
+    "calibrations", metadata,
+    sa.Column("id", INTEGER, primary_key=True, autoincrement=True, nullable=True),
+    sa.Column("device_model", TEXT, nullable=False),
+    sa.Column("jobs", TEXT, nullable=False),
+    sa.Column("held_out", TEXT, nullable=False),
+    sa.Column("created_at", REAL, nullable=False),
+    sa.Column("profile_id", INTEGER),
+    sa.Column("error", TEXT),
+    sqlite_autoincrement=True,
+)
+
+# The accuracy ledger (app/jobs/profiles.py, app/measured/accuracy.py): each probe job's (prediction,
+# measurement) pairs, per mode and, for calibrated ones, the profile that made the prediction.
+ledger = sa.Table(
+    "ledger", metadata,
+    sa.Column("id", INTEGER, primary_key=True, autoincrement=True, nullable=True),
+    sa.Column("job_id", INTEGER, nullable=False),
+    sa.Column("probe", TEXT, nullable=False),
+    sa.Column("device_model", TEXT, nullable=False),
+    sa.Column("metric", TEXT, nullable=False),
+    sa.Column("kind", TEXT, nullable=False),
+    sa.Column("mode", TEXT, nullable=False),
+    sa.Column("profile_id", INTEGER),
+    sa.Column("profile_version", INTEGER),
+    sa.Column("predicted", REAL, nullable=False),
+    sa.Column("measured", REAL, nullable=False),
+    sa.Column("detail", TEXT, nullable=False),
+    sa.Column("recorded_at", REAL, nullable=False),
+    sqlite_autoincrement=True,
+)
+sa.Index("ledger_job_mode", ledger.c.job_id, ledger.c.mode, ledger.c.profile_id)
+
 workers = sa.Table(
     "workers", metadata,
     sa.Column("worker_id", TEXT, primary_key=True, nullable=True),

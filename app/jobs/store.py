@@ -37,6 +37,7 @@ import sqlalchemy as sa
 from app.jobs import attempt_log, backends, fleet, leases, placement
 from app.jobs.database import Database
 from app.jobs.fleet import FleetStore, Serves, Targets
+from app.jobs.profiles import CalibrationStore, LedgerStore, ProfileStore
 from app.jobs.job import ACTIVE, STATES, TERMINAL, TRANSITIONS, Job, from_row, result_json
 from app.jobs.schema import jobs, workers
 from app.probes.registry import ProbeResult
@@ -97,7 +98,7 @@ def _held_by(claim: str | None) -> list[sa.ColumnElement[bool]]:
     return [] if claim is None else [jobs.c.claim == claim]
 
 
-class Store(Database, FleetStore):
+class Store(Database, FleetStore, ProfileStore, CalibrationStore, LedgerStore):
     """The job tables in `database`: a SQLite file's path, or a URL (postgresql://... through
     psycopg 3, or sqlite:///path); created, with their schema, where missing, and brought to
     the latest schema where older (app/jobs/schema.py). Opening, connections and waiting for

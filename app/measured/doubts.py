@@ -28,13 +28,19 @@ def spread(result: Any) -> float | None:
     return widest
 
 
+def contended(result: Any) -> list[str]:
+    """Why other work on the host or GPU may have slowed the result, one line each; empty when none."""
+    plain = _plain(result)
+    contention = (plain.get("environment") or {}).get("contention") if isinstance(plain, dict) else None
+    if contention and not contention.get("quiet", True):
+        return contention.get("reasons") or [f"other processes used {contention['others_cpu_cores']:.2g} cores"]
+    return []
+
+
 def doubts(result: Any) -> list[str]:
     """Why the result may be slower than the device alone, one line each; empty when trusted."""
     plain = _plain(result)
-    contention = (plain.get("environment") or {}).get("contention") if isinstance(plain, dict) else None
-    found = []
-    if contention and not contention.get("quiet", True):
-        found += contention.get("reasons") or [f"other processes used {contention['others_cpu_cores']:.2g} cores"]
+    found = contended(plain)
     wide = spread(plain)
     if wide is not None and wide > WIDE_SPREAD:
         found.append(f"its timings spread widely: a median {wide:.3g} times the fastest iteration")

@@ -2,16 +2,18 @@
 catalogue's. Its torch side is app/bench/bandwidth.py."""
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field
 
 from app import numbers
+from app.accounting.calibration.profile import Profile
 from app.accounting.records import RECORD
 from app.inputs.fields import byte_count
 from app.probes import energy, sustained
 from app.probes.base import Kind, Least, Need, Probe, sustained_least, timer_least
 from app.probes.faces import Faces, Metric, Table, compare_lines, where
+from app.probes.ledger import Ledger, Pair, positive
 from app.probes.params import MIB, SustainParams
 from app.probes.results import Environment, Stats
 from app.probes.sustained import Sustained
@@ -94,8 +96,23 @@ def overlay(a: BandwidthResult, b: BandwidthResult) -> dict:
                          caption="GB/s (median) against bytes per copy: run A solid, run B dashed.")
 
 
+def _datasheet_pairs(params: Any, result: BandwidthResult) -> list[Pair]:
+    if result.catalogue_gb_per_sec is None:
+        return []
+    return positive([Pair("copy_bytes_per_s", "bandwidth", result.catalogue_gb_per_sec * 1e9,
+                          result.gb_per_sec * 1e9, f"{result.size_bytes:,} bytes a buffer")])
+
+
+def _calibrated_pairs(params: Any, result: BandwidthResult, profile: Profile) -> list[Pair]:
+    if profile.copy_bytes_per_s is None:
+        return []
+    return positive([Pair("copy_bytes_per_s", "bandwidth", profile.copy_bytes_per_s.value, result.gb_per_sec * 1e9,
+                          f"{result.size_bytes:,} bytes a buffer")])
+
+
 PROBE = Probe(
     "bandwidth", "device memory bandwidth, a device-to-device copy, beside the catalogue's", BandwidthParams,
     BandwidthResult, "app.bench.bandwidth:run", need, least_seconds,
     faces=Faces(headline=headline, tables=tables, page="probes/bandwidth.html", form=(),
-                differences=differences, overlay=overlay, sustained="The copy"))
+                differences=differences, overlay=overlay, sustained="The copy"),
+    ledger=Ledger(_datasheet_pairs, _calibrated_pairs))

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from app.probes.faces import Faces
+from app.probes.ledger import Ledger
 from app.probes.params import ProbeParams, SustainParams
 from app.probes.past import Past
 
@@ -46,6 +47,9 @@ class Probe:
     runs on `device` (app/device.DeviceInfo) before it is sized and queued; InvalidInput naming a
     parameter it cannot honour. None: the parameters go as given."""
     faces: Faces = field(default_factory=Faces)
+    ledger: Ledger | None = None
+    """Its (prediction, measurement) pairs for the accuracy ledger (app/probes/ledger.py); None for a
+    probe that predicts nothing a ledger could score."""
 
 
 def timer_least(params: ProbeParams, measurements: int) -> Least:

@@ -9,12 +9,16 @@ from pydantic import Field, ValidationInfo, field_validator
 
 from app import numbers
 from app.accounting import dtypes, flops
+from app.accounting.calibration import surface
+from app.accounting.calibration.profile import Profile
+from app.accounting.errors import InvalidInput
 from app.accounting.records import RECORD
 from app.inputs.fields import Input, count
 from app.probes import energy, sustained
 from app.probes.base import Kind, Least, Need, Probe, sustained_least, timer_least
 from app.probes.faces import Faces, Fieldset, Metric, Row, Table, compare_lines, skipped, where
 from app.probes.faces import Input as Control
+from app.probes.ledger import Ledger, Pair, datasheet_peak, positive
 from app.probes.params import SustainParams, rule
 from app.probes.past import Past
 from app.probes.results import Environment, Skipped, Stats
@@ -286,8 +290,34 @@ FORM = (Fieldset("matmul", (
                            value="float32,bfloat16"),)),
 ), _assemble),)
 
+def _datasheet_pairs(params: Any, result: MatmulResult) -> list[Pair]:
+    """Each shape's time at the catalogue's dense peak (or this CPU's), as its table shows it."""
+    pairs = []
+    for p in result.points:
+        at_peak = p.predicted_seconds_at_peak
+        if at_peak is None and (peak := datasheet_peak(result.environment, p.dtype)) is not None:
+            at_peak = p.flops / peak[0]
+        if at_peak is not None:
+            pairs.append(Pair("gemm_seconds", "time", at_peak, p.time.median, f"{p.dtype} {shape(p)}"))
+    return positive(pairs)
+
+
+def _calibrated_pairs(params: Any, result: MatmulResult, profile: Profile) -> list[Pair]:
+    """Each shape's time on the profile's surface (its call cost alpha included, as a run times it)."""
+    pairs = []
+    for dtype in {p.dtype for p in result.points}:
+        try:
+            surf = surface.fit(list(profile.matmul), dtype)
+        except InvalidInput:
+            continue
+        pairs += [Pair("gemm_seconds", "time", surf.alpha_s + surf.seconds(p.m, p.k, p.n), p.time.median,
+                       f"{p.dtype} {shape(p)}") for p in result.points if p.dtype == dtype]
+    return positive(pairs)
+
+
 PROBE = Probe(
     "matmul", "TFLOP/s and MFU of (m, k) @ (k, n) per shape and dtype", MatmulParams, MatmulResult,
     "app.bench.matmul:run", need, least_seconds,
     faces=Faces(headline=headline, tables=tables, charts=charts, page="probes/matmul.html", form=FORM,
-                differences=differences, overlay=overlay, sustained="The best shape"))
+                differences=differences, overlay=overlay, sustained="The best shape"),
+    ledger=Ledger(_datasheet_pairs, _calibrated_pairs))

@@ -73,4 +73,7 @@ def test_authentication_is_declared_only_when_a_token_is_set():
     token = get_settings().model_copy(update={"api_token": SecretStr("t")})
     assert secured(create_app(token).openapi()) == {"post /api/v1/jobs", "post /api/v1/jobs/{job_id}/cancel",
                                                     "post /api/v1/campaigns",
-                                                    "post /api/v1/campaigns/{campaign_id}/cancel"}
+                                                    "post /api/v1/campaigns/{campaign_id}/cancel",
+                                                    "post /api/v1/calibration/campaigns",
+                                                    "post /api/v1/calibration/profiles",
+                                                    "post /api/v1/calibration/import"}

@@ -69,7 +69,11 @@ def test_every_curl_example_works_in_order(tmp_path):
                 response = api.request(args[args.index("-X") + 1], path)
             else:
                 response = api.get(path)
-            expected = 202 if path in ("/api/v1/jobs", "/api/v1/campaigns") and "-d" in args else 200
+            expected = 202 if path in ("/api/v1/jobs", "/api/v1/campaigns", "/api/v1/calibration/campaigns") \
+                and "-d" in args else 200
+            if path.startswith(("/api/v1/calibration/profiles", "/api/v1/calibration/import")) \
+                    and ("-d" in args or "-X" in args):
+                expected = 201
             assert response.status_code == expected, (line, response.text)
             if response.headers["content-type"].startswith("application/json"):
                 response.json()

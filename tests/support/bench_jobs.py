@@ -37,9 +37,9 @@ def matmul(points: list[MatmulPoint], environment: Environment | None = None) ->
     return result_for("matmul", environment=environment or here(), points=points, best=best)
 
 
-def finished(store: Store, result: Any) -> int:
-    """A succeeded job holding `result`; its id."""
-    job = store.submit(probe=result.probe, params={}, timeout_s=60, limit=1000)
+def finished(store: Store, result: Any, params: dict | None = None) -> int:
+    """A succeeded job holding `result` (asked for with `params`); its id."""
+    job = store.submit(probe=result.probe, params=params or {}, timeout_s=60, limit=1000)
     claimed = store.claim(worker_id="tests")
     assert claimed is not None and claimed.id == job.id
     assert store.finish(job.id, status="succeeded", result=result)

@@ -146,7 +146,7 @@ class Deployment:
 
 def pass_time(d: Deployment, hw: Hardware, dev: MatmulDevice, *, tokens: int, sequences: int,
               cache_read_bytes: float, launch: Launch, prompts: float = 0.0,
-              prompt_len: int = 0) -> PassTime:
+              prompt_len: int = 0, host_seconds_per_op: float = EAGER_HOST_S_PER_OP) -> PassTime:
     """One forward of `tokens` new tokens, reading `cache_read_bytes` of cached keys and values,
     then sampling one token for each of `sequences`. `prompts` of `prompt_len` tokens are among the
     tokens (a prefill: all of them; a chunked-prefill step: a fraction of a prompt's worth), their
@@ -179,7 +179,7 @@ def pass_time(d: Deployment, hw: Hardware, dev: MatmulDevice, *, tokens: int, se
     count = step_kernels(cfg, tp, launch)
     floors = count * KERNEL_FLOOR_S
     gpu = gemms + attention + other + comm + floors
-    host = count * EAGER_HOST_S_PER_OP if launch in ("python", "eager") else 0.0
+    host = count * host_seconds_per_op if launch in ("python", "eager") else 0.0
     return PassTime(gemm_seconds=gemms, attention_seconds=attention, other_seconds=other,
                     communication_seconds=comm, kernels=count, kernel_floor_seconds=floors, gpu_seconds=gpu,
                     host_seconds=host, seconds=max(gpu, host), launch=launch)

@@ -24,7 +24,7 @@ Conventions, each stated in the answer:
 """
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal, NamedTuple
 
 from app.accounting import blocks
@@ -120,6 +120,8 @@ class InferenceTime:
     conventions: list[str]
     advice: str | None = None
     """As InferenceMemory's."""
+    calibration: list[str] = field(default_factory=list)
+    """With `calibration`: which figures came from which profile and jobs, and the profile's flags."""
 
     __pydantic_config__ = RECORD
 
@@ -191,6 +193,9 @@ class Device(NamedTuple):
     dev: MatmulDevice
     launch: Launch
     batching: Batching = "continuous"
+    host_seconds_per_op: float = kernels.EAGER_HOST_S_PER_OP
+    """What the host spends launching one op (python, eager): Tally's H200 measurement, or a
+    calibration profile's (launch_eager_s)."""
 
 
 def decode_kernels(setup: Setup, on: Device, one: _Decode, batch: int, chunk: int = 0,
@@ -199,13 +204,15 @@ def decode_kernels(setup: Setup, on: Device, one: _Decode, batch: int, chunk: in
     `prompt`-token prompts riding along (chunked prefill), a mixed step."""
     return kernels.pass_time(deployment(setup), on.hw, on.dev, tokens=batch + chunk, sequences=batch,
                              cache_read_bytes=batch * one.cache_bytes, launch=on.launch,
+                             host_seconds_per_op=on.host_seconds_per_op,
                              prompts=chunk / prompt if chunk else 0.0, prompt_len=prompt)
 
 
 def prefill_kernels(setup: Setup, on: Device, *, prompt: int, sequences: int = 1) -> PassTime:
     """`sequences` prompts of `prompt` tokens in one forward, kernel by kernel."""
     return kernels.pass_time(deployment(setup), on.hw, on.dev, tokens=sequences * prompt, sequences=sequences,
-                             cache_read_bytes=0, launch=on.launch, prompts=sequences, prompt_len=prompt)
+                             cache_read_bytes=0, launch=on.launch, prompts=sequences, prompt_len=prompt,
+                             host_seconds_per_op=on.host_seconds_per_op)
 
 
 def _curve(setup: Setup, on: Device, one: _Decode, top: int) -> list[DecodePoint]:

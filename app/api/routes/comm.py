@@ -2,14 +2,17 @@
 
 from typing import Annotated
 
-from fastapi import APIRouter, Body, Response
+from fastapi import APIRouter, Body, Request, Response
+from starlette.concurrency import run_in_threadpool
 
 from app.accounting.comm.collectives import CollectiveTime
 from app.api.errors import REQUEST_ERRORS
 from app.api.openapi import examples
 from app.api.responses import answer, respond
+from app.api.services import calibration
 from app.api.services import comm as service
 from app.api.services.comm import CollectiveRequest
+from app.deps import store_of
 
 router = APIRouter(prefix="/comm", tags=["communication"])
 
@@ -20,6 +23,10 @@ COLLECTIVE = examples(
 
 
 @router.post("/collective", response_model=answer(CollectiveTime), responses=REQUEST_ERRORS)
-async def collective(body: Annotated[CollectiveRequest, Body(openapi_examples=COLLECTIVE)]) -> Response:
-    """Time, algbw and busbw of one collective over ring algorithms, inside a node and across nodes."""
-    return respond(service.collective(body), body)
+async def collective(body: Annotated[CollectiveRequest, Body(openapi_examples=COLLECTIVE)],
+                     request: Request) -> Response:
+    """Time, algbw and busbw of one collective over ring algorithms, inside a node and across nodes;
+    with `calibration`, over the link a profile fitted to its collectives runs."""
+    profile = None if body.calibration is None else await run_in_threadpool(
+        calibration.resolve, body.calibration, store_of(request))
+    return respond(service.collective(body, profile), body)

@@ -5,8 +5,7 @@ from fastapi import APIRouter, Response
 from app import device as dev
 from app.api.responses import respond
 from app.api.services import device as service
-from app.deps import SettingsDep, StoreDep
-from app.measured import calibration as calib
+from app.deps import SettingsDep
 
 router = APIRouter(tags=["device"])
 
@@ -22,11 +21,3 @@ def devices(settings: SettingsDep) -> Response:
     """Every device a job may run on: each GPU with a dispatcher (one per GPU, named by
     NVML's index in a job's `gpu`), or the host's CPU on a box without one."""
     return respond(service.devices(settings))
-
-
-@router.get("/calibration", response_model=calib.Calibration)
-def calibration(jobs: StoreDep) -> Response:
-    """The measured matmul peak per dtype and train-step MFU per precision on this device:
-    the best of the last 5 succeeded runs of each (the answer's `rule` states it, `job_id`
-    names the run). POST /api/v1/time/training with `mfu: "measured"` uses the train-step MFU."""
-    return respond(service.calibration(jobs))

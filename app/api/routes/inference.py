@@ -10,6 +10,7 @@ from app.api.compute import HeavyDep, Narrow
 from app.api.errors import HEAVY, REQUEST_ERRORS
 from app.api.openapi import examples
 from app.api.responses import answer, respond
+from app.api.services import calibration
 from app.api.services import inference as service
 from app.api.services.inference import InferenceMemoryRequest, InferenceTimeRequest
 from app.deps import store_of
@@ -40,11 +41,14 @@ NARROW_TIME = Narrow("model", "a smaller model (fewer layers), or fewer prompt_t
              responses=REQUEST_ERRORS | HEAVY)
 async def inference_time(body: Annotated[InferenceTimeRequest, Body(openapi_examples=TIME)],
                          request: Request, heavy: HeavyDep) -> Response:
-    """Time to first token, inter-token latency, tokens/s, requests/s and cost on the roofline."""
+    """Time to first token, inter-token latency, tokens/s, requests/s and cost: a pass kernel by kernel
+    (launches, waves, the batching mix), with the roofline beside it."""
     # What is measured here (for measured efficiencies), read off the event loop, then the worker computes.
     needed = service.reads_store(body)
     here = await run_in_threadpool(read, store_of(request)) if needed else None
-    return await heavy.respond(service.serving_time, body, NARROW_TIME, here)
+    profile = None if body.calibration is None else await run_in_threadpool(
+        calibration.resolve, body.calibration, store_of(request))
+    return await heavy.respond(service.serving_time, body, NARROW_TIME, here, profile)
 
 
 @router.post("/inference/memory", response_model=answer(capacity.InferenceMemory), responses=REQUEST_ERRORS)

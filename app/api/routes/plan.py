@@ -10,6 +10,7 @@ from app.api.compute import HeavyDep, Narrow
 from app.api.errors import HEAVY, REQUEST_ERRORS
 from app.api.openapi import examples
 from app.api.responses import answer
+from app.api.services import calibration
 from app.api.services import plan as service
 from app.api.services.plan import TrainingPlanRequest
 from app.deps import StoreDep
@@ -36,4 +37,6 @@ async def training(body: Annotated[TrainingPlanRequest, Body(openapi_examples=TR
     the fastest that fit, and the counts evaluated, fitting and refused by reason."""
     # What is measured here (for a measured power), read off the event loop, then the worker searches.
     here = await run_in_threadpool(read, jobs) if body.reads_store() else None
-    return await heavy.respond(service.plan_training, body, NARROW, here)
+    profile = None if body.calibration is None else await run_in_threadpool(
+        calibration.resolve, body.calibration, jobs)
+    return await heavy.respond(service.plan_training, body, NARROW, here, profile)

@@ -6,13 +6,15 @@ from pydantic import Field
 
 from app import device
 from app.accounting import checkpoint
+from app.accounting.calibration.profile import Profile
 from app.accounting.errors import InvalidInput
 from app.accounting.models import count_params
 from app.accounting.training import memory
 from app.api.services.memory import TrainingMemoryRequest
+from app.inputs.calibration import CALIBRATION_HELP, CalibrationRef
 from app.inputs.fields import Input, byte_count, count, number
 from app.inputs.schemas import ModelOrParams, engine_model
-from app.measured import calibration
+from app.measured import calibration, profile
 
 if TYPE_CHECKING:  # SQLAlchemy and the probes, imported only by a calculator that reads the store
     from app.jobs.store import Store
@@ -29,12 +31,14 @@ class CheckpointRequest(Input):
                                         description=_MEMORY["precision"].description)
     optimizer: memory.Optimizer = Field(_MEMORY["optimizer"].default, description="The optimizer whose state "
                                         "the checkpoint holds (AdamW: two moments per parameter).")
-    write_bytes_per_s: DiskRate = Field(
-        description='Disk write rate in bytes/s ("2GB" is 2e9 bytes/s; no default: disks differ by 100x), or '
-                    + MEASURED + ".")
-    read_bytes_per_s: DiskRate = Field(
-        description='Disk read rate in bytes/s, for a restart\'s load ("2GB" is 2e9 bytes/s), or '
-                    + MEASURED + ".")
+    write_bytes_per_s: DiskRate | None = Field(
+        None, description='Disk write rate in bytes/s ("2GB" is 2e9 bytes/s; no default: disks differ by '
+                          "100x), or " + MEASURED + "; left out only with calibration.")
+    read_bytes_per_s: DiskRate | None = Field(
+        None, description='Disk read rate in bytes/s, for a restart\'s load ("2GB" is 2e9 bytes/s), or '
+                          + MEASURED + "; left out only with calibration.")
+    calibration: CalibrationRef | None = Field(
+        None, description=CALIBRATION_HELP + " Here: the rates left out are the profile's checkpoint runs'.")
     keep_last: count(1, 1_000_000) = Field(1, description="Checkpoints kept on disk at once (storage_bytes).")
     every_n_steps: count(1, 10**12) | None = Field(
         None, description="Save every this many steps; with step_seconds (the share of the run) and/or "
@@ -45,10 +49,21 @@ class CheckpointRequest(Input):
 
 def reads_store(body: CheckpointRequest) -> bool:
     """Whether `answer` reads the job database (keep it off an event loop then)."""
-    return "measured" in (body.write_bytes_per_s, body.read_bytes_per_s)
+    return "measured" in (body.write_bytes_per_s, body.read_bytes_per_s) or body.calibration is not None
 
 
-def _rate(field: str, value: int | str, disk: calibration.CheckpointDisk | None) -> tuple[float, str]:
+def _rate(field: str, value: int | str | None, disk: calibration.CheckpointDisk | None,
+          found: Profile | None) -> tuple[float, str]:
+    if value is None:
+        if found is None:
+            raise InvalidInput(field, 'give a rate in bytes/s, "measured", or a calibration profile')
+        writes = field == "write_bytes_per_s"
+        fig = found.checkpoint_write_bytes_per_s if writes else found.checkpoint_read_bytes_per_s
+        if fig is None:
+            raise InvalidInput("calibration", f"{found.label} has no checkpoint runs: run the checkpoint "
+                                              f"probe on that device, or give {field}")
+        return fig.value, (f"calibrated: {found.label}'s checkpoint jobs {', '.join(map(str, fig.jobs))}"
+                           + "".join(f"; flag: {line}" for line in found.flags))
     if value != "measured":
         return float(value), "given"
     if disk is None:
@@ -62,9 +77,11 @@ def _rate(field: str, value: int | str, disk: calibration.CheckpointDisk | None)
 def answer(body: CheckpointRequest, *, store: "Store") -> checkpoint.CheckpointTime:
     """`store` is read only for a measured rate."""
     params = body.model if isinstance(body.model, int) else count_params(engine_model(body.model)).total
-    disk = calibration.checkpoint_disk(store, device.describe()) if reads_store(body) else None
-    write, write_source = _rate("write_bytes_per_s", body.write_bytes_per_s, disk)
-    read, read_source = _rate("read_bytes_per_s", body.read_bytes_per_s, disk)
+    disk = calibration.checkpoint_disk(store, device.describe()) if "measured" in (
+        body.write_bytes_per_s, body.read_bytes_per_s) else None
+    found = None if body.calibration is None else profile.stored(store, body.calibration)
+    write, write_source = _rate("write_bytes_per_s", body.write_bytes_per_s, disk, found)
+    read, read_source = _rate("read_bytes_per_s", body.read_bytes_per_s, disk, found)
     return checkpoint.checkpoint_time(
         params=params, precision=body.precision, optimizer=body.optimizer,
         checkpoint_bytes=memory.checkpoint_bytes(params, body.precision, body.optimizer),

@@ -2,10 +2,12 @@
 
 from pydantic import Field
 
+from app.accounting.calibration.profile import Profile
 from app.accounting.comm import collectives as cc
 from app.accounting.comm import links
 from app.accounting.comm.achievable import NETWORK
 from app.accounting.errors import InvalidInput
+from app.inputs.calibration import CALIBRATION_HELP, CalibrationRef
 from app.inputs.fields import Input, byte_count, count, number
 from app.inputs.schemas import GpuRef, GpuOverridesIn, accelerator
 
@@ -43,10 +45,42 @@ class CollectiveRequest(Input):
         None, description="Per ring step between nodes; null: NCCL's network figure, 9.6 us.")
     base_latency_s: Latency = Field(
         cc.RING_BASE_LATENCY_S, description="Once per collective (NCCL's ring base latency, 8.4 us).")
+    calibration: CalibrationRef | None = Field(
+        None, description=CALIBRATION_HELP + " Here: the node link's bus bandwidth and step latency left out "
+        "become the profile's fit to its collectives runs (this collective's, else all_reduce's), and the "
+        "base latency left out is nil (the fit's intercept holds it).")
 
 
-def collective(body: CollectiveRequest) -> cc.CollectiveTime:
+def _fitted(body: CollectiveRequest, profile: Profile) -> tuple[cc.Link, str]:
+    """The profile's fitted link for this collective (or all_reduce's), and the line that says so."""
     acc = accelerator(body.gpu, body.gpu_overrides)
+    if acc is not None and profile.catalogue_id != acc.id:
+        where = profile.catalogue_id or "a device outside the catalogue"
+        raise InvalidInput("calibration", f"{profile.label} was measured on {where}, not {acc.id}")
+    fits = sorted((f for f in profile.collectives if f.collective in (body.collective, "all_reduce")),
+                  key=lambda f: (f.collective != body.collective, abs(f.ranks - body.ranks)))
+    if not fits:
+        raise InvalidInput("calibration", f"{profile.label} has no collectives runs to fit a link to: run the "
+                                          "collectives probe on that device, or leave calibration out")
+    f = fits[0]
+    line = (f"calibrated: the node link is {profile.label}'s fit to its {f.collective} runs over {f.ranks} "
+            f"ranks (collectives jobs {', '.join(map(str, f.jobs))}): {f.bus_bytes_per_s / 1e9:.3g} GB/s bus "
+            f"bandwidth, {f.latency_s * 1e6:.3g} us a ring step, rms {f.rms_relative_error:.1%}")
+    return cc.Link(f.bus_bytes_per_s, f.latency_s, achieved=True), line
+
+
+def collective(body: CollectiveRequest, profile: Profile | None = None) -> cc.CollectiveTime:
+    """`profile`: the one `calibration` names, read by the caller (services.calibration.resolve)."""
+    acc = accelerator(body.gpu, body.gpu_overrides)
+    said: list[str] = []
+    if profile is not None:
+        fitted, line = _fitted(body, profile)
+        said = [line, *profile.flags]
+        body = body.model_copy(update={
+            "intra_node_bytes_per_sec": body.intra_node_bytes_per_sec or fitted.bytes_per_sec,
+            "intra_node_latency_s": fitted.latency_s if body.intra_node_latency_s is None
+            else body.intra_node_latency_s,
+            "base_latency_s": body.base_latency_s if "base_latency_s" in body.model_fields_set else 0.0})
     intra = links.node_link(acc, body.intra_node_bytes_per_sec, body.intra_node_latency_s,
                             cc.NVLINK_STEP_LATENCY_S)
     if intra is None:
@@ -64,4 +98,7 @@ def collective(body: CollectiveRequest) -> cc.CollectiveTime:
     if answer.nodes > 1 and network is None:
         answer.assumptions.append("the gpu's reference board names no network: one 400 Gb/s NDR NIC per GPU "
                                   "(50e9 bytes/s line rate) is assumed; give inter_node_bytes_per_sec")
+    if said and answer.nodes > 1:
+        said.append("the profile fits one node's link; the network between nodes is the catalogue's, a prediction")
+    answer.assumptions = said + answer.assumptions
     return answer

@@ -7,9 +7,10 @@ from pydantic import Field
 from app import device
 from app.accounting import dataset, models
 from app.accounting.errors import InvalidInput
+from app.inputs.calibration import CALIBRATION_HELP, CalibrationRef
 from app.inputs.fields import Input, byte_count, count, number, sequence_length
 from app.inputs.schemas import Preset
-from app.measured import calibration
+from app.measured import calibration, profile
 
 if TYPE_CHECKING:  # SQLAlchemy and the probes, imported only by a calculator that reads the store
     from app.jobs.store import Store
@@ -46,6 +47,9 @@ class DatasetRequest(Input):
         None, description="Tokens a second one loader process draws with get_batch and copies to its "
                           "GPU, for the loaders' headroom over tokens_per_s; \"measured\": this server's "
                           "data_loader probe (the best of its recent runs, fastest copy mode).")
+    calibration: CalibrationRef | None = Field(
+        None, description=CALIBRATION_HELP + " Here: loader_tokens_per_s left out is the profile's "
+        "data_loader rate.")
     num_loaders: count(1, 10_000_000) = Field(
         1, description="Loader processes feeding the run together, one per GPU (data-parallel rank).")
 
@@ -60,10 +64,19 @@ def vocabulary(body: DatasetRequest) -> int | None:
 
 def reads_store(body: DatasetRequest) -> bool:
     """Whether `answer` reads the job database (keep it off an event loop then)."""
-    return body.loader_tokens_per_s == "measured"
+    return body.loader_tokens_per_s == "measured" or body.calibration is not None
 
 
 def _loader_rate(body: DatasetRequest, store: "Store | None") -> tuple[float | None, str | None]:
+    if body.calibration is not None and body.loader_tokens_per_s is None:
+        assert store is not None, "reads_store(body): the caller passes the store"
+        found = profile.stored(store, body.calibration)
+        fig = found.loader_tokens_per_s
+        if fig is None:
+            raise InvalidInput("calibration", f"{found.label} has no data_loader runs: run the data_loader "
+                                              "probe on that device, or give loader_tokens_per_s")
+        return fig.value, (f"calibrated: {found.label}'s data_loader jobs {', '.join(map(str, fig.jobs))}"
+                           + "".join(f"; flag: {line}" for line in found.flags))
     if body.loader_tokens_per_s != "measured":
         return body.loader_tokens_per_s, None if body.loader_tokens_per_s is None else "given"
     best = None if store is None else calibration.data_loader(store, device.describe())

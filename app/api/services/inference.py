@@ -8,6 +8,8 @@ from pydantic import Field
 import dataclasses
 
 from app.accounting import dtypes, hardware, matmul
+from app.accounting.calibration import surface
+from app.accounting.calibration.profile import Profile
 from app.accounting.comm import collectives
 from app.accounting.errors import InvalidInput
 from app.accounting.inference import capacity, engines, formats, kernels, kv_cache, latency, weights
@@ -15,6 +17,7 @@ from app.accounting.inference.roofline import Hardware
 from app.accounting.inference.setup import Setup
 from app.api.services import serving_advice
 from app.api.services.time import Currency
+from app.inputs.calibration import CALIBRATION_HELP, CalibrationRef
 from app.inputs.fields import byte_count, count, number, sequence_length
 from app.inputs.schemas import GpuInput, ModelSpec, engine_model, gpu_label, named
 from app.measured.here import Here
@@ -228,6 +231,10 @@ class InferenceTimeRequest(ServingRequest):
     price_per_gpu_hour: number(ge=0, le=1e6) | None = Field(
         None, description="Price of one GPU-hour in `currency`, for the cost per million tokens.")
     currency: Currency = "USD"
+    calibration: CalibrationRef | None = Field(
+        None, description=CALIBRATION_HELP + " Here: flops_efficiency and memory_efficiency left out become "
+        "the profile's (its matmul ceiling at the compute dtype over the dense peak, its copy bandwidth over "
+        "the catalogue's), and an eager or python launch costs the profile's measured seconds per op.")
 
     def asked_context(self, setup: Setup) -> int:
         return self.prompt_tokens + self.output_tokens
@@ -262,8 +269,10 @@ def compute_dtype(weight_format: str, dtype: str, acc: hardware.Accelerator) -> 
     return w8a8 if w8a8 and dtypes.peak_key(w8a8) in acc.peak_flop_per_sec else dtype
 
 
-def serving_time(body: InferenceTimeRequest, here: Here | None = None) -> latency.InferenceTime:
-    """`here` (read when reads_store(body)) only for measured efficiencies."""
+def serving_time(body: InferenceTimeRequest, here: Here | None = None,
+                 profile: Profile | None = None) -> latency.InferenceTime:
+    """`here` (read when reads_store(body)) only for measured efficiencies; `profile`, the one
+    `calibration` names (read by the caller: services.calibration.resolve)."""
     setup = body.setup()
     _context(setup, body.prompt_tokens, "prompt_tokens")
     _context(setup, body.prompt_tokens + body.output_tokens, "output_tokens")
@@ -282,6 +291,11 @@ def serving_time(body: InferenceTimeRequest, here: Here | None = None) -> latenc
         flops_eff, mem_eff, sources = _measured(body, here, peak_dtype, sources)
     gemms = matmul.device(acc, peak_dtype, field="weight_format")
     peak = hardware.peak_flop_per_sec(acc, peak_dtype)
+    calibrated: list[str] = []
+    host_per_op = kernels.EAGER_HOST_S_PER_OP
+    if profile is not None:
+        flops_eff, mem_eff, sources, host_per_op, calibrated = _calibrated(
+            body, profile, acc, peak, peak_dtype, (flops_eff, mem_eff), sources)
     if flops_eff is None:
         flops_eff = gemms.mamf_flop_per_sec / peak
         sources = (f"default: {acc.id}'s Maximum Achievable Matmul FLOPS share (data/matmul.toml)", sources[1])
@@ -291,12 +305,46 @@ def serving_time(body: InferenceTimeRequest, here: Here | None = None) -> latenc
     gemms = dataclasses.replace(gemms, mamf_flop_per_sec=peak * flops_eff,
                                 memory_bandwidth_bytes_per_sec=acc.memory_bandwidth_bytes_per_sec * mem_eff)
     on = latency.Device(hw, gemms, body.launch or engines.launch(body.engine, body.cuda_graphs),
-                        body.batching or engines.batching(body.engine))
+                        body.batching or engines.batching(body.engine), host_per_op)
     answer = latency.serving_time(setup, on, prompt=body.prompt_tokens, output=body.output_tokens,
                                   concurrency=body.concurrency, price_per_gpu_hour=body.price_per_gpu_hour,
                                   currency=body.currency, peak_dtype=peak_dtype, sources=sources)
     answer.advice = serving_advice.advice(body, setup, body.prompt_tokens + body.output_tokens, body.concurrency)
+    answer.calibration = calibrated
     return answer
+
+
+def _calibrated(body: InferenceTimeRequest, profile: Profile, acc: hardware.Accelerator, peak: float,
+                peak_dtype: str, given: tuple[Any, Any], sources: tuple[str, ...],
+                ) -> tuple[Any, Any, tuple[str, ...], float, list[str]]:
+    """The efficiencies the request left out, and the host's seconds per op, from `profile`; with
+    the lines saying which figure came from which jobs."""
+    if profile.catalogue_id != acc.id:
+        where = profile.catalogue_id or "a device outside the catalogue"
+        raise InvalidInput("calibration", f"{profile.label} was measured on {where}, not {gpu_label(body.gpu)}")
+    flops_eff, mem_eff = given
+    said: list[str] = []
+    if "flops_efficiency" not in body.model_fields_set:
+        try:
+            surf = surface.fit(list(profile.matmul), peak_dtype)
+        except InvalidInput:
+            said.append(f"{profile.label} has no {peak_dtype} matmul runs: the compute rate stays the default")
+        else:
+            flops_eff = min(1.0, surf.ceiling_flop_per_s / peak)
+            jobs = sorted({j for s in profile.matmul if s.dtype == peak_dtype for j in s.jobs})
+            sources = (f"calibrated: the fastest {peak_dtype} matmul of {profile.label} (matmul jobs "
+                       f"{', '.join(map(str, jobs))})", sources[1])
+    copy = profile.copy_bytes_per_s
+    if "memory_efficiency" not in body.model_fields_set and copy is not None:
+        mem_eff = min(1.0, copy.value / acc.memory_bandwidth_bytes_per_sec)
+        sources = (sources[0], f"calibrated: the copy bandwidth of {profile.label} (bandwidth jobs "
+                               f"{', '.join(map(str, copy.jobs))})")
+    host = kernels.EAGER_HOST_S_PER_OP
+    if profile.launch_eager_s is not None:
+        host = profile.launch_eager_s.value
+        said.append(f"an eager or python launch: {host * 1e6:.3g} us an op, {profile.label} (generate jobs "
+                    f"{', '.join(map(str, profile.launch_eager_s.jobs))})")
+    return flops_eff, mem_eff, sources, host, said + [*sources, *profile.flags]
 
 
 def _allreduce_latency(body: InferenceTimeRequest, acc: hardware.Accelerator, tp: int) -> float:

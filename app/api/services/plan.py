@@ -1,11 +1,15 @@
 """Planning a training run over many GPUs: every valid layout timed and sized, the fastest that fit."""
 
-from typing import Annotated, Literal
+import dataclasses
+from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
-from app.accounting.errors import InvalidInput
 from app.accounting import matmul
+from app.accounting.calibration import surface as calibration_surface
+from app.accounting.calibration.profile import Profile
+from app.accounting.calibration.surface import Surface
+from app.accounting.errors import InvalidInput
 from app.accounting.hardware import peak_flop_per_sec
 from app.accounting.plan import energy as plan_energy
 from app.accounting.plan import run, training
@@ -17,10 +21,10 @@ from app.api.services.comm import Bandwidth, Latency
 from app.api.services.energy import EnergyInputs
 from app.api.services.memory import ContextAlgorithm, LossChunks
 from app.api.services.time import DEFAULT_MFU, Currency
+from app.inputs.calibration import CALIBRATION_HELP, CalibrationRef
 from app.inputs.fields import Input, count, number, sequence_length
 from app.inputs.schemas import GpuOverridesIn, GpuRef, ModelSpec, accelerator, engine_model
 from app.measured.here import Here
-
 
 Degrees = Annotated[list[count(1, 1_000_000)], Field(min_length=1, max_length=64)]  # type: ignore[valid-type]
 
@@ -99,6 +103,10 @@ class TrainingPlanRequest(EnergyInputs):
                             "attention core). Against published runs (bench/published_training.py) shaped is "
                             "optimistic, as it counts no elementwise work nor what keeps a whole step's GEMMs under "
                             "their isolated rate, so flat stays the default.")
+    calibration: CalibrationRef | None = Field(
+        None, description=CALIBRATION_HELP + " Here: every GEMM is timed on the profile's matmul surface (as "
+        "matmul_time shaped, with this device's measured times in place of waves at MAMF); the profile must "
+        "be the gpu's.")
     context_parallel_algorithm: ContextAlgorithm = "ring"
     activation_offload: bool = Field(
         False, description="As the training memory calculator's: layers' saved tensors in host memory, their "
@@ -140,8 +148,26 @@ def _pcie(acc) -> float:
     return bw
 
 
-def plan_training(body: TrainingPlanRequest, here: Here | None = None) -> training.TrainingPlan:
-    """`here` (read when body.reads_store()) only for a measured power."""
+def _surface(body: TrainingPlanRequest, profile: Profile, acc: Any) -> tuple[Surface, list[str]]:
+    """The profile's matmul surface at the plan's GEMM dtype, and the lines saying where it came from."""
+    if profile.catalogue_id != acc.id:
+        where = profile.catalogue_id or "a device outside the catalogue"
+        raise InvalidInput("calibration", f"{profile.label} was measured on {where}, not {acc.id}")
+    if body.matmul_time == "flat" and "matmul_time" in body.model_fields_set:
+        raise InvalidInput("calibration", "times each GEMM from the profile's matmul runs: leave matmul_time "
+                                          "out, or make it shaped")
+    dtype = memory.PEAK_DTYPE[body.precision]
+    surf = calibration_surface.fit(list(profile.matmul), dtype)
+    jobs = sorted({j for m in profile.matmul if m.dtype == dtype for j in m.jobs})
+    return surf, [f"calibrated: every {dtype} GEMM timed on the matmul surface of {profile.label} (matmul jobs "
+                  f"{', '.join(map(str, jobs))}); the attention core at FlashAttention's published rate, and "
+                  "every link the catalogue's (a prediction)", *profile.flags]
+
+
+def plan_training(body: TrainingPlanRequest, here: Here | None = None,
+                  profile: Profile | None = None) -> training.TrainingPlan:
+    """`here` (read when body.reads_store()) only for a measured power; `profile`, the one
+    `calibration` names (read by the caller)."""
     cfg = engine_model(body.model)
     acc = accelerator(body.gpu, body.gpu_overrides)
     seq = body.seq_len or cfg.max_seq_len
@@ -163,7 +189,8 @@ def plan_training(body: TrainingPlanRequest, here: Here | None = None) -> traini
     fp8_peak = peak_flop_per_sec(acc, "float8_e4m3fn", field="precision") if fp8.is_fp8(body.precision) else None
     if body.fp8_param_gather and fp8_peak is None:
         raise InvalidInput("fp8_param_gather", "needs an FP8 recipe as the precision")
-    shaped = body.matmul_time == "shaped"
+    surf, calibrated = _surface(body, profile, acc) if profile is not None else (None, [])
+    shaped = body.matmul_time == "shaped" or surf is not None
     if shaped and "compute_efficiency" in body.model_fields_set:
         raise InvalidInput("compute_efficiency", "applies with matmul_time flat; shaped times each GEMM itself")
     w = Workload(cfg, acc, cluster, global_batch=batch, seq_len=seq, precision=body.precision,
@@ -174,10 +201,12 @@ def plan_training(body: TrainingPlanRequest, here: Here | None = None) -> traini
                  fp8_param_gather=body.fp8_param_gather, overlap_tensor_parallel=body.overlap_tensor_parallel,
                  activation_offload=body.activation_offload, loss_chunks=body.loss_chunks,
                  pcie_bytes_per_sec=_pcie(acc) if body.activation_offload else None,
-                 matmul=matmul.device(acc, memory.PEAK_DTYPE[body.precision], field="precision") if shaped else None,
+                 matmul=dataclasses.replace(matmul.device(acc, memory.PEAK_DTYPE[body.precision], field="precision"),
+                                            surface=surf) if shaped else None,
                  fp8_matmul=matmul.device(acc, "float8_e4m3fn", field="precision") if shaped and fp8_peak else None)
     plan = training.plan(w, body.limits.to_engine(), top_k=body.top_k, points=body.include_points,
                          links=links)
+    plan.assumptions = calibrated + plan.assumptions
     if body.power_watts is not None or acc.board_power_watts is not None:  # else no energy: as the time's
         plan.energy = plan_energy.cost(
             [*plan.best, plan.least_memory], gpus=plan.num_gpus, tokens_per_step=plan.tokens_per_step,

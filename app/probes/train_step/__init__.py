@@ -7,6 +7,7 @@ Its torch side is app/bench/train_step.py."""
 from app.probes.base import Kind, Least, Need, Probe, sustained_least
 from app.probes.faces import Faces
 from app.probes.train_step import faces
+from app.probes.train_step.ledger import LEDGER
 from app.probes.train_step.params import TrainStepParams
 from app.probes.train_step.predict import train_step
 from app.probes.train_step.result import TrainStepResult
@@ -26,4 +27,5 @@ PROBE = Probe(
     TrainStepParams, TrainStepResult, "app.bench.train_step:run", need, least_seconds,
     faces=Faces(headline=faces.headline, tables=faces.tables, charts=faces.charts,
                 page="probes/train_step.html", form=(faces.FIELDS,), compared=faces.COMPARED,
-                overlay=faces.overlay, sustained="The step"))
+                overlay=faces.overlay, sustained="The step"),
+    ledger=LEDGER)

@@ -1,0 +1,168 @@
+"""Calibration profiles: built from this store's runs, listed, exported and imported as JSON,
+and resolved for a calculator's `calibration` field."""
+
+import dataclasses
+from typing import Any
+
+from pydantic import Field, TypeAdapter
+
+from app import device
+from app.accounting.calibration.profile import Profile, check
+from app.accounting.errors import InvalidInput
+from app.api.services import jobs as job_service
+from app.api.services.jobs import JobRequest
+from app.config import Settings
+from app.inputs.fields import Input, count, strict_input
+from app.jobs.profiles import Calibration
+from app.jobs.store import Store
+from app.measured import profile as builder
+from app.probes import campaign
+
+PROFILE = builder.PROFILE
+ProfileIn = strict_input(Profile, suffix="In")
+"""An imported profile, as strict as every request: the profile's fields and bounds."""
+
+class BuildRequest(Input):
+    device_model: str | None = Field(
+        None, min_length=1, max_length=200,
+        description="The device name its runs report (GET /api/v1/devices: name). Default: this server's "
+                    "device.")
+
+
+@dataclasses.dataclass(slots=True)
+class ProfileSummary:
+    id: int
+    device_model: str
+    version: int
+    created_at: str
+    matmul_shapes: int
+    train_step_precisions: list[str]
+    flags: list[str]
+    imported_from: str | None
+
+
+def _datasheet_peaks(device_model: str) -> dict[str, float]:
+    """A CPU's datasheet peak, where the profile is this server's own CPU (a GPU's comes from the
+    catalogue, app/measured/profile.py)."""
+    here = device.host()
+    peak = device.cpu_peak_flop_per_sec() if here.name == device_model else None
+    return {} if peak is None else {"float32": peak, "bfloat16": peak}
+
+
+def _store(jobs: Store, profile: Profile) -> Profile:
+    body = PROFILE.dump_python(profile, mode="json")
+    return PROFILE.validate_python(jobs.add_profile(device_model=profile.device_model, body=body))
+
+
+def build(body: BuildRequest, jobs: Store, *, exclude: frozenset[int] = frozenset()) -> Profile:
+    model = body.device_model or device.describe().name
+    profile = builder.build(jobs, model, version=0, datasheet_peaks=_datasheet_peaks(model), exclude=exclude)
+    return _store(jobs, profile)
+
+
+def import_profile(profile: Profile, jobs: Store) -> Profile:
+    """A profile exported elsewhere, stored as this server's next version of its device model."""
+    check(profile)
+    origin = f"{profile.device_model} version {profile.version}, built {profile.created_at}"
+    if profile.imported_from:
+        origin += f" (itself imported from {profile.imported_from})"
+    return _store(jobs, dataclasses.replace(profile, id=None, imported_from=origin))
+
+
+def summaries(jobs: Store) -> list[ProfileSummary]:
+    out = []
+    for body in jobs.profiles():
+        p = PROFILE.validate_python(body)
+        out.append(ProfileSummary(p.id or 0, p.device_model, p.version, p.created_at, len(p.matmul),
+                                  [f.precision for f in p.train_step], list(p.flags), p.imported_from))
+    return out
+
+
+def get(profile_id: int, jobs: Store) -> Profile | None:
+    body = jobs.profile(profile_id)
+    return None if body is None else PROFILE.validate_python(body)
+
+
+def resolve(ref: Any, jobs: Store, *, field: str = "calibration") -> Profile:
+    """The profile a calculator's `calibration` names (app/measured/profile.py's `stored`)."""
+    return builder.stored(jobs, ref, field=field)
+
+
+# ---- campaigns -------------------------------------------------------------------------------
+
+JOBS: TypeAdapter[Any] = TypeAdapter(JobRequest)
+
+
+class CampaignRequest(Input):
+    gpu: count(0, 1023) | None = Field(
+        None, description="This box's GPU to calibrate (NVML's index); default the first served, or the "
+                          "CPU on a box without one.")
+    gpu_model: str | None = Field(
+        None, min_length=1, max_length=200,
+        description="The fleet: calibrate this device model (catalogue id or NVML's name); every job runs "
+                    "on any device of it, so the profile speaks for the model. Not with gpu.")
+    held_out: bool = Field(
+        False, description="Queue the held-out train steps as well (six shapes x three sizes no campaign "
+                           "run trains): the accuracy ledger scores the profile on them.")
+
+
+@dataclasses.dataclass(slots=True)
+class CampaignOut:
+    id: int
+    device_model: str
+    jobs: list[int]
+    """The profile's, in the order they were queued: matmul, bandwidth, transfer, generate, train steps."""
+    held_out: list[int]
+    """The held-out train steps (held_out): they score the profile and never enter it."""
+    status: str
+    """running until every job has ended; then built (profile_id names the profile) or failed (error)."""
+    done: int
+    """Jobs ended."""
+    profile_id: int | None
+    error: str | None
+
+
+def start_campaign(body: CampaignRequest, jobs: Store, settings: Settings) -> CampaignOut:
+    if body.gpu is not None and body.gpu_model is not None:
+        raise InvalidInput("gpu_model", "give gpu (this box) or gpu_model (the fleet), not both")
+    if body.gpu_model is not None:
+        models = [d for d in jobs.devices() if body.gpu_model in (d.name, d.catalogue_id)]
+        if not models:
+            raise InvalidInput("gpu_model", f"no device of the fleet is a {body.gpu_model} "
+                                            "(GET /api/v1/fleet)")
+        name, kind, target = models[0].name, models[0].kind, {"gpu_model": body.gpu_model}
+    else:
+        served = device.served_gpus(settings.gpus)
+        index = body.gpu if body.gpu is not None else served[0] if served else None
+        here = device.host() if index is None else device.describe_served(index)
+        name, kind, target = here.name, here.kind, ({} if index is None else {"gpu": index})
+    def queue(bodies: list[dict]) -> list[int]:
+        return [job_service.submit(JOBS.validate_python(job | target), jobs=jobs, settings=settings).id
+                for job in bodies]
+
+    ids = queue(campaign.jobs(kind))
+    held = queue(campaign.held_out(kind)) if body.held_out else []
+    return campaign_out(jobs.add_calibration(device_model=name, job_ids=ids, held_out=held), jobs)
+
+
+def campaign_out(found: Calibration, jobs: Store) -> CampaignOut:
+    """The campaign as it stands; once its jobs have all ended, its profile built (once)."""
+    every = found.jobs + found.held_out
+    ended = [j for j in (jobs.get(i) for i in every) if j is not None and j.terminal]
+    if len(ended) == len(every) and found.profile_id is None and found.error is None:
+        try:
+            built: Profile | None = build(BuildRequest(device_model=found.device_model), jobs,
+                                          exclude=frozenset(found.held_out))
+            error = None
+        except InvalidInput as e:
+            built, error = None, e.message
+        jobs.end_calibration(found.id, profile_id=None if built is None else built.id, error=error)
+        found = jobs.calibration(found.id) or found
+    status = "running" if len(ended) < len(every) else "built" if found.profile_id else "failed"
+    return CampaignOut(found.id, found.device_model, found.jobs, found.held_out, status, len(ended),
+                       found.profile_id, found.error)
+
+
+def get_campaign(calibration_id: int, jobs: Store) -> CampaignOut | None:
+    found = jobs.calibration(calibration_id)
+    return None if found is None else campaign_out(found, jobs)
