@@ -68,9 +68,11 @@ CALCULATORS = [
      'Energy and carbon of GPU work.'),
     ('finetune', '', 'POST', '/api/v1/finetune',
      'Trainable and frozen parameters, bytes per GPU item by item (frozen base in its format, trainable '
-     "states, activations autograd keeps), the step's FLOPs and its time at an MFU.",
+     "states, activations autograd keeps), the step's FLOPs and its time at an MFU; with `calibration`, its "
+     "time from the device's profile too.",
      'Trainable and frozen parameters, bytes per GPU item by item (frozen base in its format,\n'
-     "trainable states, activations autograd keeps), the step's FLOPs and its time at an MFU.",
+     "trainable states, activations autograd keeps), the step's FLOPs and its time at an MFU; with\n"
+     "`calibration`, its time from the device's profile too.",
      [], [], 'app.api.services.finetune:FineTuneRequest', True, '', 'app.api.routes.finetune',
      'Fine-tuning: LoRA, QLoRA, frozen parts and full fine-tuning of one step.'),
     ('fit', '', 'POST', '/api/v1/fit',

@@ -8,6 +8,7 @@ import pytest
 
 from app.accounting import hardware
 from tests.support import ROOT
+from app.probes import campaign
 from tests.support.api import assert_names_field
 
 H200 = json.loads((ROOT / "docs" / "measurements" / "profile-h200.json").read_text())
@@ -120,3 +121,28 @@ def test_a_training_plan_times_its_gemms_on_the_profiles_surface(api):
                        "calibration")
     assert_names_field(api.post("/api/v1/plan/training", ask | {"calibration": 1, "gpu": "h100-sxm"}),
                        "calibration")
+
+
+def test_a_fine_tunes_step_scales_the_calibrated_full_steps_gemms_by_its_flops(make_api):
+    from tests.calibration.test_profiles import store_matmul, store_steps, synthetic_step
+
+    api = make_api()
+    store_matmul(api.app.state.store)
+    store_steps(api.app.state.store, campaign.jobs("cpu")[4:])
+    profile = api.post("/api/v1/calibration/profiles").json()
+    held = campaign.held_out("cpu")[7]["params"]
+    ask = {"model": held["model"], "batch_size": held["batch_size"], "seq_len": held["seq_len"],
+           "precision": "fp32", "optimizer": "adamw", "calibration": profile["id"]}
+    full = api.ok("/api/v1/time/step", ask)["calibrated"]
+    assert full["seconds"] == pytest.approx(synthetic_step(held), rel=1e-6)
+    tuned = api.ok("/api/v1/finetune", ask | {"mode": "lora"})
+    c = tuned["calibrated"]
+    ratio = tuned["flops"]["total"] / full["flops"]
+    assert 0 < ratio < 1
+    assert c["gemm_seconds"] == pytest.approx(full["gemm_seconds"] * ratio)
+    assert (c["op_seconds"], c["activation_seconds"]) == (full["op_seconds"], full["activation_seconds"])
+    share = tuned["trainable_params"] / tuned["total_params"]
+    assert c["optimizer_seconds"] == pytest.approx(full["optimizer_seconds"] * share)
+    assert c["seconds"] < full["seconds"] and "fine-tune: GEMMs" in c["sources"][-1]
+    assert api.ok("/api/v1/finetune", {k: v for k, v in ask.items() if k != "calibration"})["calibrated"] is None
+    assert_names_field(api.post("/api/v1/finetune", ask | {"precision": "bf16"}), "calibration")

@@ -147,3 +147,22 @@ def calibrated(c: Counts, profile: Profile, surface: Surface, precision: str, *,
 
 def _ids(jobs) -> str:
     return ", ".join(str(j) for j in jobs) or "none"
+
+
+def finetuned(whole: StepTime, *, flops: int, trainable_fraction: float) -> StepTime:
+    """A fine-tune's step from the calibrated full step of the same model and batch: its GEMM and
+    attention time scaled by the FLOPs it does of the full step's (frozen weights skip their weight
+    gradients, adapters add their own: app/accounting/finetune/flops.py counts them exactly), the
+    optimizer's by the share of parameters it steps; the per-op and activation terms as the full
+    step's (the same layers run forward and back). Not counted: the adapters' own ops, a
+    recompute's redone forward, QLoRA's dequantization."""
+    ratio = flops / whole.flops
+    gemm, attention = whole.gemm_seconds * ratio, whole.attention_seconds * ratio
+    optimizer = whole.optimizer_seconds * trainable_fraction
+    seconds = gemm + attention + whole.op_seconds + whole.activation_seconds + optimizer
+    said = (f"fine-tune: GEMMs and attention core scaled by its FLOPs ({ratio:.3g} of the full step's), "
+            f"the optimizer by the parameters it steps ({trainable_fraction:.3g}); ops and activations as "
+            "the full step's")
+    stepped = round(whole.optimizer_bytes * trainable_fraction)
+    return StepTime("calibrated", seconds, flops, gemm, attention, whole.op_seconds, whole.activation_seconds,
+                    optimizer, whole.ops, whole.activation_bytes, stepped, (*whole.sources, said))

@@ -3,10 +3,11 @@
 
 from dataclasses import dataclass
 
+from app.accounting.calibration.step import StepTime as CalibratedStep
 from app.accounting.finetune import spec as ft
+from app.accounting.finetune import timing
 from app.accounting.finetune.flops import FineTuneFlops, step_flops
 from app.accounting.finetune.lora import lora_params
-from app.accounting.finetune import timing
 from app.accounting.finetune.memory import QLORA_KEEP, FineTuneMemory, finetune_memory
 from app.accounting.finetune.stacks import Options
 from app.accounting.finetune.timing import StepTime
@@ -30,6 +31,8 @@ class FineTuneStep:
     """Per data-parallel rank (its micro-batch)."""
     time: StepTime | None
     """null without a gpu."""
+    calibrated: CalibratedStep | None = None
+    """With `calibration`: the step from the device's profile (app/accounting/calibration/step.py)."""
 
     __pydantic_config__ = RECORD
 

@@ -1,9 +1,13 @@
 """Fine-tuning: what trains, memory per GPU, FLOPs and time of one step."""
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import Field
 
+from app.accounting.calibration import step as calibration_step
+from app.accounting.calibration import surface
+from app.accounting.calibration.profile import Profile
+from app.accounting.errors import InvalidInput
 from app.accounting.finetune import lora
 from app.accounting.finetune.spec import QLORA_FORMATS, FineTune, Mode
 from app.accounting.finetune.stacks import Options, StackName
@@ -11,6 +15,7 @@ from app.accounting.finetune.step import FineTuneStep, finetune_step
 from app.accounting.inference import formats
 from app.accounting.training import activations, memory
 from app.api.services.time import DEFAULT_MFU
+from app.inputs.calibration import CALIBRATION_HELP, CalibrationRef
 from app.inputs.fields import Input, count, number, sequence_length
 from app.inputs.schemas import GpuOverridesIn, GpuRef, ModelSpec, accelerator, engine_model, named
 
@@ -104,6 +109,10 @@ class FineTuneRequest(RecipeFlags):
     mfu: number(ge=1e-6, le=1) = Field(DEFAULT_MFU, description="Share of the dense peak the step's FLOPs "
                                                                 "run at (with a gpu).")
     stack: StackName = Field("tally", description=STACK_DESCRIPTION)
+    calibration: CalibrationRef | None = Field(
+        None, description=CALIBRATION_HELP + " Here: `calibrated`, the step from the profile's full train "
+        "step of this model and batch, its GEMMs scaled by the fine-tune's FLOPs and its optimizer by the "
+        "parameters it steps.")
 
     def spec(self) -> FineTune:
         targets = None if self.lora_targets is None else tuple(self.lora_targets)
@@ -113,11 +122,37 @@ class FineTuneRequest(RecipeFlags):
                         freeze_layers=self.freeze_layers, base_format=self.base_format)
 
 
-def step(body: FineTuneRequest) -> FineTuneStep:
+# The train_step probe's precision whose fit stands for a fine-tune's: the same GEMM dtype.
+FIT_PRECISION = {"fp32": "fp32", "bf16_autocast": "bf16_autocast", "bf16_mixed": "bf16_autocast"}
+
+
+def step(body: FineTuneRequest, profile: Profile | None = None) -> FineTuneStep:
+    """`profile`: the one `calibration` names, read by the caller (services.calibration.resolve)."""
     cfg = engine_model(body.model)
-    return finetune_step(
+    answer = finetune_step(
         cfg, body.spec(), precision=body.precision, optimizer=body.optimizer, batch_size=body.batch_size,
         seq_len=body.seq_len or cfg.max_seq_len, recompute=body.recompute,
         paged_optimizer=body.paged_optimizer, data_parallel=body.data_parallel, zero_stage=body.zero_stage,
         gpu=accelerator(body.gpu, body.gpu_overrides), mfu=body.mfu, stack=body.stack,
         options=body.options())
+    if profile is not None:
+        answer.calibrated = _calibrated(body, cfg, profile, answer)
+    return answer
+
+
+def _calibrated(body: FineTuneRequest, cfg: Any, profile: Profile, answer: FineTuneStep) -> Any:
+    acc = accelerator(body.gpu, body.gpu_overrides)
+    if acc is not None and profile.catalogue_id != acc.id:
+        where = profile.catalogue_id or "a device outside the catalogue"
+        raise InvalidInput("calibration", f"{profile.label} was measured on {where}, not {acc.id}")
+    precision = FIT_PRECISION.get(body.precision)
+    if precision is None:
+        raise InvalidInput("calibration", f"no train step fit stands for precision {body.precision}: the "
+                                          "profile's are fp32 and bf16_autocast")
+    seq = body.seq_len or cfg.max_seq_len
+    counts = calibration_step.counts(cfg, batch_size=body.batch_size, seq_len=seq, precision=precision,
+                                     optimizer=body.optimizer)
+    surf = surface.fit(list(profile.matmul), calibration_step.MATMUL_DTYPE[precision])
+    whole = calibration_step.calibrated(counts, profile, surf, precision)
+    return calibration_step.finetuned(whole, flops=answer.flops.total,
+                                      trainable_fraction=answer.trainable_params / answer.total_params)

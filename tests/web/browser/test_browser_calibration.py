@@ -2,12 +2,22 @@
 scored against it, the ledger's table and one chart per metric drawn, nothing off the box."""
 
 import httpx
+import pytest
 from playwright.sync_api import expect
 
+from app.config import Settings
 from app.jobs.store import Store
 from app.probes import campaign
 from tests.calibration.test_profiles import store_matmul, store_steps
-from tests.support.browser import wait_for_charts
+from tests.support.browser import served, wait_for_charts
+
+
+@pytest.fixture
+def own_base_url(tmp_path):
+    """A server of the test's own with no dispatcher: the test writes finished jobs into its database,
+    which a dispatcher would race it to claim."""
+    with served(Settings(database_path=tmp_path / "tally.db", embedded_worker=False)) as url:
+        yield url
 
 
 def test_the_accuracy_page_draws_predicted_against_measured(watched, own_base_url, tmp_path, screenshots):
