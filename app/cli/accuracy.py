@@ -72,9 +72,11 @@ def _print(report: dict, pairs: bool) -> None:
         text = header in ("probe", "metric", "device model", "mode")
         table.add_column(header, justify="left" if text else "right")
     for g in report["groups"]:
-        mode = g["mode"] + (f" v{', v'.join(map(str, g['profile_versions']))}" if g["profile_versions"] else "")
-        table.add_row(g["probe"], g["metric"], g["device_model"], mode, str(g["count"]), f"{g['median_error']:+.1%}",
-                      f"{g['mape']:.1%}", f"{g['worst_error']:+.1%} ({g['worst_job_id']})")
+        versions = ", v".join(map(str, g["profile_versions"]))
+        mode = g["mode"] + (f" v{versions}" if versions else "")
+        table.add_row(g["probe"], g["metric"], g["device_model"], mode, str(g["count"]),
+                      f"{g['median_error']:+.1%}", f"{g['mape']:.1%}",
+                      f"{g['worst_error']:+.1%} ({g['worst_job_id']})")
     console.print(table)
     if pairs:
         listed = Table(title="pairs")

@@ -33,7 +33,8 @@ def contended(result: Any) -> list[str]:
     plain = _plain(result)
     contention = (plain.get("environment") or {}).get("contention") if isinstance(plain, dict) else None
     if contention and not contention.get("quiet", True):
-        return contention.get("reasons") or [f"other processes used {contention['others_cpu_cores']:.2g} cores"]
+        cores = contention.get("others_cpu_cores") or 0.0
+        return contention.get("reasons") or [f"other processes used {cores:.2g} cores"]
     return []
 
 

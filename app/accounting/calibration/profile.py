@@ -96,7 +96,8 @@ class CollectiveFit:
 
 DeviceKind = Literal["cuda", "cpu"]
 FIGURES = ("copy_bytes_per_s", "host_to_device_bytes_per_s", "device_to_host_bytes_per_s", "launch_eager_s",
-           "launch_graph_s", "checkpoint_write_bytes_per_s", "checkpoint_read_bytes_per_s", "loader_tokens_per_s",
+           "launch_graph_s", "checkpoint_write_bytes_per_s", "checkpoint_read_bytes_per_s",
+           "loader_tokens_per_s",
            "sustained_ratio", "power_watts")
 """A profile's single-valued figures (Figure), by field name."""
 
@@ -131,7 +132,8 @@ class Profile:
     """A checkpoint written to the server's disk (checkpoint probe)."""
     checkpoint_read_bytes_per_s: Figure | None = None
     loader_tokens_per_s: Figure | None = None
-    """Tokens a second a data loader drew and copied to the device, its fastest copy mode (data_loader probe)."""
+    """Tokens a second a data loader drew and copied to the device, its fastest copy mode (the
+    data_loader probe)."""
     train_step: tuple[StepOverheads, ...] = ()
     collectives: tuple[CollectiveFit, ...] = ()
     sustained_ratio: Figure | None = None

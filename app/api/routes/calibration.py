@@ -19,8 +19,7 @@ from app.measured import calibration as calib
 router = APIRouter(prefix="/calibration", tags=["calibration"])
 ProfileId = Annotated[int, Field(ge=1, le=2**63 - 1)]
 CampaignId = ProfileId
-CAMPAIGN = examples(this_box={},
-                    a_fleets_h200s_with_the_held_out_sweep={"gpu_model": "h200", "held_out": True})
+CAMPAIGN = examples(this_box={}, a_fleets_h200s={"gpu_model": "h200"})
 # Two bfloat16 squares of the matmul sweep on the H200 lent once (docs/measurements/gpu-targets-h200.json).
 IMPORT = examples(two_h200_shapes={
     "device_model": "NVIDIA H200", "device_kind": "cuda", "catalogue_id": "h200", "version": 1,

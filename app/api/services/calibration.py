@@ -9,6 +9,7 @@ from pydantic import Field, TypeAdapter
 from app import device
 from app.accounting.calibration.profile import Profile, check
 from app.accounting.errors import InvalidInput
+from app.api.errors import QueueFull
 from app.api.services import jobs as job_service
 from app.api.services.jobs import JobRequest
 from app.config import Settings
@@ -21,6 +22,7 @@ from app.probes import campaign
 PROFILE = builder.PROFILE
 ProfileIn = strict_input(Profile, suffix="In")
 """An imported profile, as strict as every request: the profile's fields and bounds."""
+
 
 class BuildRequest(Input):
     device_model: str | None = Field(
@@ -136,12 +138,17 @@ def start_campaign(body: CampaignRequest, jobs: Store, settings: Settings) -> Ca
         index = body.gpu if body.gpu is not None else served[0] if served else None
         here = device.host() if index is None else device.describe_served(index)
         name, kind, target = here.name, here.kind, ({} if index is None else {"gpu": index})
-    def queue(bodies: list[dict]) -> list[int]:
-        return [job_service.submit(JOBS.validate_python(job | target), jobs=jobs, settings=settings).id
-                for job in bodies]
+    fit, scoring = campaign.jobs(kind), campaign.held_out(kind) if body.held_out else []
+    # All or none: a campaign half queued would build a profile from half its probes.
+    if jobs.queue_depth() + len(fit) + len(scoring) > settings.queue_limit:
+        raise QueueFull(settings.queue_limit)
+    requests = [JOBS.validate_python(job | target) for job in fit + scoring]  # all checked before any queues
 
-    ids = queue(campaign.jobs(kind))
-    held = queue(campaign.held_out(kind)) if body.held_out else []
+    def queue(asked: list[Any]) -> list[int]:
+        return [job_service.submit(job, jobs=jobs, settings=settings).id for job in asked]
+
+    ids = queue(requests[:len(fit)])
+    held = queue(requests[len(fit):])
     return campaign_out(jobs.add_calibration(device_model=name, job_ids=ids, held_out=held), jobs)
 
 
