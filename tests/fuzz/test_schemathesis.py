@@ -9,6 +9,8 @@ never from a per-field check the schema should have stated.
 """
 
 import os
+import tempfile
+from pathlib import Path
 
 import schemathesis
 from hypothesis import HealthCheck, settings
@@ -38,9 +40,13 @@ def _schema(token: str | None) -> schemathesis.BaseSchema:
     # answers only when allowed. No embedded worker: the contract is the API's answers, and a
     # fuzzed job that ran would spend the suite's CPU on probes (and a data_loader's disk on its
     # file) while the cases go on.
+    # A database of its own: the fuzzed campaigns and jobs it queues (a calibration campaign queues
+    # ten) must not fill the queue of the test process's shared one (TALLY_QUEUE_LIMIT).
+    own = Path(tempfile.mkdtemp(prefix="tally-fuzz-")) / "fuzz.db"
     app = create_app(get_settings().model_copy(update={"api_token": SecretStr(token) if token else None,
                                                        "allowed_hosts": ["testserver"],
-                                                       "embedded_worker": False}))
+                                                       "embedded_worker": False, "database_path": own,
+                                                       "database_url": None}))
     # /readyz answers 503 without a dispatcher, as it should; tests/ops/test_ops.py checks both of
     # its answers, and it takes no input to fuzz.
     return schemathesis.openapi.from_asgi("/openapi.json", app, config=config).exclude(path="/readyz")
