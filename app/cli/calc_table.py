@@ -205,7 +205,10 @@ CALCULATORS = [
      [], [], 'app.api.services.step:StepTimeRequest', True, '', 'app.api.routes.time',
      'Training time and MFU.'),
     ('time', 'training', 'POST', '/api/v1/time/training',
-     'Days, GPU-hours and cost of a run at a given MFU.',
-     'Days, GPU-hours and cost of a run at a given MFU.', [], [],
-     'app.api.services.time:TrainingTimeRequest', True, '', 'app.api.routes.time', 'Training time and MFU.'),
+     "Days, GPU-hours and cost of a run at a given MFU, or with `calibration` at the MFU a device's profile "
+     "gives the model's step.",
+     "Days, GPU-hours and cost of a run at a given MFU, or with `calibration` at the MFU a device's\n"
+     "profile gives the model's step.",
+     [], [], 'app.api.services.time:TrainingTimeRequest', True, '', 'app.api.routes.time',
+     'Training time and MFU.'),
 ]

@@ -14,6 +14,7 @@ def _whole(value: Any) -> Any:
 ProfileId = Annotated[int, Field(ge=1, le=2**53)]
 DeviceModelName = Annotated[str, Field(min_length=1, max_length=200)]
 CalibrationRef = Annotated[ProfileId | DeviceModelName, BeforeValidator(_whole)]
-CALIBRATION_HELP = ("A calibration profile: its id, or a device model's name for its newest version "
+CALIBRATION_HELP = ("A calibration profile: its id, a device model's name for its newest version, or "
+                    "one device's name (its UUID, or \"<host>:cpu\") for its own "
                     "(GET /api/v1/calibration/profiles lists them). The answer then times the work "
                     "from that device's own runs and names them.")

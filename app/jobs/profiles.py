@@ -9,22 +9,25 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from app.jobs import backends
 from app.jobs.schema import calibrations, ledger, profiles
 
 
 class ProfileStore:
-    def add_profile(self, *, device_model: str, body: dict[str, Any]) -> dict[str, Any]:
-        """Store `body` as the next version of `device_model`'s profiles; the body as stored, with its
-        id and version set. The number is read and taken in one transaction, and a unique index
+    def add_profile(self, *, device_model: str, body: dict[str, Any],
+                    device: str | None = None) -> dict[str, Any]:
+        """Store `body` as the next version of `device_model`'s profiles (one `device`'s own, when
+        given: versions count every profile of the model); the body as stored, with its id and
+        version set. The number is read and taken in one transaction, and a unique index
         holds it should two processes race."""
         with self._write() as db:  # type: ignore[attr-defined]
             latest = db.execute(sa.select(sa.func.max(profiles.c.version))
                                 .where(profiles.c.device_model == device_model)).scalar()
             version = (latest or 0) + 1
             inserted = db.execute(profiles.insert().values(device_model=device_model, version=version,
-                                                           created_at=time.time(), body="{}"))
+                                                           device=device, created_at=time.time(), body="{}"))
             new_id = inserted.inserted_primary_key[0]
-            stored = body | {"id": new_id, "version": version, "device_model": device_model}
+            stored = body | {"id": new_id, "version": version, "device_model": device_model, "device": device}
             db.execute(profiles.update().where(profiles.c.id == new_id).values(body=json.dumps(stored)))
         self.saw_id("profiles", new_id)  # type: ignore[attr-defined]
         return stored
@@ -34,11 +37,16 @@ class ProfileStore:
             body = db.execute(sa.select(profiles.c.body).where(profiles.c.id == profile_id)).scalar()
         return None if body is None else json.loads(body)
 
-    def latest_profile(self, device_model: str) -> dict[str, Any] | None:
-        """The newest version of `device_model`'s profiles; None before any."""
+    def latest_profile(self, name: str) -> dict[str, Any] | None:
+        """The newest profile of the device model `name` (of all its devices), or else the newest of
+        the one device `name` (a UUID, "<host>:cpu"); None before any."""
         with self._read() as db:  # type: ignore[attr-defined]
-            body = db.execute(sa.select(profiles.c.body).where(profiles.c.device_model == device_model)
+            body = db.execute(sa.select(profiles.c.body).where(profiles.c.device_model == name,
+                                                               profiles.c.device.is_(None))
                               .order_by(profiles.c.version.desc()).limit(1)).scalar()
+            if body is None:
+                body = db.execute(sa.select(profiles.c.body).where(profiles.c.device == name)
+                                  .order_by(profiles.c.version.desc()).limit(1)).scalar()
         return None if body is None else json.loads(body)
 
     def profiles(self, *, limit: int = 100) -> list[dict[str, Any]]:
@@ -111,13 +119,23 @@ class LedgerStore:
             rows = db.execute(sa.select(ledger.c.job_id, ledger.c.mode, ledger.c.profile_id).distinct()).all()
         return {(j, m, p) for j, m, p in rows}
 
-    def add_ledger(self, rows: list[dict[str, Any]]) -> None:
+    def add_ledger(self, rows: list[dict[str, Any]]) -> int:
+        """Store the rows of each (job, mode, profile) the ledger does not hold yet; how many. Two
+        readers scoring the same new jobs at once (GET /accuracy fills the ledger as it reads) store
+        them once: the check and the insert are one transaction, under a lock on PostgreSQL."""
         if not rows:
-            return
+            return 0
         now = time.time()
         with self._write() as db:  # type: ignore[attr-defined]
-            db.execute(ledger.insert(), [{k: row[k] for k in LEDGER_FIELDS} | {"recorded_at": now}
-                                         for row in rows])
+            backends.lock(db, "tally:ledger")
+            keys = {(row["job_id"], row["mode"], row["profile_id"]) for row in rows}
+            have = set(db.execute(sa.select(ledger.c.job_id, ledger.c.mode, ledger.c.profile_id)
+                                  .where(ledger.c.job_id.in_(sorted({j for j, _, _ in keys})))).all())
+            new = [{k: row[k] for k in LEDGER_FIELDS} | {"recorded_at": now} for row in rows
+                   if (row["job_id"], row["mode"], row["profile_id"]) not in have]
+            if new:
+                db.execute(ledger.insert(), new)
+        return len(new)
 
     def ledger_rows(self, *, probe: str | None = None, device_model: str | None = None,
                     mode: str | None = None) -> list[dict[str, Any]]:

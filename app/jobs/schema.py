@@ -120,6 +120,9 @@ profiles = sa.Table(
     sa.Column("version", INTEGER, nullable=False),
     sa.Column("created_at", REAL, nullable=False),
     sa.Column("body", TEXT, nullable=False),
+    # Null: every device of the model; else the one device (a GPU's UUID, "<host>:cpu") an outlier's
+    # own profile was built from (schema version 5).
+    sa.Column("device", TEXT),
     sqlite_autoincrement=True,
 )
 sa.Index("profiles_device_model_version", profiles.c.device_model, profiles.c.version, unique=True)
@@ -211,11 +214,18 @@ def _v4(ops: Operations, db: sa.Connection) -> None:
     _add_columns(ops, db, ("claim",))
 
 
+def _v5(ops: Operations, db: sa.Connection) -> None:
+    """A calibration profile may be one device's own (an outlier of its model)."""
+    if sa.inspect(db).has_table("profiles") and "device" not in {
+            column["name"] for column in sa.inspect(db).get_columns("profiles")}:
+        ops.add_column("profiles", sa.Column("device", TEXT))
+
+
 # Oldest first, each step run in a transaction of its own that also records its number. A step
 # alters the tables a database already has; tables it lacks (workers, leases, tally_schema in the
 # oldest) are then created whole, as declared above.
 MIGRATIONS: tuple[tuple[int, Callable[[Operations, sa.Connection], None]], ...] = (
-    (1, _v1), (2, _v2), (3, _v3), (4, _v4))
+    (1, _v1), (2, _v2), (3, _v3), (4, _v4), (5, _v5))
 VERSION = MIGRATIONS[-1][0]
 # The advisory lock (PostgreSQL) under which one process at a time reads and moves the version.
 LOCK = "tally:schema"

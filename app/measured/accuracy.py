@@ -61,12 +61,12 @@ def refresh(store: Store) -> int:
                 rows += [base | _row(pair, "datasheet", None) for pair in pairs]
             if probe.ledger.calibrated is None:
                 continue
-            fair = next((p for p in profiles.get(model, []) if job.id not in p.job_ids()), None)
+            fair = next((p for p in profiles.get(model, []) if job.id not in p.job_ids()
+                         and p.device in (None, job.ran_on_device)), None)
             if fair is not None and (job.id, "calibrated", fair.id) not in have:
                 rows += [base | _row(pair, "calibrated", fair)
                          for pair in probe.ledger.calibrated(job.params, job.result, fair)]
-    store.add_ledger(rows)
-    return len(rows)
+    return store.add_ledger(rows)
 
 
 def _row(pair: Any, mode: str, profile: Profile | None) -> dict[str, Any]:

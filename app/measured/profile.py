@@ -12,6 +12,7 @@ WIDE_SPREAD, the figure is kept and flagged too, and every calibrated answer rep
 Figures:
 - matmul: per (dtype, m, k, n), the median over runs of each run's median seconds (a shape whose
   timings spread widely is left out alone, the rest of its run kept);
+- attention: per (dtype, shape, mask), SDPA's forward and forward-with-backward seconds, the same way;
 - copy_bytes_per_s: the bandwidth probe's rate, median over its last WINDOW runs;
 - host_to_device / device_to_host: the transfer probe's fastest steady size (pinned where measured),
   median over its last WINDOW runs;
@@ -21,8 +22,9 @@ Figures:
   uncompiled transformer train_step runs (three or more), their GEMMs timed on the matmul surface;
 - collectives: each collectives run's fitted latency and bandwidth per collective;
 - checkpoint write and read rates (checkpoint probe); loader tokens/s (data_loader, its fastest mode);
-- sustained_ratio: a sustained run's rate over its burst rate (matmul and train_step runs with
-  sustain_s); power_watts: their average watts where NVML read them.
+- sustained_ratio: a sustained run's rate over its burst rate (burn-in runs' matmul and train step,
+  then matmul and train_step runs with sustain_s); power_watts: their average watts where NVML
+  read them.
 """
 
 from __future__ import annotations
@@ -33,9 +35,11 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import TypeAdapter
 
+from app.accounting.calibration import attention as core
 from app.accounting.calibration import lsq, step, surface
 from app.accounting.calibration.profile import (
     WIDE_SPREAD,
+    AttentionSample,
     CollectiveFit,
     Figure,
     MatmulSample,
@@ -48,7 +52,7 @@ from app.accounting.calibration.profile import (
 from app.accounting.errors import InvalidInput
 from app.accounting.hardware import catalogue
 from app.inputs.schemas import engine_model
-from app.measured import doubts
+from app.measured import doubts, outliers
 from app.probes.train_step.ledger import calibratable
 from app.probes.train_step.params import TrainStepParams
 
@@ -65,8 +69,11 @@ MIN_STEP_RUNS = 3
 class Runs:
     """The usable runs of each probe on one device model, and why the others were left out."""
 
-    def __init__(self, store: Store, device_model: str, exclude: frozenset[int] = frozenset()) -> None:
-        self.store, self.device_model, self.exclude = store, device_model, exclude
+    def __init__(self, store: Store, device_model: str, exclude: frozenset[int] = frozenset(),
+                 device: str | None = None) -> None:
+        self.store, self.device_model, self.exclude, self.device = store, device_model, exclude, device
+        self.slow: dict[str, float] = {}
+        """Devices left out of a model-wide profile (outliers.py), with how far below the model they ran."""
         self.left_out: list[str] = []
         self.flags: list[str] = []
         self.kind: str | None = None
@@ -80,6 +87,13 @@ class Runs:
         for job in self.store.latest(probe=probe, limit=LOOKBACK):
             env = job.result.environment
             if env.device_name != self.device_model or job.id in self.exclude:
+                continue
+            if self.device is not None and job.ran_on_device != self.device:
+                continue
+            if job.ran_on_device in self.slow:
+                below = self.slow[job.ran_on_device]
+                self.left_out.append(f"{probe} job {job.id}: ran on {job.ran_on_device}, {below:.0%} slower "
+                                     "than its model's other devices")
                 continue
             self.kind, self.catalogue_id = self.kind or env.device, self.catalogue_id or env.catalogue_id
             why = doubts.contended(job.result) if per_point else doubts.doubts(job.result)
@@ -102,7 +116,7 @@ def _figure(values: list[tuple[float, int]], unit: str, source: str, flags: list
     if not values:
         return None
     figures = [v for v, _ in values]
-    fig = Figure(median(figures), unit, spread(figures), tuple(j for _, j in values), source)
+    fig = Figure(median(figures), unit, spread(figures), tuple(dict.fromkeys(j for _, j in values)), source)
     if fig.spread > WIDE_SPREAD:
         flags.append(f"{source}: its {len(values)} runs spread {fig.spread:.0%} (jobs {_ids(fig.jobs)})")
     return fig
@@ -128,9 +142,39 @@ def _matmul(jobs: list[Job], left_out: list[str], flags: list[str]) -> tuple[Mat
     return tuple(out)
 
 
+def _attention(jobs: list[Job], left_out: list[str], flags: list[str]) -> tuple[AttentionSample, ...]:
+    """Per (dtype, shape, mask), the median over runs of each run's forward and forward-with-backward
+    medians; a point without its backward, or whose timings spread widely, left out alone."""
+    by_shape: dict[tuple, list[tuple[float, float, int]]] = {}
+    for job in jobs:
+        for p in job.result.points:
+            what = f"attention job {job.id}, {p.dtype} b{p.batch} h{p.heads} s{p.seq_len} d{p.head_dim}"
+            if p.forward_backward is None:
+                left_out.append(f"{what}: no backward was timed (backward: false)")
+            elif not (_steady_time(p.forward) and _steady_time(p.forward_backward)):
+                left_out.append(f"{what}: its timings spread widely")
+            else:
+                key = (p.dtype, p.batch, p.heads, p.seq_len, p.head_dim, p.causal)
+                by_shape.setdefault(key, []).append((p.forward.median, p.forward_backward.median, job.id))
+    out = []
+    for (dtype, b, h, s, d, causal), runs in sorted(by_shape.items()):
+        sample = AttentionSample(dtype, b, h, s, d, causal, median([f for f, _, _ in runs]),
+                                 median([t for _, t, _ in runs]), spread([t for _, t, _ in runs]),
+                                 tuple(sorted({j for _, _, j in runs})))
+        if sample.spread > WIDE_SPREAD:
+            flags.append(f"attention {dtype} b{b} h{h} s{s} d{d}: its {len(runs)} runs spread "
+                         f"{sample.spread:.0%}")
+        out.append(sample)
+    return tuple(out)
+
+
 def _steady(p: Any) -> bool:
     """A point whose timings did not spread widely (app/measured/doubts.py's bound)."""
-    return p.time.iterations <= 1 or p.time.median <= doubts.WIDE_SPREAD * p.time.best
+    return _steady_time(p.time)
+
+
+def _steady_time(t: Any) -> bool:
+    return t.iterations <= 1 or t.median <= doubts.WIDE_SPREAD * t.best
 
 
 def _transfer(jobs: list[Job], direction: str, flags: list[str]) -> Figure | None:
@@ -158,8 +202,8 @@ def _graph_launch(job: Job) -> float | None:
     return min(per) if per else None
 
 
-def _train_step(jobs: list[Job], samples: tuple[MatmulSample, ...], left_out: list[str],
-                flags: list[str]) -> tuple[StepOverheads, ...]:
+def _train_step(jobs: list[Job], samples: tuple[MatmulSample, ...], attention: tuple[AttentionSample, ...],
+                left_out: list[str], flags: list[str]) -> tuple[StepOverheads, ...]:
     by_precision: dict[str, list[tuple[Job, TrainStepParams]]] = {}
     for job in jobs:
         p = calibratable(job.params)
@@ -179,13 +223,13 @@ def _train_step(jobs: list[Job], samples: tuple[MatmulSample, ...], left_out: li
         except InvalidInput:
             flags.append(f"train step {precision}: no {dtype} matmul surface to subtract its GEMMs from")
             continue
+        curve = core.fit(attention, surf)
         rows, targets, seen = [], [], []
         for job, p in runs:
             c = step.counts(engine_model(p.model), batch_size=p.batch_size, seq_len=p.seq_len,
                             precision=precision, optimizer=p.optimizer)
             t = job.result.step.median
-            known = (sum(surf.seconds(g.m, g.k, g.n, g.groups) for g in c.gemms)
-                     + sum(s * surf.seconds(g.m, g.k, g.n, g.groups) for g, s in c.attention))
+            known = sum(step.known(c, surf, curve))
             rows.append([c.ops / t, c.activation_bytes / t, c.optimizer_bytes / t])
             targets.append((t - known) / t)
             seen.append(job.id)
@@ -200,36 +244,53 @@ def _train_step(jobs: list[Job], samples: tuple[MatmulSample, ...], left_out: li
     return tuple(fits)
 
 
-def _sustained(jobs: list[Job], flags: list[str]) -> tuple[Figure | None, Figure | None]:
+def _sustained(runs: list[tuple[Any, int]], flags: list[str]) -> tuple[Figure | None, Figure | None]:
+    """From (result, job id) of matmul and train_step runs held with sustain_s: the sustained rate
+    over the burst rate, and the average watts."""
     ratios, watts = [], []
-    for job in jobs:
-        held = getattr(job.result, "sustained", None)
+    for result, job_id in runs:
+        held = getattr(result, "sustained", None)
         if held is None:
             continue
-        if job.result.probe == "matmul" and held.flop_per_sec and job.result.best:
-            burst = next(iter(job.result.best.values())).flop_per_sec
-            ratios.append((held.flop_per_sec / burst, job.id))
-        elif job.result.probe == "train_step" and held.seconds_per_iteration:
-            ratios.append((job.result.step.median / held.seconds_per_iteration, job.id))
+        if result.probe == "matmul" and held.flop_per_sec and result.best:
+            burst = next(iter(result.best.values())).flop_per_sec
+            ratios.append((held.flop_per_sec / burst, job_id))
+        elif result.probe == "train_step" and held.seconds_per_iteration:
+            ratios.append((result.step.median / held.seconds_per_iteration, job_id))
         if held.average_power_watts is not None:
-            watts.append((held.average_power_watts, job.id))
+            watts.append((held.average_power_watts, job_id))
     return (_figure(ratios, "ratio", "sustained over burst rate", flags),
             _figure(watts, "W", "sustained average power", flags))
 
 
+def _held(matmul_jobs: list[Job], steps: list[Job], burn_ins: list[Job]) -> list[tuple[Any, int]]:
+    """The runs a sustained figure reads, newest first: a burn-in's matmul and train step (each held
+    for its sustain_s, app/probes/burn_in.py) before the probes' own sustained runs."""
+    return ([(part, j.id) for j in burn_ins for part in (j.result.matmul, j.result.train_step)]
+            + [(j.result, j.id) for j in matmul_jobs + steps])
+
+
 def build(store: Store, device_model: str, *, version: int, datasheet_peaks: dict[str, float] | None = None,
-          exclude: frozenset[int] = frozenset(), field: str = "device_model") -> Profile:
+          exclude: frozenset[int] = frozenset(), field: str = "device_model",
+          device: str | None = None) -> Profile:
     """The profile of `device_model` from this store's runs but the `exclude`d jobs (a campaign's
-    held-out ones); InvalidInput naming `field` when no usable matmul run was measured on it (a
+    held-out ones): of every device of the model but the slow ones (outliers.py), or of the one
+    `device` given. InvalidInput naming `field` when no usable matmul run was measured on it (a
     profile without one cannot time a GEMM)."""
-    runs = Runs(store, device_model, exclude)
+    runs = Runs(store, device_model, exclude, device)
     flags = runs.flags
+    if device is None:
+        runs.slow = outliers.slow_devices(Runs(store, device_model, exclude).of("matmul", per_point=True))
+        flags += [f"device {d} ran its matmul shapes {below:.0%} slower than its model's other devices: "
+                  f"its runs are left out, and its own profile (device={d}) times it"
+                  for d, below in runs.slow.items()]
     matmul_jobs = runs.of("matmul", per_point=True)
     samples = _matmul(matmul_jobs, runs.left_out, flags)
     if not samples:
         why = f" ({len(runs.left_out)} left out: {'; '.join(runs.left_out[:3])})" if runs.left_out else ""
         raise InvalidInput(field, f"no usable matmul run was measured on {device_model!r}{why}: run the "
                                   "matmul probe there (tally calibrate), then build the profile")
+    attention = _attention(runs.of("attention", per_point=True), runs.left_out, flags)
     bandwidth = [(j.result.gb_per_sec * 1e9, j.id) for j in runs.of("bandwidth")]
     transfers = runs.of("transfer", per_point=True)
     generate = runs.of("generate")
@@ -245,12 +306,13 @@ def build(store: Store, device_model: str, *, version: int, datasheet_peaks: dic
     disks = runs.of("checkpoint")
     loaders = [(max(m.tokens_per_sec for m in j.result.modes), j.id) for j in runs.of("data_loader")
                if j.result.modes]
-    sustained, power = _sustained(matmul_jobs + steps, flags)
+    sustained, power = _sustained(_held(matmul_jobs, steps, runs.of("burn_in")), flags)
     peaks = dict(datasheet_peaks or {})
     if runs.catalogue_id in catalogue():
         peaks = {k: v for k, v in catalogue()[runs.catalogue_id].peak_flop_per_sec.items()}
     return Profile(
         device_model=device_model, device_kind=runs.kind or "cpu", catalogue_id=runs.catalogue_id,
+        device=device,
         version=version, created_at=datetime.now(UTC).isoformat(timespec="seconds"), matmul=samples,
         datasheet_peak_flop_per_sec=peaks,
         copy_bytes_per_s=_figure(bandwidth, "bytes/s", "bandwidth (device-to-device copy)", flags),
@@ -263,7 +325,8 @@ def build(store: Store, device_model: str, *, version: int, datasheet_peaks: dic
         checkpoint_read_bytes_per_s=_figure([(j.result.read_bytes_per_s, j.id) for j in disks], "bytes/s",
                                             "checkpoint read", flags),
         loader_tokens_per_s=_figure(loaders, "tokens/s", "data_loader (fastest copy mode)", flags),
-        train_step=_train_step(steps, samples, runs.left_out, flags), collectives=tuple(collectives),
+        train_step=_train_step(steps, samples, attention, runs.left_out, flags), attention=attention,
+        collectives=tuple(collectives),
         sustained_ratio=sustained, power_watts=power, flags=tuple(flags), left_out=tuple(runs.left_out))
 
 

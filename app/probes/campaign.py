@@ -27,6 +27,11 @@ MATMUL_SHAPES: dict[str, list[tuple[int, int, int]]] = {
     "cpu": [(m, k, n) for m in (64, 256, 1024) for k in (64, 256) for n in (64, 256, 1024, 4096)],
     "cuda": [(m, k, n) for m in (512, 2048, 8192) for k in (1024, 4096) for n in (1024, 4096, 16384, 65536)],
 }
+ATTENTION_SHAPES: dict[str, list[tuple[int, int, int, int]]] = {
+    "cpu": [(4, 4, s, d) for s in (32, 64, 128, 256) for d in (16, 32)],
+    "cuda": [(4, 16, s, d) for s in (512, 1024, 2048, 4096) for d in (64, 128)],
+}
+"""(batch, heads, seq_len, head_dim): the cores of the campaign's train steps, and past them."""
 PRECISION = {"cpu": "fp32", "cuda": "bf16_autocast"}
 MATMUL_DTYPE = {"cpu": "float32", "cuda": "bfloat16"}
 STEPS: dict[str, list[tuple[dict, int, int]]] = {
@@ -57,12 +62,20 @@ def jobs(kind: Kind) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = [
         {"probe": "matmul",
          "params": TIMING | {"sweep": "custom", "shapes": shapes, "dtypes": [MATMUL_DTYPE[kind]]}},
+        {"probe": "attention",
+         "params": TIMING | {"dtypes": [MATMUL_DTYPE[kind]], "shapes": [
+             {"batch": b, "heads": h, "seq_len": s, "head_dim": d}
+             for b, h, s, d in ATTENTION_SHAPES[kind]]}},
         {"probe": "bandwidth", "params": TIMING},
         {"probe": "transfer", "params": TIMING},
         {"probe": "generate", "params": TIMING},
     ]
-    out += [{"probe": "train_step", "params": step_params(kind, model, b, s)} for model, b, s in STEPS[kind]]
-    return out
+    return out + train_steps(kind)
+
+
+def train_steps(kind: Kind) -> list[dict[str, Any]]:
+    """The campaign's train_step job bodies: what its step fit is made from."""
+    return [{"probe": "train_step", "params": step_params(kind, model, b, s)} for model, b, s in STEPS[kind]]
 
 
 def held_out(kind: Kind) -> list[dict[str, Any]]:

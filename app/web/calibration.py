@@ -4,12 +4,8 @@ measurements), over the same services as the JSON API."""
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse
-from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
-from starlette.exceptions import HTTPException
 
-from app.accounting.errors import InvalidInput
-from app.api import errors
 from app.api.services import calibration as service
 from app.deps import SettingsDep, StoreDep
 from app.measured import accuracy as ledger
@@ -37,16 +33,9 @@ async def start_campaign(request: Request, jobs: StoreDep, settings: SettingsDep
     showing the campaign, and a refusal shows beside the button."""
     form = forms.posted(request.headers.get("content-type"), await request.body(), "token")
     body = {"held_out": form.get("held_out") == "on"}
-    try:
-        forms.check_token(form, settings)
-        out = await run_in_threadpool(service.start_campaign, service.CampaignRequest(**body), jobs, settings)
-    except InvalidInput as e:
-        refused = errors.error_body([errors.invalid_input_item(e)])
-    except ValidationError as e:
-        refused = errors.error_body(errors.validation_items(e.errors(), body))
-    except HTTPException as e:
-        refused = errors.http_error_body(e)
-    else:
+    out, refused = await forms.act(form, settings, lambda: run_in_threadpool(
+        service.start_campaign, service.CampaignRequest(**body), jobs, settings), body)
+    if refused is None:
         return HTMLResponse("", headers={"HX-Redirect": f"/calibration?campaign={out.id}"})
     return templates.TemplateResponse(request, "partials/launch_error.html", {
         "message": refused["message"], "errors": forms.field_errors(refused)})

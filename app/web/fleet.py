@@ -7,12 +7,8 @@ from datetime import UTC, datetime
 
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import HTMLResponse
-from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
-from starlette.exceptions import HTTPException
 
-from app.accounting.errors import InvalidInput
-from app.api import errors
 from app.api.services import fleet as service
 from app.deps import SettingsDep, StoreDep
 from app.web import forms
@@ -68,17 +64,9 @@ async def start_campaign(request: Request, jobs: StoreDep, settings: SettingsDep
     given = {k: form[k].strip() for k in START_FIELDS if form.get(k, "").strip()}
     body = {"probe": "burn_in", "params": {"sustain_s": given.pop("sustain_s")} if "sustain_s" in given else {},
             **given}
-    try:
-        forms.check_token(form, settings)
-        campaign = service.CAMPAIGN.validate_python(body)
-        out = await run_in_threadpool(service.start, campaign, jobs=jobs, settings=settings)
-    except InvalidInput as e:
-        refused = errors.error_body([errors.invalid_input_item(e)])
-    except ValidationError as e:
-        refused = errors.error_body(errors.validation_items(e.errors(), body))
-    except HTTPException as e:
-        refused = errors.http_error_body(e)
-    else:
+    out, refused = await forms.act(form, settings, lambda: run_in_threadpool(
+        service.start, service.CAMPAIGN.validate_python(body), jobs=jobs, settings=settings), body)
+    if refused is None:
         return HTMLResponse("", headers={"HX-Redirect": f"/burn-in?campaign={out.id}"})
     # Each message beside its box: burn_in.params.sustain_s (the union's tag, the params) -> sustain_s
     found = {}
@@ -96,14 +84,9 @@ async def cancel_campaign(request: Request, jobs: StoreDep, settings: SettingsDe
     """The page's Cancel button: POST /api/v1/campaigns/{id}/cancel with the token the form holds;
     the page reloads on success, and a refusal shows beside the button."""
     form = forms.posted(request.headers.get("content-type"), await request.body(), "token")
-    try:
-        forms.check_token(form, settings)
-        await run_in_threadpool(service.cancel, campaign_id, jobs=jobs)
-    except InvalidInput as e:
-        refused = errors.error_body([errors.invalid_input_item(e)])
-    except HTTPException as e:
-        refused = errors.http_error_body(e)
-    else:
+    _, refused = await forms.act(form, settings,
+                                 lambda: run_in_threadpool(service.cancel, campaign_id, jobs=jobs))
+    if refused is None:
         return HTMLResponse("", headers={"HX-Refresh": "true"})
     return templates.TemplateResponse(request, "partials/launch_error.html", {
         "message": refused["message"], "errors": forms.field_errors(refused)})

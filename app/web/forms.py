@@ -5,7 +5,7 @@ fields. A page view is never an API request."""
 
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import parse_qsl
 
@@ -103,6 +103,23 @@ def posted(content_type: str | None, raw: bytes, required: str) -> dict[str, str
     if required not in form:
         raise InvalidInput(required, "the form has no such field")
     return form
+
+
+async def act(form: dict[str, str], settings: Any, action: Callable[[], Awaitable[Any]],
+              body: Any = None) -> tuple[Any, dict | None]:
+    """A page's button or form that changes something: the token the form carries checked, then
+    `action` awaited. (its result, None), or (None, the API's error body) for a refusal: a named
+    field's InvalidInput, a ValidationError of `body` (the API's request it built), an HTTP refusal
+    (a wrong token: 401, a full queue: 429)."""
+    try:
+        check_token(form, settings)
+        return await action(), None
+    except InvalidInput as e:
+        return None, errors.error_body([errors.invalid_input_item(e)])
+    except ValidationError as e:
+        return None, errors.error_body(errors.validation_items(e.errors(), body or {}))
+    except HTTPException as e:
+        return None, errors.http_error_body(e)
 
 
 def check_token(form: dict[str, str], settings: Any) -> None:

@@ -3,7 +3,7 @@ tests/probes/test_probes.py runs them, and stored as finished jobs."""
 
 from typing import Any
 
-from app.bench import bandwidth, generate, matmul, train_step, transfer
+from app.bench import attention, bandwidth, generate, matmul, train_step, transfer
 from app.jobs.store import Store
 from app.measured import doubts
 from app.probes.registry import RESULTS
@@ -11,6 +11,7 @@ from tests.support.bench_jobs import finished
 
 RUN = {
     "matmul": matmul.run,
+    "attention": attention.run,
     "bandwidth": bandwidth.run,
     "transfer": transfer.run,
     "generate": generate.run,

@@ -18,7 +18,7 @@ def calibrated_api(make_api):
     api = make_api()
     store = api.app.state.store
     store_matmul(store)
-    fitted = store_steps(store, campaign.jobs("cpu")[4:])
+    fitted = store_steps(store, campaign.train_steps("cpu"))
     profile = api.post("/api/v1/calibration/profiles").json()
     held = store_steps(store, campaign.held_out("cpu")[:3])
     return api, profile, fitted, held
@@ -91,3 +91,55 @@ def test_tally_accuracy_prints_the_ledger_of_this_boxs_database(make_api, capsys
     finally:
         get_settings.cache_clear()
     assert synthetic_step  # the steps above were timed by it
+
+
+def test_readers_scoring_the_same_new_jobs_at_once_store_each_pair_once(make_api):
+    """GET /accuracy fills the ledger as it reads; four readers at once over a new job and a new
+    profile still leave one row per pair."""
+    import threading
+
+    from app.measured import accuracy
+
+    api = make_api()
+    store = api.app.state.store
+    store_matmul(store)
+    store_steps(store, campaign.train_steps("cpu"))
+    assert api.post("/api/v1/calibration/profiles").status_code == 201
+    store_steps(store, campaign.held_out("cpu")[:2])
+    start, added = threading.Barrier(4), []
+
+    def read() -> None:
+        start.wait()
+        added.append(accuracy.refresh(store))
+
+    readers = [threading.Thread(target=read) for _ in range(4)]
+    for t in readers:
+        t.start()
+    for t in readers:
+        t.join()
+    rows = store.ledger_rows()
+    keys = [(r["job_id"], r["mode"], r["profile_id"], r["metric"], r["detail"]) for r in rows]
+    assert len(keys) == len(set(keys)) == sum(added) > 0
+    assert accuracy.refresh(store) == 0  # nothing new to score
+
+
+def test_a_gpu_steps_board_watts_stand_beside_the_power_an_energy_answer_assumes(make_api):
+    from app.accounting import hardware
+    from app.probes.energy import Energy
+    from app.probes.results import Environment
+    from tests.support.bench_jobs import finished, stats
+    from tests.support.results import minimal, result_for
+
+    api = make_api()
+    h200 = minimal(Environment, device="cuda", device_name="NVIDIA H200", catalogue_id="h200",
+                   torch_version="2.x")
+    drawn = stats(0.1)
+    drawn.energy = minimal(Energy, joules=60.0, seconds=1.0, watts=600.0, iterations=10,
+                           seconds_per_iteration=0.1)
+    job = finished(api.app.state.store, result_for("train_step", environment=h200, step=drawn, mode="full",
+                                                   model="gpt2", batch_size=1, seq_len=64))
+    points = api.get("/api/v1/accuracy", params={"metric": "board_watts"}).json()["points"]
+    (pair,) = [p for p in points if p["job_id"] == job]
+    board = hardware.gpu("h200").board_power_watts
+    assert (pair["kind"], pair["mode"], pair["measured"]) == ("energy", "datasheet", 600.0)
+    assert pair["predicted"] == board and pair["error"] == pytest.approx(board / 600 - 1)

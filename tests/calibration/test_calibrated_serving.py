@@ -123,12 +123,35 @@ def test_a_training_plan_times_its_gemms_on_the_profiles_surface(api):
                        "calibration")
 
 
+def test_a_plans_attention_core_runs_at_the_sdpa_rates_a_profile_measured(make_api):
+    api = make_api()
+    ask = {"model": "llama3-8b", "gpu": "h200", "num_gpus": 8, "global_batch_sequences": 64, "seq_len": 4096,
+           "top_k": 1}
+    assert api.post("/api/v1/calibration/import", H200).status_code == 201
+    published = api.ok("/api/v1/plan/training", ask | {"calibration": 1})
+    assert "the attention core at FlashAttention's published rate" in published["assumptions"][0]
+    # SDPA measured at 1 TFLOP/s forward and backward (in a fused kernel's count: the causal half,
+    # a backward 2.5 forwards), far below FlashAttention's: the plan's compute grows by the cores'.
+    flops = 4 * 4 * 16 * 4096**2 * 128 / 2
+    sample = {"dtype": "bfloat16", "batch": 4, "heads": 16, "seq_len": 4096, "head_dim": 128, "causal": True,
+              "forward_seconds": flops / 1e12, "forward_backward_seconds": 3.5 * flops / 1e12, "spread": 0,
+              "jobs": [7]}
+    assert api.post("/api/v1/calibration/import", H200 | {"attention": [sample]}).status_code == 201
+    slow = api.ok("/api/v1/plan/training", ask | {"calibration": 2})
+    assert ("the attention core at SDPA's rates measured at b4 h16 s4096 d128 (attention jobs 7)"
+            in slow["assumptions"][0])
+    cfg_layers, tokens = 32, 64 * 4096  # llama3-8b: 32 layers of 32 heads of 128, the cores split over 8 GPUs
+    core_flops = 3.5 * cfg_layers * (4 * 32 * 4096 * 128 / 2) * tokens / 8  # per GPU, per step
+    grown = slow["best"][0]["breakdown"]["compute"] - published["best"][0]["breakdown"]["compute"]
+    assert grown == pytest.approx(core_flops / 1e12, rel=0.05)
+
+
 def test_a_fine_tunes_step_scales_the_calibrated_full_steps_gemms_by_its_flops(make_api):
     from tests.calibration.test_profiles import store_matmul, store_steps, synthetic_step
 
     api = make_api()
     store_matmul(api.app.state.store)
-    store_steps(api.app.state.store, campaign.jobs("cpu")[4:])
+    store_steps(api.app.state.store, campaign.train_steps("cpu"))
     profile = api.post("/api/v1/calibration/profiles").json()
     held = campaign.held_out("cpu")[7]["params"]
     ask = {"model": held["model"], "batch_size": held["batch_size"], "seq_len": held["seq_len"],
@@ -146,3 +169,23 @@ def test_a_fine_tunes_step_scales_the_calibrated_full_steps_gemms_by_its_flops(m
     assert c["seconds"] < full["seconds"] and "fine-tune: GEMMs" in c["sources"][-1]
     assert api.ok("/api/v1/finetune", {k: v for k, v in ask.items() if k != "calibration"})["calibrated"] is None
     assert_names_field(api.post("/api/v1/finetune", ask | {"precision": "bf16"}), "calibration")
+
+
+def test_a_runs_length_takes_its_mfu_from_the_profiles_step_held_at_its_sustained_ratio(api):
+    ask = {"model": "llama3-8b", "tokens": 15e12, "gpu": "h200", "num_gpus": 1024, "batch_size": 4,
+           "seq_len": 2048}
+    run = api.ok("/api/v1/time/training", ask | {"calibration": 1})
+    step = api.ok("/api/v1/time/step", {"model": "llama3-8b", "batch_size": 4, "seq_len": 2048,
+                                        "precision": "bf16_autocast", "gpu": "h200",
+                                        "calibration": 1})["calibrated"]
+    peak = hardware.gpu("h200").peak_flop_per_sec["bfloat16"]
+    sustained = H200["sustained_ratio"]["value"]
+    assert run["mfu"] == pytest.approx(step["flops"] / (step["seconds"] * peak) * sustained, rel=1e-9)
+    assert run["seconds"] == pytest.approx(run["flops"] / (1024 * peak * run["mfu"]))
+    assert run["mfu_source"].startswith("calibrated: profile 1 (NVIDIA H200, version 1)'s bf16_autocast step")
+    assert f"sustained-over-burst ratio {sustained:.3g}" in run["mfu_source"]
+    assert_names_field(api.post("/api/v1/time/training", ask | {"calibration": 1, "mfu": 0.4}), "calibration")
+    assert_names_field(api.post("/api/v1/time/training", ask | {"calibration": 1, "gpu": "h100-sxm"}),
+                       "calibration")
+    no_model = {k: v for k, v in ask.items() if k != "model"} | {"params": 8e9, "calibration": 1}
+    assert_names_field(api.post("/api/v1/time/training", no_model), "model")

@@ -36,6 +36,7 @@ def test_a_campaign_queues_its_probes_and_builds_the_profile_when_they_end(make_
     ):
         assert profile[name] is not None and set(profile[name]["jobs"]) <= ids, name
     assert set(profile["train_step"][0]["jobs"]) <= ids and len(profile["train_step"][0]["jobs"]) >= 3
+    assert profile["attention"] and {j for a in profile["attention"] for j in a["jobs"]} <= ids
     assert [p["id"] for p in api.get("/api/v1/calibration/profiles").json()] == [done["profile_id"]]
 
 

@@ -46,13 +46,15 @@ def synthetic_step(params: dict) -> float:
         ],
         "float32",
     )
+    # No attention runs in the store: the core is timed as its bare GEMMs.
     known = sum(surf.seconds(g.m, g.k, g.n, g.groups) for g in c.gemms) + sum(
-        s * surf.seconds(g.m, g.k, g.n, g.groups) for g, s in c.attention
+        a.gemm_seconds(surf, backward=True) for a in c.attention
     )
     return known + c.ops * PER_OP + c.activation_bytes * PER_ACT + c.optimizer_bytes * PER_OPT
 
 
-def store_steps(store, jobs: list[dict]) -> list[int]:
+def store_steps(store, jobs: list[dict], *, timed=None) -> list[int]:
+    """Train steps of `jobs` timed by `timed` (params -> seconds; synthetic_step by default)."""
     ids = []
     for job in jobs:
         p = job["params"]
@@ -64,7 +66,7 @@ def store_steps(store, jobs: list[dict]) -> list[int]:
             mode="full",
             batch_size=p["batch_size"],
             seq_len=p["seq_len"],
-            step=stats(synthetic_step(p)),
+            step=stats((timed or synthetic_step)(p)),
             flops_per_step=flops.transformer(
                 TransformerConfigIn(**p["model"]).to_engine(), p["batch_size"], p["seq_len"]
             ).step.total,
@@ -101,7 +103,7 @@ def test_the_profile_fits_the_step_overheads_back_and_predicts_a_held_out_step(m
     api = make_api()
     store = api.app.state.store
     mm = store_matmul(store)
-    steps = store_steps(store, campaign.jobs("cpu")[4:])
+    steps = store_steps(store, campaign.train_steps("cpu"))
     built = api.post("/api/v1/calibration/profiles", {})
     assert built.status_code == 201, built.text
     profile = built.json()
@@ -130,7 +132,8 @@ def test_the_profile_fits_the_step_overheads_back_and_predicts_a_held_out_step(m
             "optimizer_seconds",
         )
     ) == pytest.approx(calibrated["seconds"])
-    assert f"matmul jobs {mm}" in calibrated["sources"][0] and "train_step jobs" in calibrated["sources"][1]
+    assert f"matmul jobs {mm}" in calibrated["sources"][0] and "train_step jobs" in calibrated["sources"][2]
+    assert "as bare GEMMs" in calibrated["sources"][1]  # no attention runs in this store
     assert answer["profile"]["id"] == profile["id"]
     # By device model: the newest version.
     by_name = api.ok("/api/v1/time/step", {"model": held["model"], "calibration": profile["device_model"]})
@@ -169,7 +172,7 @@ def test_runs_that_disagree_are_flagged_and_the_flag_travels_with_every_answer(m
         for m, k, n in campaign.MATMUL_SHAPES["cpu"]
     ]
     finished(store, matmul(slow))
-    store_steps(store, campaign.jobs("cpu")[4:])
+    store_steps(store, campaign.train_steps("cpu"))
     profile = api.post("/api/v1/calibration/profiles", {}).json()
     assert any("spread 67%" in flag for flag in profile["flags"]), profile["flags"]
     answer = api.ok(
@@ -183,7 +186,7 @@ def test_runs_that_disagree_are_flagged_and_the_flag_travels_with_every_answer(m
 def test_export_then_import_makes_the_next_version_elsewhere(make_api):
     source, elsewhere = make_api(), make_api()
     store_matmul(source.app.state.store)
-    store_steps(source.app.state.store, campaign.jobs("cpu")[4:])
+    store_steps(source.app.state.store, campaign.train_steps("cpu"))
     first = source.post("/api/v1/calibration/profiles", {}).json()
     exported = source.get(f"/api/v1/calibration/profiles/{first['id']}").json()
     assert exported == first
@@ -255,3 +258,24 @@ def test_a_calculator_names_calibration_when_the_profile_is_missing_or_for_anoth
     assert plain["datasheet"]["seconds"] == pytest.approx(
         plain["datasheet"]["flops"] / (0.5 * 989e12), rel=0.01
     )
+
+
+def test_a_burn_ins_sustained_runs_give_the_sustained_ratio_and_power(make_api):
+    from app.probes.sustained import Sustained
+
+    api = make_api()
+    store = api.app.state.store
+    store_matmul(store)
+    burst = matmul_point(256, 256, 256, "float32", 1e-3, 1e-3)
+    held_matmul = minimal(Sustained, flop_per_sec=0.8 * burst.flop_per_sec, average_power_watts=500.0)
+    held_step = minimal(Sustained, seconds_per_iteration=0.125, average_power_watts=520.0)
+    step_result = result_for("train_step", environment=here(), step=stats(0.1), sustained=held_step)
+    matmul_result = dataclasses.replace(matmul([burst]), sustained=held_matmul)
+    burn_in = result_for("burn_in", environment=here(), matmul=matmul_result, train_step=step_result)
+    burn = finished(store, burn_in)
+    profile = api.post("/api/v1/calibration/profiles").json()
+    # The matmul held 0.8 of its burst rate; the step took 0.125 s a step sustained against 0.1 s.
+    assert profile["sustained_ratio"]["value"] == pytest.approx(0.8)
+    ratio, power = profile["sustained_ratio"], profile["power_watts"]
+    assert ratio["jobs"] == [burn] and ratio["spread"] == pytest.approx(0)
+    assert power["value"] == pytest.approx(510.0) and power["jobs"] == [burn]

@@ -280,3 +280,26 @@ def test_stores_opening_an_old_database_at_once_migrate_it_once(tmp_path, reques
     finally:
         for store in stores:
             store.close()
+
+
+def test_a_version_4_profiles_table_gains_its_device_column_keeping_its_profiles(tmp_path):
+    """Version 5: a profile may be one device's own. A database of version 4 with profiles (the
+    table as it was created whole then) keeps them, each a model-wide one."""
+    path = tmp_path / "v4.db"
+    Store(path)
+    with sqlite3.connect(path) as db:
+        db.execute("DROP TABLE profiles")
+        db.execute("CREATE TABLE profiles (id INTEGER PRIMARY KEY AUTOINCREMENT, device_model TEXT NOT NULL, "
+                   "version INTEGER NOT NULL, created_at REAL NOT NULL, body TEXT NOT NULL)")
+        db.execute("INSERT INTO profiles (device_model, version, created_at, body) VALUES "
+                   "('NVIDIA H200', 1, 0, '{\"device_model\": \"NVIDIA H200\", \"version\": 1}')")
+        db.execute("UPDATE tally_schema SET version = 4")
+        db.execute("PRAGMA user_version = 4")
+    store = Store(path)
+    with sqlite3.connect(path) as db:
+        assert "device" in {row[1] for row in db.execute("PRAGMA table_info(profiles)")}
+        assert db.execute("SELECT version FROM tally_schema").fetchone()[0] == schema.VERSION == 5
+    assert store.latest_profile("NVIDIA H200") == {"device_model": "NVIDIA H200", "version": 1}
+    added = store.add_profile(device_model="NVIDIA H200", body={}, device="GPU-aaaa")
+    assert added["version"] == 2 and store.latest_profile("GPU-aaaa") == added
+    assert store.latest_profile("NVIDIA H200")["version"] == 1  # the model's name: model-wide only

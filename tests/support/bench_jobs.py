@@ -4,6 +4,7 @@ need particular numbers (no probe runs): typed results from tests/support/result
 from typing import Any
 
 from app import device
+from app.jobs.fleet import Serves
 from app.jobs.store import Store
 from app.probes.matmul import MatmulPoint
 from app.probes.results import Environment, Stats
@@ -37,10 +38,12 @@ def matmul(points: list[MatmulPoint], environment: Environment | None = None) ->
     return result_for("matmul", environment=environment or here(), points=points, best=best)
 
 
-def finished(store: Store, result: Any, params: dict | None = None) -> int:
-    """A succeeded job holding `result` (asked for with `params`); its id."""
+def finished(store: Store, result: Any, params: dict | None = None, *, device: str | None = None) -> int:
+    """A succeeded job holding `result` (asked for with `params`), run by the dispatcher of `device`
+    (a GPU's UUID, "<host>:cpu") where given; its id."""
     job = store.submit(probe=result.probe, params=params or {}, timeout_s=60, limit=1000)
-    claimed = store.claim(worker_id="tests")
+    serves = None if device is None else Serves(device, ())
+    claimed = store.claim(worker_id="tests", serves=serves)
     assert claimed is not None and claimed.id == job.id
     assert store.finish(job.id, status="succeeded", result=result)
     return job.id

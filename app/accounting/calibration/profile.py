@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Annotated, Literal
 
-from annotated_types import Ge, Gt, Le, Lt
+from annotated_types import Ge, Gt, Le, Lt, MaxLen, MinLen
 
 from app.accounting.errors import InvalidInput
 from app.accounting.records import RECORD
@@ -54,6 +54,26 @@ class MatmulSample:
     k: Annotated[int, Ge(1), Le(1 << 20)]
     n: Annotated[int, Ge(1), Le(1 << 20)]
     seconds: Annotated[float, Gt(0), Le(1e4)]
+    spread: Spread
+    jobs: Jobs
+
+    __pydantic_config__ = RECORD
+
+
+@dataclass(frozen=True, slots=True)
+class AttentionSample:
+    """One scaled-dot-product attention shape in one dtype (the attention probe): q, k and v of
+    (batch, heads, seq_len, head_dim); the median over jobs of each run's median seconds."""
+
+    dtype: str
+    batch: Annotated[int, Ge(1), Le(1 << 20)]
+    heads: Annotated[int, Ge(1), Le(1 << 20)]
+    seq_len: Annotated[int, Ge(1), Le(1 << 24)]
+    head_dim: Annotated[int, Ge(1), Le(1 << 16)]
+    causal: bool
+    forward_seconds: Annotated[float, Gt(0), Le(1e4)]
+    forward_backward_seconds: Annotated[float, Gt(0), Le(1e4)]
+    """The forward and its backward (dq, dk, dv), one after the other."""
     spread: Spread
     jobs: Jobs
 
@@ -117,6 +137,9 @@ class Profile:
     created_at: str
     """ISO 8601, UTC."""
     matmul: tuple[MatmulSample, ...]
+    device: Annotated[str, MinLen(1), MaxLen(200)] | None = None
+    """Null: built from every device of the model. Else the one device its runs ran on (a GPU's NVML
+    UUID, "<host>:cpu"): an outlier's own profile, which `calibration` names by that device."""
     datasheet_peak_flop_per_sec: dict[str, Annotated[float, Ge(1), Le(1e18)]] = field(default_factory=dict)
     """By dtype: the catalogue's dense peaks, or for a CPU cores x clock x FLOPs a cycle
     (app/accounting/cpu.py); what a datasheet-default prediction runs at."""
@@ -135,6 +158,8 @@ class Profile:
     """Tokens a second a data loader drew and copied to the device, its fastest copy mode (the
     data_loader probe)."""
     train_step: tuple[StepOverheads, ...] = ()
+    attention: tuple[AttentionSample, ...] = ()
+    """SDPA's measured shapes (the attention probe): attention.py times the attention core from them."""
     collectives: tuple[CollectiveFit, ...] = ()
     sustained_ratio: Figure | None = None
     """Sustained over burst rate (the sustained runs' last window over their first)."""
@@ -153,7 +178,8 @@ class Profile:
     @property
     def label(self) -> str:
         where = f"profile {self.id}" if self.id is not None else "an unsaved profile"
-        return f"{where} ({self.device_model}, version {self.version})"
+        device = "" if self.device is None else f", device {self.device}"
+        return f"{where} ({self.device_model}{device}, version {self.version})"
 
     def job_ids(self) -> set[int]:
         """Every job any figure of the profile came from: a job among them never scores it."""
@@ -161,6 +187,7 @@ class Profile:
         return ({j for s in self.matmul for j in s.jobs}
                 | {j for f in figures if f is not None for j in f.jobs}
                 | {j for f in self.train_step for j in f.jobs}
+                | {j for s in self.attention for j in s.jobs}
                 | {j for f in self.collectives for j in f.jobs})
 
     def overheads(self, precision: str, *, field: str = "calibration") -> StepOverheads:
@@ -212,6 +239,12 @@ def check(p: Profile) -> None:
         if fig is not None and not (math.isfinite(fig.value) and 0 < fig.value <= MAX_FIGURE):
             raise InvalidInput(f"{name}.value",
                                f"must be a positive number up to {MAX_FIGURE:g}, got {fig.value}")
+    for i, a in enumerate(p.attention):
+        for name in ("forward_seconds", "forward_backward_seconds"):
+            value = getattr(a, name)
+            if not (math.isfinite(value) and 0 < value <= MAX_SECONDS):
+                raise InvalidInput(f"attention.{i}.{name}",
+                                   f"must be a positive number of seconds up to {MAX_SECONDS:g}, got {value}")
     for i, fit in enumerate(p.train_step):
         for name in ("seconds_per_op", "seconds_per_activation_byte", "seconds_per_optimizer_byte"):
             value = getattr(fit, name)

@@ -9,13 +9,14 @@ what datasheet defaults say of it.
 
 The GEMMs are the layer's forward GEMMs as the probe's model runs them (q, k, v fused, gate and up
 fused: app/accounting/matmul.layer_gemms), each with its dgrad and wgrad, and the LM head's. The
-attention core is the batched Q K^T and P V, b x heads of them, over the causal half FlashAttention
-computes, five of each in the backward (it recomputes the scores: FlashAttention-2, section 3.1).
-The remaining terms have one coefficient each, fitted per precision over the campaign's train_step
-runs (app/measured/profile.py): eager PyTorch dispatches every op from the host, elementwise
-kernels stream the saved activations (the memory engine's count, read and written again in the
-backward), and the optimizer streams its parameters, gradients and states once a step. The counts
-below are structural (per layer, per tensor), so one coefficient carries across model shapes.
+attention core (attention.py: Q K^T and P V over the causal share, and the five of its backward)
+is timed on the surface and scaled by SDPA's measured ratio to it where the profile has attention
+runs. The remaining terms have one coefficient each, fitted per precision over the campaign's
+train_step runs (app/measured/profile.py): eager PyTorch dispatches every op from the host,
+elementwise kernels stream the saved activations (the memory engine's count, read and written
+again in the backward), and the optimizer streams its parameters, gradients and states once a
+step. The counts below are structural (per layer, per tensor), so one coefficient carries across
+model shapes.
 """
 
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from typing import Literal
 
 from app.accounting import blocks, flops
 from app.accounting import matmul as mm
+from app.accounting.calibration import attention as core
 from app.accounting.calibration.profile import Profile
 from app.accounting.calibration.surface import Surface
 from app.accounting.records import RECORD
@@ -58,8 +60,8 @@ class Counts:
     """Forward and backward matmul FLOPs, as the train_step probe counts them (flops.py)."""
     gemms: tuple[mm.Gemm, ...]
     """Forward, dgrad and wgrad GEMMs of the layers and the head."""
-    attention: tuple[tuple[mm.Gemm, float], ...]
-    """The attention core's batched GEMMs, each with the share of it computed (the causal half)."""
+    attention: tuple[core.Core, ...]
+    """Each layer's attention core (attention.py), forward and backward."""
     ops: int
     activation_bytes: int
     optimizer_bytes: int
@@ -71,22 +73,14 @@ def counts(cfg: TransformerConfig, *, batch_size: int, seq_len: int, precision: 
            optimizer: str) -> Counts:
     tokens = batch_size * seq_len
     gemms: list[mm.Gemm] = []
-    attention: list[tuple[mm.Gemm, float]] = []
+    attention: list[core.Core] = []
     ops = OPS_OUTSIDE_LAYERS
     tensors = 3  # the token embedding, the final norm, the head (tied or not, one more for simplicity)
     for layer, count in blocks.distinct(cfg):
         forward = mm.layer_gemms(layer, tokens)
         gemms += count * (forward + mm.backward_gemms(forward))
-        heads, hd = cfg.n_heads, cfg.hd
-        full = layer.attention.forward_flops(batch=batch_size, seq_len=seq_len, causal="full")
-        done = layer.attention.forward_flops(batch=batch_size, seq_len=seq_len, causal="halved")
-        share = ((done["attention_scores"] + done["attention_values"])
-                 / max(1, full["attention_scores"] + full["attention_values"]))
-        scores = mm.Gemm("scores", seq_len, seq_len, hd, batch_size * heads)
-        values = mm.Gemm("values", seq_len, hd, seq_len, batch_size * heads)
-        # Forward: one of each. Backward: the scores again, then dP, dV, dQ and dK (five).
-        attention += count * [(scores, share), (values, share), (scores, share), (scores, share),
-                              (values, share), (scores, share), (scores, share)]
+        attention += count * [core.core(batch=batch_size, heads=cfg.n_heads, seq_len=seq_len, head_dim=cfg.hd,
+                                        window=layer.attention.window)]
         ops += count * OPS_PER_LAYER
         tensors += count * len(layer.weights())
     head = mm.head_gemm(cfg, tokens)
@@ -127,17 +121,27 @@ def datasheet(c: Counts, *, peak_flop_per_sec: float, peak_source: str, mfu: flo
                     c.optimizer_bytes, (f"FLOPs / ({peak_source} x MFU {mfu:g})",))
 
 
+def known(c: Counts, surface: Surface, curve: core.Curve | None) -> tuple[float, float]:
+    """(GEMM seconds, attention core seconds) of a step: what the matmul surface and SDPA's runs
+    time, before the fitted terms."""
+    gemm = sum(surface.seconds(g.m, g.k, g.n, g.groups) for g in c.gemms)
+    return gemm, sum(a.seconds(surface, curve, backward=True) for a in c.attention)
+
+
 def calibrated(c: Counts, profile: Profile, surface: Surface, precision: str, *,
                field: str = "calibration") -> StepTime:
     fit = profile.overheads(precision, field=field)
-    gemm = sum(surface.seconds(g.m, g.k, g.n, g.groups) for g in c.gemms)
-    attention = sum(share * surface.seconds(g.m, g.k, g.n, g.groups) for g, share in c.attention)
+    curve = core.fit(profile.attention, surface)
+    gemm, attention = known(c, surface, curve)
     op_s = c.ops * fit.seconds_per_op
     act_s = c.activation_bytes * fit.seconds_per_activation_byte
     opt_s = c.optimizer_bytes * fit.seconds_per_optimizer_byte
     jobs = sorted({j for s in profile.matmul if s.dtype == surface.dtype for j in s.jobs})
+    core_said = (f"attention core: SDPA's ratio to those GEMMs (attention jobs {_ids(curve.jobs)})"
+                 if curve is not None else
+                 f"attention core: as bare GEMMs ({profile.label} has no {surface.dtype} attention runs)")
     sources = (f"GEMMs and attention core: the {surface.dtype} matmul surface of {profile.label} "
-               f"(matmul jobs {_ids(jobs)})",
+               f"(matmul jobs {_ids(jobs)})", core_said,
                f"per op, per activation byte, per optimizer byte: the {precision} train step fit of "
                f"{profile.label} (train_step jobs {_ids(fit.jobs)}, rms error {fit.rms_relative_error:.1%})",
                *profile.flags)

@@ -35,6 +35,11 @@ DeviceModel = Annotated[str | None, Query(
                 "device.")]
 
 
+Device = Annotated[str | None, Query(
+    min_length=1, max_length=200,
+    description="One device's own profile: a GPU's NVML UUID or \"<host>:cpu\" (GET /api/v1/fleet).")]
+
+
 @router.get("", response_model=calib.Calibration)
 def calibration(jobs: StoreDep) -> Response:
     """The measured matmul peak per dtype and train-step MFU per precision on this device:
@@ -66,11 +71,14 @@ def campaign(campaign_id: CampaignId, jobs: StoreDep) -> Response:
 
 
 @router.post("/profiles", status_code=201, response_model=Profile, responses=REQUEST_ERRORS | AUTH)
-def build(jobs: StoreDep, authorized: Authorized, device_model: DeviceModel = None) -> Response:
+def build(jobs: StoreDep, authorized: Authorized, device_model: DeviceModel = None,
+          device: Device = None) -> Response:
     """Build the next version of a device model's profile from the runs this server holds (matmul,
-    bandwidth, transfer, generate, train_step, collectives; contended or wide-spread runs left out
-    and listed). 422 naming device_model where no usable matmul run was measured on it."""
-    response = respond(service.build(BuildRequest(device_model=device_model), jobs))
+    attention, bandwidth, transfer, generate, train_step, collectives, burn_in; contended or
+    wide-spread runs left out and listed; a device slower than its model's others left out and
+    flagged), or with `device` that one device's own. 422 naming device_model (or device) where no
+    usable matmul run was measured on it."""
+    response = respond(service.build(BuildRequest(device_model=device_model, device=device), jobs))
     response.status_code = 201
     return response
 

@@ -34,10 +34,13 @@ TrainingBody = Annotated[TrainingTimeRequest, Body(openapi_examples=TRAINING)]
 
 @router.post("/training", response_model=answer(timing.TrainingTime), responses=REQUEST_ERRORS)
 async def training_time(body: TrainingBody, jobs: StoreDep) -> Response:
-    """Days, GPU-hours and cost of a run at a given MFU."""
+    """Days, GPU-hours and cost of a run at a given MFU, or with `calibration` at the MFU a device's
+    profile gives the model's step."""
     # What is measured here, read off the event loop only when the request asks for it.
     here = await run_in_threadpool(read, jobs) if service.reads_store(body) else None
-    return respond(service.training(body, here), body)
+    profile = (None if body.calibration is None else
+               await run_in_threadpool(calibration.resolve, body.calibration, jobs))
+    return respond(await run_in_threadpool(service.training, body, here, profile), body)
 
 
 @router.post("/mfu", response_model=answer(timing.Utilization), responses=REQUEST_ERRORS)

@@ -28,13 +28,19 @@ class BuildRequest(Input):
     device_model: str | None = Field(
         None, min_length=1, max_length=200,
         description="The device name its runs report (GET /api/v1/devices: name). Default: this server's "
-                    "device.")
+                    "device, or with `device` that device's.")
+    device: str | None = Field(
+        None, min_length=1, max_length=200,
+        description="One device's own profile, from its runs alone: a GPU's NVML UUID or \"<host>:cpu\" "
+                    "(GET /api/v1/fleet lists them). For an outlier, which a model-wide profile leaves out.")
 
 
 @dataclasses.dataclass(slots=True)
 class ProfileSummary:
     id: int
     device_model: str
+    device: str | None
+    """Null: every device of the model; else the one device it was built from."""
     version: int
     created_at: str
     matmul_shapes: int
@@ -53,13 +59,25 @@ def _datasheet_peaks(device_model: str) -> dict[str, float]:
 
 def _store(jobs: Store, profile: Profile) -> Profile:
     body = PROFILE.dump_python(profile, mode="json")
-    return PROFILE.validate_python(jobs.add_profile(device_model=profile.device_model, body=body))
+    return PROFILE.validate_python(jobs.add_profile(device_model=profile.device_model, body=body,
+                                                    device=profile.device))
 
 
 def build(body: BuildRequest, jobs: Store, *, exclude: frozenset[int] = frozenset()) -> Profile:
-    model = body.device_model or device.describe().name
-    profile = builder.build(jobs, model, version=0, datasheet_peaks=_datasheet_peaks(model), exclude=exclude)
+    model = body.device_model or (_model_of(body.device, jobs) if body.device else device.describe().name)
+    profile = builder.build(jobs, model, version=0, datasheet_peaks=_datasheet_peaks(model), exclude=exclude,
+                            device=body.device, field="device" if body.device else "device_model")
     return _store(jobs, profile)
+
+
+def _model_of(name: str, jobs: Store) -> str:
+    """The device model the matmul runs of the device `name` report; InvalidInput naming `device`
+    when it ran none here."""
+    for job in jobs.latest(probe="matmul", limit=builder.LOOKBACK):
+        if job.ran_on_device == name:
+            return job.result.environment.device_name
+    raise InvalidInput("device", f"no matmul run here ran on device {name!r}: GET /api/v1/fleet lists the "
+                                 "devices (a GPU's UUID, or \"<host>:cpu\")")
 
 
 def import_profile(profile: Profile, jobs: Store) -> Profile:
@@ -75,7 +93,7 @@ def summaries(jobs: Store) -> list[ProfileSummary]:
     out = []
     for body in jobs.profiles():
         p = PROFILE.validate_python(body)
-        out.append(ProfileSummary(p.id or 0, p.device_model, p.version, p.created_at, len(p.matmul),
+        out.append(ProfileSummary(p.id or 0, p.device_model, p.device, p.version, p.created_at, len(p.matmul),
                                   [f.precision for f in p.train_step], list(p.flags), p.imported_from))
     return out
 
@@ -142,13 +160,15 @@ def start_campaign(body: CampaignRequest, jobs: Store, settings: Settings) -> Ca
     # All or none: a campaign half queued would build a profile from half its probes.
     if jobs.queue_depth() + len(fit) + len(scoring) > settings.queue_limit:
         raise QueueFull(settings.queue_limit)
-    requests = [JOBS.validate_python(job | target) for job in fit + scoring]  # all checked before any queues
+    # Every job parsed and admitted (memory, least duration, time limit) before any queues.
+    admitted = [job_service.admit(JOBS.validate_python(job | target), jobs=jobs, settings=settings)
+                for job in fit + scoring]
 
-    def queue(asked: list[Any]) -> list[int]:
-        return [job_service.submit(job, jobs=jobs, settings=settings).id for job in asked]
+    def queue(asked: list[job_service.Admitted]) -> list[int]:
+        return [job_service.queue(job, jobs=jobs, settings=settings).id for job in asked]
 
-    ids = queue(requests[:len(fit)])
-    held = queue(requests[len(fit):])
+    ids = queue(admitted[:len(fit)])
+    held = queue(admitted[len(fit):])
     return campaign_out(jobs.add_calibration(device_model=name, job_ids=ids, held_out=held), jobs)
 
 

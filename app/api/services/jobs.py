@@ -1,6 +1,7 @@
 """Benchmark jobs: submit, page through, read, cancel; and the job as clients see it."""
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal, Union
 
@@ -168,8 +169,36 @@ def job_out(job: Job) -> JobOut:
     return JobOut(**_fields(job), result=job.result)
 
 
+@dataclass(frozen=True)
+class Admitted:
+    """A job request that passed the time limit and admission, ready to queue."""
+
+    body: Any
+    """The request, its params as `prepare` made them."""
+    timeout_s: float
+    kind: str
+    num_gpus: int
+    gpus: list[int] | None
+    targets: Targets
+
+
 def submit(body: Any, *, jobs: Store, settings: Settings) -> Job:
     """Queue `body` (a JobRequest member) once it passes the time limit and admission."""
+    return queue(admit(body, jobs=jobs, settings=settings), jobs=jobs, settings=settings)
+
+
+def queue(job: Admitted, *, jobs: Store, settings: Settings) -> Job:
+    try:
+        return jobs.submit(probe=job.body.probe, params=job.body.params.model_dump(mode="json"),
+                           timeout_s=job.timeout_s, limit=settings.queue_limit, device=job.kind,
+                           gpu=job.body.gpu, num_gpus=job.num_gpus, gpus=job.gpus, targets=job.targets)
+    except store.QueueFull as e:
+        raise QueueFull(e.limit) from None
+
+
+def admit(body: Any, *, jobs: Store, settings: Settings) -> Admitted:
+    """`body` checked against the time limit and admission (InvalidInput naming the field that
+    fails), queued by nothing: a caller queueing several (a campaign) admits them all first."""
     timeout = body.timeout_s if body.timeout_s is not None else settings.job_timeout_s
     if timeout > settings.job_timeout_max_s:
         raise InvalidInput("timeout_s", f"{timeout} exceeds TALLY_JOB_TIMEOUT_MAX_S "
@@ -187,12 +216,7 @@ def submit(body: Any, *, jobs: Store, settings: Settings) -> Job:
             body = body.model_copy(update={"params": prepare(body.params, here, StoredPast(jobs))})
         kind = admission.check_fits(body.probe, body.params, where)
     admission.check_time(body.probe, body.params, kind, timeout)
-    try:
-        return jobs.submit(probe=body.probe, params=body.params.model_dump(mode="json"), timeout_s=timeout,
-                           limit=settings.queue_limit, device=kind, gpu=body.gpu, num_gpus=num_gpus,
-                           gpus=gpus, targets=targets)
-    except store.QueueFull as e:
-        raise QueueFull(e.limit) from None
+    return Admitted(body, timeout, kind, num_gpus, gpus, targets)
 
 
 def _in_fleet(body: Any, targets: Targets, jobs: Store) -> str:

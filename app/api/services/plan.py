@@ -6,6 +6,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field
 
 from app.accounting import matmul
+from app.accounting.calibration import attention
 from app.accounting.calibration import surface as calibration_surface
 from app.accounting.calibration.profile import Profile
 from app.accounting.calibration.surface import Surface
@@ -148,8 +149,10 @@ def _pcie(acc) -> float:
     return bw
 
 
-def _surface(body: TrainingPlanRequest, profile: Profile, acc: Any) -> tuple[Surface, list[str]]:
-    """The profile's matmul surface at the plan's GEMM dtype, and the lines saying where it came from."""
+def _surface(body: TrainingPlanRequest, profile: Profile,
+             acc: Any) -> tuple[Surface, attention.Rates | None, list[str]]:
+    """The profile's matmul surface at the plan's GEMM dtype, its SDPA rates where it measured them,
+    and the lines saying where they came from."""
     if profile.catalogue_id != acc.id:
         where = profile.catalogue_id or "a device outside the catalogue"
         raise InvalidInput("calibration", f"{profile.label} was measured on {where}, not {acc.id}")
@@ -159,9 +162,23 @@ def _surface(body: TrainingPlanRequest, profile: Profile, acc: Any) -> tuple[Sur
     dtype = memory.PEAK_DTYPE[body.precision]
     surf = calibration_surface.fit(list(profile.matmul), dtype)
     jobs = sorted({j for m in profile.matmul if m.dtype == dtype for j in m.jobs})
-    return surf, [f"calibrated: every {dtype} GEMM timed on the matmul surface of {profile.label} (matmul jobs "
-                  f"{', '.join(map(str, jobs))}); the attention core at FlashAttention's published rate, and "
-                  "every link the catalogue's (a prediction)", *profile.flags]
+    measured = attention.rates(profile.attention, dtype)
+    core = (f"the attention core at SDPA's rates measured at {measured.shape} (attention jobs "
+            f"{', '.join(map(str, measured.jobs))})" if measured else
+            "the attention core at FlashAttention's published rate (the profile has no attention runs in "
+            f"{dtype})")
+    return surf, measured, [f"calibrated: every {dtype} GEMM timed on the matmul surface of {profile.label} "
+                            f"(matmul jobs {', '.join(map(str, jobs))}); {core}; every link the catalogue's "
+                            "(a prediction)", *profile.flags]
+
+
+def _calibrated(dev: matmul.MatmulDevice, surf: Surface | None,
+                sdpa: attention.Rates | None) -> matmul.MatmulDevice:
+    """The part's matmul view with what a profile measured in place of the catalogue's."""
+    if sdpa is None:
+        return dataclasses.replace(dev, surface=surf)
+    return dataclasses.replace(dev, surface=surf, attention_forward_flop_per_sec=sdpa.forward_flop_per_sec,
+                               attention_backward_flop_per_sec=sdpa.backward_flop_per_sec)
 
 
 def plan_training(body: TrainingPlanRequest, here: Here | None = None,
@@ -189,7 +206,7 @@ def plan_training(body: TrainingPlanRequest, here: Here | None = None,
     fp8_peak = peak_flop_per_sec(acc, "float8_e4m3fn", field="precision") if fp8.is_fp8(body.precision) else None
     if body.fp8_param_gather and fp8_peak is None:
         raise InvalidInput("fp8_param_gather", "needs an FP8 recipe as the precision")
-    surf, calibrated = _surface(body, profile, acc) if profile is not None else (None, [])
+    surf, sdpa, calibrated = _surface(body, profile, acc) if profile is not None else (None, None, [])
     shaped = body.matmul_time == "shaped" or surf is not None
     if shaped and "compute_efficiency" in body.model_fields_set:
         raise InvalidInput("compute_efficiency", "applies with matmul_time flat; shaped times each GEMM itself")
@@ -201,8 +218,8 @@ def plan_training(body: TrainingPlanRequest, here: Here | None = None,
                  fp8_param_gather=body.fp8_param_gather, overlap_tensor_parallel=body.overlap_tensor_parallel,
                  activation_offload=body.activation_offload, loss_chunks=body.loss_chunks,
                  pcie_bytes_per_sec=_pcie(acc) if body.activation_offload else None,
-                 matmul=dataclasses.replace(matmul.device(acc, memory.PEAK_DTYPE[body.precision], field="precision"),
-                                            surface=surf) if shaped else None,
+                 matmul=_calibrated(matmul.device(acc, memory.PEAK_DTYPE[body.precision], field="precision"),
+                                    surf, sdpa) if shaped else None,
                  fp8_matmul=matmul.device(acc, "float8_e4m3fn", field="precision") if shaped and fp8_peak else None)
     plan = training.plan(w, body.limits.to_engine(), top_k=body.top_k, points=body.include_points,
                          links=links)

@@ -5,11 +5,14 @@ from typing import Annotated, Literal
 from pydantic import Field, StringConstraints
 
 from app.accounting import dtypes, hardware, timing
+from app.accounting.calibration import step, surface
+from app.accounting.calibration.profile import Profile
 from app.accounting.errors import InvalidInput
 from app.accounting.models import count_params
 from app.api.services import energy
 from app.api.services.energy import EnergyInputs
-from app.inputs.fields import Input, count, number
+from app.inputs.calibration import CALIBRATION_HELP, CalibrationRef
+from app.inputs.fields import Input, count, number, sequence_length
 from app.inputs.schemas import (
     GpuInput,
     GpuOverridesIn,
@@ -49,6 +52,14 @@ class TrainingTimeRequest(GpuInput, EnergyInputs):
     currency: Currency = Field(
         "USD", description="ISO 4217 code of the price and the cost (e.g. USD, EUR); echoed, never "
                            "converted.")
+    calibration: CalibrationRef | None = Field(
+        None, description=CALIBRATION_HELP + " Here: the MFU is the profile's calibrated step of `model` "
+        "(one micro-batch of batch_size x seq_len on one device: its FLOPs over its seconds x the dense "
+        "peak), times its sustained-over-burst ratio where measured. Communication is not counted "
+        "(POST /api/v1/plan/training times layouts). Needs model; not with mfu.")
+    batch_size: count(1, 65_536) = Field(4, description="With calibration: the micro-batch it times.")
+    seq_len: sequence_length(1, 1_048_576) = Field(2048, description="With calibration: the micro-batch's "
+                                                                     "sequence length.")
 
 
 class MfuRequest(Input):
@@ -68,11 +79,15 @@ def reads_store(body: TrainingTimeRequest) -> bool:
     return body.mfu == "measured" or body.reads_store()
 
 
-def training(body: TrainingTimeRequest, here: Here | None = None) -> timing.TrainingTime:
-    """`here` (read when reads_store(body)) only for a measured MFU or power."""
+def training(body: TrainingTimeRequest, here: Here | None = None,
+             profile: Profile | None = None) -> timing.TrainingTime:
+    """`here` (read when reads_store(body)) only for a measured MFU or power; `profile`, the one
+    `calibration` names (read by the caller)."""
     flops, source = _flops(body)
     acc = body.accelerator()
-    if body.mfu == "measured":
+    if profile is not None:
+        mfu, mfu_source = calibrated_mfu(body, acc, profile)
+    elif body.mfu == "measured":
         assert here is not None, "reads_store(body): the caller reads what is measured here"
         mfu, mfu_source = measured_mfu(body, here)
     else:  # "default": the request left mfu out, so 0.5 is ours, not the caller's
@@ -104,6 +119,37 @@ def _flops(body: TrainingTimeRequest) -> tuple[float, str]:
     if body.tokens is None:
         raise InvalidInput("tokens", "give tokens (and params) for 6*params*tokens FLOPs, or give flops")
     return timing.training_flops(body.params, body.tokens), "6*params*tokens"
+
+
+def calibrated_mfu(body: TrainingTimeRequest, acc: hardware.Accelerator,
+                   profile: Profile) -> tuple[float, str]:
+    """The MFU of the profile's calibrated step of body.model (app/accounting/calibration/step.py),
+    held for a run's length by its sustained ratio; (mfu, what it came from)."""
+    if "mfu" in body.model_fields_set:
+        raise InvalidInput("calibration", "the profile gives the MFU: give mfu or calibration, not both")
+    if body.model is None:
+        raise InvalidInput("model", "give the model whose step the calibration profile times")
+    if profile.catalogue_id != acc.id:
+        where = profile.catalogue_id or "a device outside the catalogue (POST /api/v1/time/step times one)"
+        raise InvalidInput("calibration",
+                           f"{profile.label} was measured on {where}, not {gpu_label(body.gpu)}")
+    key = dtypes.peak_key(body.dtype)
+    precision = _PRECISION.get(key)
+    if precision is None:
+        raise InvalidInput("dtype", f"a calibrated step runs in float32 or bfloat16, not {key}")
+    c = step.counts(engine_model(body.model), batch_size=body.batch_size, seq_len=body.seq_len,
+                    precision=precision, optimizer="adamw")
+    timed = step.calibrated(c, profile, surface.fit(list(profile.matmul), step.MATMUL_DTYPE[precision]),
+                            precision)
+    mfu = c.flops / (timed.seconds * hardware.peak_flop_per_sec(acc, body.dtype))
+    said = (f"calibrated: {profile.label}'s {precision} step of the model at {body.batch_size} x "
+            f"{body.seq_len} tokens ({timed.seconds:.4g} s: its FLOPs over that x the dense peak, "
+            f"MFU {mfu:.3g})")
+    if profile.sustained_ratio is not None:
+        mfu *= min(1.0, profile.sustained_ratio.value)
+        said += (f", x its sustained-over-burst ratio {profile.sustained_ratio.value:.3g} (jobs "
+                 f"{', '.join(map(str, profile.sustained_ratio.jobs))})")
+    return min(mfu, 1.0), "; ".join([said, *profile.flags])
 
 
 # The train_step precision whose MFU stands for each peak dtype.

@@ -6,6 +6,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from app.accounting import hardware
 from app.accounting.calibration import step, surface
 from app.accounting.calibration.profile import Profile
 from app.accounting.errors import InvalidInput
@@ -36,7 +37,24 @@ def datasheet(params: dict[str, Any], result: Any) -> list[Pair]:
     if peak is not None and result.mode == "full":
         pairs.append(Pair("step_seconds", "time", result.flops_per_step / (peak[0] * step.DEFAULT_MFU),
                           result.step.median, detail))
+    board = board_watts(result.environment)
+    if board is not None:
+        pairs += _power(board, result, detail)
     return positive(pairs)
+
+
+def board_watts(environment: Any) -> float | None:
+    """What the energy calculators draw a GPU at when not told (POST /api/v1/energy, a plan's
+    energy): the catalogue's board power."""
+    acc = hardware.catalogue().get(environment.catalogue_id or "")
+    return None if acc is None else acc.board_power_watts
+
+
+def _power(predicted_watts: float, result: Any, detail: str) -> list[Pair]:
+    """The average board watts NVML read over the steps run back to back (Stats.energy), beside
+    the power an energy answer assumes: the energy a run draws is its hours times that."""
+    drawn = result.step.energy
+    return [] if drawn is None else [Pair("board_watts", "energy", predicted_watts, drawn.watts, detail)]
 
 
 def calibrated(params: dict[str, Any], result: Any, profile: Profile) -> list[Pair]:
@@ -51,7 +69,8 @@ def calibrated(params: dict[str, Any], result: Any, profile: Profile) -> list[Pa
     except InvalidInput:  # no surface in this dtype, no fit at this precision: nothing to score
         return []
     detail = f"{result.model}, batch {p.batch_size} x {p.seq_len}, {p.precision}"
-    return positive([Pair("step_seconds", "time", predicted, result.step.median, detail)])
+    power = [] if profile.power_watts is None else _power(profile.power_watts.value, result, detail)
+    return positive([Pair("step_seconds", "time", predicted, result.step.median, detail), *power])
 
 
 LEDGER = Ledger(datasheet, calibrated)
