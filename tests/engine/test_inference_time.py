@@ -158,3 +158,19 @@ def test_moe_decode_reads_only_the_experts_its_tokens_pick(api):
 ])
 def test_bad_serving_requests_name_the_field(api, body, field):
     assert_names_field(api.post(TIME, body), field)
+
+
+@pytest.mark.parametrize(("fmt", "gpu", "peak"), [
+    ("nvfp4", "b200", "float4_e2m1fn"),  # W4A4 on Blackwell's FP4 tensor cores
+    ("nvfp4", "h100-sxm", "float16"),  # no FP4 peak: dequantized to the activations' dtype
+    ("mxfp8", "b200", "float8_e4m3fn"),
+    ("mxfp4", "b200", "float16"),  # gpt-oss's experts run with 16-bit activations
+    ("fp8_e4m3", "h100-sxm", "float8_e4m3fn"),
+])
+def test_a_formats_matmuls_run_at_the_peak_of_the_activations_it_quantizes(api, fmt, gpu, peak):
+    from app.accounting import dtypes, hardware
+
+    answer = api.ok(TIME, FT | {"gpu": gpu, "weight_format": fmt})
+    assert answer["peak_dtype"] == peak
+    key = dtypes.peak_key(peak)
+    assert answer["peak_flop_per_sec"] == hardware.gpu(gpu).peak_flop_per_sec[key]

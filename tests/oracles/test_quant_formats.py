@@ -54,6 +54,67 @@ def test_awq_is_autoawqs_buffers(shape, g):
     assert tensor_bytes("awq_int4", shape, group_size=g) == nbytes(*awq_buffers(*shape, g))
 
 
+def mxfp4_buffers(rows: int, cols: int) -> tuple[torch.Tensor, ...]:
+    """A gpt-oss checkpoint's expert matrix: <name>_blocks, 16 bytes of two E2M1 values for each
+    32 inputs, and <name>_scales, one E8M0 byte for each (the layout transformers' mxfp4.py declared
+    as gate_up_proj_blocks and _scales, and the safetensors files hold)."""
+    return (torch.zeros(rows, cols // 32, 16, dtype=torch.uint8),
+            torch.zeros(rows, cols // 32, dtype=torch.uint8))
+
+
+def mxfp8_buffers(rows: int, cols: int) -> tuple[torch.Tensor, ...]:
+    """vLLM modelopt.py ModelOptMxFp8LinearMethod.create_weights: E4M3 weight, E8M0 scale per 32 inputs."""
+    return (torch.zeros(rows, cols, dtype=torch.float8_e4m3fn),
+            torch.zeros(rows, cols // 32, dtype=torch.uint8))
+
+
+def nvfp4_buffers(rows: int, cols: int) -> tuple[torch.Tensor, ...]:
+    """vLLM modelopt.py ModelOptNvFp4LinearMethod.create_weights for one matrix: packed E2M1 weight,
+    E4M3 scale per 16 inputs, float32 weight_scale_2 and input_scale."""
+    return (torch.zeros(rows, cols // 2, dtype=torch.uint8),
+            torch.zeros(rows, cols // 16, dtype=torch.float8_e4m3fn),
+            torch.zeros(1, dtype=torch.float32), torch.zeros(1, dtype=torch.float32))
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize(("fmt", "buffers"), [("mxfp4", mxfp4_buffers), ("mxfp8", mxfp8_buffers),
+                                              ("nvfp4", nvfp4_buffers)])
+def test_microscaled_formats_are_their_published_layouts(shape, fmt, buffers):
+    assert tensor_bytes(fmt, shape) == nbytes(*buffers(*shape))
+    assert tensor_bytes(fmt, (4, *shape)) == 4 * nbytes(*buffers(*shape))  # experts, each its own scales
+
+
+def test_a_microscaled_matrix_whose_inputs_split_a_block_is_refused_naming_the_field():
+    for fmt, cols in (("mxfp4", 2880 + 16), ("mxfp8", 100), ("nvfp4", 2888)):
+        with pytest.raises(InvalidInput) as refused:
+            tensor_bytes(fmt, (128, cols))
+        assert refused.value.field == "weight_format" and f"{cols} inputs" in refused.value.message
+    # A tensor-parallel shard that splits a block is refused naming tensor_parallel: Qwen1.5-MoE's
+    # experts' down_proj has 1,408 inputs, 176 on each of 8 ranks, not a multiple of 32.
+    with pytest.raises(InvalidInput) as refused:
+        weight_bytes(QWEN2_MOE, "mxfp8", tensor_parallel=8)
+    assert refused.value.field == "tensor_parallel" and "176 inputs" in refused.value.message
+
+
+def test_mxfp4_keeps_attention_as_gpt_oss_does_and_nvfp4_splits_over_ranks():
+    answer = weight_bytes(MIXTRAL, "mxfp4")
+    assert answer.kept == ["embeddings", "attention", "router", "norms", "lm_head"]
+    # 32 layers of 8 experts, each w1 and w3 (14,336 x 4,096) and w2 (4,096 x 14,336).
+    assert answer.by_component["routed_experts"] == 32 * 8 * (2 * nbytes(*mxfp4_buffers(14336, 4096))
+                                                               + nbytes(*mxfp4_buffers(4096, 14336)))
+    two = weight_bytes(LLAMA2_7B, "nvfp4", tensor_parallel=2)
+    # Column-split q/k/v/gate/up halve their rows; row-split o/down halve their inputs; each shard
+    # keeps its own two float32 scales.
+    one = weight_bytes(LLAMA2_7B, "nvfp4")
+    halves = 32 * (4 * nbytes(*nvfp4_buffers(2048, 4096)) + 2 * nbytes(*nvfp4_buffers(5504, 4096))
+                   + nbytes(*nvfp4_buffers(4096, 5504)))
+    whole = 32 * (4 * nbytes(*nvfp4_buffers(4096, 4096)) + 3 * nbytes(*nvfp4_buffers(11008, 4096)))
+    assert one.by_storage["nvfp4"] == whole
+    norms = 65 * 4096 * 2  # bfloat16, on every rank; the embeddings and the head split by vocabulary
+    assert two.by_storage == one.by_storage
+    assert two.per_gpu_bytes - halves == (one.total_bytes - whole - norms) // 2 + norms
+
+
 def test_experts_are_quantized_one_by_one():
     # A stacked (n_experts, rows, cols) tensor is n_experts matrices with their own scales.
     for fmt in ("gptq_int4", "awq_int4", "nf4", "fp8_e4m3", "fp8_e4m3_block128", "int8_channel"):
@@ -107,7 +168,7 @@ def test_bits_per_weight_follow_the_layouts():
 
 def test_every_format_is_listed_with_a_source():
     listed = list_formats()
-    assert [f.id for f in listed] == list(FORMATS) and len(listed) == 15
+    assert [f.id for f in listed] == list(FORMATS) and len(listed) == 18
     assert all(f.source and f.layout and f.bits_per_weight > 0 for f in listed)
 
 

@@ -15,7 +15,8 @@ from app.accounting.errors import InvalidInput
 from app.accounting.inference import ggml
 from app.accounting.records import RECORD
 
-Kind = Literal["float", "fp8", "fp8_block", "int8_channel", "gptq", "awq", "nf4", "nf4_dq", "gguf"]
+Kind = Literal["float", "fp8", "fp8_block", "int8_channel", "gptq", "awq", "nf4", "nf4_dq", "mx", "nvfp4",
+               "gguf"]
 
 FP32_BYTES = 4  # one scale, absmax or offset (IEEE binary32)
 FP16_BYTES = 2  # a GPTQ/AWQ scale or bias (IEEE binary16)
@@ -28,7 +29,19 @@ NF4_CODE_BYTES = 16 * FP32_BYTES  # the 16-entry NF4 code, get_4bit_type(), one 
 # Double quantization's 8-bit dynamic code: quantize_blockwise copies it into each tensor's
 # nested state (code.to(device, copy=True)), and checkpoints save it as nested_quant_map.
 NF4_NESTED_CODE_BYTES = 256 * FP32_BYTES
+# Microscaling (OCP Microscaling Formats (MX) Specification v1.0, section 5): k = 32 elements along
+# the reduction dimension share one E8M0 scale, a power of two in one byte. NVFP4 (NVIDIA's, as
+# TensorRT Model Optimizer writes it and vLLM's modelopt.py loads it): 16 E2M1 elements share an
+# E4M3 scale, and each matrix has a float32 global weight scale and a float32 input scale.
+MX_BLOCK_WEIGHTS = 32
+E8M0_BYTES = 1
+NVFP4_BLOCK_WEIGHTS = 16
+E4M3_BYTES = 1
+NVFP4_PER_MATRIX_BYTES = 2 * FP32_BYTES  # weight_scale_2 and input_scale, one each per matrix
 DEFAULT_KEEP = ("embeddings", "lm_head", "norms", "router")
+# gpt-oss's quantization_config: modules_to_not_convert are self_attn, the router, embed_tokens and
+# lm_head; only its experts are MXFP4.
+MXFP4_KEEP = (*DEFAULT_KEEP, "attention")
 
 _GPTQ_SRC = ("AutoGPTQ auto_gptq/nn_modules/qlinear/qlinear_cuda_old.py QuantLinear (transformers' "
              "GPTQ checkpoints); vLLM gptq.py refuses input_size_per_partition % group_size != 0")
@@ -59,8 +72,9 @@ class WeightFormat:
 
 
 def _fmt(id_: str, name: str, kind: Kind, bpw: float, formula: str, layout: str, source: str,
-         notes: str, aliases: tuple[str, ...] = ()) -> WeightFormat:
-    keep = () if kind in ("float", "gguf") else DEFAULT_KEEP
+         notes: str, aliases: tuple[str, ...] = (), keep: tuple[str, ...] | None = None) -> WeightFormat:
+    if keep is None:
+        keep = () if kind in ("float", "gguf") else DEFAULT_KEEP
     return WeightFormat(id_, name, kind, bpw, formula, layout, source, notes, keep, aliases)
 
 
@@ -119,6 +133,25 @@ _FORMATS = (
          _KEPT_NOTE + "Each tensor's nested state holds its own copy of the 256-entry dynamic code "
          "(1 KiB), as bitsandbytes 0.50 copies it per tensor.",
          ("nf4_dq", "bnb_nf4_dq")),
+    _fmt("mxfp4", "MXFP4 (E2M1, blocks of 32, E8M0 scales)", "mx", 4 + 8 * E8M0_BYTES / MX_BLOCK_WEIGHTS,
+         "4 + 8/32", "uint8 blocks (rows, cols/32, 16): two E2M1 weights a byte; uint8 E8M0 scales "
+         "(rows, cols/32); cols a multiple of 32",
+         "OCP Microscaling Formats (MX) v1.0; gpt-oss checkpoints (<name>_blocks, <name>_scales) as "
+         "transformers' integrations/mxfp4.py declared them and vLLM's mxfp4.py loads them",
+         "gpt-oss stores only its experts so (its quantization_config's modules_to_not_convert: "
+         "self_attn, router, embed_tokens, lm_head), so attention is kept too by default.",
+         ("mxfp4_e2m1", "mx_fp4"), keep=MXFP4_KEEP),
+    _fmt("mxfp8", "MXFP8 (E4M3, blocks of 32, E8M0 scales)", "mx", 8 + 8 * E8M0_BYTES / MX_BLOCK_WEIGHTS,
+         "8 + 8/32", "float8_e4m3fn weight (rows, cols), uint8 E8M0 weight_scale (rows, cols/32); cols a "
+         "multiple of 32", "OCP Microscaling Formats (MX) v1.0; vLLM modelopt.py ModelOptMxFp8LinearMethod "
+         "and compressed_tensors_w8a8_mxfp8.py create_weights", _KEPT_NOTE, ("mx_fp8",)),
+    _fmt("nvfp4", "NVFP4 (E2M1, blocks of 16, E4M3 scales)", "nvfp4",
+         4 + 8 * E4M3_BYTES / NVFP4_BLOCK_WEIGHTS, "4 + 8/16 + 64 / (rows x cols)",
+         "uint8 weight (rows, cols/2): two E2M1 weights a byte; float8_e4m3fn weight_scale (rows, "
+         "cols/16); float32 weight_scale_2 and input_scale per matrix; cols a multiple of 16",
+         "vLLM modelopt.py ModelOptNvFp4LinearMethod.create_weights (TensorRT Model Optimizer "
+         "checkpoints)", _KEPT_NOTE + "Model Optimizer's NVFP4 recipes leave lm_head and MoE routers "
+         "in the model dtype.", ("nv_fp4", "modelopt_fp4")),
     _gguf("gguf_q8_0", "GGUF Q8_0", "blocks of 32: int8 weights + fp16 scale (34 bytes)",
           "Pure: every matrix Q8_0; 1-D tensors, norms and routers F32.", ("q8_0",)),
     _gguf("gguf_q6_k", "GGUF Q6_K", "super-blocks of 256: 6-bit weights, int8 scales of 16, fp16 d "
@@ -157,6 +190,21 @@ def check_group_size(group_size: object) -> int:
 
 def _ceil(a: int, b: int) -> int:
     return -(-a // b)
+
+
+def _microscaled(fmt: WeightFormat, rows: int, cols: int, what: str) -> int:
+    """One MXFP4, MXFP8 or NVFP4 matrix: the elements packed, one scale per block of the input
+    dimension (and NVFP4's two float32 per-matrix scales). A block never straddles rows, and the
+    loaders refuse an input dimension that does not divide it (vLLM: "not multiple of 16")."""
+    block = NVFP4_BLOCK_WEIGHTS if fmt.kind == "nvfp4" else MX_BLOCK_WEIGHTS
+    if cols % block:
+        raise InvalidInput("weight_format", f"{fmt.name} scales blocks of {block} inputs; {what} has "
+                                            f"{cols} inputs")
+    element_bits = int(fmt.bits_per_weight)  # 4 or 8: the scale's share is the fraction
+    data = rows * cols * element_bits // 8
+    if fmt.kind == "nvfp4":
+        return data + rows * (cols // block) * E4M3_BYTES + NVFP4_PER_MATRIX_BYTES
+    return data + rows * (cols // block) * E8M0_BYTES
 
 
 def _int4(fmt: WeightFormat, rows: int, cols: int, group_size: int, what: str) -> int:
@@ -202,6 +250,8 @@ def matrix_bytes(fmt: WeightFormat, shape: tuple[int, ...], group_size: int = 12
         per = n + FP32_BYTES * rows
     elif fmt.kind in ("gptq", "awq"):
         per = _int4(fmt, rows, cols, group_size, what)
+    elif fmt.kind in ("mx", "nvfp4"):
+        per = _microscaled(fmt, rows, cols, what)
     else:
         # Two 4-bit weights a byte, one absmax per block (fp32; or uint8, requantized in blocks
         # of 256 with an fp32 absmax each, an fp32 offset and its own 8-bit code).

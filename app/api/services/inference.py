@@ -38,9 +38,12 @@ def _cache_dtype(name: str) -> str:
 
 
 CacheDtype = named("cache dtype", _CACHE_DTYPES, dtypes.DTYPES_LISTING, _cache_dtype)
-# Formats whose matmuls run on quantized activations too (W8A8, as vLLM runs them on GPUs with
-# that peak); every other format is dequantized to `dtype` on the fly (Marlin, GGUF kernels).
-W8A8_PEAK = {"fp8": "float8_e4m3fn", "fp8_block": "float8_e4m3fn", "int8_channel": "int8"}
+# Formats whose matmuls run on quantized activations too, by format id (W8A8 as vLLM runs FP8 and
+# INT8; MXFP8 on MX tensor cores; NVFP4 W4A4, its checkpoints carrying the activations' input_scale)
+# on GPUs with that peak; every other format is dequantized to `dtype` on the fly (Marlin, GGUF
+# kernels, and gpt-oss's MXFP4 experts through triton_kernels' matmul_ogs with bf16 activations).
+W8A8_PEAK = {"fp8_e4m3": "float8_e4m3fn", "fp8_e4m3_block128": "float8_e4m3fn",
+             "int8_channel": "int8", "mxfp8": "float8_e4m3fn", "nvfp4": "float4_e2m1fn"}
 
 DEFAULT_MEMORY_EFFICIENCY = 0.9
 # From profiling FasterTransformer on an A100 (kipply, "Transformer Inference Arithmetic", 2022), as
@@ -265,7 +268,7 @@ def compute_dtype(weight_format: str, dtype: str, acc: hardware.Accelerator) -> 
     """The peak a format's matmuls run at: fp8 and int8 weights with quantized activations
     (W8A8, as vLLM runs them) where the GPU has that peak, else the activations' dtype (the
     weights are dequantized on the fly, as Marlin kernels do)."""
-    w8a8 = W8A8_PEAK.get(formats.FORMATS[weight_format].kind)
+    w8a8 = W8A8_PEAK.get(formats.FORMATS[weight_format].id)
     return w8a8 if w8a8 and dtypes.peak_key(w8a8) in acc.peak_flop_per_sec else dtype
 
 
