@@ -164,6 +164,14 @@ class TransformerConfig:
     """Layer i routes when (i+1) is a multiple of this (Qwen's decoder_sparse_step)."""
     mlp_only_layers: tuple[int, ...] = ()
     """Layer indices (from 0) that keep a dense MLP (Qwen's mlp_only_layers)."""
+    expert_bias: bool = False
+    """Biases on every routed expert's matrices, (2 x d_ff_expert) on gate and up and d_model on
+    down (gpt-oss's gate_up_proj_bias and down_proj_bias): a token's k experts read theirs."""
+    router_bias: bool = False
+    """A bias of n_experts on the router's logits (gpt-oss's router.bias)."""
+    attention_sinks: bool = False
+    """A learned logit per query head joins each softmax and takes its share of the weight, its
+    value none (gpt-oss's sinks): n_heads parameters a layer, no matmul FLOPs, no cache."""
     router_score_correction: bool = False
     """DeepSeek-V3's e_score_correction_bias: n_experts floats per MoE layer that steer
     selection. transformers keeps it as a buffer, not a parameter, so it is reported as
@@ -299,6 +307,9 @@ def _check_structure(c: TransformerConfig) -> None:
             if getattr(c, name) is not None:
                 raise InvalidInput(name, "is a latent-attention width; it needs kv_lora_rank")
     _check_experts(c)
+    if c.attention_sinks and c.kv_lora_rank is not None:
+        raise InvalidInput("attention_sinks", "are counted for grouped-query attention; latent attention has "
+                                              "none")
 
 
 def _check_experts(c: TransformerConfig) -> None:
@@ -311,7 +322,8 @@ def _check_experts(c: TransformerConfig) -> None:
                 raise InvalidInput(name, "describes experts; it needs n_experts")
         for name, neutral in (("n_shared_experts", 0), ("shared_expert_gate", False),
                               ("first_dense_layers", 0), ("moe_every", 1), ("mlp_only_layers", ()),
-                              ("router_score_correction", False)):
+                              ("router_score_correction", False), ("expert_bias", False),
+                              ("router_bias", False)):
             if getattr(c, name) != neutral:
                 raise InvalidInput(name, "describes experts; it needs n_experts")
         return

@@ -68,3 +68,12 @@ def test_the_summary_says_one_thing_per_way_to_run_it(ask, said):
     summary = answer(FitRequest.model_validate(ask)).summary
     assert summary.startswith(said), summary
     assert summary.count("Serving") == 1 and "Serving in" not in summary
+
+
+def test_a_gpu_without_bfloat16_serves_and_trains_in_float16():
+    """A V100 has no bfloat16 path: vLLM serves a bf16 model in float16 there, and AMP trains in fp16."""
+    got = _answer({"model": "llama3-8b", "gpu": "v100-sxm2", "seq_len": 512})
+    options = {o.option: o for o in got.options}
+    assert "inference-float16" in options and "inference-bfloat16" not in options
+    assert options["inference-float16"].fits and options["lora"].fits
+    assert any("fp16 (no bf16 path on this GPU) mixed precision" in a for a in got.assumptions)

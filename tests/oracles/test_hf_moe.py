@@ -11,6 +11,8 @@ from app.accounting.hf import import_config
 from tests.support.api import assert_names_field
 from tests.support.hf_configs_moe import (
     DEEPSEEK_V2_LITE,
+    GPT_OSS_20B,
+    GPT_OSS_120B,
     MIXTRAL_8X7B,
     QWEN3_30B_A3B,
     QWEN15_MOE_A27B,
@@ -44,6 +46,21 @@ def test_mixtral_8x7b_is_its_published_total_and_active(api):
     assert body["config"]["first_dense_layers"] == 0 and body["params"]["mlp"] == 0  # no dense layer
 
 
+@pytest.mark.parametrize(("config", "total", "card_active"), [
+    (GPT_OSS_20B, 20_914_757_184, 3.6e9), (GPT_OSS_120B, 116_829_156_672, 5.1e9)], ids=["20b", "120b"])
+def test_gpt_oss_is_its_published_total_and_the_cards_active_without_the_embedding(api, config, total,
+                                                                                   card_active):
+    """The model card: gpt-oss-20b 20.9B total, 3.6B active; gpt-oss-120b 116.8B and 5.1B. The card's
+    active count leaves out the input embedding table (a lookup), which Tally's `active` keeps."""
+    body = api.ok(IMPORT, config)
+    assert (body["params"]["total"], body["params"]["active"], 0) == hf_counts(config)
+    assert body["params"]["total"] == total
+    assert body["params"]["active"] - 201088 * 2880 == pytest.approx(card_active, rel=0.01)
+    assert body["config"]["attention_sinks"] and body["config"]["expert_bias"] and body["config"]["router_bias"]
+    assert (body["config"]["sliding_window"], body["config"]["global_every"]) == (128, 2)
+    assert not any("does not know" in w for w in body["warnings"])
+
+
 def test_deepseek_v3_is_its_published_total_with_the_buffer_and_mtp_said(api):
     body = api.ok(IMPORT, DEEPSEEK_V3)
     total, active, buffers = hf_counts(DEEPSEEK_V3)
@@ -68,6 +85,7 @@ def test_real_configs_count_as_transformers_does(api, config):
 
 @pytest.mark.parametrize("config", [{"model_type": "mixtral"}, {"model_type": "qwen2_moe"},
                                     {"model_type": "qwen3_moe"}, {"model_type": "deepseek_v3"},
+                                    {"model_type": "gpt_oss"},
                                     {"model_type": "deepseek_v2", "num_experts_per_tok": 6}],
                          ids=lambda c: c["model_type"])
 def test_absent_keys_take_the_config_class_defaults(config):

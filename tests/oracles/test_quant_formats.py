@@ -260,3 +260,13 @@ def test_an_unknown_format_lists_the_formats():
     with pytest.raises(InvalidInput) as refused:
         weight_bytes(LLAMA2_7B, "q4km_typo")
     assert "gguf_q4_k_m" in refused.value.message and "awq_int4" in refused.value.message
+
+
+@pytest.mark.parametrize(("preset", "total_size"), [("gpt-oss-20b", 13_761_264_768),
+                                                    ("gpt-oss-120b", 65_248_815_744)])
+def test_gpt_oss_in_mxfp4_is_its_published_checkpoint(preset, total_size):
+    """The `total_size` of openai/gpt-oss-20b's and -120b's model.safetensors.index.json: the
+    experts' MXFP4 blocks and scales, everything else (their biases too) in bf16."""
+    answer = weight_bytes(models.presets()[preset].config, "mxfp4", base_dtype="bfloat16")
+    assert answer.total_bytes == total_size
+    assert answer.kept == ["embeddings", "attention", "router", "norms", "lm_head"]

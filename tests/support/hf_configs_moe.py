@@ -26,6 +26,29 @@ QWEN15_MOE_A27B = {"architectures": ["Qwen2MoeForCausalLM"], "attention_dropout"
                    "moe_intermediate_size": 1408, "shared_expert_intermediate_size": 5632,
                    "num_experts_per_tok": 4, "num_experts": 60, "norm_topk_prob": False,
                    "output_router_logits": False, "router_aux_loss_coef": 0.001}
+# openai/gpt-oss-20b config.json (its quantization_config stores the experts in MXFP4; the counts
+# are the model's, whatever the storage). gpt-oss-120b's differs in num_hidden_layers (36),
+# num_local_experts (128), layer_types (36 entries) and router_aux_loss_coef.
+GPT_OSS_20B = {"architectures": ["GptOssForCausalLM"], "attention_bias": True, "attention_dropout": 0.0,
+               "eos_token_id": 200002, "experts_per_token": 4, "head_dim": 64, "hidden_act": "silu",
+               "hidden_size": 2880, "initial_context_length": 4096, "initializer_range": 0.02,
+               "intermediate_size": 2880, "layer_types": ["sliding_attention", "full_attention"] * 12,
+               "max_position_embeddings": 131072, "model_type": "gpt_oss", "num_attention_heads": 64,
+               "num_experts_per_tok": 4, "num_hidden_layers": 24, "num_key_value_heads": 8,
+               "num_local_experts": 32, "output_router_logits": False, "pad_token_id": 199999,
+               "quantization_config": {"modules_to_not_convert": ["model.layers.*.self_attn",
+                                                                  "model.layers.*.mlp.router",
+                                                                  "model.embed_tokens", "lm_head"],
+                                       "quant_method": "mxfp4"},
+               "rms_norm_eps": 1e-05, "rope_scaling": {"beta_fast": 32.0, "beta_slow": 1.0, "factor": 32.0,
+                                                       "original_max_position_embeddings": 4096,
+                                                       "rope_type": "yarn", "truncate": False},
+               "rope_theta": 150000, "router_aux_loss_coef": 0.9, "sliding_window": 128, "swiglu_limit": 7.0,
+               "tie_word_embeddings": False, "transformers_version": "4.55.0.dev0", "use_cache": True,
+               "vocab_size": 201088}
+GPT_OSS_120B = GPT_OSS_20B | {"num_hidden_layers": 36, "num_local_experts": 128,
+                              "layer_types": ["sliding_attention", "full_attention"] * 18,
+                              "router_aux_loss_coef": 0.9}
 # Qwen/Qwen3-30B-A3B config.json.
 QWEN3_30B_A3B = {"architectures": ["Qwen3MoeForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
                  "bos_token_id": 151643, "decoder_sparse_step": 1, "eos_token_id": 151645, "head_dim": 128,
@@ -127,7 +150,19 @@ def _deepseek(rng: random.Random, family: str) -> dict:
     return cfg
 
 
-GENERATORS = {"mixtral": _mixtral, "qwen2_moe": lambda rng: _qwen_moe(rng, "qwen2_moe"),
+def _gpt_oss(rng: random.Random) -> dict:
+    cfg = _attention(rng, "gpt_oss")
+    _experts(rng, cfg, rng.choice(["num_local_experts", "num_experts"]))  # attribute_map alias
+    cfg |= {"attention_bias": rng.random() < 0.8, "sliding_window": rng.choice([4, 16, 128]),
+            "head_dim": rng.choice([4, 8, 12])}
+    if rng.random() < 0.3:  # every layer sliding, or every third full
+        every = rng.choice([0, 3])
+        cfg["layer_types"] = ["full_attention" if every and (i + 1) % every == 0 else "sliding_attention"
+                              for i in range(cfg["num_hidden_layers"])]
+    return cfg
+
+
+GENERATORS = {"mixtral": _mixtral, "gpt_oss": _gpt_oss, "qwen2_moe": lambda rng: _qwen_moe(rng, "qwen2_moe"),
               "qwen3_moe": lambda rng: _qwen_moe(rng, "qwen3_moe"),
               "deepseek_v2": lambda rng: _deepseek(rng, "deepseek_v2"),
               "deepseek_v3": lambda rng: _deepseek(rng, "deepseek_v3")}
@@ -154,6 +189,9 @@ SMALL = {
                   "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 1,
                   "head_dim": 12, "vocab_size": 150, "num_experts": 8, "num_experts_per_tok": 3,
                   "moe_intermediate_size": 16, "decoder_sparse_step": 2, "attention_bias": True},
+    "gpt_oss": {"model_type": "gpt_oss", "hidden_size": 64, "intermediate_size": 48, "num_hidden_layers": 2,
+                "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 300,
+                "num_local_experts": 4, "num_experts_per_tok": 2, "sliding_window": 16},
     "deepseek_v2": {"model_type": "deepseek_v2", "hidden_size": 64, "intermediate_size": 96,
                     "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 4,
                     "vocab_size": 250, "q_lora_rank": None, "kv_lora_rank": 16, "qk_nope_head_dim": 8,

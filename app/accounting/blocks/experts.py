@@ -1,6 +1,7 @@
 """A mixture-of-experts MLP (Mixtral, Qwen-MoE, DeepSeek-V2/V3): a router picks top_k of n_experts
 routed experts per token; shared experts (DeepSeek, Qwen2-MoE), built as one MLP, run on every
-token, Qwen2-MoE's behind a d_model -> 1 sigmoid gate. Experts and routers have no biases.
+token, Qwen2-MoE's behind a d_model -> 1 sigmoid gate. Experts and routers have biases only with
+expert_bias and router_bias (gpt-oss).
 
 Per layer, with d = d_model, e = n_experts, k = top_k, f = d_ff_expert, s = the shared width,
 m = 3 for gated experts (2 otherwise):
@@ -32,7 +33,8 @@ class Experts(Mlp):
     @cached_property
     def expert(self) -> DenseMlp:
         """One routed expert: an MLP of d_ff_expert, gated as the model's MLPs are."""
-        return mlp_kind(self.cfg)(self.cfg, self.cfg.ff_expert, component="routed_experts")
+        return mlp_kind(self.cfg)(self.cfg, self.cfg.ff_expert, component="routed_experts",
+                                  bias=self.cfg.expert_bias)
 
     @cached_property
     def shared(self) -> DenseMlp | None:
@@ -48,11 +50,17 @@ class Experts(Mlp):
     def _weights(self) -> list[Weight]:
         cfg, d, e, f = self.cfg, self.cfg.d_model, self.cfg.n_experts, self.cfg.ff_expert
         weights = [Weight("ffn_gate_inp.weight", (e, d), "router", "replicated", "router")]
+        if cfg.router_bias:
+            weights.append(Weight("ffn_gate_inp.bias", (e,), "router", "replicated"))
         if cfg.gated:
             weights.append(Weight("ffn_gate_exps.weight", (e, f, d), "routed_experts", "column",
                                   "experts_gate_up"))
         weights += [Weight("ffn_up_exps.weight", (e, f, d), "routed_experts", "column", "experts_gate_up"),
                     Weight("ffn_down_exps.weight", (e, d, f), "routed_experts", "row", "experts_down")]
+        if cfg.expert_bias:  # llama.cpp's gpt-oss tensors; down's added after the all-reduce
+            weights += [Weight(f"ffn_{name}_exps.bias", (e, f), "routed_experts", "column")
+                        for name in (("gate", "up") if cfg.gated else ("up",))]
+            weights.append(Weight("ffn_down_exps.bias", (e, d), "routed_experts", "replicated"))
         if self.shared is not None:
             weights += self.shared.weights()
             if cfg.shared_expert_gate:

@@ -49,6 +49,8 @@ class GroupedAttention(Attention):
                    + linear("attn_v", kv, d, "attention", "kv", bias, module=qkv["v"])
                    + linear("attn_output", d, q, "attention", "row", cfg.has_attn_bias, module="o",
                             bias_split="replicated"))
+        if cfg.attention_sinks:  # one logit per query head, cut with the heads (llama.cpp's attn_sinks)
+            weights.append(Weight("attn_sinks.weight", (cfg.n_heads,), "attention", "column"))
         if cfg.qk_norm == "head":
             weights += norm(cfg, "attn_q_norm", cfg.hd) + norm(cfg, "attn_k_norm", cfg.hd)
         elif cfg.qk_norm == "projection":

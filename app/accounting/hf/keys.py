@@ -107,6 +107,10 @@ KNOWN_HARMLESS = frozenset((
     "output_router_logits", "aux_loss_alpha", "seq_aux", "scoring_func", "topk_method", "ep_size",
     # DeepSeek's group-limited routing: which experts a token may pick, not how many exist.
     "n_group", "topk_group",
+    # gpt-oss's clamped SwiGLU: its activation's constants, not its shapes; and two keys of OpenAI's
+    # own code its config.json carries, which transformers does not read (experts_per_token repeats
+    # num_experts_per_tok).
+    "swiglu_limit", "swiglu_alpha", "experts_per_token", "initial_context_length",
     "alibi", "logit_scale", "clip_qkv", "attn_scale", "attn_temperature_tuning", "floor_scale",
     "attention_chunk_size", "no_rope_layers", "no_rope_layer_interval", "use_bidirectional_attention",
     "qk_head_dim", "use_flash_attn", "_attn_implementation", "attn_implementation",

@@ -1,4 +1,4 @@
-"""Mixture-of-experts families: mixtral, qwen2_moe, qwen3_moe, deepseek_v2 and deepseek_v3.
+"""Mixture-of-experts families: mixtral, qwen2_moe, qwen3_moe, deepseek_v2, deepseek_v3 and gpt_oss.
 
 Read as transformers 5.23 builds them (configuration_*.py for the defaults of absent keys,
 modeling_*.py for the weights), so the total equals `model.parameters()` of that model:
@@ -12,6 +12,11 @@ modeling_*.py for the weights), so the total equals `model.parameters()` of that
   moe_layer_freq is not read by transformers (keys.py refuses any value but 1), nor n_group and
   topk_group for weights (routing only). V3's e_score_correction_bias is a buffer, and its
   multi-token-prediction layers (num_nextn_predict_layers) are not built: both are said in warnings.
+- gpt_oss: every layer routes (intermediate_size wide experts, as mixtral), its experts and router
+  biased, q/k/v/o biased (attention_bias, default true), a learned sink logit per query head
+  (sinks), and layer_types alternating a 128-token window with full attention (the default: even
+  layers slide). Its experts' gate and up are interleaved columns of one gate_up_proj with a
+  clamped SwiGLU: the shapes of SwiGLU.
 """
 
 from typing import Any
@@ -175,6 +180,24 @@ def _deepseek(raw: dict, warnings: list[str], v3: bool) -> dict[str, Any]:
     return fields
 
 
+def _gpt_oss(raw: dict, warnings: list[str]) -> dict[str, Any]:
+    fields = _common(raw, dict(num_hidden_layers=36, hidden_size=2880, num_attention_heads=64,
+                               vocab_size=201088, intermediate_size=2880, max_position_embeddings=131072))
+    n = fields["n_layers"]
+    kv = _nullable(raw, "num_key_value_heads", 8)  # GptOssConfig: null means num_attention_heads
+    head_dim = _nullable(raw, "head_dim", 64)
+    default = [windows.SLIDING if (i + 1) % 2 else windows.FULL for i in range(n)]
+    window = _nullable(raw, "sliding_window", 128)
+    return fields | dict(
+        n_kv_heads=kv or fields["n_heads"], head_dim=head_dim or _head_dim({}, fields),
+        mlp=_gated(raw, warnings), attn_bias=boolean(raw, "attention_bias", True), attention_sinks=True,
+        n_experts=alias(raw, "num_local_experts", "num_experts", 128),
+        top_k=_nullable(raw, "num_experts_per_tok", 4), d_ff_expert=fields["d_ff"], expert_bias=True,
+        router_bias=True,
+        **windows.windows(windows.sliding(windows.layer_types(raw, n, default)), window, "layer_types"),
+    )
+
+
 # TransformerConfig field -> config.json key, where they differ (to name the key in a 422).
 _MOE_NAMES = {**LLAMA_KEY_NAMES, "n_experts": "num_experts", "top_k": "num_experts_per_tok",
               "d_ff_expert": "moe_intermediate_size", "moe_every": "decoder_sparse_step",
@@ -200,6 +223,8 @@ FAMILIES: tuple[Family, ...] = (
            _QWEN_KEYS | {"num_local_experts", "attention_bias"}, _MOE_NAMES),
     Family("deepseek_v2", lambda raw, w: _deepseek(raw, w, v3=False),
            _DEEPSEEK_KEYS | {"num_experts", "mlp_bias"}, _DEEPSEEK_NAMES),
+    Family("gpt_oss", _gpt_oss, _MIXTRAL_KEYS | {"attention_bias", "layer_types"},
+           {**_MIXTRAL_NAMES, "attn_bias": "attention_bias", "global_every": "layer_types"}),
     Family("deepseek_v3", lambda raw, w: _deepseek(raw, w, v3=True),
            _DEEPSEEK_KEYS | {"num_local_experts", "num_nextn_predict_layers", "num_mtp_layers"},
            _DEEPSEEK_NAMES),

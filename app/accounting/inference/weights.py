@@ -54,8 +54,10 @@ class WeightTensor:
 
     @property
     def matrix(self) -> bool:
-        """A weight matrix (or a stack of them): the tensors a format quantizes."""
-        return len(self.shape) >= 2
+        """A weight matrix (or a stack of them): the tensors a format quantizes. A bias is not one
+        however many dimensions it has: stacked experts' biases, (n_experts, rows), stay in the
+        base dtype, as gpt-oss's checkpoints keep them in bf16 beside their MXFP4 experts."""
+        return len(self.shape) >= 2 and not self.name.endswith(".bias")
 
 
 @lru_cache(maxsize=1024)

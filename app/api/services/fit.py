@@ -1,7 +1,7 @@
 """Will it run on my GPU: serving in a few weight formats, LoRA, QLoRA and full fine-tuning,
 each answered by its own calculator (services.inference, accounting.finetune)."""
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -56,9 +56,11 @@ def answer(body: FitRequest) -> fit.FitAnswer:
         raise InvalidInput("seq_len", f"{body.seq_len} tokens exceed the model's {cfg.max_seq_len} positions")
     acc = body.accelerator()
     options, left_out = [], []
+    half = _half(acc)
     for fmt in SERVED:
         if fmt == "fp8_e4m3" and "float8" not in acc.peak_flop_per_sec:
             continue
+        fmt = half if fmt == "bfloat16" else fmt
         try:
             options.append(_served(body, fmt))
         except InvalidInput as e:
@@ -82,7 +84,8 @@ def answer(body: FitRequest) -> fit.FitAnswer:
             "serving: as vllm serve budgets it (gpu_memory_utilization 0.9 of the device's total, less its profile "
             "run's activation peak and its memory outside torch), tensor_parallel num_gpus, "
             "time per output token at batch_size sequences decoding at seq_len (POST /api/v1/inference/*)",
-            "training: bf16 mixed precision, the optimizer asked for; LoRA and QLoRA rank lora_rank on "
+            f"training: {'bf16' if half == 'bfloat16' else 'fp16 (no bf16 path on this GPU)'} mixed precision, "
+            "the optimizer asked for; LoRA and QLoRA rank lora_rank on "
             "peft's default targets for the family (q and v, or the fused qkv), QLoRA over NF4 with double "
             "quantization and a paged optimizer (POST /api/v1/finetune); over num_gpus > 1 every way "
             "shards its weights, frozen ones too, with ZeRO stage 3 (FSDP's full sharding, as peft's "
@@ -106,9 +109,15 @@ def _name(option: str) -> str:
     return formats.FORMATS[option.removeprefix("inference-")].name.split(",")[0]
 
 
+def _half(acc: Any) -> str:
+    """The 16-bit dtype a GPU serves in: bfloat16, or float16 on a part without it (a V100, a T4),
+    as vLLM casts a bfloat16 model to float16 there."""
+    return "bfloat16" if "bfloat16" in acc.peak_flop_per_sec else "float16"
+
+
 def _serving(body: FitRequest, fmt: str, gpus: int, **extra) -> dict:
     return dict(model=body.model, gpu=body.gpu, gpu_overrides=body.gpu_overrides, weight_format=fmt,
-                num_gpus=gpus, tensor_parallel=gpus, **extra)
+                num_gpus=gpus, tensor_parallel=gpus, dtype=_half(body.accelerator()), **extra)
 
 
 def _served(body: FitRequest, fmt: str) -> fit.FitOption:
@@ -157,6 +166,8 @@ def _runner(body: FitRequest, cfg, acc: Accelerator, option: str):
     """The option's step as the request asks for it, any of its settings changed by keyword."""
     _, spec, precision, paged = TRAINING[option]
     spec = _spec(body, option)
+    if _half(acc) == "float16":  # no bfloat16 path (a V100): fp16 mixed precision, as AMP runs there
+        precision = "fp16_mixed"
 
     def run(*, b: int = body.batch_size, s: int = body.seq_len, recompute: str = body.recompute,
             gpus: int = body.num_gpus, opt: str = body.optimizer):
