@@ -29,6 +29,9 @@ class Preset:
     config: TransformerConfig
     notes: tuple[str, ...] = ()
     """What this model's counts leave out or assume beyond its config (data/models.toml)."""
+    published_format: str | None = None
+    """The weight format its published checkpoint stores (inference/formats.py: mxfp4 for gpt-oss,
+    fp8_e4m3_block128 for DeepSeek-V3); null where it is the model's own 16-bit dtype."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,13 +47,15 @@ class PresetSummary:
     params: ParamCount
     warnings: list[str]
     """The conventions the counts rest on, and what they leave out."""
+    published_format: str | None = None
+    """The weight format its published checkpoint stores (GET /api/v1/quantization); null: 16-bit."""
 
     __pydantic_config__ = RECORD
 
 
 def summarize(p: Preset) -> PresetSummary:
     return PresetSummary(p.name, p.family, p.description, p.source, p.config.resolved(),
-                         count_params(p.config), [*p.notes, *conventions(p.config)])
+                         count_params(p.config), [*p.notes, *conventions(p.config)], p.published_format)
 
 
 @cache
@@ -63,9 +68,10 @@ def presets() -> dict[str, Preset]:
         name, family = entry.pop("name"), entry.pop("family")
         description, source = entry.pop("description"), entry.pop("source")
         notes = tuple(entry.pop("notes", ()))
+        published = entry.pop("published_format", None)
         if "mlp_only_layers" in entry:
             entry["mlp_only_layers"] = tuple(entry["mlp_only_layers"])
-        table[name] = Preset(name, family, description, source, TransformerConfig(**entry), notes)
+        table[name] = Preset(name, family, description, source, TransformerConfig(**entry), notes, published)
     return table
 
 

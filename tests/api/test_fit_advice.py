@@ -8,6 +8,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from app.accounting import hardware, models
+from app.accounting.inference.formats import FORMATS
 from app.api.services.fit import FitRequest, answer
 
 MODELS = ["gpt2", "llama3.2-1b", "llama3-8b", "mistral-7b", "qwen3-8b", "gemma-2-9b", "llama2-13b",
@@ -77,3 +78,24 @@ def test_a_gpu_without_bfloat16_serves_and_trains_in_float16():
     assert "inference-float16" in options and "inference-bfloat16" not in options
     assert options["inference-float16"].fits and options["lora"].fits
     assert any("fp16 (no bf16 path on this GPU) mixed precision" in a for a in got.assumptions)
+
+
+def test_gpt_oss_120b_serves_on_one_h100_in_its_published_mxfp4():
+    """The year's question: gpt-oss-120b on one H100. Its checkpoint stores the experts in MXFP4
+    (65,248,815,744 bytes): /fit offers that format beside the usual ones, and it fits, where
+    bf16 and FP8 do not."""
+    got = _answer({"model": "gpt-oss-120b", "gpu": "h100-sxm", "seq_len": 4096})
+    options = {o.option: o for o in got.options}
+    served = [o for o in got.options if o.kind == "inference"]
+    bits = [FORMATS[o.option.removeprefix("inference-")].bits_per_weight for o in served]
+    assert bits == sorted(bits, reverse=True)  # largest first, as the advice reads them
+    mxfp4 = options["inference-mxfp4"]
+    assert mxfp4.fits and mxfp4.bytes_by_kind["weights"] == 65_248_815_744
+    assert not options["inference-bfloat16"].fits and options["inference-bfloat16"].advice == "fits in MXFP4"
+    assert not options["inference-fp8_e4m3"].fits
+
+
+def test_every_published_format_is_a_known_format():
+    named = {n: p.published_format for n, p in models.presets().items() if p.published_format}
+    assert named["gpt-oss-20b"] == named["gpt-oss-120b"] == "mxfp4"
+    assert named["deepseek-v3"] == "fp8_e4m3_block128" and set(named.values()) <= set(FORMATS)

@@ -59,7 +59,8 @@ def test_imported_moe_flops_match_flop_counter_mode(api, family, seq):
     assert backward == 2 * forward
     parts = answer["forward"]
     assert parts["router"] > 0 and parts["routed_experts"] > 0
-    assert (parts["shared_experts"] > 0) == (family in ("qwen2_moe", "deepseek_v2", "deepseek_v3"))
+    shared = ("qwen2_moe", "deepseek_v2", "deepseek_v3", "glm4_moe")
+    assert (parts["shared_experts"] > 0) == (family in shared)
     assert (parts["attention_latent"] > 0) == family.startswith("deepseek")
 
 

@@ -11,6 +11,8 @@ from app.accounting.hf import import_config
 from tests.support.api import assert_names_field
 from tests.support.hf_configs_moe import (
     DEEPSEEK_V2_LITE,
+    GLM_45,
+    GLM_45_AIR,
     GPT_OSS_20B,
     GPT_OSS_120B,
     MIXTRAL_8X7B,
@@ -72,8 +74,9 @@ def test_deepseek_v3_is_its_published_total_with_the_buffer_and_mtp_said(api):
     assert "buffer" in warnings and "dropless" in warnings
 
 
-@pytest.mark.parametrize("config", [QWEN3_30B_A3B, QWEN15_MOE_A27B, DEEPSEEK_V2_LITE],
-                         ids=["qwen3-30b-a3b", "qwen1.5-moe-a2.7b", "deepseek-v2-lite"])
+@pytest.mark.parametrize("config", [QWEN3_30B_A3B, QWEN15_MOE_A27B, DEEPSEEK_V2_LITE, GLM_45, GLM_45_AIR],
+                         ids=["qwen3-30b-a3b", "qwen1.5-moe-a2.7b", "deepseek-v2-lite", "glm-4.5",
+                              "glm-4.5-air"])
 def test_real_configs_count_as_transformers_does(api, config):
     body = api.ok(IMPORT, config)
     total, active, buffers = hf_counts(config)
@@ -85,7 +88,7 @@ def test_real_configs_count_as_transformers_does(api, config):
 
 @pytest.mark.parametrize("config", [{"model_type": "mixtral"}, {"model_type": "qwen2_moe"},
                                     {"model_type": "qwen3_moe"}, {"model_type": "deepseek_v3"},
-                                    {"model_type": "gpt_oss"},
+                                    {"model_type": "gpt_oss"}, {"model_type": "glm4_moe"},
                                     {"model_type": "deepseek_v2", "num_experts_per_tok": 6}],
                          ids=lambda c: c["model_type"])
 def test_absent_keys_take_the_config_class_defaults(config):
@@ -187,3 +190,15 @@ def test_qwen_without_experts_is_dense_and_mlp_only_layers_outside_are_ignored(a
     assert body["params"]["total"] == hf_counts(outside)[0]
     assert body["config"]["mlp_only_layers"] == [1]
     assert any("mlp_only_layers" in w for w in body["warnings"])
+
+
+@pytest.mark.parametrize(("preset", "config"), [("gpt-oss-20b", GPT_OSS_20B), ("gpt-oss-120b", GPT_OSS_120B),
+                                                ("glm-4.5", GLM_45), ("glm-4.5-air", GLM_45_AIR)])
+def test_the_2025_presets_are_their_published_configs(api, preset, config):
+    """Each preset is its model's config.json as imported: the same model, field for field."""
+    imported = api.ok(IMPORT, config)
+    listed = api.get(f"/api/v1/models/{preset}").json()
+    assert listed["params"]["total"] == imported["params"]["total"] == hf_counts(config)[0]
+    assert listed["params"]["active"] == imported["params"]["active"]
+    given = {k: v for k, v in imported["config"].items() if v is not None}
+    assert {k: v for k, v in listed["config"].items() if v is not None} == given

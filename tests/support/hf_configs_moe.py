@@ -49,6 +49,21 @@ GPT_OSS_20B = {"architectures": ["GptOssForCausalLM"], "attention_bias": True, "
 GPT_OSS_120B = GPT_OSS_20B | {"num_hidden_layers": 36, "num_local_experts": 128,
                               "layer_types": ["sliding_attention", "full_attention"] * 18,
                               "router_aux_loss_coef": 0.9}
+# zai-org/GLM-4.5 config.json (its count-changing keys and their neighbours; the rest are rope, token
+# ids and dtypes) and GLM-4.5-Air's, which differs in the widths, depth, experts and q/k norms.
+GLM_45 = {"architectures": ["Glm4MoeForCausalLM"], "model_type": "glm4_moe", "attention_bias": True,
+          "attention_dropout": 0.0, "first_k_dense_replace": 3, "head_dim": 128, "hidden_act": "silu",
+          "hidden_size": 5120, "intermediate_size": 12288, "max_position_embeddings": 131072,
+          "moe_intermediate_size": 1536, "n_group": 1, "n_routed_experts": 160, "n_shared_experts": 1,
+          "norm_topk_prob": True, "num_attention_heads": 96, "num_experts_per_tok": 8,
+          "num_hidden_layers": 92,
+          "num_key_value_heads": 8, "num_nextn_predict_layers": 1, "partial_rotary_factor": 0.5,
+          "rms_norm_eps": 1e-05, "rope_theta": 1000000, "routed_scaling_factor": 2.5,
+          "tie_word_embeddings": False, "topk_group": 1, "torch_dtype": "bfloat16", "use_cache": True,
+          "use_qk_norm": True, "vocab_size": 151552}
+GLM_45_AIR = GLM_45 | {"first_k_dense_replace": 1, "hidden_size": 4096, "intermediate_size": 10944,
+                       "moe_intermediate_size": 1408, "n_routed_experts": 128, "num_hidden_layers": 46,
+                       "use_qk_norm": False}
 # Qwen/Qwen3-30B-A3B config.json.
 QWEN3_30B_A3B = {"architectures": ["Qwen3MoeForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
                  "bos_token_id": 151643, "decoder_sparse_step": 1, "eos_token_id": 151645, "head_dim": 128,
@@ -162,7 +177,20 @@ def _gpt_oss(rng: random.Random) -> dict:
     return cfg
 
 
-GENERATORS = {"mixtral": _mixtral, "gpt_oss": _gpt_oss, "qwen2_moe": lambda rng: _qwen_moe(rng, "qwen2_moe"),
+def _glm4_moe(rng: random.Random) -> dict:
+    cfg = _attention(rng, "glm4_moe")
+    key = rng.choice(["n_routed_experts", "num_local_experts"])  # attribute_map alias
+    if _experts(rng, cfg, key) < 2:  # its router takes the top 2 scores of its group
+        cfg[key] = 2
+    cfg |= {"moe_intermediate_size": rng.randint(1, 40), "n_shared_experts": rng.randint(1, 2),
+            "first_k_dense_replace": rng.randint(0, cfg["num_hidden_layers"]),
+            "attention_bias": rng.random() < 0.5, "use_qk_norm": rng.random() < 0.5,
+            "head_dim": rng.choice([4, 8, 12]), "num_nextn_predict_layers": rng.randint(0, 1)}
+    return cfg
+
+
+GENERATORS = {"mixtral": _mixtral, "gpt_oss": _gpt_oss, "glm4_moe": _glm4_moe,
+              "qwen2_moe": lambda rng: _qwen_moe(rng, "qwen2_moe"),
               "qwen3_moe": lambda rng: _qwen_moe(rng, "qwen3_moe"),
               "deepseek_v2": lambda rng: _deepseek(rng, "deepseek_v2"),
               "deepseek_v3": lambda rng: _deepseek(rng, "deepseek_v3")}
@@ -192,6 +220,11 @@ SMALL = {
     "gpt_oss": {"model_type": "gpt_oss", "hidden_size": 64, "intermediate_size": 48, "num_hidden_layers": 2,
                 "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 300,
                 "num_local_experts": 4, "num_experts_per_tok": 2, "sliding_window": 16},
+    "glm4_moe": {"model_type": "glm4_moe", "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 3,
+                 "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 24, "vocab_size": 250,
+                 "n_routed_experts": 6, "num_experts_per_tok": 2, "moe_intermediate_size": 20,
+                 "n_shared_experts": 1, "first_k_dense_replace": 1, "attention_bias": True,
+                 "use_qk_norm": True},
     "deepseek_v2": {"model_type": "deepseek_v2", "hidden_size": 64, "intermediate_size": 96,
                     "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 4,
                     "vocab_size": 250, "q_lora_rank": None, "kv_lora_rank": 16, "qk_nope_head_dim": 8,

@@ -1,4 +1,5 @@
-"""Mixture-of-experts families: mixtral, qwen2_moe, qwen3_moe, deepseek_v2, deepseek_v3 and gpt_oss.
+"""Mixture-of-experts families: mixtral, qwen2_moe, qwen3_moe, deepseek_v2, deepseek_v3, gpt_oss and
+glm4_moe.
 
 Read as transformers 5.23 builds them (configuration_*.py for the defaults of absent keys,
 modeling_*.py for the weights), so the total equals `model.parameters()` of that model:
@@ -17,6 +18,11 @@ modeling_*.py for the weights), so the total equals `model.parameters()` of that
   (sinks), and layer_types alternating a 128-token window with full attention (the default: even
   layers slide). Its experts' gate and up are interleaved columns of one gate_up_proj with a
   clamped SwiGLU: the shapes of SwiGLU.
+- glm4_moe (GLM-4.5, GLM-4.5-Air): DeepSeek-V3's routing (a sigmoid router with its
+  e_score_correction_bias buffer, n_shared_experts shared experts of moe_intermediate_size each,
+  the first first_k_dense_replace layers dense) on grouped-query attention: attention_bias on q, k
+  and v only, q/k norms of head_dim with use_qk_norm, rotary on partial_rotary_factor of each head
+  (no parameters). Its multi-token-prediction layers (num_nextn_predict_layers) are not built.
 """
 
 from typing import Any
@@ -198,6 +204,27 @@ def _gpt_oss(raw: dict, warnings: list[str]) -> dict[str, Any]:
     )
 
 
+def _glm4_moe(raw: dict, warnings: list[str]) -> dict[str, Any]:
+    fields = _common(raw, dict(num_hidden_layers=46, hidden_size=4096, num_attention_heads=96,
+                               vocab_size=151552, intermediate_size=10944, max_position_embeddings=131072))
+    kv = _nullable(raw, "num_key_value_heads", 8)
+    fields |= dict(
+        n_kv_heads=kv or fields["n_heads"], head_dim=_head_dim(raw, fields), mlp=_gated(raw, warnings),
+        qkv_bias=boolean(raw, "attention_bias", False), attn_bias=False,
+        qk_norm="head" if boolean(raw, "use_qk_norm", False) else "none",
+        # Glm4MoeConfig.attribute_map: num_local_experts <-> n_routed_experts
+        n_experts=alias(raw, "n_routed_experts", "num_local_experts", 128),
+        top_k=_nullable(raw, "num_experts_per_tok", 8),
+        d_ff_expert=integer(raw, "moe_intermediate_size", 1408),
+        n_shared_experts=integer(raw, "n_shared_experts", 1),
+        first_dense_layers=integer(raw, "first_k_dense_replace", 1), router_score_correction=True)
+    mtp = alias(raw, "num_nextn_predict_layers", "num_mtp_layers", 1)
+    if mtp:
+        warnings.append(f"num_nextn_predict_layers={mtp}: the multi-token-prediction layers are not counted, "
+                        "as transformers does not build them (the checkpoint holds them)")
+    return fields
+
+
 # TransformerConfig field -> config.json key, where they differ (to name the key in a 422).
 _MOE_NAMES = {**LLAMA_KEY_NAMES, "n_experts": "num_experts", "top_k": "num_experts_per_tok",
               "d_ff_expert": "moe_intermediate_size", "moe_every": "decoder_sparse_step",
@@ -225,6 +252,11 @@ FAMILIES: tuple[Family, ...] = (
            _DEEPSEEK_KEYS | {"num_experts", "mlp_bias"}, _DEEPSEEK_NAMES),
     Family("gpt_oss", _gpt_oss, _MIXTRAL_KEYS | {"attention_bias", "layer_types"},
            {**_MIXTRAL_NAMES, "attn_bias": "attention_bias", "global_every": "layer_types"}),
+    Family("glm4_moe", _glm4_moe,
+           _DEEPSEEK_KEYS - {"q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
+                             "v_head_dim"}
+           | {"num_local_experts", "num_nextn_predict_layers", "num_mtp_layers", "use_qk_norm"},
+           {**_DEEPSEEK_NAMES, "qkv_bias": "attention_bias", "qk_norm": "use_qk_norm"}),
     Family("deepseek_v3", lambda raw, w: _deepseek(raw, w, v3=True),
            _DEEPSEEK_KEYS | {"num_local_experts", "num_nextn_predict_layers", "num_mtp_layers"},
            _DEEPSEEK_NAMES),

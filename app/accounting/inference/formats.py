@@ -133,7 +133,7 @@ _FORMATS = (
          _KEPT_NOTE + "Each tensor's nested state holds its own copy of the 256-entry dynamic code "
          "(1 KiB), as bitsandbytes 0.50 copies it per tensor.",
          ("nf4_dq", "bnb_nf4_dq")),
-    _fmt("mxfp4", "MXFP4 (E2M1, blocks of 32, E8M0 scales)", "mx", 4 + 8 * E8M0_BYTES / MX_BLOCK_WEIGHTS,
+    _fmt("mxfp4", "MXFP4, E2M1 in blocks of 32 with E8M0 scales", "mx", 4 + 8 * E8M0_BYTES / MX_BLOCK_WEIGHTS,
          "4 + 8/32", "uint8 blocks (rows, cols/32, 16): two E2M1 weights a byte; uint8 E8M0 scales "
          "(rows, cols/32); cols a multiple of 32",
          "OCP Microscaling Formats (MX) v1.0; gpt-oss checkpoints (<name>_blocks, <name>_scales) as "
@@ -141,11 +141,11 @@ _FORMATS = (
          "gpt-oss stores only its experts so (its quantization_config's modules_to_not_convert: "
          "self_attn, router, embed_tokens, lm_head), so attention is kept too by default.",
          ("mxfp4_e2m1", "mx_fp4"), keep=MXFP4_KEEP),
-    _fmt("mxfp8", "MXFP8 (E4M3, blocks of 32, E8M0 scales)", "mx", 8 + 8 * E8M0_BYTES / MX_BLOCK_WEIGHTS,
+    _fmt("mxfp8", "MXFP8, E4M3 in blocks of 32 with E8M0 scales", "mx", 8 + 8 * E8M0_BYTES / MX_BLOCK_WEIGHTS,
          "8 + 8/32", "float8_e4m3fn weight (rows, cols), uint8 E8M0 weight_scale (rows, cols/32); cols a "
          "multiple of 32", "OCP Microscaling Formats (MX) v1.0; vLLM modelopt.py ModelOptMxFp8LinearMethod "
          "and compressed_tensors_w8a8_mxfp8.py create_weights", _KEPT_NOTE, ("mx_fp8",)),
-    _fmt("nvfp4", "NVFP4 (E2M1, blocks of 16, E4M3 scales)", "nvfp4",
+    _fmt("nvfp4", "NVFP4, E2M1 in blocks of 16 with E4M3 scales", "nvfp4",
          4 + 8 * E4M3_BYTES / NVFP4_BLOCK_WEIGHTS, "4 + 8/16 + 64 / (rows x cols)",
          "uint8 weight (rows, cols/2): two E2M1 weights a byte; float8_e4m3fn weight_scale (rows, "
          "cols/16); float32 weight_scale_2 and input_scale per matrix; cols a multiple of 16",

@@ -5,7 +5,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from app.accounting import fit, hardware
+from app.accounting import fit, hardware, models
 from app.accounting.errors import InvalidInput
 from app.accounting.finetune.spec import FineTune, targets_of
 from app.accounting.finetune.stacks import STACKS, StackName
@@ -57,7 +57,7 @@ def answer(body: FitRequest) -> fit.FitAnswer:
     acc = body.accelerator()
     options, left_out = [], []
     half = _half(acc)
-    for fmt in SERVED:
+    for fmt in _served_formats(body):
         if fmt == "fp8_e4m3" and "float8" not in acc.peak_flop_per_sec:
             continue
         fmt = half if fmt == "bfloat16" else fmt
@@ -107,6 +107,14 @@ def answer(body: FitRequest) -> fit.FitAnswer:
 def _name(option: str) -> str:
     """A serving option's weight format as people name it, short: "AWQ 4-bit (GEMM)", "FP8 E4M3"."""
     return formats.FORMATS[option.removeprefix("inference-")].name.split(",")[0]
+
+
+def _served_formats(body: FitRequest) -> list[str]:
+    """SERVED, and the format a preset's published checkpoint stores where it is another (gpt-oss's
+    MXFP4, DeepSeek-V3's FP8 blocks): what vLLM serves it in. Largest first, as the advice reads them."""
+    published = models.find(body.model).published_format if isinstance(body.model, str) else None
+    chosen = [*SERVED, *([published] if published and published not in SERVED else [])]
+    return sorted(chosen, key=lambda f: -formats.FORMATS[f].bits_per_weight)
 
 
 def _half(acc: Any) -> str:
