@@ -39,6 +39,9 @@ MISTRAL = _BASE | {"model_type": "mistral", "num_key_value_heads": 1, "sliding_w
 GEMMA3 = _BASE | {"model_type": "gemma3_text", "num_hidden_layers": 4, "num_key_value_heads": 2,
                   "head_dim": 16, "sliding_window": 8, "sliding_window_pattern": 2}
 GEMMA3_BIDIRECTIONAL = GEMMA3 | {"use_bidirectional_attention": True}
+# gpt-oss: layers 0 and 2 slide, 1 and 3 attend globally (its default layer_types); its sinks add no cache.
+GPT_OSS = _BASE | {"model_type": "gpt_oss", "num_hidden_layers": 4, "num_key_value_heads": 2, "head_dim": 16,
+                   "sliding_window": 8, "num_local_experts": 4, "num_experts_per_tok": 2}
 DEEPSEEK_V3 = _BASE | {"model_type": "deepseek_v3", "num_key_value_heads": 4, "kv_lora_rank": 32,
                        "q_lora_rank": 24, "qk_nope_head_dim": 16, "qk_rope_head_dim": 8, "v_head_dim": 12,
                        "moe_intermediate_size": 32, "n_routed_experts": 4, "num_experts_per_tok": 2,
@@ -84,8 +87,8 @@ def hf_window(raw: dict) -> int:
 
 # gemma2 and gemma3 alternate (layer 0 windowed, layer 1 global); mistral windows every layer.
 @pytest.mark.parametrize(("raw", "kinds"), [(GEMMA2, (2, 2)), (MISTRAL, (0, 2)), (GEMMA3, (2, 2)),
-                                            (GEMMA3_BIDIRECTIONAL, (2, 2))],
-                         ids=["gemma2", "mistral", "gemma3", "gemma3-bidirectional"])
+                                            (GEMMA3_BIDIRECTIONAL, (2, 2)), (GPT_OSS, (2, 2))],
+                         ids=["gemma2", "mistral", "gemma3", "gemma3-bidirectional", "gpt-oss"])
 @pytest.mark.parametrize(("prompt", "steps"), [(5, 1), (6, 2), (13, 3), (20, 5)])
 def test_windowed_layers_stop_at_the_window(raw, kinds, prompt, steps):
     cfg = import_config(raw).config
