@@ -23,7 +23,7 @@ def own_base_url(tmp_path):
 def test_the_accuracy_page_draws_predicted_against_measured(watched, own_base_url, tmp_path, screenshots):
     store = Store(tmp_path / "tally.db")  # the own server's database
     store_matmul(store)
-    store_steps(store, campaign.jobs("cpu")[4:])
+    store_steps(store, campaign.train_steps("cpu"))
     built = httpx.post(f"{own_base_url}/api/v1/calibration/profiles", timeout=30)
     assert built.status_code == 201, built.text
     store_steps(store, campaign.held_out("cpu")[:4])
