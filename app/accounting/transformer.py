@@ -100,7 +100,7 @@ class TransformerConfig:
     """The LM head reuses the token embedding matrix; counted once."""
     position: Position = "learned"
     """learned adds a max_seq_len x d_model table; rope has no parameters."""
-    max_seq_len: Annotated[int, Ge(1), Le(10_000_000)] = 1024
+    max_seq_len: Annotated[int, Ge(1), Le(1 << 24)] = 1024  # Llama 4 Scout's is 10,485,760
     head_dim: Annotated[int, Ge(1), Le(131_072)] | None = None
     """Per-head width; null means d_model / n_heads."""
     dropout: bool = False

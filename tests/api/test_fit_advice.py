@@ -99,3 +99,13 @@ def test_every_published_format_is_a_known_format():
     named = {n: p.published_format for n, p in models.presets().items() if p.published_format}
     assert named["gpt-oss-20b"] == named["gpt-oss-120b"] == "mxfp4"
     assert named["deepseek-v3"] == "fp8_e4m3_block128" and set(named.values()) <= set(FORMATS)
+
+
+def test_llama4_scout_serves_on_one_h100_in_int4():
+    """Meta's card: Scout fits on a single H100 with int4 quantization. Here: AWQ int4 fits at
+    4,096 tokens, and the larger formats say so."""
+    got = _answer({"model": "llama4-scout", "gpu": "h100-sxm", "seq_len": 4096})
+    options = {o.option: o for o in got.options}
+    assert options["inference-awq_int4"].fits
+    assert [options[f"inference-{f}"].fits for f in ("bfloat16", "fp8_e4m3", "int8_channel")] == [False] * 3
+    assert options["inference-fp8_e4m3"].advice == "fits in AWQ 4-bit (GEMM)"

@@ -13,8 +13,8 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 from transformers import AutoConfig, AutoModelForCausalLM
 
+from tests.support.hf_configs_moe import LLAMA4_SMALL, random_configs
 from tests.support.hf_configs_moe import SMALL as CONFIGS
-from tests.support.hf_configs_moe import random_configs
 from tests.support.hf_oracle import one_thread
 
 
@@ -62,6 +62,23 @@ def test_imported_moe_flops_match_flop_counter_mode(api, family, seq):
     shared = ("qwen2_moe", "deepseek_v2", "deepseek_v3", "glm4_moe")
     assert (parts["shared_experts"] > 0) == (family in shared)
     assert (parts["attention_latent"] > 0) == family.startswith("deepseek")
+
+
+@pytest.mark.parametrize("seq", [32, 96])
+def test_llama4_eager_experts_run_every_expert_and_tally_counts_the_routed_ones(api, seq):
+    """transformers' Llama 4 runs each MoE layer's tokens through every expert (its bmm over
+    num_local_experts copies, the unrouted ones weighted zero), so FlopCounterMode counts
+    n_experts / top_k times the expert FLOPs dropless routing does: exactly that much more here."""
+    config = LLAMA4_SMALL
+    answer = tally(api, config, 2, seq)
+    forward, backward, _ = counted(config, 2, seq)
+    tokens, d, f = 2 * seq, config["hidden_size"], config["intermediate_size"]
+    unrouted = config["num_local_experts"] - config["num_experts_per_tok"]
+    moe_layers = 2  # 1 and 3: interleave_moe_layer_step 2
+    extra = moe_layers * unrouted * tokens * 2 * d * f * 3  # gate, up and down of each unrouted copy
+    assert answer["forward"]["total"] + extra == forward
+    assert backward == 2 * forward
+    assert answer["forward"]["shared_experts"] == moe_layers * tokens * 2 * d * f * 3
 
 
 def test_routed_flops_do_not_depend_on_where_tokens_go(api):

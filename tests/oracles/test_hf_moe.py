@@ -15,6 +15,8 @@ from tests.support.hf_configs_moe import (
     GLM_45_AIR,
     GPT_OSS_20B,
     GPT_OSS_120B,
+    LLAMA4_MAVERICK,
+    LLAMA4_SCOUT,
     MIXTRAL_8X7B,
     QWEN3_30B_A3B,
     QWEN15_MOE_A27B,
@@ -89,6 +91,8 @@ def test_real_configs_count_as_transformers_does(api, config):
 @pytest.mark.parametrize("config", [{"model_type": "mixtral"}, {"model_type": "qwen2_moe"},
                                     {"model_type": "qwen3_moe"}, {"model_type": "deepseek_v3"},
                                     {"model_type": "gpt_oss"}, {"model_type": "glm4_moe"},
+                                    {"model_type": "llama4_text"},
+                                    {"model_type": "llama4_text", "moe_layers": [0, 5]},
                                     {"model_type": "deepseek_v2", "num_experts_per_tok": 6}],
                          ids=lambda c: c["model_type"])
 def test_absent_keys_take_the_config_class_defaults(config):
@@ -192,8 +196,23 @@ def test_qwen_without_experts_is_dense_and_mlp_only_layers_outside_are_ignored(a
     assert any("mlp_only_layers" in w for w in body["warnings"])
 
 
+@pytest.mark.parametrize(("config", "total", "active"), [(LLAMA4_SCOUT, 107_769_861_120, 17e9),
+                                                       (LLAMA4_MAVERICK, 400_711_848_960, 17e9)],
+                         ids=["scout", "maverick"])
+def test_llama4_text_is_transformers_count_and_the_cards_17b_active(api, config, total, active):
+    """The cards: Scout 17B active of 109B, Maverick 17B of 400B (Scout's 109B counts its vision
+    encoder, which the text model leaves out). Chunked attention is said to be counted as full."""
+    body = api.ok(IMPORT, config)
+    assert (body["params"]["total"], body["params"]["active"], 0) == hf_counts(config)
+    assert body["params"]["total"] == total and body["params"]["active"] == pytest.approx(active, rel=0.02)
+    assert any("chunked attention" in w and "upper bounds" in w for w in body["warnings"])
+    assert not any("does not know" in w for w in body["warnings"])
+
+
 @pytest.mark.parametrize(("preset", "config"), [("gpt-oss-20b", GPT_OSS_20B), ("gpt-oss-120b", GPT_OSS_120B),
-                                                ("glm-4.5", GLM_45), ("glm-4.5-air", GLM_45_AIR)])
+                                                ("glm-4.5", GLM_45), ("glm-4.5-air", GLM_45_AIR),
+                                                ("llama4-scout", LLAMA4_SCOUT),
+                                                ("llama4-maverick", LLAMA4_MAVERICK)])
 def test_the_2025_presets_are_their_published_configs(api, preset, config):
     """Each preset is its model's config.json as imported: the same model, field for field."""
     imported = api.ok(IMPORT, config)

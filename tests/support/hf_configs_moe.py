@@ -64,6 +64,25 @@ GLM_45 = {"architectures": ["Glm4MoeForCausalLM"], "model_type": "glm4_moe", "at
 GLM_45_AIR = GLM_45 | {"first_k_dense_replace": 1, "hidden_size": 4096, "intermediate_size": 10944,
                        "moe_intermediate_size": 1408, "n_routed_experts": 128, "num_hidden_layers": 46,
                        "use_qk_norm": False}
+# meta-llama/Llama-4-Scout-17B-16E's text_config (model_type llama4_text; the vision tower is another
+# model), its count-changing keys and their neighbours; Maverick-17B-128E's differs in its experts,
+# their interleaving with dense layers, and q/k norms.
+LLAMA4_SCOUT = {"architectures": ["Llama4ForCausalLM"], "model_type": "llama4_text", "attention_bias": False,
+                "attention_chunk_size": 8192, "head_dim": 128, "hidden_act": "silu", "hidden_size": 5120,
+                "intermediate_size": 8192, "intermediate_size_mlp": 16384, "interleave_moe_layer_step": 1,
+                "max_position_embeddings": 10485760, "no_rope_layer_interval": 4, "num_attention_heads": 40,
+                "num_experts_per_tok": 1, "num_hidden_layers": 48, "num_key_value_heads": 8,
+                "num_local_experts": 16, "rms_norm_eps": 1e-05, "rope_theta": 500000.0,
+                "tie_word_embeddings": False, "use_qk_norm": True, "vocab_size": 202048,
+                "attn_temperature_tuning": True, "floor_scale": 8192, "attn_scale": 0.1}
+LLAMA4_MAVERICK = LLAMA4_SCOUT | {"num_local_experts": 128, "interleave_moe_layer_step": 2,
+                                  "use_qk_norm": False, "max_position_embeddings": 1048576}
+# A small llama4_text for the FLOP oracle: MoE on layers 1 and 3, dense on 0 and 2.
+LLAMA4_SMALL = {"model_type": "llama4_text", "hidden_size": 64, "intermediate_size": 48,
+                "intermediate_size_mlp": 80, "num_hidden_layers": 4, "num_attention_heads": 4,
+                "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 300, "num_local_experts": 4,
+                "num_experts_per_tok": 2, "interleave_moe_layer_step": 2, "attention_chunk_size": 16,
+                "no_rope_layer_interval": 2}
 # Qwen/Qwen3-30B-A3B config.json.
 QWEN3_30B_A3B = {"architectures": ["Qwen3MoeForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
                  "bos_token_id": 151643, "decoder_sparse_step": 1, "eos_token_id": 151645, "head_dim": 128,

@@ -1,5 +1,5 @@
-"""Mixture-of-experts families: mixtral, qwen2_moe, qwen3_moe, deepseek_v2, deepseek_v3, gpt_oss and
-glm4_moe.
+"""Mixture-of-experts families: mixtral, qwen2_moe, qwen3_moe, deepseek_v2, deepseek_v3, gpt_oss,
+glm4_moe and llama4_text.
 
 Read as transformers 5.23 builds them (configuration_*.py for the defaults of absent keys,
 modeling_*.py for the weights), so the total equals `model.parameters()` of that model:
@@ -23,6 +23,14 @@ modeling_*.py for the weights), so the total equals `model.parameters()` of that
   the first first_k_dense_replace layers dense) on grouped-query attention: attention_bias on q, k
   and v only, q/k norms of head_dim with use_qk_norm, rotary on partial_rotary_factor of each head
   (no parameters). Its multi-token-prediction layers (num_nextn_predict_layers) are not built.
+- llama4_text (Llama 4 Scout and Maverick's text model): the layers in moe_layers (default every
+  interleave_moe_layer_step-th) route to experts of intermediate_size beside one shared expert of
+  the same width; the others are dense MLPs of intermediate_size_mlp. Its q/k L2 norms have no
+  weights. Its rope layers attend in chunks of attention_chunk_size and every
+  no_rope_layer_interval-th layer globally without rope: no parameters, and the eager attention
+  FLOPs count every score; a chunk is not a sliding window, so the import counts the chunked
+  layers as full attention and says that FLOPs with causal='halved' and the KV cache are then
+  upper bounds.
 """
 
 from typing import Any
@@ -225,6 +233,40 @@ def _glm4_moe(raw: dict, warnings: list[str]) -> dict[str, Any]:
     return fields
 
 
+def _llama4_text(raw: dict, warnings: list[str]) -> dict[str, Any]:
+    fields = _common(raw, dict(num_hidden_layers=48, hidden_size=5120, num_attention_heads=40,
+                               vocab_size=202048, intermediate_size=8192, max_position_embeddings=4096 * 32))
+    n, expert = fields["n_layers"], fields["d_ff"]
+    step = integer(raw, "interleave_moe_layer_step", 1)
+    if step < 1:
+        raise InvalidInput("interleave_moe_layer_step", f"must be 1 or more, got {step}")
+    routed = raw.get("moe_layers")
+    if routed is None:
+        routed = list(range(step - 1, n, step))
+    elif not isinstance(routed, list) or any(isinstance(i, bool) or not isinstance(i, int) for i in routed):
+        raise InvalidInput("moe_layers", f"must be a list of layer indices, got {routed!r}"[:120])
+    dense = tuple(i for i in range(n) if i not in set(routed))
+    if len(dense) == n:
+        raise InvalidInput("moe_layers", "names no layer of the model: Llama 4 routes in at least one")
+    # Every step-th layer (its default): said as a step, as Qwen's decoder_sparse_step is.
+    layout = (dict(moe_every=step) if sorted(set(routed)) == list(range(step - 1, n, step))
+              else dict(mlp_only_layers=dense))
+    types = raw.get("layer_types") or []
+    chunk = _nullable(raw, "attention_chunk_size", 8192)
+    if chunk is not None and (not types or "chunked_attention" in types):
+        warnings.append(f"chunked attention (attention_chunk_size {chunk}) on the rope layers is counted as "
+                        "full attention: no parameters, and eager FLOPs count every score either way; "
+                        "with causal='halved', and in the KV cache, its figures are upper bounds")
+    kv = _nullable(raw, "num_key_value_heads", 8)
+    return fields | dict(
+        n_kv_heads=kv or fields["n_heads"], head_dim=_nullable(raw, "head_dim", 128) or _head_dim({}, fields),
+        mlp=_gated(raw, warnings), attn_bias=boolean(raw, "attention_bias", False),
+        d_ff=integer(raw, "intermediate_size_mlp", 16384),
+        n_experts=alias(raw, "num_local_experts", "num_experts", 16),
+        top_k=_nullable(raw, "num_experts_per_tok", 1),
+        d_ff_expert=expert, n_shared_experts=1, d_ff_shared=expert, **layout)
+
+
 # TransformerConfig field -> config.json key, where they differ (to name the key in a 422).
 _MOE_NAMES = {**LLAMA_KEY_NAMES, "n_experts": "num_experts", "top_k": "num_experts_per_tok",
               "d_ff_expert": "moe_intermediate_size", "moe_every": "decoder_sparse_step",
@@ -252,6 +294,11 @@ FAMILIES: tuple[Family, ...] = (
            _DEEPSEEK_KEYS | {"num_experts", "mlp_bias"}, _DEEPSEEK_NAMES),
     Family("gpt_oss", _gpt_oss, _MIXTRAL_KEYS | {"attention_bias", "layer_types"},
            {**_MIXTRAL_NAMES, "attn_bias": "attention_bias", "global_every": "layer_types"}),
+    Family("llama4_text", _llama4_text,
+           _MIXTRAL_KEYS | {"attention_bias", "interleave_moe_layer_step", "moe_layers",
+                            "intermediate_size_mlp", "use_qk_norm", "layer_types"},
+           {**_MIXTRAL_NAMES, "d_ff": "intermediate_size_mlp", "attn_bias": "attention_bias",
+            "mlp_only_layers": "moe_layers", "moe_every": "interleave_moe_layer_step"}),
     Family("glm4_moe", _glm4_moe,
            _DEEPSEEK_KEYS - {"q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
                              "v_head_dim"}

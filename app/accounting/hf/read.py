@@ -44,7 +44,7 @@ ARCHITECTURES = {
     "GPT2LMHeadModel": "gpt2", "GPTNeoXForCausalLM": "gpt_neox", "MixtralForCausalLM": "mixtral",
     "Qwen2MoeForCausalLM": "qwen2_moe", "Qwen3ForCausalLM": "qwen3", "Qwen3MoeForCausalLM": "qwen3_moe",
     "DeepseekV2ForCausalLM": "deepseek_v2", "DeepseekV3ForCausalLM": "deepseek_v3",
-    "GptOssForCausalLM": "gpt_oss", "Glm4MoeForCausalLM": "glm4_moe",
+    "GptOssForCausalLM": "gpt_oss", "Glm4MoeForCausalLM": "glm4_moe", "Llama4ForCausalLM": "llama4_text",
     "GemmaForCausalLM": "gemma", "Gemma2ForCausalLM": "gemma2", "Gemma3ForCausalLM": "gemma3_text",
     "Gemma3ForConditionalGeneration": "gemma3", "Phi3ForCausalLM": "phi3", "OlmoForCausalLM": "olmo",
     "Olmo2ForCausalLM": "olmo2", "FalconForCausalLM": "falcon", "Starcoder2ForCausalLM": "starcoder2",
