@@ -221,3 +221,14 @@ def test_the_2025_presets_are_their_published_configs(api, preset, config):
     assert listed["params"]["active"] == imported["params"]["active"]
     given = {k: v for k, v in imported["config"].items() if v is not None}
     assert {k: v for k, v in listed["config"].items() if v is not None} == given
+
+
+def test_the_multimodal_llama4_config_counts_its_text_model_and_says_the_vision_tower_is_not(api):
+    text = {k: v for k, v in LLAMA4_SCOUT.items() if k != "architectures"}
+    whole = {"architectures": ["Llama4ForConditionalGeneration"], "model_type": "llama4", "text_config": text,
+             "vision_config": {"model_type": "llama4_vision_model"}, "tie_word_embeddings": False}
+    body = api.ok(IMPORT, whole)
+    assert body["params"]["total"] == api.ok(IMPORT, LLAMA4_SCOUT)["params"]["total"] == 107_769_861_120
+    assert any("vision tower" in w for w in body["warnings"])
+    bad = api.post(IMPORT, whole | {"text_config": text | {"num_local_experts": 0}})
+    assert_names_field(bad, "text_config.num_local_experts")

@@ -1,5 +1,5 @@
-"""Mixture-of-experts families: mixtral, qwen2_moe, qwen3_moe, deepseek_v2, deepseek_v3, gpt_oss,
-glm4_moe and llama4_text.
+"""Mixture-of-experts families: mixtral, qwen2_moe, qwen3_moe, deepseek_v2, deepseek_v3, gpt_oss and
+glm4_moe (Llama 4's are in llama4.py).
 
 Read as transformers 5.23 builds them (configuration_*.py for the defaults of absent keys,
 modeling_*.py for the weights), so the total equals `model.parameters()` of that model:
@@ -23,14 +23,6 @@ modeling_*.py for the weights), so the total equals `model.parameters()` of that
   the first first_k_dense_replace layers dense) on grouped-query attention: attention_bias on q, k
   and v only, q/k norms of head_dim with use_qk_norm, rotary on partial_rotary_factor of each head
   (no parameters). Its multi-token-prediction layers (num_nextn_predict_layers) are not built.
-- llama4_text (Llama 4 Scout and Maverick's text model): the layers in moe_layers (default every
-  interleave_moe_layer_step-th) route to experts of intermediate_size beside one shared expert of
-  the same width; the others are dense MLPs of intermediate_size_mlp. Its q/k L2 norms have no
-  weights. Its rope layers attend in chunks of attention_chunk_size and every
-  no_rope_layer_interval-th layer globally without rope: no parameters, and the eager attention
-  FLOPs count every score; a chunk is not a sliding window, so the import counts the chunked
-  layers as full attention and says that FLOPs with causal='halved' and the KV cache are then
-  upper bounds.
 """
 
 from typing import Any
@@ -42,7 +34,7 @@ from app.accounting.hf.values import alias, boolean, dropout_on, integer
 from app.accounting.models import TransformerConfig
 
 
-def _gated(raw: dict, warnings: list[str]) -> str:
+def gated(raw: dict, warnings: list[str]) -> str:
     """Every family here gates its MLPs and experts (gate_up_proj): SwiGLU's shapes whatever the act."""
     act = raw.get("hidden_act", "silu")
     if act not in ("silu", "swish"):
@@ -61,7 +53,7 @@ def _layers(raw: dict, default: int) -> int:
     return n
 
 
-def _common(raw: dict, defaults: dict[str, Any]) -> dict[str, Any]:
+def common(raw: dict, defaults: dict[str, Any]) -> dict[str, Any]:
     """The shape every family here reads the same way; `defaults` is its Config class's."""
     return dict(
         n_layers=_layers(raw, defaults["num_hidden_layers"]),
@@ -75,12 +67,12 @@ def _common(raw: dict, defaults: dict[str, Any]) -> dict[str, Any]:
     )
 
 
-def _nullable(raw: dict, key: str, default: int | None) -> int | None:
+def nullable(raw: dict, key: str, default: int | None) -> int | None:
     """An integer whose Config class takes null too (null stays null; absent is `default`)."""
     return integer(raw, key, None) if key in raw else default
 
 
-def _head_dim(raw: dict, fields: dict[str, Any]) -> int:
+def head_width(raw: dict, fields: dict[str, Any]) -> int:
     """head_dim, or hidden_size // num_attention_heads (floored, as the modeling code divides);
     with no heads, the engine's 422 names num_attention_heads."""
     heads = fields["n_heads"]
@@ -101,22 +93,22 @@ def _mlp_only(raw: dict, n_layers: int, warnings: list[str]) -> tuple[int, ...]:
 
 
 def _mixtral(raw: dict, warnings: list[str]) -> dict[str, Any]:
-    fields = _common(raw, dict(num_hidden_layers=32, hidden_size=4096, num_attention_heads=32,
+    fields = common(raw, dict(num_hidden_layers=32, hidden_size=4096, num_attention_heads=32,
                                vocab_size=32000, intermediate_size=14336, max_position_embeddings=4096 * 32))
-    kv = _nullable(raw, "num_key_value_heads", 8)  # MixtralConfig: null means num_attention_heads
+    kv = nullable(raw, "num_key_value_heads", 8)  # MixtralConfig: null means num_attention_heads
     window = integer(raw, "sliding_window", None)
     return fields | dict(
-        n_kv_heads=kv or fields["n_heads"], head_dim=_head_dim(raw, fields), mlp=_gated(raw, warnings),
+        n_kv_heads=kv or fields["n_heads"], head_dim=head_width(raw, fields), mlp=gated(raw, warnings),
         # MixtralConfig.attribute_map lets num_experts set num_local_experts; every layer routes,
         # so zero experts is no model (the engine's 422 names num_local_experts).
         n_experts=alias(raw, "num_local_experts", "num_experts", 8),
-        top_k=_nullable(raw, "num_experts_per_tok", 2),
+        top_k=nullable(raw, "num_experts_per_tok", 2),
         d_ff_expert=fields["d_ff"], **windows.windows([True] * fields["n_layers"], window, "sliding_window"),
     )
 
 
 def _qwen_moe(raw: dict, warnings: list[str], qwen3: bool) -> dict[str, Any]:
-    fields = _common(raw, dict(num_hidden_layers=24, hidden_size=2048, vocab_size=151936,
+    fields = common(raw, dict(num_hidden_layers=24, hidden_size=2048, vocab_size=151936,
                                num_attention_heads=32 if qwen3 else 16,
                                intermediate_size=6144 if qwen3 else 5632, max_position_embeddings=32768))
     n = fields["n_layers"]
@@ -125,14 +117,14 @@ def _qwen_moe(raw: dict, warnings: list[str], qwen3: bool) -> dict[str, Any]:
     else:
         experts = integer(raw, "num_experts", 60)
     fields |= dict(n_kv_heads=integer(raw, "num_key_value_heads", 4 if qwen3 else 16),
-                   head_dim=_head_dim(raw, fields), mlp=_gated(raw, warnings))
+                   head_dim=head_width(raw, fields), mlp=gated(raw, warnings))
     if experts:  # the decoder layer asks `num_experts > 0`: without experts every layer is dense
-        fields |= dict(n_experts=experts, top_k=_nullable(raw, "num_experts_per_tok", 8 if qwen3 else 4),
+        fields |= dict(n_experts=experts, top_k=nullable(raw, "num_experts_per_tok", 8 if qwen3 else 4),
                        d_ff_expert=integer(raw, "moe_intermediate_size", 768 if qwen3 else 1408),
                        moe_every=integer(raw, "decoder_sparse_step", 1),
                        mlp_only_layers=_mlp_only(raw, n, warnings))
     sliding = boolean(raw, "use_sliding_window", False)
-    window = _nullable(raw, "sliding_window", 4096) if sliding else None
+    window = nullable(raw, "sliding_window", 4096) if sliding else None
     if qwen3:
         # Qwen3Moe: attention_bias on q, k, v and o; one head_dim-wide q norm and k norm.
         return fields | dict(attn_bias=boolean(raw, "attention_bias", False), qk_norm="head",
@@ -155,7 +147,7 @@ def _qwen2_moe_windowed(raw: dict, n_layers: int, sliding: bool) -> list[bool]:
 
 
 def _deepseek(raw: dict, warnings: list[str], v3: bool) -> dict[str, Any]:
-    fields = _common(raw, dict(num_hidden_layers=61 if v3 else 32, hidden_size=7168 if v3 else 4096,
+    fields = common(raw, dict(num_hidden_layers=61 if v3 else 32, hidden_size=7168 if v3 else 4096,
                                num_attention_heads=128 if v3 else 32, vocab_size=129280 if v3 else 102400,
                                intermediate_size=18432 if v3 else 11008,
                                max_position_embeddings=4096 if v3 else 2048))
@@ -170,17 +162,17 @@ def _deepseek(raw: dict, warnings: list[str], v3: bool) -> dict[str, Any]:
     if kv is not None and kv != heads:
         warnings.append(f"num_key_value_heads={str(kv)[:12]} is unused by latent attention's weights "
                         "(transformers' forward needs it equal to num_attention_heads)")
-    if _nullable(raw, "kv_lora_rank", 512) is None:
+    if nullable(raw, "kv_lora_rank", 512) is None:
         raise InvalidInput("kv_lora_rank", "is required: DeepSeek attention is latent (null builds nothing)")
     experts = (alias(raw, "n_routed_experts", "num_local_experts", 256) if v3
                else alias(raw, "n_routed_experts", "num_experts", 64))
     fields |= dict(
-        mlp=_gated(raw, warnings), attn_bias=boolean(raw, "attention_bias", False),
+        mlp=gated(raw, warnings), attn_bias=boolean(raw, "attention_bias", False),
         # A null MLA width other than q_lora_rank (V2-Lite's direct queries) is the engine's 422.
-        q_lora_rank=_nullable(raw, "q_lora_rank", 1536), kv_lora_rank=integer(raw, "kv_lora_rank", 512),
-        qk_nope_head_dim=_nullable(raw, "qk_nope_head_dim", 128),
-        qk_rope_head_dim=_nullable(raw, "qk_rope_head_dim", 64), v_head_dim=_nullable(raw, "v_head_dim", 128),
-        n_experts=experts, top_k=_nullable(raw, "num_experts_per_tok", 8 if v3 else None),
+        q_lora_rank=nullable(raw, "q_lora_rank", 1536), kv_lora_rank=integer(raw, "kv_lora_rank", 512),
+        qk_nope_head_dim=nullable(raw, "qk_nope_head_dim", 128),
+        qk_rope_head_dim=nullable(raw, "qk_rope_head_dim", 64), v_head_dim=nullable(raw, "v_head_dim", 128),
+        n_experts=experts, top_k=nullable(raw, "num_experts_per_tok", 8 if v3 else None),
         d_ff_expert=integer(raw, "moe_intermediate_size", 2048 if v3 else 1407),
         n_shared_experts=integer(raw, "n_shared_experts", 1 if v3 else 2),
         first_dense_layers=integer(raw, "first_k_dense_replace", 3 if v3 else 0),
@@ -195,34 +187,34 @@ def _deepseek(raw: dict, warnings: list[str], v3: bool) -> dict[str, Any]:
 
 
 def _gpt_oss(raw: dict, warnings: list[str]) -> dict[str, Any]:
-    fields = _common(raw, dict(num_hidden_layers=36, hidden_size=2880, num_attention_heads=64,
+    fields = common(raw, dict(num_hidden_layers=36, hidden_size=2880, num_attention_heads=64,
                                vocab_size=201088, intermediate_size=2880, max_position_embeddings=131072))
     n = fields["n_layers"]
-    kv = _nullable(raw, "num_key_value_heads", 8)  # GptOssConfig: null means num_attention_heads
-    head_dim = _nullable(raw, "head_dim", 64)
+    kv = nullable(raw, "num_key_value_heads", 8)  # GptOssConfig: null means num_attention_heads
+    head_dim = nullable(raw, "head_dim", 64)
     default = [windows.SLIDING if (i + 1) % 2 else windows.FULL for i in range(n)]
-    window = _nullable(raw, "sliding_window", 128)
+    window = nullable(raw, "sliding_window", 128)
     return fields | dict(
-        n_kv_heads=kv or fields["n_heads"], head_dim=head_dim or _head_dim({}, fields),
-        mlp=_gated(raw, warnings), attn_bias=boolean(raw, "attention_bias", True), attention_sinks=True,
+        n_kv_heads=kv or fields["n_heads"], head_dim=head_dim or head_width({}, fields),
+        mlp=gated(raw, warnings), attn_bias=boolean(raw, "attention_bias", True), attention_sinks=True,
         n_experts=alias(raw, "num_local_experts", "num_experts", 128),
-        top_k=_nullable(raw, "num_experts_per_tok", 4), d_ff_expert=fields["d_ff"], expert_bias=True,
+        top_k=nullable(raw, "num_experts_per_tok", 4), d_ff_expert=fields["d_ff"], expert_bias=True,
         router_bias=True,
         **windows.windows(windows.sliding(windows.layer_types(raw, n, default)), window, "layer_types"),
     )
 
 
 def _glm4_moe(raw: dict, warnings: list[str]) -> dict[str, Any]:
-    fields = _common(raw, dict(num_hidden_layers=46, hidden_size=4096, num_attention_heads=96,
+    fields = common(raw, dict(num_hidden_layers=46, hidden_size=4096, num_attention_heads=96,
                                vocab_size=151552, intermediate_size=10944, max_position_embeddings=131072))
-    kv = _nullable(raw, "num_key_value_heads", 8)
+    kv = nullable(raw, "num_key_value_heads", 8)
     fields |= dict(
-        n_kv_heads=kv or fields["n_heads"], head_dim=_head_dim(raw, fields), mlp=_gated(raw, warnings),
+        n_kv_heads=kv or fields["n_heads"], head_dim=head_width(raw, fields), mlp=gated(raw, warnings),
         qkv_bias=boolean(raw, "attention_bias", False), attn_bias=False,
         qk_norm="head" if boolean(raw, "use_qk_norm", False) else "none",
         # Glm4MoeConfig.attribute_map: num_local_experts <-> n_routed_experts
         n_experts=alias(raw, "n_routed_experts", "num_local_experts", 128),
-        top_k=_nullable(raw, "num_experts_per_tok", 8),
+        top_k=nullable(raw, "num_experts_per_tok", 8),
         d_ff_expert=integer(raw, "moe_intermediate_size", 1408),
         n_shared_experts=integer(raw, "n_shared_experts", 1),
         first_dense_layers=integer(raw, "first_k_dense_replace", 1), router_score_correction=True)
@@ -233,49 +225,15 @@ def _glm4_moe(raw: dict, warnings: list[str]) -> dict[str, Any]:
     return fields
 
 
-def _llama4_text(raw: dict, warnings: list[str]) -> dict[str, Any]:
-    fields = _common(raw, dict(num_hidden_layers=48, hidden_size=5120, num_attention_heads=40,
-                               vocab_size=202048, intermediate_size=8192, max_position_embeddings=4096 * 32))
-    n, expert = fields["n_layers"], fields["d_ff"]
-    step = integer(raw, "interleave_moe_layer_step", 1)
-    if step < 1:
-        raise InvalidInput("interleave_moe_layer_step", f"must be 1 or more, got {step}")
-    routed = raw.get("moe_layers")
-    if routed is None:
-        routed = list(range(step - 1, n, step))
-    elif not isinstance(routed, list) or any(isinstance(i, bool) or not isinstance(i, int) for i in routed):
-        raise InvalidInput("moe_layers", f"must be a list of layer indices, got {routed!r}"[:120])
-    dense = tuple(i for i in range(n) if i not in set(routed))
-    if len(dense) == n:
-        raise InvalidInput("moe_layers", "names no layer of the model: Llama 4 routes in at least one")
-    # Every step-th layer (its default): said as a step, as Qwen's decoder_sparse_step is.
-    layout = (dict(moe_every=step) if sorted(set(routed)) == list(range(step - 1, n, step))
-              else dict(mlp_only_layers=dense))
-    types = raw.get("layer_types") or []
-    chunk = _nullable(raw, "attention_chunk_size", 8192)
-    if chunk is not None and (not types or "chunked_attention" in types):
-        warnings.append(f"chunked attention (attention_chunk_size {chunk}) on the rope layers is counted as "
-                        "full attention: no parameters, and eager FLOPs count every score either way; "
-                        "with causal='halved', and in the KV cache, its figures are upper bounds")
-    kv = _nullable(raw, "num_key_value_heads", 8)
-    return fields | dict(
-        n_kv_heads=kv or fields["n_heads"], head_dim=_nullable(raw, "head_dim", 128) or _head_dim({}, fields),
-        mlp=_gated(raw, warnings), attn_bias=boolean(raw, "attention_bias", False),
-        d_ff=integer(raw, "intermediate_size_mlp", 16384),
-        n_experts=alias(raw, "num_local_experts", "num_experts", 16),
-        top_k=_nullable(raw, "num_experts_per_tok", 1),
-        d_ff_expert=expert, n_shared_experts=1, d_ff_shared=expert, **layout)
-
-
 # TransformerConfig field -> config.json key, where they differ (to name the key in a 422).
 _MOE_NAMES = {**LLAMA_KEY_NAMES, "n_experts": "num_experts", "top_k": "num_experts_per_tok",
               "d_ff_expert": "moe_intermediate_size", "moe_every": "decoder_sparse_step",
               "d_ff_shared": "shared_expert_intermediate_size", "attn_bias": "attention_bias"}
-_MIXTRAL_NAMES = {**_MOE_NAMES, "n_experts": "num_local_experts", "d_ff_expert": "intermediate_size"}
+MIXTRAL_NAMES = {**_MOE_NAMES, "n_experts": "num_local_experts", "d_ff_expert": "intermediate_size"}
 _DEEPSEEK_NAMES = {**_MOE_NAMES, "n_experts": "n_routed_experts",
                    "first_dense_layers": "first_k_dense_replace"}
 
-_MIXTRAL_KEYS = LLAMA_KEYS | {"num_local_experts", "num_experts", "num_experts_per_tok"}
+MIXTRAL_KEYS = LLAMA_KEYS | {"num_local_experts", "num_experts", "num_experts_per_tok"}
 _QWEN_KEYS = LLAMA_KEYS | {"num_experts", "num_experts_per_tok", "moe_intermediate_size",
                            "decoder_sparse_step", "mlp_only_layers"}
 _DEEPSEEK_KEYS = LLAMA_KEYS | {"attention_bias", "n_routed_experts", "num_experts_per_tok",
@@ -284,7 +242,7 @@ _DEEPSEEK_KEYS = LLAMA_KEYS | {"attention_bias", "n_routed_experts", "num_expert
                                "v_head_dim"}
 
 FAMILIES: tuple[Family, ...] = (
-    Family("mixtral", _mixtral, _MIXTRAL_KEYS, _MIXTRAL_NAMES),
+    Family("mixtral", _mixtral, MIXTRAL_KEYS, MIXTRAL_NAMES),
     Family("qwen2_moe", lambda raw, w: _qwen_moe(raw, w, qwen3=False),
            _QWEN_KEYS | {"shared_expert_intermediate_size", "qkv_bias", "layer_types"},
            {**_MOE_NAMES, "global_every": "layer_types"}),
@@ -292,13 +250,8 @@ FAMILIES: tuple[Family, ...] = (
            _QWEN_KEYS | {"num_local_experts", "attention_bias"}, _MOE_NAMES),
     Family("deepseek_v2", lambda raw, w: _deepseek(raw, w, v3=False),
            _DEEPSEEK_KEYS | {"num_experts", "mlp_bias"}, _DEEPSEEK_NAMES),
-    Family("gpt_oss", _gpt_oss, _MIXTRAL_KEYS | {"attention_bias", "layer_types"},
-           {**_MIXTRAL_NAMES, "attn_bias": "attention_bias", "global_every": "layer_types"}),
-    Family("llama4_text", _llama4_text,
-           _MIXTRAL_KEYS | {"attention_bias", "interleave_moe_layer_step", "moe_layers",
-                            "intermediate_size_mlp", "use_qk_norm", "layer_types"},
-           {**_MIXTRAL_NAMES, "d_ff": "intermediate_size_mlp", "attn_bias": "attention_bias",
-            "mlp_only_layers": "moe_layers", "moe_every": "interleave_moe_layer_step"}),
+    Family("gpt_oss", _gpt_oss, MIXTRAL_KEYS | {"attention_bias", "layer_types"},
+           {**MIXTRAL_NAMES, "attn_bias": "attention_bias", "global_every": "layer_types"}),
     Family("glm4_moe", _glm4_moe,
            _DEEPSEEK_KEYS - {"q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
                              "v_head_dim"}
