@@ -8,10 +8,9 @@ engine cannot express is a 422 naming the key.
 """
 
 from app.accounting.errors import InvalidInput
-from app.accounting.hf import keys, windows
+from app.accounting.hf import nested, windows
 from app.accounting.hf.family import LLAMA_KEY_NAMES, LLAMA_KEYS, Family
 from app.accounting.hf.values import Defaults, boolean, dropout, flag, gated, integer, maybe_int, shape
-from app.accounting.transformer import TransformerConfig
 
 # Each Config class's defaults (configuration_<family>.py).
 GEMMA = Defaults(vocab=256000, d=3072, ff=24576, layers=28, heads=16, kv=16, kv_nullable=False, head_dim=256,
@@ -86,24 +85,12 @@ GEMMA3_TEXT = Family("gemma3_text", _gemma3_text,
 
 def _gemma3(raw: dict, warnings: list[str]) -> dict:
     """Gemma3Config: the text model Gemma3ForCausalLM builds from text_config (absent: defaults)."""
-    text = raw.get("text_config") or {}
-    if not isinstance(text, dict):
-        raise InvalidInput("text_config", "must be an object (Gemma3TextConfig's keys)")
-    if text.get("model_type", "gemma3_text") != "gemma3_text":
-        got = repr(text["model_type"])[:40]
-        raise InvalidInput("text_config.model_type", f"must be 'gemma3_text', got {got}")
-    try:
-        fields = GEMMA3_TEXT.read(text, warnings)
-        keys.check(text, GEMMA3_TEXT, TransformerConfig(**fields), warnings)
-    except InvalidInput as e:
-        raise InvalidInput("text_config." + GEMMA3_TEXT.key_names.get(e.field, e.field), e.message) from None
+    fields = nested.text_model(raw, GEMMA3_TEXT, warnings)
     # Gemma3ForConditionalGeneration ties its head by the outer key (default true).
     outer = flag(raw, "tie_word_embeddings", True)
     if outer != fields["tied_embeddings"]:
         raise InvalidInput("tie_word_embeddings", f"{outer!r} contradicts text_config's "
                                                   f"{fields['tied_embeddings']}; the two models would differ")
-    warnings.append("the text model only: the vision tower and multimodal projector (vision_config) are "
-                    "not counted")
     return fields
 
 

@@ -14,11 +14,10 @@
 from typing import Any
 
 from app.accounting.errors import InvalidInput
-from app.accounting.hf import keys
+from app.accounting.hf import nested
 from app.accounting.hf.family import Family
 from app.accounting.hf.moe import MIXTRAL_KEYS, MIXTRAL_NAMES, common, gated, head_width, nullable
 from app.accounting.hf.values import alias, boolean, integer
-from app.accounting.models import TransformerConfig
 
 
 def _llama4_text(raw: dict, warnings: list[str]) -> dict[str, Any]:
@@ -57,20 +56,7 @@ def _llama4_text(raw: dict, warnings: list[str]) -> dict[str, Any]:
 
 def _llama4(raw: dict, warnings: list[str]) -> dict[str, Any]:
     """Llama4Config: the text model Llama4ForConditionalGeneration builds from text_config."""
-    text = raw.get("text_config") or {}
-    if not isinstance(text, dict):
-        raise InvalidInput("text_config", "must be an object (Llama4TextConfig's keys)")
-    if text.get("model_type", "llama4_text") != "llama4_text":
-        got = repr(text["model_type"])[:40]
-        raise InvalidInput("text_config.model_type", f"must be 'llama4_text', got {got}")
-    try:
-        fields = LLAMA4_TEXT.read(text, warnings)
-        keys.check(text, LLAMA4_TEXT, TransformerConfig(**fields), warnings)
-    except InvalidInput as e:
-        raise InvalidInput("text_config." + LLAMA4_TEXT.key_names.get(e.field, e.field), e.message) from None
-    warnings.append("the text model only: the vision tower and multimodal projector (vision_config) are "
-                    "not counted")
-    return fields
+    return nested.text_model(raw, LLAMA4_TEXT, warnings)
 
 
 LLAMA4_TEXT = Family("llama4_text", _llama4_text,
