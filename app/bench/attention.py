@@ -8,6 +8,7 @@ import torch.nn.functional as F
 
 from app.accounting.calibration.attention import core
 from app.bench.common import setup, to_json
+from app.bench.matmul import TORCH_DTYPES
 from app.probes.attention import (
     BACKWARD_FACTOR,
     AttentionParams,
@@ -18,8 +19,6 @@ from app.probes.attention import (
 )
 from app.probes.ledger import datasheet_peak
 from app.probes.results import Skipped
-
-TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 def kernel(backend: str):

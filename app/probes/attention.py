@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field
 
 from app import numbers
+from app.accounting import dtypes
 from app.accounting.calibration import attention as core
 from app.accounting.calibration import surface
 from app.accounting.calibration.profile import Profile
@@ -69,13 +70,10 @@ def attention_dtypes(params: AttentionParams, kind: str) -> list[str]:
     return list(params.dtypes or (ATTENTION_SIZES[kind].dtype,))
 
 
-BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
-
-
 def attention_bytes(b: int, h: int, s: int, d: int, dtype: str) -> int:
     """q, k, v, the output and their three gradients, and the math path's s x s scores with their
     gradient in float32 (the fused kernels keep none)."""
-    return 8 * b * h * s * d * BYTES[dtype] + 2 * b * h * s * s * 4
+    return 8 * b * h * s * d * dtypes.lookup(dtype).storage_bytes + 2 * b * h * s * s * 4
 
 
 @dataclass(slots=True)

@@ -136,10 +136,8 @@ def rates(samples: tuple[AttentionSample, ...], dtype: str) -> Rates | None:
     mine = [s for s in samples if s.dtype == dtype and s.forward_backward_seconds > s.forward_seconds]
     if not mine:
         return None
-    top = max(mine, key=lambda s: core(batch=s.batch, heads=s.heads, seq_len=s.seq_len, head_dim=s.head_dim,
-                                       causal=s.causal).forward_flops)
-    flops = core(batch=top.batch, heads=top.heads, seq_len=top.seq_len, head_dim=top.head_dim,
-                 causal=top.causal).forward_flops
+    flops, top = max(((core(batch=s.batch, heads=s.heads, seq_len=s.seq_len, head_dim=s.head_dim,
+                             causal=s.causal).forward_flops, s) for s in mine), key=lambda pair: pair[0])
     backward_s = top.forward_backward_seconds - top.forward_seconds
     return Rates(flops / top.forward_seconds, 2.5 * flops / backward_s,
                  f"b{top.batch} h{top.heads} s{top.seq_len} d{top.head_dim}", top.jobs)
