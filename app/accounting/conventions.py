@@ -20,6 +20,9 @@ def conventions(cfg: TransformerConfig) -> list[str]:
     if cfg.sliding_window is not None:
         said.append(f"sliding window of {cfg.sliding_window} tokens: no parameters; attention FLOPs shrink "
                     "only with causal='halved' (eager attention computes every score, masked or not)")
+    if cfg.attention_chunk_size is not None:
+        said.append(f"chunked attention in aligned {cfg.attention_chunk_size}-token chunks: no parameters; "
+                    "attention FLOPs shrink only with causal='halved' (eager attention computes every score)")
     if cfg.attn_logit_softcapping is not None or cfg.final_logit_softcapping is not None:
         said.append("logit softcapping is elementwise: no parameters and no matmul FLOPs")
     if cfg.tied_embeddings:

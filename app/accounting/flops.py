@@ -143,6 +143,9 @@ class FlopsBreakdown:
     however they spread over experts)."""
     shared_experts: int = 0
     """Shared experts, and Qwen2-MoE's shared-expert gate."""
+    mixer_scan: int = 0
+    """Mamba-2 and gated DeltaNet layers: their causal convolution and chunked scan's batched matmuls
+    (their in and out projections are in attention_qkv and attention_output)."""
 
     __pydantic_config__ = RECORD
 
@@ -154,7 +157,7 @@ _breakdown_values = attrgetter(*FlopsBreakdown.__dataclass_fields__)
 
 
 _LAYER_PARTS = ("attention_qkv", "attention_scores", "attention_values", "attention_output", "mlp",
-                "attention_latent", "router", "routed_experts", "shared_experts")
+                "attention_latent", "router", "routed_experts", "shared_experts", "mixer_scan")
 
 
 def transformer_forward(cfg: TransformerConfig, batch_size: int, seq_len: int,
@@ -163,14 +166,27 @@ def transformer_forward(cfg: TransformerConfig, batch_size: int, seq_len: int,
     layer's blocks (app/accounting/blocks/) and the LM head."""
     if cfg.position == "learned" and seq_len > cfg.max_seq_len:
         raise InvalidInput("seq_len", f"{seq_len} exceeds the model's {cfg.max_seq_len} learned positions")
+    return _passes(cfg, batch_size, seq_len, causal)[0]
+
+
+def _passes(cfg: TransformerConfig, batch_size: int, seq_len: int,
+            causal: Causal) -> tuple[FlopsBreakdown, FlopsBreakdown]:
+    """(forward, backward): backward is 2x forward but where a token mixer says otherwise (gated
+    DeltaNet's chunked rule, blocks/deltanet.py)."""
     t = batch_size * seq_len
-    parts = dict.fromkeys(_LAYER_PARTS, 0)
+    forward, backward = dict.fromkeys(_LAYER_PARTS, 0), dict.fromkeys(_LAYER_PARTS, 0)
     for layer, n in blocks.distinct(cfg):
-        attention = layer.attention.forward_flops(batch=batch_size, seq_len=seq_len, causal=causal)
-        for name, value in (attention | layer.mlp.forward_flops(t)).items():
-            parts[name] += n * value
+        mixer = layer.attention
+        ahead = mixer.forward_flops(batch=batch_size, seq_len=seq_len, causal=causal)
+        back = mixer.backward_flops(batch=batch_size, seq_len=seq_len, causal=causal)
+        mlp = layer.mlp.forward_flops(t)
+        for name, value in (ahead | mlp).items():
+            forward[name] += n * value
+        for name, value in (back | {k: 2 * v for k, v in mlp.items()}).items():
+            backward[name] += n * value
     lm_head = 2 * t * cfg.d_model * cfg.vocab_size
-    return FlopsBreakdown(**parts, lm_head=lm_head, total=sum(parts.values()) + lm_head)
+    return (FlopsBreakdown(**forward, lm_head=lm_head, total=sum(forward.values()) + lm_head),
+            FlopsBreakdown(**backward, lm_head=2 * lm_head, total=sum(backward.values()) + 2 * lm_head))
 
 
 @dataclass(slots=True)
@@ -185,7 +201,8 @@ class TransformerFlops:
     params: ParamCount
     forward: FlopsBreakdown
     backward: FlopsBreakdown
-    """2 x forward: every matmul needs the gradient of both operands."""
+    """2 x forward: every matmul needs the gradient of both operands (gated DeltaNet's chunked rule
+    differs a little, blocks/deltanet.py)."""
     step: FlopsBreakdown
     """forward + backward (the optimizer's elementwise update is not counted)."""
     six_n_d: int
@@ -201,14 +218,16 @@ class TransformerFlops:
 
 def transformer(cfg: TransformerConfig, batch_size: int, seq_len: int,
                 causal: Causal = "full") -> TransformerFlops:
-    fwd = transformer_forward(cfg, batch_size, seq_len, causal)
+    if cfg.position == "learned" and seq_len > cfg.max_seq_len:
+        raise InvalidInput("seq_len", f"{seq_len} exceeds the model's {cfg.max_seq_len} learned positions")
+    fwd, bwd = _passes(cfg, batch_size, seq_len, causal)
     params = count_params(cfg)
     tokens = batch_size * seq_len
     six_n_d = 6 * params.active * tokens
-    step = fwd.scaled(3)
+    step = FlopsBreakdown(*[f + b for f, b in zip(_breakdown_values(fwd), _breakdown_values(bwd), strict=True)])
     return TransformerFlops(
         model=cfg.resolved(), batch_size=batch_size, seq_len=seq_len, tokens=tokens, causal=causal,
-        params=params, forward=fwd, backward=fwd.scaled(2), step=step, six_n_d=six_n_d,
+        params=params, forward=fwd, backward=bwd, step=step, six_n_d=six_n_d,
         ratio_to_six_n_d=step.total / six_n_d,
         attention_fraction=(fwd.attention_scores + fwd.attention_values) / fwd.total,
     )

@@ -307,7 +307,7 @@ def attention_core_seconds(layer: blocks.Layer, *, batch: int, seq_len: int, tp:
     """(forward, backward) seconds of Q K^T and P V as FlashAttention runs them: heads split over
     tensor ranks, only the causal half (or the window) computed, at its published rates."""
     done = layer.attention.forward_flops(batch=batch, seq_len=seq_len, causal="halved")
-    core = (done["attention_scores"] + done["attention_values"]) / tp
+    core = (done["attention_scores"] + done["attention_values"] + done.get("mixer_scan", 0)) / tp
     return (core / dev.attention_forward_flop_per_sec,
             FLASH_BACKWARD_MATMULS_PER_FORWARD * core / dev.attention_backward_flop_per_sec)
 

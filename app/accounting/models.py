@@ -69,8 +69,9 @@ def presets() -> dict[str, Preset]:
         description, source = entry.pop("description"), entry.pop("source")
         notes = tuple(entry.pop("notes", ()))
         published = entry.pop("published_format", None)
-        if "mlp_only_layers" in entry:
-            entry["mlp_only_layers"] = tuple(entry["mlp_only_layers"])
+        for field in ("mlp_only_layers", "layer_mixers"):  # TOML arrays; the config holds tuples
+            if field in entry:
+                entry[field] = tuple(entry[field])
         table[name] = Preset(name, family, description, source, TransformerConfig(**entry), notes, published)
     return table
 

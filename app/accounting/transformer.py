@@ -17,6 +17,7 @@ from typing import Annotated, Literal, NamedTuple
 
 from annotated_types import Ge, Le
 
+from app.accounting import structure
 from app.accounting.errors import InvalidInput
 from app.accounting.records import RECORD
 
@@ -25,13 +26,12 @@ Norm = Literal["layernorm", "rmsnorm", "layernorm_no_affine"]
 NormLayout = Literal["pre", "post", "sandwich", "parallel", "parallel_shared"]
 QkNorm = Literal["none", "head", "projection"]
 Position = Literal["learned", "rope"]
+Mixer = Literal["attention", "mamba2", "gated_delta_net"]
 
 # Norms per block, by layout; q/k norms, MLA's latent norms and the final norm are extra.
 NORMS_PER_BLOCK = {"pre": 2, "post": 2, "sandwich": 4, "parallel": 2, "parallel_shared": 1}
 GATED = ("swiglu", "geglu")
 
-_MLA = ("q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
-_MOE_ONLY = ("top_k", "d_ff_expert", "d_ff_shared")
 
 
 @cache
@@ -124,9 +124,14 @@ class TransformerConfig:
     """Tokens a windowed layer attends to (the query and the window-1 before it); null is
     full attention everywhere. No parameters; halves FLOPs only with causal='halved'."""
     global_every: Annotated[int, Ge(1), Le(1024)] | None = None
-    """With sliding_window: layer i (from 0) attends globally when (i+1) is a multiple of
-    this, the others in the window (Gemma 2: 2, Gemma 3: 6); null windows every layer
-    (Mistral 7B v0.1)."""
+    """With sliding_window (or attention_chunk_size): layer i (from 0) attends globally when (i+1) is
+    a multiple of this, the others in the window or chunk (Gemma 2: 2, Gemma 3: 6, Llama 4: 4); null
+    windows every layer (Mistral 7B v0.1)."""
+    attention_chunk_size: Annotated[int, Ge(1), Le(10_000_000)] | None = None
+    """Chunked local attention (Llama 4's rope layers): the sequence is cut into aligned chunks of
+    this many tokens and a query attends to the keys of its own chunk up to itself. No parameters;
+    with causal='halved' a layer scores (C^2/2 per whole chunk, r^2/2 for the rest), and a cache
+    keeps the current chunk's tokens. Not with sliding_window."""
     attn_logit_softcapping: float | None = None
     """tanh cap on attention logits (Gemma 2): elementwise, no parameters, no matmul FLOPs."""
     final_logit_softcapping: float | None = None
@@ -182,11 +187,46 @@ class TransformerConfig:
     so its DynamicCache holds n_heads heads where vLLM's holds n_kv_heads. Read only by the KV
     cache's engine "transformers"; no parameters or FLOPs."""
 
+    layer_mixers: tuple[Mixer, ...] = ()
+    """Per layer (from 0), its token mixer: attention (as the attention fields above say), mamba2
+    (a Mamba-2 state-space block, the ssm_* fields: Bamba, Nemotron-H, Falcon-H1) or gated_delta_net
+    (gated DeltaNet linear attention, the linear_* fields: Qwen3-Next). Empty is attention in every
+    layer. Windows, chunks and attention_sinks apply to the attention layers only."""
+    attn_output_gate: bool = False
+    """Qwen3-Next's gated attention: q_proj is twice as wide and its second half, through a sigmoid,
+    gates the attention output per head: n_heads x head_dim more rows in q (2 t d q FLOPs more)."""
+    ssm_state_size: Width | None = None
+    """Mamba-2's state per head channel (N, HF mamba_d_state / ssm_state_size)."""
+    ssm_heads: Annotated[int, Ge(1), Le(65_536)] | None = None
+    """Mamba-2 heads (H, HF mamba_n_heads); the inner width is ssm_heads x ssm_head_dim."""
+    ssm_head_dim: Width | None = None
+    """Channels per Mamba-2 head (P, HF mamba_d_head / mamba_head_dim)."""
+    ssm_groups: Annotated[int, Ge(1), Le(65_536)] = 1
+    """Groups sharing B and C (G, HF mamba_n_groups / n_groups); divides ssm_heads."""
+    ssm_conv_kernel: Annotated[int, Ge(1), Le(1024)] = 4
+    """The causal depthwise convolution's width (HF mamba_d_conv / conv_kernel)."""
+    ssm_chunk_size: Annotated[int, Ge(1), Le(65_536)] = 256
+    """The chunked scan's chunk (HF mamba_chunk_size / chunk_size): its FLOPs depend on it."""
+    ssm_conv_bias: bool = True
+    """A bias on the convolution (HF mamba_conv_bias / use_conv_bias)."""
+    ssm_proj_bias: bool = False
+    """Biases on in_proj and out_proj (HF mamba_proj_bias / use_bias)."""
+    linear_key_heads: Annotated[int, Ge(1), Le(65_536)] | None = None
+    """Gated DeltaNet's query/key heads (HF linear_num_key_heads)."""
+    linear_value_heads: Annotated[int, Ge(1), Le(65_536)] | None = None
+    """Gated DeltaNet's value heads (HF linear_num_value_heads), a multiple of linear_key_heads."""
+    linear_key_head_dim: Width | None = None
+    """Gated DeltaNet's query/key head width (HF linear_key_head_dim)."""
+    linear_value_head_dim: Width | None = None
+    """Gated DeltaNet's value head width (HF linear_value_head_dim)."""
+    linear_conv_kernel: Annotated[int, Ge(1), Le(1024)] = 4
+    """Gated DeltaNet's causal depthwise convolution width (HF linear_conv_kernel_dim)."""
+
     __pydantic_config__ = RECORD
 
     def __post_init__(self) -> None:
         check_bounds(self)
-        _check_structure(self)
+        structure.check(self)
 
     def __hash__(self) -> int:
         # Every calculator looks its config up in lru caches (counts, layer kinds, plans);
@@ -259,6 +299,11 @@ class TransformerConfig:
         return _layer_kinds(self)
 
     @property
+    def mixers(self) -> tuple[str, ...]:
+        """Per layer, its token mixer (layer_mixers, or attention everywhere)."""
+        return self.layer_mixers or ("attention",) * self.n_layers
+
+    @property
     def moe_layers(self) -> tuple[bool, ...]:
         """Per layer: routes to experts (True) or keeps a dense MLP."""
         return self.layers.moe
@@ -267,6 +312,11 @@ class TransformerConfig:
     def windowed_layers(self) -> tuple[bool, ...]:
         """Per layer: attends within sliding_window (True) or to the whole sequence."""
         return self.layers.windowed
+
+    @property
+    def chunked_layers(self) -> tuple[bool, ...]:
+        """Per layer: attends within its attention_chunk_size chunk (True) or to the whole sequence."""
+        return self.layers.chunked
 
     @property
     def n_moe_layers(self) -> int:
@@ -280,80 +330,31 @@ class TransformerConfig:
 _FIELDS = tuple(TransformerConfig.__dataclass_fields__)
 
 
-def _check_structure(c: TransformerConfig) -> None:
-    """Refuse configs no model has, naming the field to change."""
-    if c.n_heads % c.kv_heads:
-        raise InvalidInput("n_kv_heads", f"{c.kv_heads} must divide n_heads ({c.n_heads})")
-    if c.head_dim is None and not c.mla and c.d_model % c.n_heads:
-        raise InvalidInput("n_heads", f"{c.n_heads} must divide d_model ({c.d_model}) unless head_dim is set")
-    for name in ("attn_logit_softcapping", "final_logit_softcapping"):
-        value = getattr(c, name)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
-                                  or not 0 < value < 1e6):
-            raise InvalidInput(name, f"must be a positive number below 1e6, or null; got {value!r}"[:120])
-    if c.global_every is not None and c.sliding_window is None:
-        raise InvalidInput("global_every", "needs sliding_window (the window of the other layers)")
-    if c.mla:
-        if c.transformers_caches_all_heads:
-            raise InvalidInput("transformers_caches_all_heads", "latent attention caches the latent, not "
-                                                                "per-head keys and values; use false")
-        if c.qk_norm != "none":
-            raise InvalidInput("qk_norm", "latent attention has its own latent norms; use 'none'")
-        for name in _MLA[1:]:
-            if getattr(c, name) is None:
-                raise InvalidInput(name, "is required with kv_lora_rank (multi-head latent attention)")
-    else:
-        for name in _MLA:
-            if getattr(c, name) is not None:
-                raise InvalidInput(name, "is a latent-attention width; it needs kv_lora_rank")
-    _check_experts(c)
-    if c.attention_sinks and c.kv_lora_rank is not None:
-        raise InvalidInput("attention_sinks", "are counted for grouped-query attention; latent attention has "
-                                              "none")
-
-
-def _check_experts(c: TransformerConfig) -> None:
-    if type(c.mlp_only_layers) is not tuple or any(
-            type(i) is not int or not 0 <= i < c.n_layers for i in c.mlp_only_layers):
-        raise InvalidInput("mlp_only_layers", f"must list layer indices in [0, {c.n_layers - 1}]")
-    if not c.moe:
-        for name in _MOE_ONLY:
-            if getattr(c, name) is not None:
-                raise InvalidInput(name, "describes experts; it needs n_experts")
-        for name, neutral in (("n_shared_experts", 0), ("shared_expert_gate", False),
-                              ("first_dense_layers", 0), ("moe_every", 1), ("mlp_only_layers", ()),
-                              ("router_score_correction", False), ("expert_bias", False),
-                              ("router_bias", False)):
-            if getattr(c, name) != neutral:
-                raise InvalidInput(name, "describes experts; it needs n_experts")
-        return
-    if c.top_k is None:
-        raise InvalidInput("top_k", "is required with n_experts (routed experts per token)")
-    if c.top_k > c.n_experts:
-        raise InvalidInput("top_k", f"{c.top_k} exceeds n_experts ({c.n_experts})")
-    if c.n_shared_experts == 0 and (c.d_ff_shared is not None or c.shared_expert_gate):
-        name = "d_ff_shared" if c.d_ff_shared is not None else "shared_expert_gate"
-        raise InvalidInput(name, "describes shared experts; it needs n_shared_experts >= 1")
-
-
 class LayerKinds(NamedTuple):
     moe: tuple[bool, ...]
     windowed: tuple[bool, ...]
     n_moe: int
     n_windowed: int
+    chunked: tuple[bool, ...]
+    n_chunked: int
 
 
 @lru_cache(maxsize=1024)
 def _layer_kinds(c: TransformerConfig) -> LayerKinds:
-    moe = windowed = (False,) * c.n_layers
+    moe = windowed = chunked = (False,) * c.n_layers
     if c.moe:
         dense = set(c.mlp_only_layers)
         moe = tuple(i >= c.first_dense_layers and (i + 1) % c.moe_every == 0 and i not in dense
                     for i in range(c.n_layers))
+    every = c.global_every
+    attends = c.mixers
+    local = tuple(attends[i] == "attention" and (every is None or (i + 1) % every != 0)
+                  for i in range(c.n_layers))
     if c.sliding_window is not None:
-        every = c.global_every
-        windowed = tuple(every is None or (i + 1) % every != 0 for i in range(c.n_layers))
-    return LayerKinds(moe, windowed, sum(moe), sum(windowed))
+        windowed = local
+    elif c.attention_chunk_size is not None:
+        chunked = local
+    return LayerKinds(moe, windowed, sum(moe), sum(windowed), chunked, sum(chunked))
 
 
 @lru_cache(maxsize=1024)

@@ -37,15 +37,18 @@ def test_deepseek_v3_decompressed_keeps_every_heads_keys_and_values():
     assert cache.bytes_per_token == 61 * 40_960 * 2
 
 
-def vllm_peak_blocks(context: int, window: int | None, block: int) -> int:
+def vllm_peak_blocks(context: int, window: int | None, block: int, chunk: int | None = None) -> int:
     """Replay vLLM v1's block manager for one sequence, one token a step, and return the most
     blocks it held: before each step remove_skipped_blocks frees get_num_skipped_tokens(computed)
-    // block blocks from the front (computed - window + 1 for a sliding window, 0 for full
-    attention), then allocate_new_blocks tops the sequence up to cdiv(computed + 1, block)."""
+    // block blocks from the front (computed - window + 1 for a sliding window, computed // chunk x
+    chunk for chunked local attention, 0 for full attention), then allocate_new_blocks tops the
+    sequence up to cdiv(computed + 1, block)."""
     live: list[bool] = []
     peak = 0
     for computed in range(context):
         skipped = max(0, computed - window + 1) if window else 0
+        if chunk:
+            skipped = computed // chunk * chunk
         for i in range(min(skipped // block, len(live))):
             live[i] = False
         live.extend([True] * (-(-(computed + 1) // block) - len(live)))
@@ -72,6 +75,26 @@ def test_windowed_blocks_for_windows_off_block_boundaries(window, block):
     for context in range(1, 60):
         assert kv_cache(cfg, context=context, block_size=block).blocks_windowed == \
             vllm_peak_blocks(context, window, block), context
+
+
+@pytest.mark.parametrize(("chunk", "block"), [(8, 4), (9, 4), (7, 4), (5, 16), (33, 16), (2, 3), (16, 16)])
+def test_chunked_blocks_follow_vllms_chunked_local_manager(chunk, block):
+    from dataclasses import replace
+    cfg = replace(preset("llama4-scout"), attention_chunk_size=chunk)
+    for context in range(1, 80):
+        cache = kv_cache(cfg, context=context, block_size=block)
+        assert cache.blocks_chunked == vllm_peak_blocks(context, None, block, chunk), context
+        assert (cache.full_layers, cache.chunked_layers) == (12, 36)
+
+
+def test_llama4_scout_keeps_one_chunk_on_its_local_layers():
+    # 36 chunked layers keep at most 8,192 tokens, 12 global ones the context: at 128K tokens in bf16
+    # with 8 K/V heads of 128, (12 x 131072 + 36 x 8192) x 4096 bytes. vLLM's groups: 12 and 36 layers,
+    # 36 >= 1.5 x 12, so groups of 12: no padding.
+    cache = kv_cache(preset("llama4-scout"), context=131_072)
+    assert (cache.blocks_full, cache.blocks_chunked) == (8192, 512)
+    assert (cache.padded_full_layers, cache.padded_chunked_layers) == (12, 36)
+    assert cache.bytes_per_sequence == (12 * 131_072 + 36 * 8192) * 2 * 8 * 128 * 2
 
 
 def test_unpaged_windowed_layers_keep_the_window():

@@ -81,6 +81,28 @@ def test_llama4_eager_experts_run_every_expert_and_tally_counts_the_routed_ones(
     assert answer["forward"]["shared_experts"] == moe_layers * tokens * 2 * d * f * 3
 
 
+@pytest.mark.parametrize(("seq", "chunk"), [(1, 4), (7, 4), (8, 4), (37, 8), (100, 16)])
+def test_chunked_pairs_are_transformers_chunked_causal_mask(seq, chunk):
+    """causal='halved' counts L^2/2 pairs for each chunk of L tokens: the pairs transformers' chunked
+    causal mask lets through (key in the query's chunk, not after it), their diagonal's L/2 left out
+    as the causal convention does."""
+    from transformers.masking_utils import chunked_causal_mask_function
+
+    from app.accounting.blocks import Chunked, GroupedAttention
+    from app.accounting.models import preset
+
+    allowed = chunked_causal_mask_function(chunk, torch.zeros(1, dtype=torch.long))
+    t = torch.tensor
+    seen = sum(bool(allowed(t(0), t(0), t(q), t(k))) for q in range(seq) for k in range(seq))
+    cfg = preset("llama4-scout")
+    block = Chunked(cfg, GroupedAttention(cfg), chunk)
+    assert block.pairs_doubled(seq, "halved") == 2 * seen - seq
+    assert block.pairs_doubled(seq, "full") == 2 * seq * seq
+    # The token at position c reads the keys of its chunk up to itself.
+    assert [block.tokens_kept(c) for c in range(1, seq + 1)] == \
+        [sum(bool(allowed(t(0), t(0), t(c - 1), t(k))) for k in range(seq)) for c in range(1, seq + 1)]
+
+
 def test_routed_flops_do_not_depend_on_where_tokens_go(api):
     # Other weights and tokens load the experts differently; dropless, the count stays
     # tokens x top_k expert MLPs, as Tally counts it.

@@ -9,6 +9,7 @@ from transformers import AutoConfig, AutoModelForCausalLM
 
 from app.accounting.hf import import_config
 from tests.support.api import assert_names_field
+from tests.support.hf_configs_hybrid import BAMBA_9B, QWEN3_NEXT_80B
 from tests.support.hf_configs_moe import (
     DEEPSEEK_V2_LITE,
     GLM_45,
@@ -201,18 +202,19 @@ def test_qwen_without_experts_is_dense_and_mlp_only_layers_outside_are_ignored(a
                          ids=["scout", "maverick"])
 def test_llama4_text_is_transformers_count_and_the_cards_17b_active(api, config, total, active):
     """The cards: Scout 17B active of 109B, Maverick 17B of 400B (Scout's 109B counts its vision
-    encoder, which the text model leaves out). Chunked attention is said to be counted as full."""
+    encoder, which the text model leaves out). Three layers of four attend in 8,192-token chunks."""
     body = api.ok(IMPORT, config)
     assert (body["params"]["total"], body["params"]["active"], 0) == hf_counts(config)
     assert body["params"]["total"] == total and body["params"]["active"] == pytest.approx(active, rel=0.02)
-    assert any("chunked attention" in w and "upper bounds" in w for w in body["warnings"])
+    assert (body["config"]["attention_chunk_size"], body["config"]["global_every"]) == (8192, 4)
     assert not any("does not know" in w for w in body["warnings"])
 
 
 @pytest.mark.parametrize(("preset", "config"), [("gpt-oss-20b", GPT_OSS_20B), ("gpt-oss-120b", GPT_OSS_120B),
                                                 ("glm-4.5", GLM_45), ("glm-4.5-air", GLM_45_AIR),
                                                 ("llama4-scout", LLAMA4_SCOUT),
-                                                ("llama4-maverick", LLAMA4_MAVERICK)])
+                                                ("llama4-maverick", LLAMA4_MAVERICK),
+                                                ("qwen3-next-80b-a3b", QWEN3_NEXT_80B), ("bamba-9b", BAMBA_9B)])
 def test_the_2025_presets_are_their_published_configs(api, preset, config):
     """Each preset is its model's config.json as imported: the same model, field for field."""
     imported = api.ok(IMPORT, config)

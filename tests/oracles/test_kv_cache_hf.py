@@ -42,6 +42,11 @@ GEMMA3_BIDIRECTIONAL = GEMMA3 | {"use_bidirectional_attention": True}
 # gpt-oss: layers 0 and 2 slide, 1 and 3 attend globally (its default layer_types); its sinks add no cache.
 GPT_OSS = _BASE | {"model_type": "gpt_oss", "num_hidden_layers": 4, "num_key_value_heads": 2, "head_dim": 16,
                    "sliding_window": 8, "num_local_experts": 4, "num_experts_per_tok": 2}
+# Llama 4: layers 0 and 2 attend in aligned 8-token chunks, 1 and 3 globally (no_rope_layer_interval 2);
+# transformers caches a chunked layer as an 8-token sliding window.
+LLAMA4 = _BASE | {"model_type": "llama4_text", "num_hidden_layers": 4, "num_key_value_heads": 2, "head_dim": 16,
+                  "intermediate_size_mlp": 96, "num_local_experts": 4, "num_experts_per_tok": 1,
+                  "interleave_moe_layer_step": 2, "attention_chunk_size": 8, "no_rope_layer_interval": 2}
 DEEPSEEK_V3 = _BASE | {"model_type": "deepseek_v3", "num_key_value_heads": 4, "kv_lora_rank": 32,
                        "q_lora_rank": 24, "qk_nope_head_dim": 16, "qk_rope_head_dim": 8, "v_head_dim": 12,
                        "moe_intermediate_size": 32, "n_routed_experts": 4, "num_experts_per_tok": 2,
@@ -101,6 +106,22 @@ def test_windowed_layers_stop_at_the_window(raw, kinds, prompt, steps):
     per_token_layer = ours.values_per_token_per_layer * ours.bytes_per_element * BATCH
     kept = min(context, window - 1)  # transformers' views between forwards
     assert views == per_token_layer * (ours.full_layers * context + ours.windowed_layers * kept)
+
+
+@pytest.mark.parametrize(("prompt", "steps"), [(5, 1), (6, 2), (13, 3), (20, 5)])
+def test_chunked_layers_keep_a_chunk(prompt, steps):
+    """Llama 4's chunked layers: transformers keeps each as a sliding window of the chunk, so during
+    the step its storage is min(context, chunk) tokens, the most vLLM holds (the current chunk)."""
+    cfg = import_config(LLAMA4).config
+    context = prompt + steps
+    ours = kv_cache(cfg, context=context, batch=BATCH, model_dtype="float32", block_size=None,
+                    engine="transformers")
+    assert (ours.full_layers, ours.windowed_layers, ours.chunked_layers, ours.chunk) == (2, 0, 2, 8)
+    assert ours.tokens_chunked == min(context, 8)
+    views, storage = held(generate(LLAMA4, "float32", prompt, steps))
+    assert storage == ours.total_bytes
+    per_token_layer = ours.values_per_token_per_layer * ours.bytes_per_element * BATCH
+    assert views == per_token_layer * (2 * context + 2 * min(context, 7))
 
 
 @pytest.mark.parametrize(("prompt", "steps"), [(10, 0), (6, 4)])

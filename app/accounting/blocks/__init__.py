@@ -2,7 +2,9 @@
 kind each layer has.
 
 Attention kinds: grouped.py (multi-head, grouped-query, multi-query), latent.py (DeepSeek's
-multi-head latent attention), windowed.py (a sliding window over either). MLP kinds: dense.py
+multi-head latent attention), windowed.py (a sliding window over either), chunked.py (Llama 4's
+chunked local attention over either); token mixers that are not attention but fill its place:
+mamba.py (Mamba-2's state-space block), deltanet.py (gated DeltaNet linear attention). MLP kinds: dense.py
 (two matrices), gated.py (three: SwiGLU, GeGLU), experts.py (a mixture of experts, its experts
 and shared experts built from the dense or gated kind). base.py holds what each answers: its
 weights, parameters, forward FLOPs, saved tensors and, for attention, cache and decode reads.
@@ -17,17 +19,20 @@ from functools import lru_cache
 from typing import NamedTuple
 
 from app.accounting.blocks.base import Attention, Linear, Mlp, Weight, by_component, linears, norm
+from app.accounting.blocks.chunked import Chunked
+from app.accounting.blocks.deltanet import GatedDeltaNet
 from app.accounting.blocks.dense import DenseMlp
 from app.accounting.blocks.experts import Experts
 from app.accounting.blocks.gated import GatedMlp, mlp_kind
 from app.accounting.blocks.grouped import GroupedAttention
 from app.accounting.blocks.latent import LatentAttention
+from app.accounting.blocks.mamba import Mamba2
 from app.accounting.blocks.windowed import Windowed
 from app.accounting.transformer import TransformerConfig
 
 __all__ = ["Attention", "Mlp", "Layer", "Weight", "Linear", "GroupedAttention", "LatentAttention", "Windowed",
-           "DenseMlp", "GatedMlp", "Experts", "attention_of", "mlp_of", "dense_mlp", "layers", "distinct",
-           "model_attention", "routed"]
+           "Chunked", "Mamba2", "GatedDeltaNet", "DenseMlp", "GatedMlp", "Experts", "attention_of", "mlp_of", "dense_mlp", "layers", "distinct",
+           "model_attention", "routed", "tensor_parallel_refusal", "fine_tune_refusal"]
 
 # The norms of one block by layout, as llama.cpp names them (llama-arch.cpp): post-norms are
 # post_attention_norm / post_ffw_norm (OLMo 2, Gemma 2's sandwich); a parallel block with one
@@ -39,9 +44,19 @@ BLOCK_NORMS = {"pre": ("attn_norm", "ffn_norm"), "post": ("post_attention_norm",
 
 def attention_of(cfg: TransformerConfig, layer: int) -> Attention:
     """Layer `layer`'s attention: latent where kv_lora_rank is set, grouped heads otherwise, in a
-    window where the config windows that layer (sliding_window, global_every)."""
+    window or chunk where the config makes that layer local (sliding_window or attention_chunk_size,
+    global_every)."""
+    mixer = cfg.mixers[layer]
+    if mixer == "mamba2":
+        return Mamba2(cfg)
+    if mixer == "gated_delta_net":
+        return GatedDeltaNet(cfg)
     inner = LatentAttention(cfg) if cfg.mla else GroupedAttention(cfg)
-    return Windowed(cfg, inner, cfg.sliding_window) if cfg.windowed_layers[layer] else inner
+    if cfg.windowed_layers[layer]:
+        return Windowed(cfg, inner, cfg.sliding_window)
+    if cfg.chunked_layers[layer]:
+        return Chunked(cfg, inner, cfg.attention_chunk_size)
+    return inner
 
 
 def mlp_of(cfg: TransformerConfig, layer: int) -> Mlp:
@@ -107,9 +122,22 @@ def distinct(cfg: TransformerConfig) -> tuple[tuple[Layer, int], ...]:
 
 
 def model_attention(cfg: TransformerConfig) -> Attention:
-    """The attention kind every layer shares, its window aside: what one token adds to a layer's
-    cache, what tensor ranks may split."""
-    return layers(cfg)[0].attention
+    """The attention kind every attention layer shares, its window aside: what one token adds to a
+    layer's cache, how key/value heads replicate over tensor ranks. In a hybrid, the first layer that
+    attends (a model of state-space layers only answers its first layer, which caches nothing)."""
+    every = layers(cfg)
+    return next((layer.attention for layer in every if layer.attention.mixes_by_attention), every[0].attention)
+
+
+def tensor_parallel_refusal(cfg: TransformerConfig, tp: int) -> str | None:
+    """Why `tp` tensor ranks cannot split some layer's token mixer, or None."""
+    return next((why for layer, _ in distinct(cfg) if (why := layer.attention.tensor_parallel_refusal(tp))),
+                None)
+
+
+def fine_tune_refusal(cfg: TransformerConfig) -> str | None:
+    """Why some layer's token mixer cannot be counted fine-tuned, or None."""
+    return next((why for layer, _ in distinct(cfg) if (why := layer.attention.fine_tune_refusal)), None)
 
 
 def routed(cfg: TransformerConfig) -> Mlp | None:

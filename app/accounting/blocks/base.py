@@ -184,6 +184,19 @@ class CacheShape(NamedTuple):
     notes: tuple[str, ...]
 
 
+class State(NamedTuple):
+    """What one sequence keeps in one state-space or linear-attention layer, constant in context, in
+    values (all heads): the causal convolution's last inputs, and the recurrent state."""
+
+    conv_channels: int
+    """Channels the convolution keeps inputs of (Mamba-2: inner + 2 x groups x state)."""
+    conv_kernel: int
+    """The convolution's width K: transformers keeps K inputs per channel, vLLM K - 1."""
+    recurrent: int
+    """The recurrent state's values (Mamba-2: heads x head_dim x state)."""
+    notes: tuple[str, ...]
+
+
 @dataclass(frozen=True)
 class Attention(Block):
     """An attention kind. Concrete kinds answer their projections' FLOPs, their core's FLOPs over
@@ -199,9 +212,13 @@ class Attention(Block):
         the (query, key) pairs one head scores, summed over the batch."""
         raise NotImplementedError
 
+    def pairs_doubled(self, seq_len: int, causal: Causal) -> int:
+        """2x the (query, key) pairs one head scores over one sequence (score_pairs_doubled)."""
+        return score_pairs_doubled(seq_len, self.window, causal)
+
     def forward_flops(self, *, batch: int, seq_len: int, causal: Causal) -> dict[str, int]:
         """One forward over batch x seq_len tokens."""
-        pairs = batch * score_pairs_doubled(seq_len, self.window, causal)
+        pairs = batch * self.pairs_doubled(seq_len, causal)
         return self.projection_flops(batch * seq_len) | self.core_flops(pairs)
 
     def tokens_kept(self, context: int) -> int:
@@ -228,6 +245,19 @@ class Attention(Block):
         """Values per token a serving forward holds at once beside the residual stream, on one of
         `tp` tensor ranks: the projections' outputs (FlashAttention keeps no score matrix)."""
         raise NotImplementedError
+
+    def backward_flops(self, *, batch: int, seq_len: int, causal: Causal) -> dict[str, int]:
+        """One backward over batch x seq_len tokens: every matmul's two operand gradients, 2x the
+        forward, unless a kind says otherwise."""
+        return {k: 2 * v for k, v in self.forward_flops(batch=batch, seq_len=seq_len, causal=causal).items()}
+
+    def state(self) -> State | None:
+        """The constant-size state one sequence keeps (state-space and linear attention), or None."""
+        return None
+
+    mixes_by_attention: ClassVar[bool] = True
+    """False for the token mixers that are not softmax attention (Mamba-2, gated DeltaNet): they keep
+    no per-token cache."""
 
     def kv_replicas(self, tp: int) -> int:
         """Copies of each key/value projection's head over `tp` tensor ranks."""

@@ -9,6 +9,9 @@ Per layer, with d = d_model, q = n_heads x head_dim, kv = n_kv_heads x head_dim:
   FLOPs     2 t d (q + 2 kv) for q/k/v, 2 t q d for the output; Q @ K^T and softmax @ V cost
             2 x head_dim per head per scored pair each
   cache     K and V: 2 x n_kv_heads x head_dim values per token
+  gate      with attn_output_gate (Qwen3-Next), q's projection is 2q wide: its second half, through a
+            sigmoid, scales the attention output before o (2 t d q more FLOPs; the gate's input and
+            the ungated output saved, q values each)
 """
 
 from dataclasses import dataclass
@@ -42,9 +45,10 @@ class GroupedAttention(Attention):
     def _weights(self) -> list[Weight]:
         cfg, d = self.cfg, self.cfg.d_model
         q, kv, bias = self.q_width, self.kv_width, cfg.has_qkv_bias
+        q_rows = 2 * q if cfg.attn_output_gate else q  # Qwen3-Next's q_proj: the queries, then the gate
         # GPT-2's c_attn, GPT-NeoX's and Falcon's query_key_value, Phi-3's qkv_proj: one module.
         qkv = {"q": "qkv", "k": "qkv", "v": "qkv"} if cfg.fused_qkv else {"q": "q", "k": "k", "v": "v"}
-        weights = (linear("attn_q", q, d, "attention", "column", bias, module=qkv["q"])
+        weights = (linear("attn_q", q_rows, d, "attention", "column", bias, module=qkv["q"])
                    + linear("attn_k", kv, d, "attention", "kv", bias, module=qkv["k"])
                    + linear("attn_v", kv, d, "attention", "kv", bias, module=qkv["v"])
                    + linear("attn_output", d, q, "attention", "row", cfg.has_attn_bias, module="o",
@@ -59,7 +63,8 @@ class GroupedAttention(Attention):
 
     def projection_flops(self, tokens: int) -> dict[str, int]:
         d, q, kv = self.cfg.d_model, self.q_width, self.kv_width
-        return {"attention_latent": 0, "attention_qkv": 2 * tokens * d * (q + 2 * kv),
+        q_rows = 2 * q if self.cfg.attn_output_gate else q
+        return {"attention_latent": 0, "attention_qkv": 2 * tokens * d * (q_rows + 2 * kv),
                 "attention_output": 2 * tokens * q * d}
 
     def core_flops(self, pairs_doubled: int) -> dict[str, int]:
@@ -83,6 +88,8 @@ class GroupedAttention(Attention):
         items += [Item("attention/q_and_k", hq + hkv, 0, act_bytes, True), *core,
                   Item("attention/v", hkv, 0, act_bytes, True),
                   Item("attention/output_proj_input", hq, 0, act_bytes, True)]
+        if cfg.attn_output_gate:  # sigmoid(gate) * output: the gate's input and the ungated output
+            items.append(Item("attention/output_gate_input_and_ungated_output", 2 * hq, 0, act_bytes, True))
         if cfg.dropout:
             items.append(Item("attention/dropout_mask", h, 0, 1, False))
         return items
@@ -102,7 +109,8 @@ class GroupedAttention(Attention):
         return CacheShape("kv", heads, heads_gpu, values, 2 * heads_gpu * cfg.hd, tuple(notes))
 
     def workspace_values(self, tp: int) -> int:
-        return (2 * self.q_width + 2 * self.kv_width) // tp  # q, k, v and the attention output
+        gate = self.q_width if self.cfg.attn_output_gate else 0
+        return (2 * self.q_width + gate + 2 * self.kv_width) // tp  # q (and gate), k, v and the output
 
     def kv_replicas(self, tp: int) -> int:
         """1 while tp <= n_kv_heads, else tp / n_kv_heads, each rank keeping one head (Megatron-LM,

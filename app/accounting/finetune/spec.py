@@ -88,7 +88,7 @@ def check(cfg: TransformerConfig, spec: FineTune) -> None:
                                             "freeze (lora and qlora freeze the whole base)")
     if not spec.adapted and (spec.train_embeddings or spec.train_head):
         raise InvalidInput("mode", "train_embeddings and train_head go with mode lora or qlora")
-    why = blocks.model_attention(cfg).fine_tune_refusal
+    why = blocks.fine_tune_refusal(cfg)
     if spec.mode != "full" and why:
         raise InvalidInput("model", why)
     if spec.mode == "freeze":  # the layer count, and a tied head frozen apart from its embedding

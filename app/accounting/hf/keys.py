@@ -83,6 +83,11 @@ COUNT_KEYS: dict[str, Callable[[Any], bool]] = {
     **dict.fromkeys(("attn_layer_period", "expert_layer_period", "mamba_d_state", "state_size",
                      "conv_kernel", "linear_num_key_heads", "linear_num_value_heads",
                      "full_attention_interval"), _none),
+    # Their widths: qwen3_next's gated DeltaNet, bamba's (and falcon_h1's, granitemoehybrid's) Mamba-2.
+    **dict.fromkeys(("linear_key_head_dim", "linear_value_head_dim", "linear_conv_kernel_dim", "mamba_n_heads",
+                     "mamba_d_head", "mamba_expand", "mamba_n_groups", "mamba_d_conv", "mamba_chunk_size",
+                     "mamba_conv_bias", "mamba_proj_bias"), _none),
+    "attn_layer_indices": _zero,
 }
 
 # Keys that never change a count, common in real config.json files: accepted silently.

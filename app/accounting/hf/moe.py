@@ -79,7 +79,7 @@ def head_width(raw: dict, fields: dict[str, Any]) -> int:
     return integer(raw, "head_dim", None) or (fields["d_model"] // heads if heads > 0 else None)
 
 
-def _mlp_only(raw: dict, n_layers: int, warnings: list[str]) -> tuple[int, ...]:
+def mlp_only(raw: dict, n_layers: int, warnings: list[str]) -> tuple[int, ...]:
     """Qwen's mlp_only_layers: indices outside the model match no layer (`layer_idx not in ...`)."""
     value = raw.get("mlp_only_layers")
     if value is None:
@@ -122,7 +122,7 @@ def _qwen_moe(raw: dict, warnings: list[str], qwen3: bool) -> dict[str, Any]:
         fields |= dict(n_experts=experts, top_k=nullable(raw, "num_experts_per_tok", 8 if qwen3 else 4),
                        d_ff_expert=integer(raw, "moe_intermediate_size", 768 if qwen3 else 1408),
                        moe_every=integer(raw, "decoder_sparse_step", 1),
-                       mlp_only_layers=_mlp_only(raw, n, warnings))
+                       mlp_only_layers=mlp_only(raw, n, warnings))
     sliding = boolean(raw, "use_sliding_window", False)
     window = nullable(raw, "sliding_window", 4096) if sliding else None
     if qwen3:

@@ -5,13 +5,14 @@ from typing import Any
 
 from app.accounting.conventions import conventions
 from app.accounting.errors import InvalidInput
-from app.accounting.hf import gemma, gpt, keys, llama, llama4, moe
+from app.accounting.hf import gemma, gpt, hybrid, keys, llama, llama4, moe
 from app.accounting.hf.family import Family
 from app.accounting.models import ParamCount, TransformerConfig, count_params
 from app.accounting.records import RECORD
 
 FAMILIES: dict[str, Family] = {f.model_type: f for f in (*llama.FAMILIES, *gpt.FAMILIES, *gemma.FAMILIES,
-                                                              *moe.FAMILIES, *llama4.FAMILIES)}
+                                                              *moe.FAMILIES, *llama4.FAMILIES,
+                                                              *hybrid.FAMILIES)}
 SUPPORTED = tuple(FAMILIES)
 
 
@@ -45,7 +46,8 @@ ARCHITECTURES = {
     "Qwen2MoeForCausalLM": "qwen2_moe", "Qwen3ForCausalLM": "qwen3", "Qwen3MoeForCausalLM": "qwen3_moe",
     "DeepseekV2ForCausalLM": "deepseek_v2", "DeepseekV3ForCausalLM": "deepseek_v3",
     "GptOssForCausalLM": "gpt_oss", "Glm4MoeForCausalLM": "glm4_moe", "Llama4ForCausalLM": "llama4_text",
-    "Llama4ForConditionalGeneration": "llama4",
+    "Llama4ForConditionalGeneration": "llama4", "Qwen3NextForCausalLM": "qwen3_next",
+    "BambaForCausalLM": "bamba",
     "GemmaForCausalLM": "gemma", "Gemma2ForCausalLM": "gemma2", "Gemma3ForCausalLM": "gemma3_text",
     "Gemma3ForConditionalGeneration": "gemma3", "Phi3ForCausalLM": "phi3", "OlmoForCausalLM": "olmo",
     "Olmo2ForCausalLM": "olmo2", "FalconForCausalLM": "falcon", "Starcoder2ForCausalLM": "starcoder2",

@@ -13,22 +13,8 @@ block answers them (app/accounting/blocks/grouped.py, latent.py):
                                          unpadded (transformers 4.x's eager cache, which padded V
                                          for flash-attention only after the cache update)
 
-Tokens a layer keeps for a sequence of `context` tokens, during the step that writes the last:
-full attention keeps all; a windowed layer keeps min(context, window): the window - 1 the next
-query reads back, plus the token being written. vLLM's SlidingWindowManager frees a block once
-all its tokens are skipped (get_num_skipped_tokens = computed - window + 1), so with block_size 1
-it holds exactly that. transformers' DynamicSlidingWindowLayer keeps window - 1 tokens between
-forwards (a view of the window it concatenated, whose storage still holds window tokens).
-
-Paging follows vLLM v1 (vllm-project/vllm at 001cabc1 and 129ab7c6: vllm/v1/kv_cache_interface.py,
-vllm/v1/core/single_type_kv_cache_manager.py, vllm/v1/core/kv_cache_utils.py): each layer keeps
-whole blocks of block_size tokens; a full layer cdiv(context, block) of them, a windowed one
-cdiv(context, block) - (context - window) // block once past the window. That count drops by a
-block each time the window's start crosses a block boundary, so the peak on the way to `context`
-is reported: bytes never fall as context grows, and a capacity search can bisect on them. In a
-model with both kinds vLLM groups layers into KV cache groups of equal size (the smaller kind's
-count, or the larger's when it is under 1.5x the smaller) and pads each kind up to whole groups:
-padded layers' blocks are allocated and unused (Gemma 3 27B: 52 windowed layers are held as 60).
+Tokens each layer keeps (full, windowed, chunked) and vLLM's paging of them in blocks and KV
+cache groups: inference/paging.py.
 
 Whose cache (`engine`): "vllm", the serving engine the calculators follow, as above; or
 "transformers", the DynamicCache transformers 5.23 holds: unpaged, in the model's dtype, and what
@@ -40,7 +26,6 @@ the bytes. Every other supported family caches the same heads in both (latent at
 latent, as above).
 """
 
-import math
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Literal
@@ -48,6 +33,7 @@ from typing import Literal
 from app.accounting import blocks, dtypes
 from app.accounting.blocks.base import CacheShape
 from app.accounting.errors import InvalidInput
+from app.accounting.inference import paging, state
 from app.accounting.records import RECORD
 from app.accounting.training.sharding import check_parallel
 from app.accounting.transformer import TransformerConfig
@@ -68,10 +54,6 @@ _v_scale, float32 scalars), held in the layer, outside the cache blocks."""
 PER_TOKEN_HEAD_SCALES = 2
 """int8 caches (vLLM's int8_per_token_head): a K and a V scale per token per KV head, carved from
 the cache blocks (AttentionSpec.page_size_bytes adds 2 x block_size x num_kv_heads x 4 bytes)."""
-VLLM_GROUP_RATIO = 1.5
-"""vLLM sizes KV cache groups by the larger kind when it has fewer than 1.5x the smaller's layers
-(kv_cache_utils._get_kv_cache_groups_uniform_page_size)."""
-
 # Cache formats: the model's float formats, fp8 (1 byte) and int8 (1 byte plus scales).
 CACHE_FORMATS = ("float32", "bfloat16", "float16", "float8_e4m3fn", "float8_e5m2", "int8")
 _MODEL_FORMATS = ("float32", "bfloat16", "float16")
@@ -109,10 +91,17 @@ class KvCache:
     """Layers attending within sliding_window."""
     window: int | None
     """The window of the windowed layers, in tokens; null without any."""
+    chunked_layers: int
+    """Layers attending within aligned attention_chunk_size chunks (Llama 4's local layers)."""
+    chunk: int | None
+    """The chunk of the chunked layers, in tokens; null without any."""
     tokens_full: int
     """Tokens a full-attention layer keeps per sequence: the context."""
     tokens_windowed: int
     """Tokens a windowed layer keeps per sequence: min(context, window); 0 without such layers."""
+    tokens_chunked: int
+    """The most tokens a chunked layer keeps per sequence on the way to context: min(context, chunk);
+    0 without such layers."""
     block_size: int | None
     """Tokens per block; null when unpaged (exact, as a block of 1)."""
     blocks_full: int
@@ -120,14 +109,23 @@ class KvCache:
     blocks_windowed: int
     """The most blocks one windowed layer held on the way to `context` (past the window vLLM holds
     this or one block fewer, as the window's start crosses block boundaries)."""
+    blocks_chunked: int
+    """The most blocks one chunked layer held on the way to `context` (the current chunk's)."""
     padded_full_layers: int
     """Full-attention layers vLLM allocates blocks for: full_layers plus group padding."""
     padded_windowed_layers: int
     """Windowed layers vLLM allocates blocks for: windowed_layers plus group padding."""
+    padded_chunked_layers: int
+    """Chunked layers vLLM allocates blocks for: chunked_layers plus group padding."""
     blocks_per_sequence: int
     """Layer-blocks per sequence: blocks times layers of each kind, padding included."""
+    state_layers: int
+    """State-space and linear-attention layers (Mamba-2, gated DeltaNet): no per-token cache, a state."""
+    state_bytes_per_sequence: int
+    """Their state for one sequence, constant in context (inference/state.py)."""
     bytes_per_sequence: int
-    """One sequence's cache, all layers and heads, one copy."""
+    """One sequence's cache, all layers and heads, one copy: the attention layers' blocks and the
+    state layers' state."""
     scale_bytes: int
     """fp8's per-tensor scales, per copy of the model: fixed, not per token."""
     total_bytes: int
@@ -232,7 +230,7 @@ def _per_token(cfg: TransformerConfig, cache_dtype: str, model_dtype: str, mla_c
         notes.append(f"int8 cache as vLLM's int8_per_token_head: 1 byte per value plus a float32 K and V "
                      f"scale per token per head ({scales} bytes per token per layer)")
     elif fmt.name.startswith("float8"):
-        tensor_scales = cfg.n_layers * PER_TENSOR_SCALES_PER_LAYER * SCALE_BYTES
+        tensor_scales = attending(cfg) * PER_TENSOR_SCALES_PER_LAYER * SCALE_BYTES
         notes.append(f"{fmt.name} cache: 1 byte per value; vLLM scales per tensor (a float32 k_scale and "
                      f"v_scale per layer, {tensor_scales} bytes per copy, outside the blocks). vLLM's "
                      "fp8_ds_mla layout (656 bytes per token per layer, DeepSeek sparse) is not modelled")
@@ -240,39 +238,6 @@ def _per_token(cfg: TransformerConfig, cache_dtype: str, model_dtype: str, mla_c
         notes.append(f"cache dtype 'auto': the model's {fmt.name}")
     return _PerToken(fmt.name, elem, shape.layout, shape.heads, shape.heads_per_gpu, shape.values,
                      shape.values_per_gpu, scales, scales_gpu, tensor_scales, tuple(notes))
-
-
-@lru_cache(maxsize=1024)
-def _windows(cfg: TransformerConfig) -> tuple[int, int, int | None]:
-    """(layers attending to the whole sequence, layers attending in a window, that window), from
-    each layer's attention block; every windowed layer shares the config's sliding_window."""
-    windows = [layer.attention.window for layer in blocks.layers(cfg)]
-    windowed = [w for w in windows if w is not None]
-    return len(windows) - len(windowed), len(windowed), windowed[0] if windowed else None
-
-
-def _vllm_padded_layers(full: int, windowed: int) -> tuple[int, int]:
-    """Layers of each kind vLLM allocates blocks for: both kinds present, it splits each into
-    groups of group_size layers and pads the last (kv_cache_utils._get_kv_cache_groups_uniform_page_size)."""
-    if not full or not windowed:
-        return full, windowed
-    small, large = min(full, windowed), max(full, windowed)
-    size = large if large < small * VLLM_GROUP_RATIO else small
-    return math.ceil(full / size) * size, math.ceil(windowed / size) * size
-
-
-def _windowed_blocks(context: int, window: int, block: int) -> int:
-    """The most blocks a windowed layer holds on the way to `context` tokens. Writing token c
-    (1-based) it holds cdiv(c, block) less the blocks every token of which is out of the window:
-    vLLM frees (computed - window + 1) // block = (c - window) // block of them. Past the window
-    that count oscillates by one block (a block is freed when the window's start crosses into the
-    next one), so the peak is kept, which makes bytes non-decreasing in context: with
-    window = q x block + r and s = min(context - window, block - 1), q + cdiv(r + s, block), at most
-    cdiv(window - 1, block) + 1 (vLLM's SlidingWindowSpec.max_memory_usage_bytes adds that 1)."""
-    if context <= window:
-        return -(-context // block)
-    q, r = divmod(window, block)
-    return q - (-(r + min(context - window, block - 1)) // block)
 
 
 def kv_cache(cfg: TransformerConfig, *, context: int, batch: int = 1, cache_dtype: str = "auto",
@@ -290,37 +255,45 @@ def kv_cache(cfg: TransformerConfig, *, context: int, batch: int = 1, cache_dtyp
         _positive(block_size, "block_size")
     _names(cache_dtype, model_dtype, mla_cache, engine)
     per = _per_token(cfg, cache_dtype, model_dtype, mla_cache, tp, engine)
-    full, windowed, window = _windows(cfg)
+    k = paging.kinds(cfg)
     paged = engine == "vllm" and block_size is not None and block_size > 1
     block = block_size if paged else 1
-    blocks_full = -(-context // block)
-    blocks_windowed = _windowed_blocks(context, window, block) if windowed else 0
-    pad_full, pad_windowed = _vllm_padded_layers(full, windowed) if paged else (full, windowed)
-    layer_blocks = pad_full * blocks_full + pad_windowed * blocks_windowed
+    held = paging.layer_blocks(cfg, context, block, paged)
+    layer_blocks = held.total
     # A page is one layer's block: block tokens x bytes per token per layer (vLLM's page_size_bytes).
     page = block * per.layer_bytes  # all heads
     page_gpu = block * per.layer_bytes_per_gpu  # one rank's heads
-    per_sequence = layer_blocks * page
-    notes = list(per.notes)
-    notes.append(_paging_note(block_size, paged, full, windowed, pad_full, pad_windowed, engine))
-    if windowed:
-        notes.append(f"{windowed} of {cfg.n_layers} layers attend in a {window}-token window and keep "
-                     f"min(context, {window}) tokens: the {window - 1} the next query reads and the one "
-                     f"being written (transformers keeps {window - 1} between forwards, over a "
-                     f"{window}-token storage)")
+    kept = state.state_bytes(cfg, model_bytes=_model_bytes(model_dtype), engine=engine, tp=tp)
+    per_sequence = layer_blocks * page + kept.bytes_per_sequence
+    notes = list(per.notes) + list(kept.notes)
+    notes.append(_paging_note(block_size, paged, k, held.padded, engine))
+    if k.windowed:
+        notes.append(f"{k.windowed} of {cfg.n_layers} layers attend in a {k.window}-token window and keep "
+                     f"min(context, {k.window}) tokens: the {k.window - 1} the next query reads and the one "
+                     f"being written (transformers keeps {k.window - 1} between forwards, over a "
+                     f"{k.window}-token storage)")
+    if k.chunked:
+        notes.append(f"{k.chunked} of {cfg.n_layers} layers attend within aligned {k.chunk}-token chunks and "
+                     f"keep the current chunk's tokens, at most min(context, {k.chunk}) (vLLM's "
+                     "ChunkedLocalAttentionManager frees the blocks before the chunk; transformers keeps a "
+                     f"{k.chunk}-token sliding window, the same during the step)")
     return KvCache(
         engine=engine, cache_dtype=per.cache_dtype, bytes_per_element=per.element_bytes, layout=per.layout,
         heads=per.heads, heads_per_gpu=per.heads_per_gpu, values_per_token_per_layer=per.values,
         values_per_token_per_layer_per_gpu=per.values_per_gpu,
-        scale_bytes_per_token_per_layer=per.scale_bytes, bytes_per_token=cfg.n_layers * per.layer_bytes,
-        bytes_per_token_per_gpu=cfg.n_layers * per.layer_bytes_per_gpu, full_layers=full,
-        windowed_layers=windowed, window=window, tokens_full=context,
-        tokens_windowed=min(context, window) if windowed else 0, block_size=block_size if paged else None,
-        blocks_full=blocks_full, blocks_windowed=blocks_windowed, padded_full_layers=pad_full,
-        padded_windowed_layers=pad_windowed, blocks_per_sequence=layer_blocks,
+        scale_bytes_per_token_per_layer=per.scale_bytes, bytes_per_token=attending(cfg) * per.layer_bytes,
+        bytes_per_token_per_gpu=attending(cfg) * per.layer_bytes_per_gpu, full_layers=k.full,
+        windowed_layers=k.windowed, window=k.window, chunked_layers=k.chunked, chunk=k.chunk,
+        tokens_full=context, tokens_windowed=min(context, k.window) if k.windowed else 0,
+        tokens_chunked=min(context, k.chunk) if k.chunked else 0, block_size=block_size if paged else None,
+        blocks_full=held.full, blocks_windowed=held.windowed, blocks_chunked=held.chunked,
+        padded_full_layers=held.padded[0], padded_windowed_layers=held.padded[1],
+        padded_chunked_layers=held.padded[2], blocks_per_sequence=layer_blocks,
+        state_layers=kept.layers, state_bytes_per_sequence=kept.bytes_per_sequence,
         bytes_per_sequence=per_sequence, scale_bytes=per.tensor_scale_bytes,
         total_bytes=batch * per_sequence + per.tensor_scale_bytes,
-        bytes_per_gpu=batch * layer_blocks * page_gpu + per.tensor_scale_bytes, convention=notes)
+        bytes_per_gpu=batch * (layer_blocks * page_gpu + kept.bytes_per_sequence_per_gpu) + per.tensor_scale_bytes,
+        convention=notes)
 
 
 @lru_cache(maxsize=8192)
@@ -335,17 +308,20 @@ def sequence_bytes_per_gpu(cfg: TransformerConfig, *, context: int, cache_dtype:
     if context > cfg.max_seq_len:
         raise InvalidInput("context", f"{context} exceeds the model's max_seq_len ({cfg.max_seq_len})")
     per = _per_token(cfg, cache_dtype, model_dtype, mla_cache, tensor_parallel, engine)
-    full, windowed, window = _windows(cfg)
     paged = engine == "vllm" and block_size is not None and block_size > 1
     block = block_size if paged else 1
-    blocks_windowed = _windowed_blocks(context, window, block) if windowed else 0
-    pad_full, pad_windowed = _vllm_padded_layers(full, windowed) if paged else (full, windowed)
-    layer_blocks = pad_full * -(-context // block) + pad_windowed * blocks_windowed
-    return layer_blocks * block * per.layer_bytes_per_gpu, per.tensor_scale_bytes
+    held = paging.layer_blocks(cfg, context, block, paged)
+    kept = state.state_bytes(cfg, model_bytes=_model_bytes(model_dtype), engine=engine, tp=tensor_parallel)
+    return (held.total * block * per.layer_bytes_per_gpu + kept.bytes_per_sequence_per_gpu,
+            per.tensor_scale_bytes)
 
 
-def _paging_note(block_size: int | None, paged: bool, full: int, windowed: int, pad_full: int,
-                 pad_windowed: int, engine: Engine) -> str:
+def _model_bytes(model_dtype: str) -> int:
+    return int(_format(model_dtype, "model_dtype", _MODEL_FORMATS).storage_bytes)
+
+
+def _paging_note(block_size: int | None, paged: bool, k: paging.Kinds, padded: tuple[int, int, int],
+                 engine: Engine) -> str:
     if engine == "transformers":
         return ("engine transformers: the DynamicCache transformers holds, unpaged, exactly the tokens kept"
                 + (f" (block_size {block_size} is vLLM's paging, not read)" if (block_size or 1) > 1 else ""))
@@ -353,9 +329,12 @@ def _paging_note(block_size: int | None, paged: bool, full: int, windowed: int, 
         return "unpaged: exactly the tokens kept (block_size null or 1)"
     note = (f"paged as vLLM v1 pages: whole blocks of {block_size} tokens per layer, the last one rounded "
             "up per sequence")
-    if (pad_full, pad_windowed) != (full, windowed):
-        note += (f"; vLLM's equal-size KV cache groups pad {full} full and {windowed} windowed layers to "
-                 f"{pad_full} and {pad_windowed}")
+    counts = (k.full, k.windowed, k.chunked)
+    if padded != counts:
+        named = [(n, p, kind) for n, p, kind in zip(counts, padded, ("full", "windowed", "chunked"), strict=True)
+                 if n]
+        note += ("; vLLM's equal-size KV cache groups pad " + " and ".join(f"{n} {kind}" for n, _, kind in named)
+                 + " layers to " + " and ".join(str(p) for _, p, _ in named))
     return note
 
 
@@ -366,4 +345,10 @@ def bytes_per_token(cfg: TransformerConfig, *, cache_dtype: str = "auto", model_
     holds budget // this tokens of full attention; fp8's fixed per-tensor scales are left out."""
     tp = _positive(tensor_parallel, "tensor_parallel")
     _names(cache_dtype, model_dtype, mla_cache, engine)
-    return cfg.n_layers * _per_token(cfg, cache_dtype, model_dtype, mla_cache, tp, engine).layer_bytes_per_gpu
+    return attending(cfg) * _per_token(cfg, cache_dtype, model_dtype, mla_cache, tp, engine).layer_bytes_per_gpu
+
+
+def attending(cfg: TransformerConfig) -> int:
+    """Layers that cache keys and values (state-space and linear-attention layers keep a state)."""
+    k = paging.kinds(cfg)
+    return k.full + k.windowed + k.chunked

@@ -44,8 +44,9 @@ def workspace(cfg: TransformerConfig, *, tokens: int, sequences: int, act_bytes:
               tensor_parallel: int = 1) -> Workspace:
     d, tp = cfg.d_model, tensor_parallel
     residual = 2 * tokens * d * act_bytes
-    # Every layer's attention holds the same; the MLPs differ by kind (dense, gated, experts).
-    attention = residual + tokens * blocks.model_attention(cfg).workspace_values(tp) * act_bytes
+    # Token mixers and MLPs differ by kind (attention, Mamba-2, DeltaNet; dense, gated, experts).
+    attention = residual + tokens * act_bytes * max(layer.attention.workspace_values(tp)
+                                                    for layer, _ in blocks.distinct(cfg))
     mlp = residual + max(layer.mlp.workspace_bytes(tokens=tokens, act_bytes=act_bytes, tp=tp)
                          for layer, _ in blocks.distinct(cfg))
     logits = 2 * min(sequences, tokens) * cfg.vocab_size * LOGIT_BYTES

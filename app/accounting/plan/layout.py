@@ -124,7 +124,7 @@ def refusal(cfg: TransformerConfig, *, tp: int, pp: int, dp: int, ep: int, gpus_
         return "tensor_parallel_across_nodes"
     if tp > 1 and tp > gpus_per_node and tp % gpus_per_node:
         return "tensor_parallel_across_nodes"
-    if cfg.n_heads % tp or blocks.model_attention(cfg).tensor_parallel_refusal(tp):
+    if cfg.n_heads % tp or blocks.tensor_parallel_refusal(cfg, tp):
         return "tensor_parallel_heads"
     if pp > cfg.n_layers:
         return "pipeline_layers"

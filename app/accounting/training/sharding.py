@@ -186,7 +186,7 @@ def check_parallel(model: TransformerConfig | None, *, tp: int, pp: int, dp: int
         return
     if model.n_heads % tp:
         raise InvalidInput("tensor_parallel", f"{tp} must divide n_heads ({model.n_heads})")
-    why = blocks.model_attention(model).tensor_parallel_refusal(tp)
+    why = blocks.tensor_parallel_refusal(model, tp)
     if why:
         raise InvalidInput("tensor_parallel", why)
     if pp > model.n_layers:

@@ -6,6 +6,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from app.accounting import fit, hardware, models
+from app.accounting import blocks
 from app.accounting.errors import InvalidInput
 from app.accounting.finetune.spec import FineTune, targets_of
 from app.accounting.finetune.stacks import STACKS, StackName
@@ -74,7 +75,11 @@ def answer(body: FitRequest) -> fit.FitAnswer:
         if not row.fits and smaller is not None:
             row.advice = f"fits in {_name(smaller.option)}"
             row.advice_change = {"option": smaller.option}
-    options += [_trained(body, cfg, acc, option) for option in TRAINING]
+    refusal = blocks.fine_tune_refusal(cfg)
+    if refusal is None:
+        options += [_trained(body, cfg, acc, option) for option in TRAINING]
+    else:  # serving answered; training said not counted rather than the whole answer refused
+        left_out.append(f"training left out: {refusal}")
     name = body.model if isinstance(body.model, str) else "custom"
     return fit.FitAnswer(
         model=name, gpu=acc.id, gpu_name=acc.name, num_gpus=body.num_gpus, gpu_memory_bytes=acc.memory_bytes,

@@ -143,7 +143,9 @@ def _fine_tune_step(p: TrainStepParams, cfg: models.TransformerConfig, *, engine
 # What app/bench/models.Transformer does not build yet, with the value it does build: a model
 # it measured would not be the model the calculators describe.
 UNBUILT = {"attn_logit_softcapping": (None, "attention-logit softcapping (no flash kernel takes it)"),
-           "final_logit_softcapping": (None, "final-logit softcapping")}
+           "final_logit_softcapping": (None, "final-logit softcapping"),
+           "layer_mixers": ((), "Mamba-2 or gated DeltaNet layers"),
+           "attn_output_gate": (False, "gated attention's output gate")}
 
 
 def check_buildable(cfg: models.TransformerConfig, probe: str) -> None:

@@ -1,0 +1,144 @@
+"""Gated DeltaNet linear attention (Yang et al. 2024, arXiv:2412.06464) as a layer's token mixer:
+Qwen3-Next's linear_attention layers (layer_mixers "gated_delta_net").
+
+With d = d_model, Hk query/key heads of dk, Hv value heads of dv (kd = Hk dk, vd = Hv dv), the
+convolution's channels cd = 2 kd + vd and width K:
+  weights   in_proj_qkvz (2 kd + 2 vd, d): q, k, v and the output gate z; in_proj_ba (2 Hv, d): the
+            delta rule's beta and the decay's a; conv1d taps (cd, 1, K), no bias; dt_bias and A_log of
+            Hv; the gated RMSNorm's weight (dv, shared by the heads); out_proj (d, vd). No biases
+  FLOPs     as FlopCounterMode counts transformers 5.23's torch_chunk_gated_delta_rule (the path
+            without the fla kernels): the projections 2 t d (2 kd + 2 vd + 2 Hv) and 2 t vd d; the
+            depthwise conv1d with padding K - 1, 2 B cd K (S + K - 1); over n = cdiv(S, 64) chunks of
+            C = 64 (the sequence zero-padded), with q and k repeated to the Hv value heads:
+              k_beta k^T and q k^T    2 x 2 B Hv n C^2 dk
+              per chunk, in order     k_cumdecay S, q S and the state update k^T v: 3 x 2 B Hv n C dk dv;
+                                      the intra-chunk attention times v: 2 B Hv n C^2 dv
+            The two triangular solves (B Hv n C^2 (dk + dv)) are not in FlopCounterMode's table and
+            are not counted; backward counts their A gradients, 2 B Hv n C^2 (dk + dv), as matmuls.
+            Backward is otherwise 2x forward, less the first chunk's state (zeros, no gradient) and
+            the last chunk's state update (discarded): 2 B Hv C dk dv x (1 + 1 + 2). FlopCounterMode's
+            count of conv1d's weight gradient ignores its groups (a dense cd^2 K convolution); Tally
+            counts the depthwise one
+  state     per sequence: the convolution's last inputs, cd x K in transformers' cache and (K - 1) x
+            cd in vLLM's, and the recurrent state Hv x dk x dv, float32 in transformers
+"""
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from app.accounting.blocks.base import Attention, CacheShape, Causal, Item, Recompute, State, Weight, linear
+
+CHUNK_TOKENS = 64
+"""torch_chunk_gated_delta_rule's chunk_size (transformers 5.23 models/qwen3_next); fla's kernels
+use 64 as well."""
+FP32 = 4
+
+
+@dataclass(frozen=True)
+class GatedDeltaNet(Attention):
+    kind: ClassVar[str] = "gated_delta_net"
+    window: ClassVar[None] = None
+    mixes_by_attention: ClassVar[bool] = False
+    fine_tune_refusal: ClassVar[str | None] = (
+        "fine-tuning is counted for attention layers; gated DeltaNet layers' adapters and frozen parts are "
+        "not counted yet")
+
+    @property
+    def key_width(self) -> int:
+        return self.cfg.linear_key_heads * self.cfg.linear_key_head_dim
+
+    @property
+    def value_width(self) -> int:
+        return self.cfg.linear_value_heads * self.cfg.linear_value_head_dim
+
+    @property
+    def conv_channels(self) -> int:
+        return 2 * self.key_width + self.value_width
+
+    @property
+    def in_width(self) -> int:
+        return 2 * self.key_width + 2 * self.value_width + 2 * self.cfg.linear_value_heads
+
+    def _weights(self) -> list[Weight]:
+        cfg, d, hv = self.cfg, self.cfg.d_model, self.cfg.linear_value_heads
+        qkvz = 2 * self.key_width + 2 * self.value_width
+        return (linear("ssm_in", qkvz, d, "attention", "column", False, module="in_proj_qkvz")
+                + linear("ssm_ba", 2 * hv, d, "attention", "column", False, module="in_proj_ba")
+                + [Weight("ssm_conv1d.weight", (self.conv_channels, 1, cfg.linear_conv_kernel), "attention",
+                          "column"),
+                   Weight("ssm_dt.bias", (hv,), "attention", "column"),
+                   Weight("ssm_a", (hv,), "attention", "column"),
+                   Weight("ssm_norm.weight", (cfg.linear_value_head_dim,), "norms", "replicated")]
+                + linear("ssm_out", d, self.value_width, "attention", "row", False, module="out_proj"))
+
+    def projection_flops(self, tokens: int) -> dict[str, int]:
+        d = self.cfg.d_model
+        return {"attention_latent": 0, "attention_qkv": 2 * tokens * d * self.in_width,
+                "attention_output": 2 * tokens * self.value_width * d}
+
+    def _dims(self, batch: int, seq_len: int) -> tuple[int, int, int, int]:
+        """(batch x value heads, chunks, dk, dv)."""
+        cfg = self.cfg
+        return (batch * cfg.linear_value_heads, -(-seq_len // CHUNK_TOKENS), cfg.linear_key_head_dim,
+                cfg.linear_value_head_dim)
+
+    def scan_flops(self, *, batch: int, seq_len: int) -> int:
+        bh, n, dk, dv = self._dims(batch, seq_len)
+        c, k = CHUNK_TOKENS, self.cfg.linear_conv_kernel
+        conv = 2 * batch * self.conv_channels * k * (seq_len + k - 1)
+        return conv + 2 * bh * n * c * (2 * c * dk + 3 * dk * dv + c * dv)
+
+    def forward_flops(self, *, batch: int, seq_len: int, causal: Causal) -> dict[str, int]:
+        return (self.projection_flops(batch * seq_len) | self.core_flops(0)
+                | {"mixer_scan": self.scan_flops(batch=batch, seq_len=seq_len)})
+
+    def backward_flops(self, *, batch: int, seq_len: int, causal: Causal) -> dict[str, int]:
+        twice = super().backward_flops(batch=batch, seq_len=seq_len, causal=causal)
+        bh, n, dk, dv = self._dims(batch, seq_len)
+        c = CHUNK_TOKENS
+        solves = 2 * bh * n * c * c * (dk + dv)
+        ends = 2 * bh * c * dk * dv * 4
+        return twice | {"mixer_scan": twice["mixer_scan"] + solves - ends}
+
+    def core_flops(self, pairs_doubled: int) -> dict[str, int]:
+        return {"attention_scores": 0, "attention_values": 0}  # no softmax attention: mixer_scan instead
+
+    def decode_core_flops(self, keys: int, mla_cache: str) -> int:
+        """One token: the convolution over K inputs, and the state's read and update (2 Hv dk dv
+        each: S k for the delta, S q for the output)."""
+        cfg = self.cfg
+        state = cfg.linear_value_heads * cfg.linear_key_head_dim * cfg.linear_value_head_dim
+        return 2 * self.conv_channels * cfg.linear_conv_kernel + 2 * 2 * state
+
+    def tokens_kept(self, context: int) -> int:
+        return 0
+
+    def saved(self, *, act_bytes: int, residual_bytes: int, recompute: Recompute, tp: int) -> list[Item]:
+        cfg, h = self.cfg, self.cfg.d_model
+        state = cfg.linear_value_heads * cfg.linear_key_head_dim * cfg.linear_value_head_dim
+        return [Item("deltanet/norm_input", h, 0, residual_bytes, False),
+                Item("deltanet/in_proj_input", h, 0, act_bytes, False),
+                Item("deltanet/in_proj_output", self.in_width, 0, act_bytes, True),
+                Item("deltanet/conv_output", self.conv_channels, 0, act_bytes, True),
+                # fla's chunked kernels keep each chunk's starting state, in float32
+                Item("deltanet/chunk_states", -(-state // CHUNK_TOKENS), 0, FP32, True),
+                Item("deltanet/gated_norm_input_and_output", 2 * self.value_width, 0, act_bytes, True)]
+
+    def cache(self, *, mla_cache: str, tp: int) -> CacheShape:
+        return CacheShape("kv", 0, 0, 0, 0, ("a gated DeltaNet layer keeps no per-token cache",))
+
+    def state(self) -> State:
+        cfg = self.cfg
+        heads, dk, dv = cfg.linear_value_heads, cfg.linear_key_head_dim, cfg.linear_value_head_dim
+        return State(self.conv_channels, cfg.linear_conv_kernel, heads * dk * dv,
+                     (f"gated DeltaNet: the convolution's inputs over {self.conv_channels} channels and a "
+                      f"recurrent state of {heads} heads x {dk} x {dv}",))
+
+    def workspace_values(self, tp: int) -> int:
+        return (self.in_width + self.conv_channels + self.value_width) // tp
+
+    def tensor_parallel_refusal(self, tp: int) -> str | None:
+        if self.cfg.linear_key_heads % tp:
+            return (f"{tp} must divide the gated DeltaNet key heads ({self.cfg.linear_key_heads}), which vLLM "
+                    "splits over ranks")
+        return None

@@ -1,0 +1,110 @@
+"""Hybrids whose token mixer is not attention in every layer, as transformers 5.23 builds them:
+- qwen3_next (Qwen3-Next): layer_types (default: every full_attention_interval-th layer full
+  attention, the others linear_attention) mix gated DeltaNet (linear_num_*_heads, linear_*_head_dim,
+  linear_conv_kernel_dim) with gated attention (q_proj twice as wide, head-wide q/k norms); the
+  MLPs are Qwen2-MoE's routed experts with a gated shared expert, dense on mlp_only_layers.
+- bamba (Bamba): Mamba-2 layers (mamba_*) but on attn_layer_indices, each with a gated MLP. Its
+  mamba_d_head "auto" is mamba_expand x hidden_size / mamba_n_heads, and the inner width must be
+  heads x head_dim (BambaConfig refuses otherwise).
+"""
+
+from typing import Any
+
+from app.accounting.errors import InvalidInput
+from app.accounting.hf.family import LLAMA_KEY_NAMES, LLAMA_KEYS, Family
+from app.accounting.hf.moe import common, gated, mlp_only, nullable
+from app.accounting.hf.values import boolean, integer
+
+LINEAR, FULL = "linear_attention", "full_attention"
+
+
+def _types(raw: dict, n: int, default: list[str]) -> list[str]:
+    types = raw.get("layer_types") or default
+    if not isinstance(types, list) or len(types) != n or any(t not in (LINEAR, FULL) for t in types):
+        raise InvalidInput("layer_types", f"must list {n} entries (num_hidden_layers), each {LINEAR!r} or "
+                                          f"{FULL!r}")
+    return types
+
+
+def _qwen3_next(raw: dict, warnings: list[str]) -> dict[str, Any]:
+    fields = common(raw, dict(num_hidden_layers=48, hidden_size=2048, num_attention_heads=16,
+                               vocab_size=151936, intermediate_size=5632, max_position_embeddings=32768))
+    n = fields["n_layers"]
+    every = integer(raw, "full_attention_interval", 4)
+    if every < 1:
+        raise InvalidInput("full_attention_interval", f"must be 1 or more, got {every}")
+    types = _types(raw, n, [FULL if (i + 1) % every == 0 else LINEAR for i in range(n)])
+    fields |= dict(n_kv_heads=integer(raw, "num_key_value_heads", 2), head_dim=integer(raw, "head_dim", 256),
+                   mlp=gated(raw, warnings), attn_bias=boolean(raw, "attention_bias", False), qk_norm="head",
+                   attn_output_gate=True,
+                   layer_mixers=tuple("gated_delta_net" if t == LINEAR else "attention" for t in types),
+                   linear_key_heads=integer(raw, "linear_num_key_heads", 16),
+                   linear_value_heads=integer(raw, "linear_num_value_heads", 32),
+                   linear_key_head_dim=integer(raw, "linear_key_head_dim", 128),
+                   linear_value_head_dim=integer(raw, "linear_value_head_dim", 128),
+                   linear_conv_kernel=integer(raw, "linear_conv_kernel_dim", 4))
+    if not any(m == "gated_delta_net" for m in fields["layer_mixers"]):
+        for name in ("linear_key_heads", "linear_value_heads", "linear_key_head_dim", "linear_value_head_dim"):
+            fields[name] = None
+    experts = integer(raw, "num_experts", 512)
+    if experts:  # Qwen3NextDecoderLayer: experts where num_experts > 0 and the sparse step falls
+        fields |= dict(n_experts=experts, top_k=nullable(raw, "num_experts_per_tok", 10),
+                       d_ff_expert=integer(raw, "moe_intermediate_size", 512),
+                       moe_every=integer(raw, "decoder_sparse_step", 1),
+                       mlp_only_layers=mlp_only(raw, n, warnings), n_shared_experts=1, shared_expert_gate=True,
+                       d_ff_shared=integer(raw, "shared_expert_intermediate_size", 512))
+    return fields
+
+
+def _bamba(raw: dict, warnings: list[str]) -> dict[str, Any]:
+    fields = common(raw, dict(num_hidden_layers=32, hidden_size=4096, num_attention_heads=32,
+                               vocab_size=128000, intermediate_size=14336, max_position_embeddings=262144))
+    n, d = fields["n_layers"], fields["d_model"]
+    heads = integer(raw, "mamba_n_heads", 128)
+    inner = integer(raw, "mamba_expand", 2) * d
+    head_dim = raw.get("mamba_d_head", "auto")
+    if head_dim == "auto":
+        head_dim = inner // heads if heads > 0 else 0
+    else:
+        head_dim = integer(raw, "mamba_d_head")
+    if heads < 1 or head_dim * heads != inner:
+        raise InvalidInput("mamba_d_head", f"mamba_n_heads x mamba_d_head must be mamba_expand x hidden_size "
+                                           f"({inner}), as BambaConfig requires")
+    attends = raw.get("attn_layer_indices") or []
+    if not isinstance(attends, list) or any(isinstance(i, bool) or not isinstance(i, int) for i in attends):
+        raise InvalidInput("attn_layer_indices", f"must be a list of layer indices, got {attends!r}"[:120])
+    mixers = tuple("attention" if i in set(attends) else "mamba2" for i in range(n))
+    kv = raw.get("num_key_value_heads", 8)
+    return fields | dict(
+        n_kv_heads=fields["n_heads"] if kv is None else integer(raw, "num_key_value_heads"),
+        head_dim=fields["d_model"] // fields["n_heads"] if fields["n_heads"] > 0 else None,
+        mlp=gated(raw, warnings), attn_bias=boolean(raw, "attention_bias", False),
+        mlp_bias=boolean(raw, "mlp_bias", False), layer_mixers=mixers, ssm_heads=heads, ssm_head_dim=head_dim,
+        ssm_state_size=integer(raw, "mamba_d_state", 256), ssm_groups=integer(raw, "mamba_n_groups", 1),
+        ssm_conv_kernel=integer(raw, "mamba_d_conv", 4), ssm_chunk_size=integer(raw, "mamba_chunk_size", 256),
+        ssm_conv_bias=boolean(raw, "mamba_conv_bias", True), ssm_proj_bias=boolean(raw, "mamba_proj_bias", False))
+
+
+_LINEAR_NAMES = {"linear_key_heads": "linear_num_key_heads", "linear_value_heads": "linear_num_value_heads",
+                 "linear_key_head_dim": "linear_key_head_dim", "linear_value_head_dim": "linear_value_head_dim",
+                 "linear_conv_kernel": "linear_conv_kernel_dim", "layer_mixers": "layer_types"}
+_SSM_NAMES = {"ssm_heads": "mamba_n_heads", "ssm_head_dim": "mamba_d_head", "ssm_state_size": "mamba_d_state",
+              "ssm_groups": "mamba_n_groups", "ssm_conv_kernel": "mamba_d_conv",
+              "ssm_chunk_size": "mamba_chunk_size", "layer_mixers": "attn_layer_indices"}
+_MOE = {"n_experts": "num_experts", "top_k": "num_experts_per_tok", "d_ff_expert": "moe_intermediate_size",
+        "d_ff_shared": "shared_expert_intermediate_size", "moe_every": "decoder_sparse_step",
+        "mlp_only_layers": "mlp_only_layers"}
+
+FAMILIES: tuple[Family, ...] = (
+    Family("qwen3_next", _qwen3_next,
+           LLAMA_KEYS | {"attention_bias", "layer_types", "full_attention_interval", "linear_num_key_heads",
+                         "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim",
+                         "linear_conv_kernel_dim", "num_experts", "num_experts_per_tok", "moe_intermediate_size",
+                         "shared_expert_intermediate_size", "decoder_sparse_step", "mlp_only_layers"},
+           {**LLAMA_KEY_NAMES, **_LINEAR_NAMES, **_MOE}),
+    Family("bamba", _bamba,
+           LLAMA_KEYS | {"attention_bias", "mlp_bias", "mamba_d_state", "layer_types", "attn_layer_indices",
+                         "mamba_n_heads", "mamba_d_head", "mamba_expand", "mamba_n_groups", "mamba_d_conv",
+                         "mamba_chunk_size", "mamba_conv_bias", "mamba_proj_bias"},
+           {**LLAMA_KEY_NAMES, **_SSM_NAMES}),
+)

@@ -1,0 +1,116 @@
+"""The hybrid families against transformers 5.23: Qwen3-Next (gated DeltaNet beside gated attention)
+and Bamba (Mamba-2 beside attention).
+
+- parameters (total and active) of the published configs and seeded random ones, on the meta device;
+- forward and backward FLOPs against FlopCounterMode on small CPU models at two sequence lengths,
+  through transformers' torch paths (no fla or mamba_ssm kernels here). FlopCounterMode counts a
+  depthwise conv1d's weight gradient as a dense convolution (its conv_backward formula ignores
+  groups), channels^2 x K where the work is channels x K; Tally counts the depthwise one, so the
+  counter's backward is Tally's plus exactly that, layer by layer;
+- the state and KV cache transformers holds after real forwards (engine "transformers").
+"""
+
+import pytest
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+from transformers import AutoConfig, AutoModelForCausalLM
+
+from app.accounting.blocks import GatedDeltaNet, Mamba2, layers
+from app.accounting.hf import import_config
+from tests.support.hf_configs_hybrid import BAMBA_9B, QWEN3_NEXT_80B, SMALL, random_configs
+from tests.support.hf_oracle import one_thread
+
+IMPORT = "/api/v1/models/import"
+
+
+def built(config: dict, device: str):
+    body = {k: v for k, v in config.items() if k not in ("model_type", "architectures")}
+    cfg = AutoConfig.for_model(config["model_type"], **body)
+    with torch.device(device):
+        return cfg, AutoModelForCausalLM.from_config(cfg, attn_implementation="eager",
+                                                     experts_implementation="eager")
+
+
+def hf_counts(config: dict) -> tuple[int, int]:
+    """(total, active): active leaves out all but num_experts_per_tok slices of the routed experts."""
+    cfg, model = built(config, "meta")
+    total = sum(p.numel() for p in model.parameters())
+    experts = [m for m in model.modules() if type(m).__name__.endswith("Experts")]
+    routed = [(p.numel(), m.num_experts) for m in experts for p in m.parameters()]
+    return total, total - sum(n for n, _ in routed) + sum(n // e * cfg.num_experts_per_tok for n, e in routed)
+
+
+@pytest.mark.parametrize(("config", "total", "active"), [(QWEN3_NEXT_80B, 79_674_391_296, 3_874_929_408),
+                                                       (BAMBA_9B, 9_780_235_392, 9_780_235_392)],
+                         ids=["qwen3-next-80b-a3b", "bamba-9b"])
+def test_published_hybrids_are_transformers_counts(api, config, total, active):
+    body = api.ok(IMPORT, config)
+    assert (body["params"]["total"], body["params"]["active"]) == hf_counts(config) == (total, active)
+    assert not any("does not know" in w for w in body["warnings"])
+
+
+def test_qwen3_next_is_the_cards_80b_with_3b_active_less_its_embeddings(api):
+    body = api.ok(IMPORT, QWEN3_NEXT_80B)
+    embeddings = 2 * 151_936 * 2048  # input table and the untied head
+    assert body["params"]["total"] == pytest.approx(80e9, rel=0.01)
+    assert body["params"]["active"] - embeddings == pytest.approx(3e9, rel=0.1)
+    mixers = body["config"]["layer_mixers"]
+    assert mixers.count("gated_delta_net") == 36 and mixers[3::4] == ["attention"] * 12
+
+
+@pytest.mark.parametrize("config", random_configs(4, 41), ids=lambda c: c["model_type"])
+def test_random_hybrids_are_transformers_counts(api, config):
+    body = api.ok(IMPORT, config)
+    assert (body["params"]["total"], body["params"]["active"]) == hf_counts(config)
+
+
+def counted(config: dict, batch: int, seq: int) -> tuple[int, int]:
+    with one_thread():
+        torch.manual_seed(0)
+        cfg, model = built(config, "cpu")
+        ids = torch.randint(0, cfg.vocab_size, (batch, seq))
+        with FlopCounterMode(display=False) as forward:
+            logits = model(input_ids=ids, use_cache=False).logits
+        with FlopCounterMode(display=False) as backward:
+            logits.sum().backward()
+    return forward.get_total_flops(), backward.get_total_flops()
+
+
+def dense_conv_excess(config: dict, batch: int, seq: int) -> int:
+    """What FlopCounterMode adds to each depthwise conv1d's weight gradient: it counts channels^2 x K
+    multiply-adds per output position (padding K - 1 gives seq + K - 1 of them) for channels x K."""
+    cfg = import_config(config).config
+    excess = 0
+    for layer in layers(cfg):
+        mixer = layer.attention
+        if isinstance(mixer, Mamba2 | GatedDeltaNet):
+            k = cfg.ssm_conv_kernel if isinstance(mixer, Mamba2) else cfg.linear_conv_kernel
+            c = mixer.conv_channels
+            excess += 2 * batch * c * k * (seq + k - 1) * (c - 1)
+    return excess
+
+
+def tally(api, config: dict, batch: int, seq: int) -> dict:
+    model = api.ok(IMPORT, config)["config"]
+    return api.ok("/api/v1/flops/transformer", {"model": model, "batch_size": batch, "seq_len": seq,
+                                                "causal": "full"})
+
+
+@pytest.mark.parametrize("seq", [37, 70])  # neither divides DeltaNet's 64-token chunks nor Bamba's 16
+@pytest.mark.parametrize("family", list(SMALL))
+def test_hybrid_flops_are_flop_counter_modes(api, family, seq):
+    config = SMALL[family]
+    answer = tally(api, config, 2, seq)
+    forward, backward = counted(config, 2, seq)
+    assert answer["forward"]["total"] == forward
+    assert answer["backward"]["total"] + dense_conv_excess(config, 2, seq) == backward
+    assert answer["forward"]["mixer_scan"] > 0
+
+
+@pytest.mark.parametrize("config", random_configs(2, 43), ids=lambda c: c["model_type"])
+def test_random_hybrid_flops_are_flop_counter_modes(api, config):
+    for seq in (20, 45):
+        answer = tally(api, config, 1, seq)
+        forward, backward = counted(config, 1, seq)
+        assert answer["forward"]["total"] == forward
+        assert answer["backward"]["total"] + dense_conv_excess(config, 1, seq) == backward

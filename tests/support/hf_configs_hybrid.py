@@ -1,0 +1,79 @@
+"""config.json dicts of the hybrid families (qwen3_next, bamba), typed here: the published models'
+and small ones for the FLOP and cache oracles, and seeded random ones."""
+
+import random
+
+# Qwen/Qwen3-Next-80B-A3B-Instruct config.json (the model card: 80B total, 3B active).
+QWEN3_NEXT_80B = {
+    "architectures": ["Qwen3NextForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
+    "bos_token_id": 151643, "decoder_sparse_step": 1, "eos_token_id": 151645, "full_attention_interval": 4,
+    "head_dim": 256, "hidden_act": "silu", "hidden_size": 2048, "initializer_range": 0.02,
+    "intermediate_size": 5120, "linear_conv_kernel_dim": 4, "linear_key_head_dim": 128,
+    "linear_num_key_heads": 16, "linear_num_value_heads": 32, "linear_value_head_dim": 128,
+    "max_position_embeddings": 262144, "mlp_only_layers": [], "model_type": "qwen3_next",
+    "moe_intermediate_size": 512, "norm_topk_prob": True, "num_attention_heads": 16, "num_experts": 512,
+    "num_experts_per_tok": 10, "num_hidden_layers": 48, "num_key_value_heads": 2,
+    "output_router_logits": False, "partial_rotary_factor": 0.25, "rms_norm_eps": 1e-06, "rope_scaling": None,
+    "rope_theta": 10000000, "router_aux_loss_coef": 0.001, "shared_expert_intermediate_size": 512,
+    "tie_word_embeddings": False, "torch_dtype": "bfloat16", "use_cache": True, "use_sliding_window": False,
+    "vocab_size": 151936}
+# ibm-ai-platform/Bamba-9B config.json (the card: 9B); attention on layers 9, 18 and 27.
+BAMBA_9B = {
+    "architectures": ["BambaForCausalLM"], "model_type": "bamba", "attn_layer_indices": [9, 18, 27],
+    "attention_dropout": 0.0, "hidden_act": "silu", "hidden_size": 4096, "intermediate_size": 14336,
+    "mamba_chunk_size": 256, "mamba_conv_bias": True, "mamba_d_conv": 4, "mamba_d_head": 64,
+    "mamba_d_state": 128, "mamba_expand": 2, "mamba_n_groups": 1, "mamba_n_heads": 128,
+    "mamba_proj_bias": False, "max_position_embeddings": 262144, "num_attention_heads": 32,
+    "num_hidden_layers": 32, "num_key_value_heads": 8, "rms_norm_eps": 1e-05, "tie_word_embeddings": False,
+    "vocab_size": 128256}
+
+# Small ones: linear layers 0-2 and attention on 3 (Qwen3-Next), or Mamba-2 but on layer 1 (Bamba); key and
+# value heads differ, several groups, chunk sizes the sequences do not divide.
+SMALL = {
+    "qwen3_next": {"model_type": "qwen3_next", "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 4,
+                   "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 200,
+                   "linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_key_head_dim": 8,
+                   "linear_value_head_dim": 12, "linear_conv_kernel_dim": 4, "num_experts": 4,
+                   "num_experts_per_tok": 2, "moe_intermediate_size": 24, "shared_expert_intermediate_size": 32,
+                   "mlp_only_layers": [1]},
+    "bamba": {"model_type": "bamba", "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 3,
+              "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 200, "attn_layer_indices": [1],
+              "mamba_n_heads": 8, "mamba_d_head": 16, "mamba_expand": 2, "mamba_n_groups": 2, "mamba_d_state": 8,
+              "mamba_d_conv": 4, "mamba_chunk_size": 16},
+}
+
+
+def _qwen3_next(rng: random.Random) -> dict:
+    key_heads = rng.choice([1, 2])
+    n = rng.randint(2, 5)
+    return {"model_type": "qwen3_next", "hidden_size": rng.choice([32, 48, 64]), "intermediate_size": rng.choice([40, 64]),
+            "num_hidden_layers": n, "num_attention_heads": 4, "num_key_value_heads": rng.choice([1, 2, 4]),
+            "head_dim": rng.choice([8, 16]), "vocab_size": rng.randint(50, 300),
+            "linear_num_key_heads": key_heads, "linear_num_value_heads": key_heads * rng.choice([1, 2, 3]),
+            "linear_key_head_dim": rng.choice([4, 8]), "linear_value_head_dim": rng.choice([4, 8, 12]),
+            "linear_conv_kernel_dim": rng.choice([2, 3, 4]), "full_attention_interval": rng.choice([1, 2, 3]),
+            "num_experts": rng.choice([0, 4, 6]), "num_experts_per_tok": 2, "moe_intermediate_size": 16,
+            "shared_expert_intermediate_size": rng.choice([8, 24]), "decoder_sparse_step": rng.choice([1, 2]),
+            "attention_bias": rng.random() < 0.5, "tie_word_embeddings": rng.random() < 0.5}
+
+
+def _bamba(rng: random.Random) -> dict:
+    d, heads = rng.choice([32, 64]), rng.choice([4, 8])
+    n = rng.randint(2, 5)
+    return {"model_type": "bamba", "hidden_size": d, "intermediate_size": rng.choice([40, 96]),
+            "num_hidden_layers": n, "num_attention_heads": 4, "num_key_value_heads": rng.choice([1, 2, 4]),
+            "vocab_size": rng.randint(50, 300), "attn_layer_indices": sorted(rng.sample(range(n), rng.randint(0, 2))),
+            "mamba_n_heads": heads, "mamba_d_head": "auto", "mamba_expand": 2,
+            "mamba_n_groups": rng.choice([g for g in (1, 2, 4) if heads % g == 0]),
+            "mamba_d_state": rng.choice([4, 8, 16]), "mamba_d_conv": rng.choice([2, 4]),
+            "mamba_chunk_size": rng.choice([8, 16, 32]), "mamba_conv_bias": rng.random() < 0.5,
+            "mamba_proj_bias": rng.random() < 0.5, "mlp_bias": rng.random() < 0.5,
+            "tie_word_embeddings": rng.random() < 0.5}
+
+
+GENERATORS = {"qwen3_next": _qwen3_next, "bamba": _bamba}
+
+
+def random_configs(per_family: int, seed: int) -> list[dict]:
+    rng = random.Random(seed)
+    return [GENERATORS[family](rng) for _ in range(per_family) for family in GENERATORS]
