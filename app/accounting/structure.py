@@ -10,8 +10,9 @@ if TYPE_CHECKING:
 
 _MLA = ("q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
 _MOE_ONLY = ("top_k", "d_ff_expert", "d_ff_shared")
-MIXERS = ("attention", "mamba2", "gated_delta_net")
-_SSM = ("ssm_state_size", "ssm_heads", "ssm_head_dim")
+MIXERS = ("attention", "mamba", "mamba2", "gated_delta_net")
+_SSM = ("ssm_heads", "ssm_head_dim")
+_MAMBA1 = ("ssm_inner", "ssm_dt_rank")
 _LINEAR = ("linear_key_heads", "linear_value_heads", "linear_key_head_dim", "linear_value_head_dim")
 
 
@@ -81,7 +82,13 @@ def _check_mixers(c: "TransformerConfig") -> None:
     if type(mixers) is not tuple or (mixers and len(mixers) != c.n_layers) or any(m not in MIXERS for m in mixers):
         raise InvalidInput("layer_mixers", f"must list {c.n_layers} entries (n_layers), each one of "
                                            f"{', '.join(MIXERS)}; or be empty (attention everywhere)")
-    for kind, names in (("mamba2", _SSM), ("gated_delta_net", _LINEAR)):
+    if ("mamba" in mixers or "mamba2" in mixers) and c.ssm_state_size is None:
+        raise InvalidInput("ssm_state_size", "is required with mamba or mamba2 layers in layer_mixers")
+    if not ("mamba" in mixers or "mamba2" in mixers) and c.ssm_state_size is not None:
+        raise InvalidInput("ssm_state_size", "describes mamba or mamba2 layers; layer_mixers lists none")
+    if "mamba" not in mixers and c.ssm_dt_bc_norms:
+        raise InvalidInput("ssm_dt_bc_norms", "describes mamba layers; layer_mixers lists none")
+    for kind, names in (("mamba2", _SSM), ("mamba", _MAMBA1), ("gated_delta_net", _LINEAR)):
         if kind in mixers:
             for name in names:
                 if getattr(c, name) is None:

@@ -26,7 +26,7 @@ Norm = Literal["layernorm", "rmsnorm", "layernorm_no_affine"]
 NormLayout = Literal["pre", "post", "sandwich", "parallel", "parallel_shared"]
 QkNorm = Literal["none", "head", "projection"]
 Position = Literal["learned", "rope"]
-Mixer = Literal["attention", "mamba2", "gated_delta_net"]
+Mixer = Literal["attention", "mamba", "mamba2", "gated_delta_net"]
 
 # Norms per block, by layout; q/k norms, MLA's latent norms and the final norm are extra.
 NORMS_PER_BLOCK = {"pre": 2, "post": 2, "sandwich": 4, "parallel": 2, "parallel_shared": 1}
@@ -188,7 +188,8 @@ class TransformerConfig:
     cache's engine "transformers"; no parameters or FLOPs."""
 
     layer_mixers: tuple[Mixer, ...] = ()
-    """Per layer (from 0), its token mixer: attention (as the attention fields above say), mamba2
+    """Per layer (from 0), its token mixer: attention (as the attention fields above say), mamba (a
+    Mamba-1 selective state-space block: ssm_inner, ssm_dt_rank, ssm_state_size...: Jamba), mamba2
     (a Mamba-2 state-space block, the ssm_* fields: Bamba, Nemotron-H, Falcon-H1) or gated_delta_net
     (gated DeltaNet linear attention, the linear_* fields: Qwen3-Next). Empty is attention in every
     layer. Windows, chunks and attention_sinks apply to the attention layers only."""
@@ -201,6 +202,13 @@ class TransformerConfig:
     """Mamba-2 heads (H, HF mamba_n_heads); the inner width is ssm_heads x ssm_head_dim."""
     ssm_head_dim: Width | None = None
     """Channels per Mamba-2 head (P, HF mamba_d_head / mamba_head_dim)."""
+    ssm_inner: Width | None = None
+    """Mamba-1's inner width (I, Jamba's mamba_expand x hidden_size)."""
+    ssm_dt_rank: Width | None = None
+    """Mamba-1's time-step rank (R, HF mamba_dt_rank; "auto" is cdiv(hidden_size, 16))."""
+    ssm_dt_bc_norms: bool = False
+    """Mamba-1 with RMSNorms on dt (R), B and C (N) inside the mixer (Jamba's dt_layernorm,
+    b_layernorm and c_layernorm)."""
     ssm_groups: Annotated[int, Ge(1), Le(65_536)] = 1
     """Groups sharing B and C (G, HF mamba_n_groups / n_groups); divides ssm_heads."""
     ssm_conv_kernel: Annotated[int, Ge(1), Le(1024)] = 4

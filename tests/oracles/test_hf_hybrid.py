@@ -1,5 +1,5 @@
-"""The hybrid families against transformers 5.23: Qwen3-Next (gated DeltaNet beside gated attention)
-and Bamba (Mamba-2 beside attention).
+"""The hybrid families against transformers 5.23: Qwen3-Next (gated DeltaNet beside gated attention),
+Bamba (Mamba-2 beside attention) and Jamba (Mamba-1 beside attention, with experts).
 
 - parameters (total and active) of the published configs and seeded random ones, on the meta device;
 - forward and backward FLOPs against FlopCounterMode on small CPU models at two sequence lengths,
@@ -15,9 +15,9 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 from transformers import AutoConfig, AutoModelForCausalLM
 
-from app.accounting.blocks import GatedDeltaNet, Mamba2, layers
+from app.accounting.blocks import GatedDeltaNet, Mamba1, Mamba2, layers
 from app.accounting.hf import import_config
-from tests.support.hf_configs_hybrid import BAMBA_9B, QWEN3_NEXT_80B, SMALL, random_configs
+from tests.support.hf_configs_hybrid import BAMBA_9B, JAMBA_V01, QWEN3_NEXT_80B, SMALL, random_configs
 from tests.support.hf_oracle import one_thread
 
 IMPORT = "/api/v1/models/import"
@@ -41,12 +41,20 @@ def hf_counts(config: dict) -> tuple[int, int]:
 
 
 @pytest.mark.parametrize(("config", "total", "active"), [(QWEN3_NEXT_80B, 79_674_391_296, 3_874_929_408),
-                                                       (BAMBA_9B, 9_780_235_392, 9_780_235_392)],
-                         ids=["qwen3-next-80b-a3b", "bamba-9b"])
+                                                       (BAMBA_9B, 9_780_235_392, 9_780_235_392),
+                                                       (JAMBA_V01, 51_570_323_328, 12_110_311_296)],
+                         ids=["qwen3-next-80b-a3b", "bamba-9b", "jamba-v0.1"])
 def test_published_hybrids_are_transformers_counts(api, config, total, active):
     body = api.ok(IMPORT, config)
     assert (body["params"]["total"], body["params"]["active"]) == hf_counts(config) == (total, active)
     assert not any("does not know" in w for w in body["warnings"])
+
+
+def test_jamba_is_the_cards_52b_with_12b_active(api):
+    body = api.ok(IMPORT, JAMBA_V01)
+    assert body["params"]["total"] == pytest.approx(52e9, rel=0.01)
+    assert body["params"]["active"] == pytest.approx(12e9, rel=0.01)
+    assert body["config"]["layer_mixers"][4::8] == ["attention"] * 4 and body["config"]["moe_every"] == 2
 
 
 def test_qwen3_next_is_the_cards_80b_with_3b_active_less_its_embeddings(api):
@@ -83,8 +91,8 @@ def dense_conv_excess(config: dict, batch: int, seq: int) -> int:
     excess = 0
     for layer in layers(cfg):
         mixer = layer.attention
-        if isinstance(mixer, Mamba2 | GatedDeltaNet):
-            k = cfg.ssm_conv_kernel if isinstance(mixer, Mamba2) else cfg.linear_conv_kernel
+        if isinstance(mixer, Mamba1 | Mamba2 | GatedDeltaNet):
+            k = cfg.linear_conv_kernel if isinstance(mixer, GatedDeltaNet) else cfg.ssm_conv_kernel
             c = mixer.conv_channels
             excess += 2 * batch * c * k * (seq + k - 1) * (c - 1)
     return excess

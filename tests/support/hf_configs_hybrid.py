@@ -27,7 +27,8 @@ BAMBA_9B = {
     "num_hidden_layers": 32, "num_key_value_heads": 8, "rms_norm_eps": 1e-05, "tie_word_embeddings": False,
     "vocab_size": 128256}
 
-# Small ones: linear layers 0-2 and attention on 3 (Qwen3-Next), or Mamba-2 but on layer 1 (Bamba); key and
+# Small ones: linear layers 0-2 and attention on 3 (Qwen3-Next), Mamba-2 but on layer 1 (Bamba), Mamba-1 with
+# attention on odd layers and experts on layers 0 and 3 (Jamba); key and
 # value heads differ, several groups, chunk sizes the sequences do not divide.
 SMALL = {
     "qwen3_next": {"model_type": "qwen3_next", "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 4,
@@ -77,3 +78,37 @@ GENERATORS = {"qwen3_next": _qwen3_next, "bamba": _bamba}
 def random_configs(per_family: int, seed: int) -> list[dict]:
     rng = random.Random(seed)
     return [GENERATORS[family](rng) for _ in range(per_family) for family in GENERATORS]
+
+
+# ai21labs/Jamba-v0.1 config.json (the card: 52B total, 12B active); attention on layer 4 of every 8,
+# 16 experts top-2 on odd layers.
+JAMBA_V01 = {
+    "architectures": ["JambaForCausalLM"], "model_type": "jamba", "attn_layer_offset": 4, "attn_layer_period": 8,
+    "expert_layer_offset": 1, "expert_layer_period": 2, "hidden_act": "silu", "hidden_size": 4096,
+    "intermediate_size": 14336, "mamba_conv_bias": True, "mamba_d_conv": 4, "mamba_d_state": 16,
+    "mamba_dt_rank": 256, "mamba_expand": 2, "mamba_proj_bias": False, "max_position_embeddings": 262144,
+    "num_attention_heads": 32, "num_experts": 16, "num_experts_per_tok": 2, "num_hidden_layers": 32,
+    "num_key_value_heads": 8, "rms_norm_eps": 1e-06, "tie_word_embeddings": False, "vocab_size": 65536}
+SMALL["jamba"] = {"model_type": "jamba", "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 4,
+                  "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 200, "attn_layer_period": 2,
+                  "attn_layer_offset": 1, "expert_layer_period": 3, "expert_layer_offset": 0, "num_experts": 4,
+                  "num_experts_per_tok": 2, "mamba_d_state": 8, "mamba_d_conv": 3, "mamba_expand": 2,
+                  "mamba_dt_rank": "auto", "mamba_proj_bias": True}
+
+
+def _jamba(rng: random.Random) -> dict:
+    n = rng.randint(2, 5)
+    period = rng.randint(1, 4)
+    expert_period = rng.randint(1, 3)
+    return {"model_type": "jamba", "hidden_size": rng.choice([32, 48, 64]), "intermediate_size": rng.choice([40, 96]),
+            "num_hidden_layers": n, "num_attention_heads": 4, "num_key_value_heads": rng.choice([1, 2, 4]),
+            "vocab_size": rng.randint(50, 300), "attn_layer_period": period,
+            "attn_layer_offset": rng.randrange(period), "expert_layer_period": expert_period,
+            "expert_layer_offset": rng.randrange(expert_period), "num_experts": rng.choice([1, 3, 4]),
+            "num_experts_per_tok": rng.choice([1, 2]), "mamba_d_state": rng.choice([4, 8]),
+            "mamba_d_conv": rng.choice([2, 4]), "mamba_expand": rng.choice([1, 2]),
+            "mamba_dt_rank": rng.choice(["auto", 3]), "mamba_conv_bias": rng.random() < 0.5,
+            "mamba_proj_bias": rng.random() < 0.5, "tie_word_embeddings": rng.random() < 0.5}
+
+
+GENERATORS["jamba"] = _jamba

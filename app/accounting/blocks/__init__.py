@@ -4,8 +4,8 @@ kind each layer has.
 Attention kinds: grouped.py (multi-head, grouped-query, multi-query), latent.py (DeepSeek's
 multi-head latent attention), windowed.py (a sliding window over either), chunked.py (Llama 4's
 chunked local attention over either); token mixers that are not attention but fill its place:
-mamba.py (Mamba-2's state-space block), deltanet.py (gated DeltaNet linear attention). MLP kinds: dense.py
-(two matrices), gated.py (three: SwiGLU, GeGLU), experts.py (a mixture of experts, its experts
+mamba1.py and mamba.py (Mamba's and Mamba-2's state-space blocks), deltanet.py (gated DeltaNet
+linear attention). MLP kinds: dense.py (two matrices), gated.py (three: SwiGLU, GeGLU), experts.py (a mixture of experts, its experts
 and shared experts built from the dense or gated kind). base.py holds what each answers: its
 weights, parameters, forward FLOPs, saved tensors and, for attention, cache and decode reads.
 
@@ -27,11 +27,12 @@ from app.accounting.blocks.gated import GatedMlp, mlp_kind
 from app.accounting.blocks.grouped import GroupedAttention
 from app.accounting.blocks.latent import LatentAttention
 from app.accounting.blocks.mamba import Mamba2
+from app.accounting.blocks.mamba1 import Mamba1
 from app.accounting.blocks.windowed import Windowed
 from app.accounting.transformer import TransformerConfig
 
 __all__ = ["Attention", "Mlp", "Layer", "Weight", "Linear", "GroupedAttention", "LatentAttention", "Windowed",
-           "Chunked", "Mamba2", "GatedDeltaNet", "DenseMlp", "GatedMlp", "Experts", "attention_of", "mlp_of", "dense_mlp", "layers", "distinct",
+           "Chunked", "Mamba1", "Mamba2", "GatedDeltaNet", "DenseMlp", "GatedMlp", "Experts", "attention_of", "mlp_of", "dense_mlp", "layers", "distinct",
            "model_attention", "routed", "tensor_parallel_refusal", "fine_tune_refusal"]
 
 # The norms of one block by layout, as llama.cpp names them (llama-arch.cpp): post-norms are
@@ -47,6 +48,8 @@ def attention_of(cfg: TransformerConfig, layer: int) -> Attention:
     window or chunk where the config makes that layer local (sliding_window or attention_chunk_size,
     global_every)."""
     mixer = cfg.mixers[layer]
+    if mixer == "mamba":
+        return Mamba1(cfg)
     if mixer == "mamba2":
         return Mamba2(cfg)
     if mixer == "gated_delta_net":

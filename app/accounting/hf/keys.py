@@ -86,7 +86,8 @@ COUNT_KEYS: dict[str, Callable[[Any], bool]] = {
     # Their widths: qwen3_next's gated DeltaNet, bamba's (and falcon_h1's, granitemoehybrid's) Mamba-2.
     **dict.fromkeys(("linear_key_head_dim", "linear_value_head_dim", "linear_conv_kernel_dim", "mamba_n_heads",
                      "mamba_d_head", "mamba_expand", "mamba_n_groups", "mamba_d_conv", "mamba_chunk_size",
-                     "mamba_conv_bias", "mamba_proj_bias"), _none),
+                     "mamba_conv_bias", "mamba_proj_bias", "mamba_dt_rank", "attn_layer_offset",
+                     "expert_layer_offset"), _none),
     "attn_layer_indices": _zero,
 }
 

@@ -47,7 +47,7 @@ ARCHITECTURES = {
     "DeepseekV2ForCausalLM": "deepseek_v2", "DeepseekV3ForCausalLM": "deepseek_v3",
     "GptOssForCausalLM": "gpt_oss", "Glm4MoeForCausalLM": "glm4_moe", "Llama4ForCausalLM": "llama4_text",
     "Llama4ForConditionalGeneration": "llama4", "Qwen3NextForCausalLM": "qwen3_next",
-    "BambaForCausalLM": "bamba",
+    "BambaForCausalLM": "bamba", "JambaForCausalLM": "jamba",
     "GemmaForCausalLM": "gemma", "Gemma2ForCausalLM": "gemma2", "Gemma3ForCausalLM": "gemma3_text",
     "Gemma3ForConditionalGeneration": "gemma3", "Phi3ForCausalLM": "phi3", "OlmoForCausalLM": "olmo",
     "Olmo2ForCausalLM": "olmo2", "FalconForCausalLM": "falcon", "Starcoder2ForCausalLM": "starcoder2",
