@@ -10,7 +10,7 @@ if TYPE_CHECKING:
 
 _MLA = ("q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
 _MOE_ONLY = ("top_k", "d_ff_expert", "d_ff_shared")
-MIXERS = ("attention", "mamba", "mamba2", "gated_delta_net")
+MIXERS = ("attention", "mamba", "mamba2", "gated_delta_net", "none")
 _SSM = ("ssm_heads", "ssm_head_dim")
 _MAMBA1 = ("ssm_inner", "ssm_dt_rank")
 _LINEAR = ("linear_key_heads", "linear_value_heads", "linear_key_head_dim", "linear_value_head_dim")
@@ -102,6 +102,15 @@ def _check_mixers(c: "TransformerConfig") -> None:
     if "gated_delta_net" in mixers and c.linear_value_heads % c.linear_key_heads:
         raise InvalidInput("linear_value_heads", f"{c.linear_value_heads} must be a multiple of "
                                                  f"linear_key_heads ({c.linear_key_heads})")
+    free = c.mlp_free_layers
+    if type(free) is not tuple or any(type(i) is not int or not 0 <= i < c.n_layers for i in free):
+        raise InvalidInput("mlp_free_layers", f"must list layer indices in [0, {c.n_layers - 1}]")
+    empty = [i for i in free if mixers and mixers[i] == "none"]
+    if empty:
+        raise InvalidInput("mlp_free_layers", f"layer {empty[0]} has neither a mixer (layer_mixers 'none') nor "
+                                              "an MLP")
+    if (free or "none" in mixers) and c.norm_layout != "pre":
+        raise InvalidInput("norm_layout", "a layer without a mixer or an MLP is counted with pre norms only")
     if mixers and "attention" not in mixers:
         for name in ("sliding_window", "attention_chunk_size", "kv_lora_rank"):
             if getattr(c, name) is not None:

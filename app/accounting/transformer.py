@@ -21,12 +21,12 @@ from app.accounting import structure
 from app.accounting.errors import InvalidInput
 from app.accounting.records import RECORD
 
-Mlp = Literal["gelu", "swiglu", "geglu"]
+Mlp = Literal["gelu", "swiglu", "geglu", "relu2"]
 Norm = Literal["layernorm", "rmsnorm", "layernorm_no_affine"]
 NormLayout = Literal["pre", "post", "sandwich", "parallel", "parallel_shared"]
 QkNorm = Literal["none", "head", "projection"]
 Position = Literal["learned", "rope"]
-Mixer = Literal["attention", "mamba", "mamba2", "gated_delta_net"]
+Mixer = Literal["attention", "mamba", "mamba2", "gated_delta_net", "none"]
 
 # Norms per block, by layout; q/k norms, MLA's latent norms and the final norm are extra.
 NORMS_PER_BLOCK = {"pre": 2, "post": 2, "sandwich": 4, "parallel": 2, "parallel_shared": 1}
@@ -80,7 +80,8 @@ class TransformerConfig:
     """MLP hidden width of a dense layer; null means 4*d_model for gelu, and LLaMA's rule
     for gated MLPs (8*d_model/3 rounded up to a multiple of 256)."""
     mlp: Mlp = "gelu"
-    """gelu: two matrices (up, down). swiglu and geglu: three (gate, up, down)."""
+    """gelu and relu2 (squared ReLU, Nemotron-H): two matrices (up, down). swiglu and geglu: three
+    (gate, up, down)."""
     norm: Norm = "layernorm"
     """layernorm has a weight, and a bias when `bias` is true; rmsnorm has a weight only;
     layernorm_no_affine (OLMo) has no parameters."""
@@ -193,6 +194,9 @@ class TransformerConfig:
     (a Mamba-2 state-space block, the ssm_* fields: Bamba, Nemotron-H, Falcon-H1) or gated_delta_net
     (gated DeltaNet linear attention, the linear_* fields: Qwen3-Next). Empty is attention in every
     layer. Windows, chunks and attention_sinks apply to the attention layers only."""
+    mlp_free_layers: tuple[int, ...] = ()
+    """Layer indices (from 0) without an MLP (Nemotron-H's mixer-only layers); with layer_mixers
+    "none" a layer may have an MLP and no mixer. Such layers have no norm before the missing part."""
     attn_output_gate: bool = False
     """Qwen3-Next's gated attention: q_proj is twice as wide and its second half, through a sigmoid,
     gates the attention output per head: n_heads x head_dim more rows in q (2 t d q FLOPs more)."""
@@ -262,7 +266,7 @@ class TransformerConfig:
     def ff(self) -> int:
         if self.d_ff is not None:
             return self.d_ff
-        if self.mlp == "gelu":
+        if not self.gated:
             return 4 * self.d_model
         return -(-(8 * self.d_model // 3) // 256) * 256
 
@@ -352,6 +356,7 @@ def _layer_kinds(c: TransformerConfig) -> LayerKinds:
     moe = windowed = chunked = (False,) * c.n_layers
     if c.moe:
         dense = set(c.mlp_only_layers)
+        dense |= set(c.mlp_free_layers)
         moe = tuple(i >= c.first_dense_layers and (i + 1) % c.moe_every == 0 and i not in dense
                     for i in range(c.n_layers))
     every = c.global_every

@@ -160,7 +160,7 @@ class Mlp(nn.Module):
     def __init__(self, cfg: TransformerConfig, width: int, bias: bool) -> None:
         super().__init__()
         self.gated, self.width = cfg.gated, width
-        self.act = F.silu if cfg.mlp == "swiglu" else F.gelu
+        self.act = {"swiglu": F.silu, "relu2": lambda x: F.relu(x).square()}.get(cfg.mlp, F.gelu)
         self.up = nn.Linear(cfg.d_model, (2 if self.gated else 1) * width, bias=bias)
         self.down = nn.Linear(width, cfg.d_model, bias=bias)
 

@@ -156,9 +156,9 @@ CALCULATORS = [
      'Read a Hugging Face config.json into a TransformerConfig, with its parameters.', [], [], None, True,
      'A Hugging Face config.json (model_type llama, mistral, qwen2, qwen3, phi3, olmo, olmo2, gpt2, '
      'gpt_neox, falcon, starcoder2, gemma, gemma2, gemma3_text, gemma3, mixtral, qwen2_moe, qwen3_moe, '
-     'deepseek_v2, gpt_oss, glm4_moe, deepseek_v3, llama4_text, llama4, qwen3_next, bamba, jamba). Nothing '
-     'is fetched. A key that changes the count but that model_type does not read is refused; unknown keys '
-     'are listed in warnings.',
+     'deepseek_v2, gpt_oss, glm4_moe, deepseek_v3, llama4_text, llama4, qwen3_next, bamba, jamba, '
+     'nemotron_h). Nothing is fetched. A key that changes the count but that model_type does not read is '
+     'refused; unknown keys are listed in warnings.',
      'app.api.routes.models', 'Model presets, and Hugging Face config.json import.'),
     ('models', 'list', 'GET', '/api/v1/models',
      'Every preset with its family and its total and active parameters.',

@@ -1,5 +1,6 @@
 """The hybrid families against transformers 5.23: Qwen3-Next (gated DeltaNet beside gated attention),
-Bamba (Mamba-2 beside attention) and Jamba (Mamba-1 beside attention, with experts).
+Bamba (Mamba-2 beside attention), Jamba (Mamba-1 beside attention, with experts) and Nemotron-H (one
+block a layer: Mamba-2, attention, an MLP or experts).
 
 - parameters (total and active) of the published configs and seeded random ones, on the meta device;
 - forward and backward FLOPs against FlopCounterMode on small CPU models at two sequence lengths,
@@ -17,7 +18,15 @@ from transformers import AutoConfig, AutoModelForCausalLM
 
 from app.accounting.blocks import GatedDeltaNet, Mamba1, Mamba2, layers
 from app.accounting.hf import import_config
-from tests.support.hf_configs_hybrid import BAMBA_9B, JAMBA_V01, QWEN3_NEXT_80B, SMALL, random_configs
+from app.accounting.inference.kv_cache import kv_cache
+from tests.support.hf_configs_hybrid import (
+    BAMBA_9B,
+    JAMBA_V01,
+    NEMOTRON_NANO_9B_V2,
+    QWEN3_NEXT_80B,
+    SMALL,
+    random_configs,
+)
 from tests.support.hf_oracle import one_thread
 
 IMPORT = "/api/v1/models/import"
@@ -42,8 +51,9 @@ def hf_counts(config: dict) -> tuple[int, int]:
 
 @pytest.mark.parametrize(("config", "total", "active"), [(QWEN3_NEXT_80B, 79_674_391_296, 3_874_929_408),
                                                        (BAMBA_9B, 9_780_235_392, 9_780_235_392),
-                                                       (JAMBA_V01, 51_570_323_328, 12_110_311_296)],
-                         ids=["qwen3-next-80b-a3b", "bamba-9b", "jamba-v0.1"])
+                                                       (JAMBA_V01, 51_570_323_328, 12_110_311_296),
+                                                       (NEMOTRON_NANO_9B_V2, 8_888_227_328, 8_888_227_328)],
+                         ids=["qwen3-next-80b-a3b", "bamba-9b", "jamba-v0.1", "nemotron-nano-9b-v2"])
 def test_published_hybrids_are_transformers_counts(api, config, total, active):
     body = api.ok(IMPORT, config)
     assert (body["params"]["total"], body["params"]["active"]) == hf_counts(config) == (total, active)
@@ -55,6 +65,18 @@ def test_jamba_is_the_cards_52b_with_12b_active(api):
     assert body["params"]["total"] == pytest.approx(52e9, rel=0.01)
     assert body["params"]["active"] == pytest.approx(12e9, rel=0.01)
     assert body["config"]["layer_mixers"][4::8] == ["attention"] * 4 and body["config"]["moe_every"] == 2
+
+
+def test_nemotron_nano_9b_v2_is_the_cards_8_89b_and_its_mlp_layers_hold_no_state():
+    cfg = import_config(NEMOTRON_NANO_9B_V2).config
+    assert (cfg.mixers.count("mamba2"), cfg.mixers.count("attention"), cfg.mixers.count("none")) == (27, 4, 25)
+    assert len(cfg.mlp_free_layers) == 31
+    # One norm per layer: 56 block norms and the final one, all of width 4,480, plus the Mamba-2 gated norms.
+    assert import_config(NEMOTRON_NANO_9B_V2).params.norms == 57 * 4480 + 27 * 128 * 80
+    cache = kv_cache(cfg, context=4096, model_dtype="bfloat16", block_size=None)
+    assert (cache.full_layers, cache.state_layers) == (4, 27)
+    # vLLM's per-layer state: 3 x (10,240 + 2 x 8 x 128) conv values and 128 x 80 x 128 SSM values, bf16.
+    assert cache.state_bytes_per_sequence == 27 * (3 * (128 * 80 + 2 * 8 * 128) + 128 * 80 * 128) * 2
 
 
 def test_qwen3_next_is_the_cards_80b_with_3b_active_less_its_embeddings(api):

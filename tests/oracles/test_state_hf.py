@@ -38,7 +38,7 @@ def held(raw: dict, dtype: str, prompt: int, steps: int) -> tuple[int, int, set]
             dtypes |= {(name, t.dtype) for name, ts in (("conv", tensors(layer.conv_states)),
                                                          ("recurrent", tensors(layer.recurrent_states)))
                        for t in ts}
-        else:
+        elif layer.keys is not None:  # Nemotron-H's MLP and expert layers hold an empty layer
             kv += layer.keys.nbytes + layer.values.nbytes
     return state, kv, dtypes
 

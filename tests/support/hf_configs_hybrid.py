@@ -112,3 +112,39 @@ def _jamba(rng: random.Random) -> dict:
 
 
 GENERATORS["jamba"] = _jamba
+
+
+# Nemotron-H: one block per layer, Mamba-2 (M), attention (*), a squared-ReLU MLP (-) and experts (E).
+SMALL["nemotron_h"] = {"model_type": "nemotron_h", "hidden_size": 64, "intermediate_size": 96,
+                       "hybrid_override_pattern": "M-M*EM", "num_attention_heads": 4, "num_key_value_heads": 2,
+                       "head_dim": 16, "vocab_size": 200, "mamba_num_heads": 8, "mamba_head_dim": 12, "n_groups": 2,
+                       "ssm_state_size": 8, "conv_kernel": 4, "chunk_size": 16, "n_routed_experts": 4,
+                       "num_experts_per_tok": 2, "moe_intermediate_size": 24,
+                       "moe_shared_expert_intermediate_size": 40, "use_bias": True}
+
+
+def _nemotron_h(rng: random.Random) -> dict:
+    heads = rng.choice([4, 8])
+    pattern = "".join(rng.choice("M*-E") for _ in range(rng.randint(2, 6)))
+    return {"model_type": "nemotron_h", "hidden_size": rng.choice([32, 64]), "intermediate_size": rng.choice([40, 96]),
+            "hybrid_override_pattern": pattern, "num_attention_heads": 4, "num_key_value_heads": rng.choice([1, 2, 4]),
+            "head_dim": rng.choice([8, 16]), "vocab_size": rng.randint(50, 300), "mamba_num_heads": heads,
+            "mamba_head_dim": rng.choice([4, 8]), "n_groups": rng.choice([g for g in (1, 2, 4) if heads % g == 0]),
+            "ssm_state_size": rng.choice([4, 8]), "conv_kernel": rng.choice([2, 4]),
+            "chunk_size": rng.choice([8, 16]), "n_routed_experts": rng.choice([3, 4]), "num_experts_per_tok": 2,
+            "moe_intermediate_size": 16, "moe_shared_expert_intermediate_size": rng.choice([8, 24]),
+            "use_bias": rng.random() < 0.5, "use_conv_bias": rng.random() < 0.5}
+
+
+GENERATORS["nemotron_h"] = _nemotron_h
+
+# nvidia/NVIDIA-Nemotron-Nano-9B-v2 config.json: 27 Mamba-2, 4 attention and 25 MLP layers (the card: 9B;
+# the same widths as NeMo's NemotronNano9Bv2 recipe and Megatron-LM's --hybrid-override-pattern).
+NEMOTRON_NANO_9B_V2 = {
+    "architectures": ["NemotronHForCausalLM"], "model_type": "nemotron_h", "attention_bias": False,
+    "chunk_size": 128, "conv_kernel": 4, "head_dim": 128, "hidden_size": 4480,
+    "hybrid_override_pattern": "M-M-M-MM-M-M-M*-M-M-M*-M-M-M-M*-M-M-M-M*-M-MM-M-M-M-M-M-",
+    "intermediate_size": 15680, "mamba_head_dim": 80, "mamba_hidden_act": "silu", "mamba_num_heads": 128,
+    "max_position_embeddings": 131072, "mlp_bias": False, "mlp_hidden_act": "relu2", "n_groups": 8,
+    "num_attention_heads": 40, "num_hidden_layers": 56, "num_key_value_heads": 8, "ssm_state_size": 128,
+    "tie_word_embeddings": False, "use_bias": False, "use_conv_bias": True, "vocab_size": 131072}

@@ -5,7 +5,8 @@ Attention kinds: grouped.py (multi-head, grouped-query, multi-query), latent.py 
 multi-head latent attention), windowed.py (a sliding window over either), chunked.py (Llama 4's
 chunked local attention over either); token mixers that are not attention but fill its place:
 mamba1.py and mamba.py (Mamba's and Mamba-2's state-space blocks), deltanet.py (gated DeltaNet
-linear attention). MLP kinds: dense.py (two matrices), gated.py (three: SwiGLU, GeGLU), experts.py (a mixture of experts, its experts
+linear attention); absent.py, a layer without a mixer or without an MLP (Nemotron-H). MLP kinds:
+dense.py (two matrices), gated.py (three: SwiGLU, GeGLU), experts.py (a mixture of experts, its experts
 and shared experts built from the dense or gated kind). base.py holds what each answers: its
 weights, parameters, forward FLOPs, saved tensors and, for attention, cache and decode reads.
 
@@ -18,6 +19,7 @@ config fields that turn it on (transformer.py), and its tests.
 from functools import lru_cache
 from typing import NamedTuple
 
+from app.accounting.blocks.absent import NoMixer, NoMlp
 from app.accounting.blocks.base import Attention, Linear, Mlp, Weight, by_component, linears, norm
 from app.accounting.blocks.chunked import Chunked
 from app.accounting.blocks.deltanet import GatedDeltaNet
@@ -32,7 +34,7 @@ from app.accounting.blocks.windowed import Windowed
 from app.accounting.transformer import TransformerConfig
 
 __all__ = ["Attention", "Mlp", "Layer", "Weight", "Linear", "GroupedAttention", "LatentAttention", "Windowed",
-           "Chunked", "Mamba1", "Mamba2", "GatedDeltaNet", "DenseMlp", "GatedMlp", "Experts", "attention_of", "mlp_of", "dense_mlp", "layers", "distinct",
+           "Chunked", "Mamba1", "Mamba2", "GatedDeltaNet", "NoMixer", "NoMlp", "DenseMlp", "GatedMlp", "Experts", "attention_of", "mlp_of", "dense_mlp", "layers", "distinct",
            "model_attention", "routed", "tensor_parallel_refusal", "fine_tune_refusal"]
 
 # The norms of one block by layout, as llama.cpp names them (llama-arch.cpp): post-norms are
@@ -48,6 +50,8 @@ def attention_of(cfg: TransformerConfig, layer: int) -> Attention:
     window or chunk where the config makes that layer local (sliding_window or attention_chunk_size,
     global_every)."""
     mixer = cfg.mixers[layer]
+    if mixer == "none":
+        return NoMixer(cfg)
     if mixer == "mamba":
         return Mamba1(cfg)
     if mixer == "mamba2":
@@ -65,6 +69,8 @@ def attention_of(cfg: TransformerConfig, layer: int) -> Attention:
 def mlp_of(cfg: TransformerConfig, layer: int) -> Mlp:
     """Layer `layer`'s MLP: experts where the config routes that layer (n_experts, first_dense_layers,
     moe_every, mlp_only_layers), else a gated or two-matrix MLP of d_ff."""
+    if layer in cfg.mlp_free_layers:
+        return NoMlp(cfg)
     return Experts(cfg) if cfg.moe_layers[layer] else dense_mlp(cfg)
 
 
@@ -94,7 +100,10 @@ class Layer(NamedTuple):
 def _layer_weights(layer: Layer) -> tuple[Weight, ...]:
     """Order within a block is immaterial: llama.cpp sorts a block's tensors by name."""
     cfg = layer.attention.cfg
-    norms = [w for name in BLOCK_NORMS[cfg.norm_layout] for w in norm(cfg, name, cfg.d_model)]
+    names = BLOCK_NORMS[cfg.norm_layout]
+    if cfg.norm_layout == "pre":  # a missing sublayer has no norm before it (structure.py: pre only)
+        names = tuple(n for n, part in zip(names, layer, strict=True) if part.present)
+    norms = [w for name in names for w in norm(cfg, name, cfg.d_model)]
     return (*norms, *layer.attention.weights(), *layer.mlp.weights())
 
 

@@ -259,6 +259,9 @@ class Attention(Block):
     """False for the token mixers that are not softmax attention (Mamba-2, gated DeltaNet): they keep
     no per-token cache."""
 
+    present: ClassVar[bool] = True
+    """False for a layer's missing token mixer (blocks/absent.py): no norm before it."""
+
     def kv_replicas(self, tp: int) -> int:
         """Copies of each key/value projection's head over `tp` tensor ranks."""
         return 1
@@ -286,6 +289,8 @@ class Mlp(Block):
     """An MLP kind: a dense MLP, or a mixture of experts (`routes`)."""
 
     routes: ClassVar[bool] = False
+    present: ClassVar[bool] = True
+    """False for a layer's missing MLP (blocks/absent.py): no norm before it."""
 
     def forward_flops(self, tokens: int) -> dict[str, int]:
         """mlp, or router, routed_experts and shared_experts, over `tokens` tokens."""

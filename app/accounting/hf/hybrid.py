@@ -9,6 +9,12 @@
 - jamba (Jamba): Mamba-1 layers (mamba_expand, mamba_dt_rank, with RMSNorms on dt, B and C) but where
   i % attn_layer_period == attn_layer_offset; routed experts (no shared one) where
   i % expert_layer_period == expert_layer_offset, a gated MLP elsewhere.
+- nemotron_h (Nemotron-H): each layer is one norm and one block, by hybrid_override_pattern (M Mamba-2,
+  * attention, - a squared-ReLU MLP, E experts) or layers_block_type: the Mamba-2 and attention layers
+  have no MLP (mlp_free_layers), the MLP and expert layers no mixer (layer_mixers "none"). Its experts
+  are two-matrix MLPs beside one shared expert, routed by DeepSeek-V3's sigmoid router with its
+  score-correction buffer; expand, mamba_proj_bias and attention_bias are not read (use_bias biases the
+  Mamba-2 projections; its attention has no biases), nor tie_word_embeddings (its head is never tied).
 """
 
 import math
@@ -18,7 +24,7 @@ from typing import Any
 from app.accounting.errors import InvalidInput
 from app.accounting.hf.family import LLAMA_KEY_NAMES, LLAMA_KEYS, Family
 from app.accounting.hf.moe import common, gated, mlp_only, nullable
-from app.accounting.hf.values import boolean, integer
+from app.accounting.hf.values import alias, boolean, integer
 
 LINEAR, FULL = "linear_attention", "full_attention"
 
@@ -138,6 +144,73 @@ def _jamba(raw: dict, warnings: list[str]) -> dict[str, Any]:
     return _unused_dropped(fields)
 
 
+NEMOTRON_BLOCKS = {"M": "linear_attention", "*": "full_attention", "-": "mlp", "E": "moe",
+                   "mamba": "linear_attention", "attention": "full_attention"}
+
+
+def _nemotron_types(raw: dict) -> tuple[str, list[str]]:
+    """(the key read, each layer's block) from hybrid_override_pattern or layers_block_type."""
+    for key in ("layers_block_type", "layer_types"):
+        if raw.get(key) is not None:
+            value = raw[key]
+            if not isinstance(value, list) or not value or any(NEMOTRON_BLOCKS.get(t, t) not in
+                                                                 ("linear_attention", "full_attention", "mlp", "moe")
+                                                                 for t in value if isinstance(t, str)) \
+                    or not all(isinstance(t, str) for t in value):
+                raise InvalidInput(key, "must list each layer's block: linear_attention, full_attention, mlp or moe")
+            return key, [NEMOTRON_BLOCKS.get(t, t) for t in value]
+    pattern = raw.get("hybrid_override_pattern")
+    if pattern is None:
+        return "layers_block_type", ["linear_attention", "moe", "full_attention", "mlp"]
+    if not isinstance(pattern, str) or not pattern or any(ch not in "M*-E" for ch in pattern):
+        raise InvalidInput("hybrid_override_pattern", "must be a string of M (Mamba-2), * (attention), - (MLP) "
+                                                      "and E (experts), one per layer")
+    return "hybrid_override_pattern", [NEMOTRON_BLOCKS[ch] for ch in pattern]
+
+
+def _nemotron_h(raw: dict, warnings: list[str]) -> dict[str, Any]:
+    key, types = _nemotron_types(raw)
+    if raw.get("moe_latent_size") is not None and "moe" in types:
+        raise InvalidInput("moe_latent_size", "experts in a latent (fc1/fc2_latent_proj) are not counted yet")
+    act = raw.get("mlp_hidden_act", "relu2")
+    if act != "relu2":
+        warnings.append(f"mlp_hidden_act {act!r}: counted as the same two matrices as relu2")
+    raw_n = {**raw, "num_hidden_layers": len(types)}
+    fields = common(raw_n, dict(num_hidden_layers=len(types), hidden_size=4096, num_attention_heads=32,
+                                 vocab_size=131072, intermediate_size=21504, max_position_embeddings=4096))
+    mixers = tuple({"linear_attention": "mamba2", "full_attention": "attention"}.get(t, "none") for t in types)
+    kv = raw.get("num_key_value_heads", 8)
+    fields |= dict(
+        n_kv_heads=fields["n_heads"] if kv is None else integer(raw, "num_key_value_heads"),
+        head_dim=integer(raw, "head_dim", 128), mlp="relu2", attn_bias=False,  # attention_bias is not read
+        mlp_bias=boolean(raw, "mlp_bias", False), layer_mixers=mixers,
+        tied_embeddings=False,  # NemotronHForCausalLM ties nothing (_tied_weights_keys = {})
+        mlp_free_layers=tuple(i for i, t in enumerate(types) if t in ("linear_attention", "full_attention")),
+        ssm_heads=integer(raw, "mamba_num_heads", 128), ssm_head_dim=integer(raw, "mamba_head_dim", 64),
+        ssm_state_size=integer(raw, "ssm_state_size", 128),
+        ssm_groups=alias(raw, "n_groups", "mamba_n_groups", 8), ssm_conv_kernel=alias(raw, "conv_kernel",
+                                                                                     "mamba_d_conv", 4),
+        ssm_chunk_size=alias(raw, "chunk_size", "mamba_chunk_size", 128),
+        ssm_conv_bias=_flag(raw, "use_conv_bias", "mamba_conv_bias", True),
+        ssm_proj_bias=boolean(raw, "use_bias", False))
+    if "moe" in types:
+        if fields["mlp_bias"]:
+            raise InvalidInput("mlp_bias", "biases on Nemotron-H's shared expert are not counted yet")
+        dense = tuple(i for i, t in enumerate(types) if t == "mlp")
+        fields |= dict(n_experts=alias(raw, "n_routed_experts", "num_local_experts", 8),
+                       top_k=integer(raw, "num_experts_per_tok", 2),
+                       d_ff_expert=integer(raw, "moe_intermediate_size", 7688), n_shared_experts=1,
+                       d_ff_shared=integer(raw, "moe_shared_expert_intermediate_size", 7688),
+                       router_score_correction=True, mlp_only_layers=dense)
+    del key
+    return _unused_dropped(fields)
+
+
+def _flag(raw: dict, key: str, other: str, default: bool) -> bool:
+    """A boolean under either of its two names (NemotronHConfig pops the mamba_ spelling)."""
+    return boolean(raw, other, default) if other in raw else boolean(raw, key, default)
+
+
 _LINEAR_NAMES = {"linear_key_heads": "linear_num_key_heads", "linear_value_heads": "linear_num_value_heads",
                  "linear_key_head_dim": "linear_key_head_dim", "linear_value_head_dim": "linear_value_head_dim",
                  "linear_conv_kernel": "linear_conv_kernel_dim", "layer_mixers": "layer_types"}
@@ -152,6 +225,12 @@ _MAMBA1_NAMES = {"ssm_inner": "mamba_expand", "ssm_dt_rank": "mamba_dt_rank", "s
                  "ssm_conv_kernel": "mamba_d_conv", "layer_mixers": "attn_layer_period",
                  "n_experts": "num_experts", "top_k": "num_experts_per_tok", "moe_every": "expert_layer_period",
                  "mlp_only_layers": "expert_layer_offset"}
+
+_NEMOTRON_NAMES = {"ssm_heads": "mamba_num_heads", "ssm_head_dim": "mamba_head_dim", "ssm_state_size": "ssm_state_size",
+                   "ssm_groups": "n_groups", "ssm_conv_kernel": "conv_kernel", "ssm_chunk_size": "chunk_size",
+                   "layer_mixers": "hybrid_override_pattern", "mlp_free_layers": "hybrid_override_pattern",
+                   "n_experts": "n_routed_experts", "top_k": "num_experts_per_tok", "d_ff_expert": "moe_intermediate_size",
+                   "d_ff_shared": "moe_shared_expert_intermediate_size", "mlp_only_layers": "hybrid_override_pattern"}
 
 FAMILIES: tuple[Family, ...] = (
     Family("qwen3_next", _qwen3_next,
@@ -170,4 +249,12 @@ FAMILIES: tuple[Family, ...] = (
                          "num_experts", "num_experts_per_tok", "mamba_d_state", "mamba_d_conv", "mamba_expand",
                          "mamba_dt_rank", "mamba_conv_bias", "mamba_proj_bias"},
            {**LLAMA_KEY_NAMES, **_MAMBA1_NAMES}),
+    Family("nemotron_h", _nemotron_h,
+           LLAMA_KEYS - {"tie_word_embeddings"} | {"mlp_bias", "use_bias", "layer_types", "n_routed_experts",
+                         "num_experts_per_tok", "n_shared_experts", "moe_intermediate_size", "ssm_state_size",
+                         "mamba_d_conv", "mamba_n_groups", "mamba_chunk_size", "mamba_conv_bias", "conv_kernel",
+                         "hybrid_override_pattern", "layers_block_type", "mamba_num_heads", "mamba_head_dim",
+                         "n_groups", "chunk_size", "use_conv_bias", "moe_shared_expert_intermediate_size",
+                         "moe_latent_size", "num_local_experts"},
+           {**LLAMA_KEY_NAMES, **_NEMOTRON_NAMES}),
 )

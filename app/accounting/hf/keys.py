@@ -89,6 +89,10 @@ COUNT_KEYS: dict[str, Callable[[Any], bool]] = {
                      "mamba_conv_bias", "mamba_proj_bias", "mamba_dt_rank", "attn_layer_offset",
                      "expert_layer_offset"), _none),
     "attn_layer_indices": _zero,
+    # nemotron_h's layer pattern and its own spellings of the Mamba-2 widths and the shared expert.
+    **dict.fromkeys(("hybrid_override_pattern", "layers_block_type", "mamba_num_heads", "mamba_head_dim", "ssm_state_size",
+                     "n_groups", "chunk_size", "use_conv_bias", "moe_shared_expert_intermediate_size",
+                     "moe_latent_size"), _none),
 }
 
 # Keys that never change a count, common in real config.json files: accepted silently.
@@ -120,6 +124,12 @@ KNOWN_HARMLESS = frozenset((
     "alibi", "logit_scale", "clip_qkv", "attn_scale", "attn_temperature_tuning", "floor_scale",
     "attention_chunk_size", "no_rope_layers", "no_rope_layer_interval", "use_bidirectional_attention",
     "qk_head_dim", "use_flash_attn", "_attn_implementation", "attn_implementation",
+    # Mamba's time-step initialisation and kernels, and cache dtypes: values, not shapes. nemotron_h does not
+    # read `expand` (its inner width is mamba_num_heads x mamba_head_dim).
+    "time_step_min", "time_step_max", "time_step_limit", "time_step_floor", "mamba_dt_min", "mamba_dt_max",
+    "mamba_dt_limit", "mamba_dt_init_floor", "mamba_hidden_act", "rescale_prenorm_residual", "residual_in_fp32",
+    "mamba_ssm_cache_dtype", "moe_shared_expert_overlap", "num_logits_to_keep", "use_mamba_kernels", "expand",
+    "mtp_layers_block_type", "z_loss_coefficient", "use_mambapy", "use_associative_scan", "mlp_hidden_act",
 ))
 
 
