@@ -10,7 +10,7 @@ if TYPE_CHECKING:
 
 _MLA = ("q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
 _MOE_ONLY = ("top_k", "d_ff_expert", "d_ff_shared")
-MIXERS = ("attention", "mamba", "mamba2", "gated_delta_net", "none")
+MIXERS = ("attention", "mamba", "mamba2", "gated_delta_net", "attention_mamba2", "none")
 _SSM = ("ssm_heads", "ssm_head_dim")
 _MAMBA1 = ("ssm_inner", "ssm_dt_rank")
 _LINEAR = ("linear_key_heads", "linear_value_heads", "linear_key_head_dim", "linear_value_head_dim")
@@ -82,14 +82,15 @@ def _check_mixers(c: "TransformerConfig") -> None:
     if type(mixers) is not tuple or (mixers and len(mixers) != c.n_layers) or any(m not in MIXERS for m in mixers):
         raise InvalidInput("layer_mixers", f"must list {c.n_layers} entries (n_layers), each one of "
                                            f"{', '.join(MIXERS)}; or be empty (attention everywhere)")
-    if ("mamba" in mixers or "mamba2" in mixers) and c.ssm_state_size is None:
+    ssm = {"mamba", "mamba2", "attention_mamba2"} & set(mixers)
+    if ssm and c.ssm_state_size is None:
         raise InvalidInput("ssm_state_size", "is required with mamba or mamba2 layers in layer_mixers")
-    if not ("mamba" in mixers or "mamba2" in mixers) and c.ssm_state_size is not None:
+    if not ssm and c.ssm_state_size is not None:
         raise InvalidInput("ssm_state_size", "describes mamba or mamba2 layers; layer_mixers lists none")
     if "mamba" not in mixers and c.ssm_dt_bc_norms:
         raise InvalidInput("ssm_dt_bc_norms", "describes mamba layers; layer_mixers lists none")
     for kind, names in (("mamba2", _SSM), ("mamba", _MAMBA1), ("gated_delta_net", _LINEAR)):
-        if kind in mixers:
+        if kind in mixers or (kind == "mamba2" and "attention_mamba2" in mixers):
             for name in names:
                 if getattr(c, name) is None:
                     raise InvalidInput(name, f"is required with {kind} layers in layer_mixers")
@@ -97,7 +98,7 @@ def _check_mixers(c: "TransformerConfig") -> None:
             for name in names:
                 if getattr(c, name) is not None:
                     raise InvalidInput(name, f"describes {kind} layers; layer_mixers lists none")
-    if "mamba2" in mixers and c.ssm_heads % c.ssm_groups:
+    if c.ssm_heads is not None and c.ssm_heads % c.ssm_groups:
         raise InvalidInput("ssm_groups", f"{c.ssm_groups} must divide ssm_heads ({c.ssm_heads})")
     if "gated_delta_net" in mixers and c.linear_value_heads % c.linear_key_heads:
         raise InvalidInput("linear_value_heads", f"{c.linear_value_heads} must be a multiple of "
@@ -111,7 +112,7 @@ def _check_mixers(c: "TransformerConfig") -> None:
                                               "an MLP")
     if (free or "none" in mixers) and c.norm_layout != "pre":
         raise InvalidInput("norm_layout", "a layer without a mixer or an MLP is counted with pre norms only")
-    if mixers and "attention" not in mixers:
+    if mixers and not {"attention", "attention_mamba2"} & set(mixers):
         for name in ("sliding_window", "attention_chunk_size", "kv_lora_rank"):
             if getattr(c, name) is not None:
                 raise InvalidInput(name, "describes attention layers; layer_mixers lists none")

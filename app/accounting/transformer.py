@@ -26,7 +26,7 @@ Norm = Literal["layernorm", "rmsnorm", "layernorm_no_affine"]
 NormLayout = Literal["pre", "post", "sandwich", "parallel", "parallel_shared"]
 QkNorm = Literal["none", "head", "projection"]
 Position = Literal["learned", "rope"]
-Mixer = Literal["attention", "mamba", "mamba2", "gated_delta_net", "none"]
+Mixer = Literal["attention", "mamba", "mamba2", "gated_delta_net", "attention_mamba2", "none"]
 
 # Norms per block, by layout; q/k norms, MLA's latent norms and the final norm are extra.
 NORMS_PER_BLOCK = {"pre": 2, "post": 2, "sandwich": 4, "parallel": 2, "parallel_shared": 1}
@@ -191,7 +191,8 @@ class TransformerConfig:
     layer_mixers: tuple[Mixer, ...] = ()
     """Per layer (from 0), its token mixer: attention (as the attention fields above say), mamba (a
     Mamba-1 selective state-space block: ssm_inner, ssm_dt_rank, ssm_state_size...: Jamba), mamba2
-    (a Mamba-2 state-space block, the ssm_* fields: Bamba, Nemotron-H, Falcon-H1) or gated_delta_net
+    (a Mamba-2 state-space block, the ssm_* fields: Bamba, Nemotron-H), attention_mamba2 (both side by
+    side on one norm, their outputs summed: Falcon-H1), none (an MLP only) or gated_delta_net
     (gated DeltaNet linear attention, the linear_* fields: Qwen3-Next). Empty is attention in every
     layer. Windows, chunks and attention_sinks apply to the attention layers only."""
     mlp_free_layers: tuple[int, ...] = ()
@@ -219,6 +220,10 @@ class TransformerConfig:
     """The causal depthwise convolution's width (HF mamba_d_conv / conv_kernel)."""
     ssm_chunk_size: Annotated[int, Ge(1), Le(65_536)] = 256
     """The chunked scan's chunk (HF mamba_chunk_size / chunk_size): its FLOPs depend on it."""
+    ssm_out_bias: bool | None = None
+    """A bias on Mamba-2's out_proj; null means ssm_proj_bias (Falcon-H1's projectors_bias)."""
+    ssm_norm: bool = True
+    """Mamba-2's gated RMSNorm before out_proj (Falcon-H1 has it only with mamba_rms_norm)."""
     ssm_conv_bias: bool = True
     """A bias on the convolution (HF mamba_conv_bias / use_conv_bias)."""
     ssm_proj_bias: bool = False
@@ -361,7 +366,7 @@ def _layer_kinds(c: TransformerConfig) -> LayerKinds:
                     for i in range(c.n_layers))
     every = c.global_every
     attends = c.mixers
-    local = tuple(attends[i] == "attention" and (every is None or (i + 1) % every != 0)
+    local = tuple(attends[i] in ("attention", "attention_mamba2") and (every is None or (i + 1) % every != 0)
                   for i in range(c.n_layers))
     if c.sliding_window is not None:
         windowed = local

@@ -1,6 +1,7 @@
 """The hybrid families against transformers 5.23: Qwen3-Next (gated DeltaNet beside gated attention),
-Bamba (Mamba-2 beside attention), Jamba (Mamba-1 beside attention, with experts) and Nemotron-H (one
-block a layer: Mamba-2, attention, an MLP or experts).
+Bamba (Mamba-2 beside attention), Jamba (Mamba-1 beside attention, with experts), Nemotron-H (one
+block a layer: Mamba-2, attention, an MLP or experts) and Falcon-H1 (attention and Mamba-2 side by side
+in every layer).
 
 - parameters (total and active) of the published configs and seeded random ones, on the meta device;
 - forward and backward FLOPs against FlopCounterMode on small CPU models at two sequence lengths,
@@ -16,11 +17,12 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 from transformers import AutoConfig, AutoModelForCausalLM
 
-from app.accounting.blocks import GatedDeltaNet, Mamba1, Mamba2, layers
+from app.accounting.blocks import GatedDeltaNet, Mamba1, Mamba2, ParallelMixers, layers
 from app.accounting.hf import import_config
 from app.accounting.inference.kv_cache import kv_cache
 from tests.support.hf_configs_hybrid import (
     BAMBA_9B,
+    FALCON_H1_7B,
     JAMBA_V01,
     NEMOTRON_NANO_9B_V2,
     QWEN3_NEXT_80B,
@@ -52,8 +54,9 @@ def hf_counts(config: dict) -> tuple[int, int]:
 @pytest.mark.parametrize(("config", "total", "active"), [(QWEN3_NEXT_80B, 79_674_391_296, 3_874_929_408),
                                                        (BAMBA_9B, 9_780_235_392, 9_780_235_392),
                                                        (JAMBA_V01, 51_570_323_328, 12_110_311_296),
-                                                       (NEMOTRON_NANO_9B_V2, 8_888_227_328, 8_888_227_328)],
-                         ids=["qwen3-next-80b-a3b", "bamba-9b", "jamba-v0.1", "nemotron-nano-9b-v2"])
+                                                       (NEMOTRON_NANO_9B_V2, 8_888_227_328, 8_888_227_328),
+                                                       (FALCON_H1_7B, 7_585_513_568, 7_585_513_568)],
+                         ids=["qwen3-next-80b-a3b", "bamba-9b", "jamba-v0.1", "nemotron-nano-9b-v2", "falcon-h1-7b"])
 def test_published_hybrids_are_transformers_counts(api, config, total, active):
     body = api.ok(IMPORT, config)
     assert (body["params"]["total"], body["params"]["active"]) == hf_counts(config) == (total, active)
@@ -113,6 +116,8 @@ def dense_conv_excess(config: dict, batch: int, seq: int) -> int:
     excess = 0
     for layer in layers(cfg):
         mixer = layer.attention
+        if isinstance(mixer, ParallelMixers):  # Falcon-H1: the Mamba-2 beside the attention
+            mixer = mixer.ssm
         if isinstance(mixer, Mamba1 | Mamba2 | GatedDeltaNet):
             k = cfg.linear_conv_kernel if isinstance(mixer, GatedDeltaNet) else cfg.ssm_conv_kernel
             c = mixer.conv_channels

@@ -9,7 +9,13 @@ from transformers import AutoConfig, AutoModelForCausalLM
 
 from app.accounting.hf import import_config
 from tests.support.api import assert_names_field
-from tests.support.hf_configs_hybrid import BAMBA_9B, JAMBA_V01, NEMOTRON_NANO_9B_V2, QWEN3_NEXT_80B
+from tests.support.hf_configs_hybrid import (
+    BAMBA_9B,
+    FALCON_H1_7B,
+    JAMBA_V01,
+    NEMOTRON_NANO_9B_V2,
+    QWEN3_NEXT_80B,
+)
 from tests.support.hf_configs_moe import (
     DEEPSEEK_V2_LITE,
     GLM_45,
@@ -216,7 +222,8 @@ def test_llama4_text_is_transformers_count_and_the_cards_17b_active(api, config,
                                                 ("llama4-maverick", LLAMA4_MAVERICK),
                                                 ("qwen3-next-80b-a3b", QWEN3_NEXT_80B), ("bamba-9b", BAMBA_9B),
                                                 ("jamba-v0.1", JAMBA_V01),
-                                                ("nemotron-nano-9b-v2", NEMOTRON_NANO_9B_V2)])
+                                                ("nemotron-nano-9b-v2", NEMOTRON_NANO_9B_V2),
+                                                ("falcon-h1-7b", FALCON_H1_7B)])
 def test_the_2025_presets_are_their_published_configs(api, preset, config):
     """Each preset is its model's config.json as imported: the same model, field for field."""
     imported = api.ok(IMPORT, config)

@@ -38,7 +38,8 @@ def held(raw: dict, dtype: str, prompt: int, steps: int) -> tuple[int, int, set]
             dtypes |= {(name, t.dtype) for name, ts in (("conv", tensors(layer.conv_states)),
                                                          ("recurrent", tensors(layer.recurrent_states)))
                        for t in ts}
-        elif layer.keys is not None:  # Nemotron-H's MLP and expert layers hold an empty layer
+        # Falcon-H1's layers hold both; Nemotron-H's MLP and expert layers an empty one.
+        if getattr(layer, "keys", None) is not None:
             kv += layer.keys.nbytes + layer.values.nbytes
     return state, kv, dtypes
 

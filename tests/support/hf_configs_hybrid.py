@@ -148,3 +148,37 @@ NEMOTRON_NANO_9B_V2 = {
     "max_position_embeddings": 131072, "mlp_bias": False, "mlp_hidden_act": "relu2", "n_groups": 8,
     "num_attention_heads": 40, "num_hidden_layers": 56, "num_key_value_heads": 8, "ssm_state_size": 128,
     "tie_word_embeddings": False, "use_bias": False, "use_conv_bias": True, "vocab_size": 131072}
+
+
+# Falcon-H1: attention and Mamba-2 side by side in every layer.
+SMALL["falcon_h1"] = {"model_type": "falcon_h1", "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 3,
+                      "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 24, "vocab_size": 200,
+                      "mamba_d_ssm": 96, "mamba_n_heads": 8, "mamba_d_head": "auto", "mamba_n_groups": 2,
+                      "mamba_d_state": 8, "mamba_d_conv": 4, "mamba_chunk_size": 16, "mamba_rms_norm": True,
+                      "projectors_bias": True, "attention_bias": True}
+
+
+def _falcon_h1(rng: random.Random) -> dict:
+    heads = rng.choice([4, 8])
+    return {"model_type": "falcon_h1", "hidden_size": rng.choice([32, 64]), "intermediate_size": rng.choice([40, 96]),
+            "num_hidden_layers": rng.randint(1, 4), "num_attention_heads": 4,
+            "num_key_value_heads": rng.choice([1, 2, 4]), "vocab_size": rng.randint(50, 300),
+            "mamba_d_ssm": rng.choice([None, heads * 8]), "mamba_expand": rng.choice([1, 2]), "mamba_n_heads": heads,
+            "mamba_d_head": "auto", "mamba_n_groups": rng.choice([g for g in (1, 2, 4) if heads % g == 0]),
+            "mamba_d_state": rng.choice([4, 8]), "mamba_d_conv": rng.choice([2, 4]),
+            "mamba_chunk_size": rng.choice([8, 16]), "mamba_rms_norm": rng.random() < 0.5,
+            "mamba_conv_bias": rng.random() < 0.5, "mamba_proj_bias": rng.random() < 0.5,
+            "projectors_bias": rng.random() < 0.5, "attention_bias": rng.random() < 0.5,
+            "mlp_bias": rng.random() < 0.5, "tie_word_embeddings": rng.random() < 0.5}
+
+
+GENERATORS["falcon_h1"] = _falcon_h1
+
+# tiiuae/Falcon-H1-7B-Instruct's shape keys, as two public sizing tools quote its config.json (the card:
+# 7B); the rest at FalconH1Config's defaults (no projector or Mamba biases, no Mamba norm).
+FALCON_H1_7B = {
+    "architectures": ["FalconH1ForCausalLM"], "model_type": "falcon_h1", "hidden_size": 3072,
+    "num_hidden_layers": 44, "num_attention_heads": 12, "num_key_value_heads": 2, "head_dim": 128,
+    "intermediate_size": 12288, "vocab_size": 130048, "tie_word_embeddings": False, "mamba_d_state": 256,
+    "mamba_n_groups": 1, "mamba_n_heads": 24, "mamba_d_head": 128, "mamba_d_ssm": 3072, "mamba_expand": 2,
+    "mamba_d_conv": 4, "mamba_chunk_size": 128, "max_position_embeddings": 262144}

@@ -5,7 +5,8 @@ Attention kinds: grouped.py (multi-head, grouped-query, multi-query), latent.py 
 multi-head latent attention), windowed.py (a sliding window over either), chunked.py (Llama 4's
 chunked local attention over either); token mixers that are not attention but fill its place:
 mamba1.py and mamba.py (Mamba's and Mamba-2's state-space blocks), deltanet.py (gated DeltaNet
-linear attention); absent.py, a layer without a mixer or without an MLP (Nemotron-H). MLP kinds:
+linear attention); parallel.py, attention and Mamba-2 side by side (Falcon-H1); absent.py, a layer
+without a mixer or without an MLP (Nemotron-H). MLP kinds:
 dense.py (two matrices), gated.py (three: SwiGLU, GeGLU), experts.py (a mixture of experts, its experts
 and shared experts built from the dense or gated kind). base.py holds what each answers: its
 weights, parameters, forward FLOPs, saved tensors and, for attention, cache and decode reads.
@@ -30,11 +31,12 @@ from app.accounting.blocks.grouped import GroupedAttention
 from app.accounting.blocks.latent import LatentAttention
 from app.accounting.blocks.mamba import Mamba2
 from app.accounting.blocks.mamba1 import Mamba1
+from app.accounting.blocks.parallel import ParallelMixers
 from app.accounting.blocks.windowed import Windowed
 from app.accounting.transformer import TransformerConfig
 
 __all__ = ["Attention", "Mlp", "Layer", "Weight", "Linear", "GroupedAttention", "LatentAttention", "Windowed",
-           "Chunked", "Mamba1", "Mamba2", "GatedDeltaNet", "NoMixer", "NoMlp", "DenseMlp", "GatedMlp", "Experts", "attention_of", "mlp_of", "dense_mlp", "layers", "distinct",
+           "Chunked", "Mamba1", "Mamba2", "GatedDeltaNet", "NoMixer", "NoMlp", "ParallelMixers", "DenseMlp", "GatedMlp", "Experts", "attention_of", "mlp_of", "dense_mlp", "layers", "distinct",
            "model_attention", "routed", "tensor_parallel_refusal", "fine_tune_refusal"]
 
 # The norms of one block by layout, as llama.cpp names them (llama-arch.cpp): post-norms are
@@ -60,10 +62,10 @@ def attention_of(cfg: TransformerConfig, layer: int) -> Attention:
         return GatedDeltaNet(cfg)
     inner = LatentAttention(cfg) if cfg.mla else GroupedAttention(cfg)
     if cfg.windowed_layers[layer]:
-        return Windowed(cfg, inner, cfg.sliding_window)
-    if cfg.chunked_layers[layer]:
-        return Chunked(cfg, inner, cfg.attention_chunk_size)
-    return inner
+        inner = Windowed(cfg, inner, cfg.sliding_window)
+    elif cfg.chunked_layers[layer]:
+        inner = Chunked(cfg, inner, cfg.attention_chunk_size)
+    return ParallelMixers(cfg, inner, Mamba2(cfg)) if mixer == "attention_mamba2" else inner
 
 
 def mlp_of(cfg: TransformerConfig, layer: int) -> Mlp:

@@ -3,8 +3,8 @@ Bamba, Nemotron-H and Falcon-H1 put it where attention would be (layer_mixers "m
 
 With d = d_model, H heads of P channels (inner I = H x P), G groups of state N, kernel K:
   weights   in_proj (2I + 2GN + H, d): z, the convolution's input xBC (I + 2GN) and dt; conv1d taps
-            (I + 2GN, 1, K) and its bias; dt_bias, A_log and D of H; the gated RMSNorm's weight (I);
-            out_proj (d, I). in/out biases with ssm_proj_bias
+            (I + 2GN, 1, K) and its bias; dt_bias, A_log and D of H; the gated RMSNorm's weight (I)
+            with ssm_norm; out_proj (d, I). in/out biases with ssm_proj_bias (out: ssm_out_bias)
   FLOPs     as FlopCounterMode counts transformers 5.23's torch_forward (the path without mamba_ssm's
             kernels): in_proj 2 t d (2I + 2GN + H), out_proj 2 t I d; the depthwise conv1d with
             padding K - 1, 2 B (S + K - 1)(I + 2GN) K; and the chunked scan's five einsums (each one
@@ -60,10 +60,12 @@ class Mamba2(Attention):
             weights.append(Weight("ssm_conv1d.bias", (self.conv_channels,), "attention", "column"))
         weights += [Weight("ssm_dt.bias", (heads,), "attention", "column"),
                     Weight("ssm_a", (heads,), "attention", "column"),
-                    Weight("ssm_d", (heads,), "attention", "column"),
-                    Weight("ssm_norm.weight", (self.inner,), "norms", "column")]
-        return weights + linear("ssm_out", d, self.inner, "attention", "row", cfg.ssm_proj_bias,
-                                module="out_proj", bias_split="replicated")
+                    Weight("ssm_d", (heads,), "attention", "column")]
+        if cfg.ssm_norm:
+            weights.append(Weight("ssm_norm.weight", (self.inner,), "norms", "column"))
+        out_bias = cfg.ssm_proj_bias if cfg.ssm_out_bias is None else cfg.ssm_out_bias
+        return weights + linear("ssm_out", d, self.inner, "attention", "row", out_bias, module="out_proj",
+                                bias_split="replicated")
 
     def projection_flops(self, tokens: int) -> dict[str, int]:
         d = self.cfg.d_model

@@ -15,6 +15,10 @@
   are two-matrix MLPs beside one shared expert, routed by DeepSeek-V3's sigmoid router with its
   score-correction buffer; expand, mamba_proj_bias and attention_bias are not read (use_bias biases the
   Mamba-2 projections; its attention has no biases), nor tie_word_embeddings (its head is never tied).
+- falcon_h1 (Falcon-H1): attention and Mamba-2 side by side in every layer on one norm, then a gated
+  MLP; the Mamba-2 inner width is mamba_d_ssm (or mamba_expand x hidden_size), its out_proj biased by
+  projectors_bias and normed only with mamba_rms_norm. Its multipliers and muP vector are scalars and
+  a buffer.
 """
 
 import math
@@ -43,11 +47,14 @@ _MIXER_FIELDS = {"gated_delta_net": ("linear_key_heads", "linear_value_heads", "
                                      "linear_value_head_dim", "linear_conv_kernel"),
                  "mamba2": ("ssm_heads", "ssm_head_dim", "ssm_groups", "ssm_chunk_size"),
                  "mamba": ("ssm_inner", "ssm_dt_rank", "ssm_dt_bc_norms"),
+                 "attention_mamba2": ("ssm_out_bias", "ssm_norm"),
                  "ssm": ("ssm_state_size", "ssm_conv_kernel", "ssm_conv_bias", "ssm_proj_bias")}
 
 
 def _unused_dropped(fields: dict[str, Any]) -> dict[str, Any]:
     present = set(fields["layer_mixers"])
+    if "attention_mamba2" in present:
+        present.add("mamba2")
     if present & {"mamba", "mamba2"}:
         present.add("ssm")
     return {k: v for k, v in fields.items()
@@ -206,6 +213,31 @@ def _nemotron_h(raw: dict, warnings: list[str]) -> dict[str, Any]:
     return _unused_dropped(fields)
 
 
+def _falcon_h1(raw: dict, warnings: list[str]) -> dict[str, Any]:
+    fields = common(raw, dict(num_hidden_layers=32, hidden_size=4096, num_attention_heads=32,
+                               vocab_size=128000, intermediate_size=14336, max_position_embeddings=8192))
+    n, d = fields["n_layers"], fields["d_model"]
+    heads = integer(raw, "mamba_n_heads", 128)
+    inner = raw.get("mamba_d_ssm", 1024) if "mamba_d_ssm" in raw else 1024
+    inner = integer(raw, "mamba_expand", 2) * d if inner is None else integer(raw, "mamba_d_ssm", 1024)
+    head_dim = raw.get("mamba_d_head", "auto")
+    head_dim = (inner // heads if heads > 0 else 0) if head_dim == "auto" else integer(raw, "mamba_d_head")
+    if heads < 1 or head_dim * heads != inner:
+        raise InvalidInput("mamba_d_head", f"mamba_n_heads x mamba_d_head must be the Mamba-2 inner width "
+                                           f"({inner}: mamba_d_ssm, or mamba_expand x hidden_size)")
+    kv = raw.get("num_key_value_heads", 8)
+    return _unused_dropped(fields | dict(
+        n_kv_heads=fields["n_heads"] if kv is None else integer(raw, "num_key_value_heads"),
+        head_dim=integer(raw, "head_dim", None) or (d // fields["n_heads"] if fields["n_heads"] > 0 else None),
+        mlp=gated(raw, warnings), attn_bias=boolean(raw, "attention_bias", False),
+        mlp_bias=boolean(raw, "mlp_bias", False), layer_mixers=("attention_mamba2",) * n,
+        ssm_heads=heads, ssm_head_dim=head_dim, ssm_state_size=integer(raw, "mamba_d_state", 256),
+        ssm_groups=integer(raw, "mamba_n_groups", 1), ssm_conv_kernel=integer(raw, "mamba_d_conv", 4),
+        ssm_chunk_size=integer(raw, "mamba_chunk_size", 256), ssm_conv_bias=boolean(raw, "mamba_conv_bias", True),
+        ssm_proj_bias=boolean(raw, "mamba_proj_bias", False), ssm_out_bias=boolean(raw, "projectors_bias", False),
+        ssm_norm=boolean(raw, "mamba_rms_norm", False)))
+
+
 def _flag(raw: dict, key: str, other: str, default: bool) -> bool:
     """A boolean under either of its two names (NemotronHConfig pops the mamba_ spelling)."""
     return boolean(raw, other, default) if other in raw else boolean(raw, key, default)
@@ -257,4 +289,9 @@ FAMILIES: tuple[Family, ...] = (
                          "n_groups", "chunk_size", "use_conv_bias", "moe_shared_expert_intermediate_size",
                          "moe_latent_size", "num_local_experts"},
            {**LLAMA_KEY_NAMES, **_NEMOTRON_NAMES}),
+    Family("falcon_h1", _falcon_h1,
+           LLAMA_KEYS | {"attention_bias", "mlp_bias", "mamba_d_ssm", "mamba_n_heads", "mamba_d_head",
+                         "mamba_n_groups", "mamba_d_state", "mamba_d_conv", "mamba_expand", "mamba_chunk_size",
+                         "mamba_conv_bias", "mamba_proj_bias", "mamba_rms_norm", "projectors_bias"},
+           {**LLAMA_KEY_NAMES, **_SSM_NAMES, "layer_mixers": "num_hidden_layers"}),
 )

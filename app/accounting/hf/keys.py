@@ -92,7 +92,7 @@ COUNT_KEYS: dict[str, Callable[[Any], bool]] = {
     # nemotron_h's layer pattern and its own spellings of the Mamba-2 widths and the shared expert.
     **dict.fromkeys(("hybrid_override_pattern", "layers_block_type", "mamba_num_heads", "mamba_head_dim", "ssm_state_size",
                      "n_groups", "chunk_size", "use_conv_bias", "moe_shared_expert_intermediate_size",
-                     "moe_latent_size"), _none),
+                     "moe_latent_size", "mamba_d_ssm", "mamba_rms_norm", "projectors_bias"), _none),
 }
 
 # Keys that never change a count, common in real config.json files: accepted silently.
@@ -130,6 +130,10 @@ KNOWN_HARMLESS = frozenset((
     "mamba_dt_limit", "mamba_dt_init_floor", "mamba_hidden_act", "rescale_prenorm_residual", "residual_in_fp32",
     "mamba_ssm_cache_dtype", "moe_shared_expert_overlap", "num_logits_to_keep", "use_mamba_kernels", "expand",
     "mtp_layers_block_type", "z_loss_coefficient", "use_mambapy", "use_associative_scan", "mlp_hidden_act",
+    # Falcon-H1's muP multipliers (scalars and a non-persistent buffer) and the gate's order.
+    "lm_head_multiplier", "embedding_multiplier", "mlp_multipliers", "key_multiplier",
+    "attention_out_multiplier", "attention_in_multiplier", "ssm_multipliers", "ssm_in_multiplier",
+    "ssm_out_multiplier", "mamba_norm_before_gate",
 ))
 
 

@@ -48,7 +48,7 @@ ARCHITECTURES = {
     "GptOssForCausalLM": "gpt_oss", "Glm4MoeForCausalLM": "glm4_moe", "Llama4ForCausalLM": "llama4_text",
     "Llama4ForConditionalGeneration": "llama4", "Qwen3NextForCausalLM": "qwen3_next",
     "BambaForCausalLM": "bamba", "JambaForCausalLM": "jamba",
-    "NemotronHForCausalLM": "nemotron_h",
+    "NemotronHForCausalLM": "nemotron_h", "FalconH1ForCausalLM": "falcon_h1",
     "GemmaForCausalLM": "gemma", "Gemma2ForCausalLM": "gemma2", "Gemma3ForCausalLM": "gemma3_text",
     "Gemma3ForConditionalGeneration": "gemma3", "Phi3ForCausalLM": "phi3", "OlmoForCausalLM": "olmo",
     "Olmo2ForCausalLM": "olmo2", "FalconForCausalLM": "falcon", "Starcoder2ForCausalLM": "starcoder2",
