@@ -124,7 +124,8 @@ class ServingCapacity:
     engine: EngineView
     max_concurrency: float
     """kv_cache_tokens over one sequence of `context` tokens in whole blocks, per replica: vLLM's
-    "Maximum concurrency for `context` tokens per request"."""
+    "Maximum concurrency for `context` tokens per request". With state-space layers, the budget over one
+    sequence's bytes, its constant state included."""
     gpu_memory_note: str = ""
     """As InferenceMemory's."""
     advice: str | None = None
@@ -227,6 +228,9 @@ def capacity(setup: Setup, *, context: int, concurrency: int) -> ServingCapacity
 
 def _concurrency(setup: Setup, context: int) -> float:
     block = setup.block_size or 1
+    if setup.has_state:  # a sequence's state is held whatever its length: whole sequences by bytes
+        per_sequence = setup.kv_per_gpu(context=context, batch=1) - setup.kv_per_gpu(context=context, batch=0)
+        return max(0, setup.kv_budget_per_gpu) / per_sequence if per_sequence else 0.0
     return setup.kv_cache_tokens / (-(-context // block) * block)
 
 

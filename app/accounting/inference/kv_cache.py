@@ -301,9 +301,10 @@ def sequence_bytes_per_gpu(cfg: TransformerConfig, *, context: int, cache_dtype:
                            model_dtype: str = "bfloat16",
                            block_size: int | None = VLLM_DEFAULT_BLOCK_SIZE_TOKENS,
                            mla_cache: MlaCache = "latent", tensor_parallel: int = 1,
-                           engine: Engine = "vllm") -> tuple[int, int]:
+                           engine: Engine = "vllm", state_included: bool = True) -> tuple[int, int]:
     """(one sequence's bytes on one tensor rank, the per-tensor scale bytes each rank keeps once):
-    kv_cache's bytes_per_gpu is batch x the first + the second. The same arithmetic without the
+    kv_cache's bytes_per_gpu is batch x the first + the second. state_included False leaves out the
+    state-space layers' constant state (what the attention layers alone hold). The same arithmetic without the
     record, for the capacity and time solvers that ask it for many contexts and batches."""
     if context > cfg.max_seq_len:
         raise InvalidInput("context", f"{context} exceeds the model's max_seq_len ({cfg.max_seq_len})")
@@ -312,7 +313,7 @@ def sequence_bytes_per_gpu(cfg: TransformerConfig, *, context: int, cache_dtype:
     block = block_size if paged else 1
     held = paging.layer_blocks(cfg, context, block, paged)
     kept = state.state_bytes(cfg, model_bytes=_model_bytes(model_dtype), engine=engine, tp=tensor_parallel)
-    return (held.total * block * per.layer_bytes_per_gpu + kept.bytes_per_sequence_per_gpu,
+    return (held.total * block * per.layer_bytes_per_gpu + (kept.bytes_per_sequence_per_gpu if state_included else 0),
             per.tensor_scale_bytes)
 
 

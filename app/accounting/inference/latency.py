@@ -182,7 +182,7 @@ def deployment(setup: Setup) -> kernels.Deployment:
     w = setup.weights
     return kernels.Deployment(cfg=setup.cfg, tensor_parallel=setup.tensor_parallel,
                               weight_bytes_per_param=w.total_bytes / w.params, act_bytes=setup.act_bytes,
-                              kv_bytes_per_token=setup.kv_per_gpu(context=1, batch=1, paged=False))
+                              kv_bytes_per_token=setup.kv_token_bytes_per_gpu)
 
 
 class Device(NamedTuple):

@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 from app.accounting import dtypes
 from app.accounting.errors import InvalidInput
 from app.accounting.inference import engines, kv_cache, quant
+from app.accounting.inference.state import state_bytes
 from app.accounting.inference.workspace import Workspace, workspace
 from app.accounting.transformer import TransformerConfig
 
@@ -125,7 +126,7 @@ class Setup:
         unit = kv_cache.sequence_bytes_per_gpu(
             self.cfg, context=min(block, self.cfg.max_seq_len), cache_dtype=self.cache_dtype,
             model_dtype=self.model_dtype, block_size=self.block_size, mla_cache=self.mla_cache,
-            tensor_parallel=self.tensor_parallel, engine=self.cache_engine)[0]
+            tensor_parallel=self.tensor_parallel, engine=self.cache_engine, state_included=False)[0]
         return max(0, self.kv_budget_per_gpu) // unit * block if unit else 0
 
     def kv(self, *, context: int, batch: int, paged: bool = True) -> kv_cache.KvCache:
@@ -146,6 +147,20 @@ class Setup:
             self.memo.clear()
         self.memo[key] = value
         return value
+
+    @cached_property
+    def kv_token_bytes_per_gpu(self) -> int:
+        """What one more token adds to one rank's cache: attention layers only (a state-space layer's
+        state is per sequence, written in place)."""
+        return kv_cache.sequence_bytes_per_gpu(
+            self.cfg, context=1, cache_dtype=self.cache_dtype, model_dtype=self.model_dtype, block_size=None,
+            mla_cache=self.mla_cache, tensor_parallel=self.tensor_parallel, engine=self.cache_engine,
+            state_included=False)[0]
+
+    @cached_property
+    def has_state(self) -> bool:
+        """Some layer keeps a constant-size state per sequence (Mamba, gated DeltaNet)."""
+        return state_bytes(self.cfg, model_bytes=2, engine="vllm", tp=1).layers > 0
 
     def kv_per_gpu(self, *, context: int, batch: int, paged: bool = True) -> int:
         """kv(...).bytes_per_gpu, without building the record: batch x one sequence + scales."""
