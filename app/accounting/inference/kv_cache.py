@@ -256,17 +256,23 @@ def kv_cache(cfg: TransformerConfig, *, context: int, batch: int = 1, cache_dtyp
     _names(cache_dtype, model_dtype, mla_cache, engine)
     per = _per_token(cfg, cache_dtype, model_dtype, mla_cache, tp, engine)
     k = paging.kinds(cfg)
-    paged = engine == "vllm" and block_size is not None and block_size > 1
-    block = block_size if paged else 1
-    held = paging.layer_blocks(cfg, context, block, paged)
+    kept = state.state_bytes(cfg, model_bytes=_model_bytes(model_dtype), engine=engine, tp=tp)
+    paged, block, held = _held(cfg, per, kept, context, block_size, engine)
     layer_blocks = held.total
     # A page is one layer's block: block tokens x bytes per token per layer (vLLM's page_size_bytes).
     page = block * per.layer_bytes  # all heads
     page_gpu = block * per.layer_bytes_per_gpu  # one rank's heads
-    kept = state.state_bytes(cfg, model_bytes=_model_bytes(model_dtype), engine=engine, tp=tp)
-    per_sequence = layer_blocks * page + kept.bytes_per_sequence
+    # Paged with the attention pages (vLLM's hybrids: held.padded[3] pages), or kept beside them.
+    state_sequence = 0 if held.padded[3] else kept.bytes_per_sequence
+    state_sequence_gpu = 0 if held.padded[3] else kept.bytes_per_sequence_per_gpu
+    per_sequence = layer_blocks * page + state_sequence
     notes = list(per.notes) + list(kept.notes)
     notes.append(_paging_note(block_size, paged, k, held.padded, engine))
+    if held.padded[3]:
+        notes.append(f"a hybrid as vLLM pages it: attention blocks of {block} tokens, the least multiple of 16 "
+                     f"whose page holds one layer's state ({kept.layer_bytes_per_gpu} bytes a rank), and each "
+                     f"state padded to that page, one a sequence for each of the {held.padded[3]} state layers "
+                     "(HybridAttentionMambaModelConfig, without prefix caching)")
     if k.windowed:
         notes.append(f"{k.windowed} of {cfg.n_layers} layers attend in a {k.window}-token window and keep "
                      f"min(context, {k.window}) tokens: the {k.window - 1} the next query reads and the one "
@@ -285,14 +291,15 @@ def kv_cache(cfg: TransformerConfig, *, context: int, batch: int = 1, cache_dtyp
         bytes_per_token_per_gpu=attending(cfg) * per.layer_bytes_per_gpu, full_layers=k.full,
         windowed_layers=k.windowed, window=k.window, chunked_layers=k.chunked, chunk=k.chunk,
         tokens_full=context, tokens_windowed=min(context, k.window) if k.windowed else 0,
-        tokens_chunked=min(context, k.chunk) if k.chunked else 0, block_size=block_size if paged else None,
+        tokens_chunked=min(context, k.chunk) if k.chunked else 0, block_size=block if paged else None,
         blocks_full=held.full, blocks_windowed=held.windowed, blocks_chunked=held.chunked,
         padded_full_layers=held.padded[0], padded_windowed_layers=held.padded[1],
         padded_chunked_layers=held.padded[2], blocks_per_sequence=layer_blocks,
-        state_layers=kept.layers, state_bytes_per_sequence=kept.bytes_per_sequence,
+        state_layers=kept.layers,
+        state_bytes_per_sequence=held.padded[3] * page if held.padded[3] else kept.bytes_per_sequence,
         bytes_per_sequence=per_sequence, scale_bytes=per.tensor_scale_bytes,
         total_bytes=batch * per_sequence + per.tensor_scale_bytes,
-        bytes_per_gpu=batch * (layer_blocks * page_gpu + kept.bytes_per_sequence_per_gpu) + per.tensor_scale_bytes,
+        bytes_per_gpu=batch * (layer_blocks * page_gpu + state_sequence_gpu) + per.tensor_scale_bytes,
         convention=notes)
 
 
@@ -309,19 +316,30 @@ def sequence_bytes_per_gpu(cfg: TransformerConfig, *, context: int, cache_dtype:
     if context > cfg.max_seq_len:
         raise InvalidInput("context", f"{context} exceeds the model's max_seq_len ({cfg.max_seq_len})")
     per = _per_token(cfg, cache_dtype, model_dtype, mla_cache, tensor_parallel, engine)
+    kept = state.state_bytes(cfg, model_bytes=_model_bytes(model_dtype), engine=engine, tp=tensor_parallel)
+    _, block, held = _held(cfg, per, kept, context, block_size, engine)
+    pages = held.total - (0 if state_included else held.padded[3])
+    beside = 0 if held.padded[3] or not state_included else kept.bytes_per_sequence_per_gpu
+    return pages * block * per.layer_bytes_per_gpu + beside, per.tensor_scale_bytes
+
+
+def _held(cfg: TransformerConfig, per: _PerToken, kept: state.StateBytes, context: int, block_size: int | None,
+          engine: Engine) -> tuple[bool, int, paging.Blocks]:
+    """(paged, the block in tokens, what one sequence holds): vLLM pages a hybrid's state with its
+    attention blocks, which it first enlarges to hold one state (state.vllm_hybrid_block)."""
     paged = engine == "vllm" and block_size is not None and block_size > 1
     block = block_size if paged else 1
-    held = paging.layer_blocks(cfg, context, block, paged)
-    kept = state.state_bytes(cfg, model_bytes=_model_bytes(model_dtype), engine=engine, tp=tensor_parallel)
-    return (held.total * block * per.layer_bytes_per_gpu + (kept.bytes_per_sequence_per_gpu if state_included else 0),
-            per.tensor_scale_bytes)
+    hybrid = paged and kept.layers and attending(cfg)
+    if hybrid:
+        block = state.vllm_hybrid_block(per.layer_bytes_per_gpu, kept.layer_bytes_per_gpu, block)
+    return paged, block, paging.layer_blocks(cfg, context, block, paged, kept.layers if hybrid else 0)
 
 
 def _model_bytes(model_dtype: str) -> int:
     return int(_format(model_dtype, "model_dtype", _MODEL_FORMATS).storage_bytes)
 
 
-def _paging_note(block_size: int | None, paged: bool, k: paging.Kinds, padded: tuple[int, int, int],
+def _paging_note(block_size: int | None, paged: bool, k: paging.Kinds, padded: tuple[int, int, int, int],
                  engine: Engine) -> str:
     if engine == "transformers":
         return ("engine transformers: the DynamicCache transformers holds, unpaged, exactly the tokens kept"
@@ -331,8 +349,8 @@ def _paging_note(block_size: int | None, paged: bool, k: paging.Kinds, padded: t
     note = (f"paged as vLLM v1 pages: whole blocks of {block_size} tokens per layer, the last one rounded "
             "up per sequence")
     counts = (k.full, k.windowed, k.chunked)
-    if padded != counts:
-        named = [(n, p, kind) for n, p, kind in zip(counts, padded, ("full", "windowed", "chunked"), strict=True)
+    if padded[:3] != counts:
+        named = [(n, p, kind) for n, p, kind in zip(counts, padded[:3], ("full", "windowed", "chunked"), strict=True)
                  if n]
         note += ("; vLLM's equal-size KV cache groups pad " + " and ".join(f"{n} {kind}" for n, _, kind in named)
                  + " layers to " + " and ".join(str(p) for _, p, _ in named))

@@ -54,7 +54,9 @@ class Blocks(NamedTuple):
     full: int
     windowed: int
     chunked: int
-    padded: tuple[int, int, int]
+    padded: tuple[int, int, int, int]
+    """Layers allocated of each kind: full, windowed, chunked, and state layers (vLLM's mamba pages,
+    one a sequence, in a hybrid's KV cache groups; 0 where the state is not paged)."""
     total: int
 
 
@@ -108,13 +110,14 @@ def chunked_blocks(context: int, chunk: int, block: int) -> int:
     return peak
 
 
-def layer_blocks(cfg: TransformerConfig, context: int, block: int, paged: bool) -> Blocks:
-    """What one sequence of `context` tokens holds, layer kind by layer kind (block 1: tokens)."""
+def layer_blocks(cfg: TransformerConfig, context: int, block: int, paged: bool, state_layers: int = 0) -> Blocks:
+    """What one sequence of `context` tokens holds, layer kind by layer kind (block 1: tokens).
+    state_layers: layers whose state vLLM pages, one page a sequence each, grouped with the rest."""
     k = kinds(cfg)
     full = -(-context // block)
     windowed = windowed_blocks(context, k.window, block) if k.windowed else 0
     chunked = chunked_blocks(context, k.chunk, block) if k.chunked else 0
-    counts = (k.full, k.windowed, k.chunked)
+    counts = (k.full, k.windowed, k.chunked, state_layers)
     padded = vllm_padded_layers(counts) if paged else counts
     return Blocks(full, windowed, chunked, padded,
-                  padded[0] * full + padded[1] * windowed + padded[2] * chunked)
+                  padded[0] * full + padded[1] * windowed + padded[2] * chunked + padded[3])

@@ -9,8 +9,9 @@ Per layer per sequence (blocks/mamba.py and deltanet.py give the channels and th
   vLLM                conv (K - 1, channels) and the temporal state, both in the model's dtype
                       unless mamba_ssm_cache_dtype says otherwise ('auto';
                       vllm/model_executor/layers/mamba/mamba_utils.py, MambaStateShapeCalculator
-                      and MambaStateDtypeCalculator); one state per layer per running sequence (its
-                      page is padded to the attention layers' page size, which is not counted here)
+                      and MambaStateDtypeCalculator); one state per layer per running sequence. Paged,
+                      vLLM enlarges the attention block until one page holds a state and pads each
+                      state to that page (vllm_hybrid_block; kv_cache.py counts the pages)
 Tensor ranks split the channels and heads (vLLM shards both), so each keeps 1 / tensor_parallel.
 """
 
@@ -22,9 +23,17 @@ from app.accounting.transformer import TransformerConfig
 RECURRENT_BYTES_TRANSFORMERS = 4  # float32
 
 
+VLLM_KERNEL_BLOCK_ALIGNMENT_TOKENS = 16
+"""FlashAttention's block multiple, to which vLLM rounds a hybrid's attention block
+(HybridAttentionMambaModelConfig.verify_and_update_config, vllm/model_executor/models/config.py at
+1936cf38)."""
+
+
 class StateBytes(NamedTuple):
     layers: int
     """Layers keeping a state."""
+    layer_bytes_per_gpu: int
+    """The largest one layer's state on one rank: vLLM's mamba page before padding."""
     bytes_per_sequence: int
     """All those layers' state for one sequence, one copy."""
     bytes_per_sequence_per_gpu: int
@@ -32,7 +41,7 @@ class StateBytes(NamedTuple):
 
 
 def state_bytes(cfg: TransformerConfig, *, model_bytes: int, engine: str, tp: int) -> StateBytes:
-    total = per_gpu = count = 0
+    total = per_gpu = count = largest = 0
     notes: list[str] = []
     for layer, n in blocks.distinct(cfg):
         state = layer.attention.state()
@@ -45,6 +54,7 @@ def state_bytes(cfg: TransformerConfig, *, model_bytes: int, engine: str, tp: in
         count += n
         total += n * one
         per_gpu += n * -(-one // tp)
+        largest = max(largest, -(-one // tp))
         notes += [f"{n} layers: {note}" for note in state.notes]
     if count:
         notes.append("transformers keeps the convolution's last K inputs in the model's dtype and the recurrent "
@@ -52,4 +62,16 @@ def state_bytes(cfg: TransformerConfig, *, model_bytes: int, engine: str, tp: in
                      "vLLM keeps the convolution's last K - 1 inputs and the recurrent state in the model's dtype "
                      "(mamba_cache_dtype and mamba_ssm_cache_dtype 'auto'), one state per sequence, constant in "
                      "context; cache_dtype applies to attention layers only")
-    return StateBytes(count, total, per_gpu, tuple(notes))
+    return StateBytes(count, largest, total, per_gpu, tuple(notes))
+
+
+def vllm_hybrid_block(attention_bytes_per_token_gpu: int, state_page_gpu: int, block_size: int) -> int:
+    """The attention block vLLM runs a hybrid with, without prefix caching: the least multiple of 16
+    tokens whose page (one layer's block on one rank) holds a layer's state, or the asked block_size
+    when that is larger; the state's page is then padded to the attention page, so every page in the
+    pool is one size (HybridAttentionMambaModelConfig). Nemotron Nano 9B v2 in bf16 at tensor parallel
+    1: a 2,695,168-byte state over 4,096 bytes a token is 658 tokens, rounded up to 672."""
+    if not attention_bytes_per_token_gpu or not state_page_gpu:
+        return block_size
+    align = VLLM_KERNEL_BLOCK_ALIGNMENT_TOKENS
+    return max(block_size, align * -(-state_page_gpu // (align * attention_bytes_per_token_gpu)))
