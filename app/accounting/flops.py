@@ -224,7 +224,8 @@ def transformer(cfg: TransformerConfig, batch_size: int, seq_len: int,
     params = count_params(cfg)
     tokens = batch_size * seq_len
     six_n_d = 6 * params.active * tokens
-    step = FlopsBreakdown(*[f + b for f, b in zip(_breakdown_values(fwd), _breakdown_values(bwd), strict=True)])
+    step = FlopsBreakdown(*[f + b for f, b in zip(_breakdown_values(fwd), _breakdown_values(bwd),
+                                                   strict=True)])
     return TransformerFlops(
         model=cfg.resolved(), batch_size=batch_size, seq_len=seq_len, tokens=tokens, causal=causal,
         params=params, forward=fwd, backward=bwd, step=step, six_n_d=six_n_d,

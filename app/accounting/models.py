@@ -69,7 +69,8 @@ def presets() -> dict[str, Preset]:
         description, source = entry.pop("description"), entry.pop("source")
         notes = tuple(entry.pop("notes", ()))
         published = entry.pop("published_format", None)
-        for field in ("mlp_only_layers", "layer_mixers", "mlp_free_layers"):  # TOML arrays; the config holds tuples
+        # TOML arrays; the config holds tuples
+        for field in ("mlp_only_layers", "layer_mixers", "mlp_free_layers"):
             if field in entry:
                 entry[field] = tuple(entry[field])
         table[name] = Preset(name, family, description, source, TransformerConfig(**entry), notes, published)

@@ -24,19 +24,27 @@ def check(c: "TransformerConfig") -> None:
         raise InvalidInput("n_heads", f"{c.n_heads} must divide d_model ({c.d_model}) unless head_dim is set")
     for name in ("attn_logit_softcapping", "final_logit_softcapping"):
         value = getattr(c, name)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
-                                  or not 0 < value < 1e6):
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1e6
+        ):
             raise InvalidInput(name, f"must be a positive number below 1e6, or null; got {value!r}"[:120])
     if c.global_every is not None and c.sliding_window is None and c.attention_chunk_size is None:
-        raise InvalidInput("global_every", "needs sliding_window or attention_chunk_size (the window or "
-                                           "chunk of the other layers)")
+        raise InvalidInput(
+            "global_every",
+            "needs sliding_window or attention_chunk_size (the window or chunk of the other layers)",
+        )
     if c.attention_chunk_size is not None and c.sliding_window is not None:
-        raise InvalidInput("attention_chunk_size", "local layers attend either in a sliding window or in "
-                                                   "chunks; set one of sliding_window and attention_chunk_size")
+        raise InvalidInput(
+            "attention_chunk_size",
+            "local layers attend either in a sliding window or in "
+            "chunks; set one of sliding_window and attention_chunk_size",
+        )
     if c.mla:
         if c.transformers_caches_all_heads:
-            raise InvalidInput("transformers_caches_all_heads", "latent attention caches the latent, not "
-                                                                "per-head keys and values; use false")
+            raise InvalidInput(
+                "transformers_caches_all_heads",
+                "latent attention caches the latent, not per-head keys and values; use false",
+            )
         if c.qk_norm != "none":
             raise InvalidInput("qk_norm", "latent attention has its own latent norms; use 'none'")
         for name in _MLA[1:]:
@@ -49,22 +57,30 @@ def check(c: "TransformerConfig") -> None:
     _check_experts(c)
     _check_mixers(c)
     if c.attention_sinks and c.kv_lora_rank is not None:
-        raise InvalidInput("attention_sinks", "are counted for grouped-query attention; latent attention has "
-                                              "none")
+        raise InvalidInput(
+            "attention_sinks", "are counted for grouped-query attention; latent attention has none"
+        )
 
 
 def _check_experts(c: "TransformerConfig") -> None:
     if type(c.mlp_only_layers) is not tuple or any(
-            type(i) is not int or not 0 <= i < c.n_layers for i in c.mlp_only_layers):
+        type(i) is not int or not 0 <= i < c.n_layers for i in c.mlp_only_layers
+    ):
         raise InvalidInput("mlp_only_layers", f"must list layer indices in [0, {c.n_layers - 1}]")
     if not c.moe:
         for name in _MOE_ONLY:
             if getattr(c, name) is not None:
                 raise InvalidInput(name, "describes experts; it needs n_experts")
-        for name, neutral in (("n_shared_experts", 0), ("shared_expert_gate", False),
-                              ("first_dense_layers", 0), ("moe_every", 1), ("mlp_only_layers", ()),
-                              ("router_score_correction", False), ("expert_bias", False),
-                              ("router_bias", False)):
+        for name, neutral in (
+            ("n_shared_experts", 0),
+            ("shared_expert_gate", False),
+            ("first_dense_layers", 0),
+            ("moe_every", 1),
+            ("mlp_only_layers", ()),
+            ("router_score_correction", False),
+            ("expert_bias", False),
+            ("router_bias", False),
+        ):
             if getattr(c, name) != neutral:
                 raise InvalidInput(name, "describes experts; it needs n_experts")
         return
@@ -79,9 +95,16 @@ def _check_experts(c: "TransformerConfig") -> None:
 
 def _check_mixers(c: "TransformerConfig") -> None:
     mixers = c.layer_mixers
-    if type(mixers) is not tuple or (mixers and len(mixers) != c.n_layers) or any(m not in MIXERS for m in mixers):
-        raise InvalidInput("layer_mixers", f"must list {c.n_layers} entries (n_layers), each one of "
-                                           f"{', '.join(MIXERS)}; or be empty (attention everywhere)")
+    if (
+        type(mixers) is not tuple
+        or (mixers and len(mixers) != c.n_layers)
+        or any(m not in MIXERS for m in mixers)
+    ):
+        raise InvalidInput(
+            "layer_mixers",
+            f"must list {c.n_layers} entries (n_layers), each one of "
+            f"{', '.join(MIXERS)}; or be empty (attention everywhere)",
+        )
     ssm = {"mamba", "mamba2", "attention_mamba2"} & set(mixers)
     if ssm and c.ssm_state_size is None:
         raise InvalidInput("ssm_state_size", "is required with mamba or mamba2 layers in layer_mixers")
@@ -101,15 +124,18 @@ def _check_mixers(c: "TransformerConfig") -> None:
     if c.ssm_heads is not None and c.ssm_heads % c.ssm_groups:
         raise InvalidInput("ssm_groups", f"{c.ssm_groups} must divide ssm_heads ({c.ssm_heads})")
     if "gated_delta_net" in mixers and c.linear_value_heads % c.linear_key_heads:
-        raise InvalidInput("linear_value_heads", f"{c.linear_value_heads} must be a multiple of "
-                                                 f"linear_key_heads ({c.linear_key_heads})")
+        raise InvalidInput(
+            "linear_value_heads",
+            f"{c.linear_value_heads} must be a multiple of linear_key_heads ({c.linear_key_heads})",
+        )
     free = c.mlp_free_layers
     if type(free) is not tuple or any(type(i) is not int or not 0 <= i < c.n_layers for i in free):
         raise InvalidInput("mlp_free_layers", f"must list layer indices in [0, {c.n_layers - 1}]")
     empty = [i for i in free if mixers and mixers[i] == "none"]
     if empty:
-        raise InvalidInput("mlp_free_layers", f"layer {empty[0]} has neither a mixer (layer_mixers 'none') nor "
-                                              "an MLP")
+        raise InvalidInput(
+            "mlp_free_layers", f"layer {empty[0]} has neither a mixer (layer_mixers 'none') nor an MLP"
+        )
     if (free or "none" in mixers) and c.norm_layout != "pre":
         raise InvalidInput("norm_layout", "a layer without a mixer or an MLP is counted with pre norms only")
     if mixers and not {"attention", "attention_mamba2"} & set(mixers):
@@ -117,5 +143,6 @@ def _check_mixers(c: "TransformerConfig") -> None:
             if getattr(c, name) is not None:
                 raise InvalidInput(name, "describes attention layers; layer_mixers lists none")
     if mixers and c.mla and any(m != "attention" for m in mixers):
-        raise InvalidInput("layer_mixers", "latent attention is not counted beside state-space or linear "
-                                           "attention layers")
+        raise InvalidInput(
+            "layer_mixers", "latent attention is not counted beside state-space or linear attention layers"
+        )

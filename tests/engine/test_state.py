@@ -6,8 +6,14 @@ import pytest
 from app.accounting.inference.kv_cache import kv_cache, sequence_bytes_per_gpu
 from app.accounting.models import preset
 
-CAPACITY = {"weight_format": "fp8_e4m3", "gpu": "h100-sxm", "num_gpus": 2, "tensor_parallel": 2, "context": "8k",
-            "concurrency": 16}
+CAPACITY = {
+    "weight_format": "fp8_e4m3",
+    "gpu": "h100-sxm",
+    "num_gpus": 2,
+    "tensor_parallel": 2,
+    "context": "8k",
+    "concurrency": 16,
+}
 
 
 @pytest.mark.parametrize("name", ["nemotron-nano-9b-v2", "qwen3-next-80b-a3b", "jamba-v0.1", "falcon-h1-7b"])
@@ -36,7 +42,9 @@ def test_vllm_pages_a_hybrids_state_with_its_attention_blocks():
     the least multiple of 16 tokens whose page holds one layer's state, each state is padded to that page,
     and the pages join the KV cache groups (27 Mamba-2 layers beside 4 attention layers: groups of 4)."""
     cfg = preset("nemotron-nano-9b-v2")
-    state_page = (3 * (128 * 80 + 2 * 8 * 128) + 128 * 80 * 128) * 2  # conv (K - 1) x channels, SSM state; bf16
+    state_page = (
+        3 * (128 * 80 + 2 * 8 * 128) + 128 * 80 * 128
+    ) * 2  # conv (K - 1) x channels, SSM state; bf16
     token_page = 2 * 8 * 128 * 2  # one attention layer's K and V for one token
     assert state_page == 2_695_168 and -(-state_page // (16 * token_page)) * 16 == 672
     cache = kv_cache(cfg, context=8192)

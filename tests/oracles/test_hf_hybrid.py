@@ -38,8 +38,9 @@ def built(config: dict, device: str):
     body = {k: v for k, v in config.items() if k not in ("model_type", "architectures")}
     cfg = AutoConfig.for_model(config["model_type"], **body)
     with torch.device(device):
-        return cfg, AutoModelForCausalLM.from_config(cfg, attn_implementation="eager",
-                                                     experts_implementation="eager")
+        return cfg, AutoModelForCausalLM.from_config(
+            cfg, attn_implementation="eager", experts_implementation="eager"
+        )
 
 
 def hf_counts(config: dict) -> tuple[int, int]:
@@ -51,12 +52,17 @@ def hf_counts(config: dict) -> tuple[int, int]:
     return total, total - sum(n for n, _ in routed) + sum(n // e * cfg.num_experts_per_tok for n, e in routed)
 
 
-@pytest.mark.parametrize(("config", "total", "active"), [(QWEN3_NEXT_80B, 79_674_391_296, 3_874_929_408),
-                                                       (BAMBA_9B, 9_780_235_392, 9_780_235_392),
-                                                       (JAMBA_V01, 51_570_323_328, 12_110_311_296),
-                                                       (NEMOTRON_NANO_9B_V2, 8_888_227_328, 8_888_227_328),
-                                                       (FALCON_H1_7B, 7_585_513_568, 7_585_513_568)],
-                         ids=["qwen3-next-80b-a3b", "bamba-9b", "jamba-v0.1", "nemotron-nano-9b-v2", "falcon-h1-7b"])
+@pytest.mark.parametrize(
+    ("config", "total", "active"),
+    [
+        (QWEN3_NEXT_80B, 79_674_391_296, 3_874_929_408),
+        (BAMBA_9B, 9_780_235_392, 9_780_235_392),
+        (JAMBA_V01, 51_570_323_328, 12_110_311_296),
+        (NEMOTRON_NANO_9B_V2, 8_888_227_328, 8_888_227_328),
+        (FALCON_H1_7B, 7_585_513_568, 7_585_513_568),
+    ],
+    ids=["qwen3-next-80b-a3b", "bamba-9b", "jamba-v0.1", "nemotron-nano-9b-v2", "falcon-h1-7b"],
+)
 def test_published_hybrids_are_transformers_counts(api, config, total, active):
     body = api.ok(IMPORT, config)
     assert (body["params"]["total"], body["params"]["active"]) == hf_counts(config) == (total, active)
@@ -72,7 +78,11 @@ def test_jamba_is_the_cards_52b_with_12b_active(api):
 
 def test_nemotron_nano_9b_v2_is_the_cards_8_89b_and_its_mlp_layers_hold_no_state():
     cfg = import_config(NEMOTRON_NANO_9B_V2).config
-    assert (cfg.mixers.count("mamba2"), cfg.mixers.count("attention"), cfg.mixers.count("none")) == (27, 4, 25)
+    assert (cfg.mixers.count("mamba2"), cfg.mixers.count("attention"), cfg.mixers.count("none")) == (
+        27,
+        4,
+        25,
+    )
     assert len(cfg.mlp_free_layers) == 31
     # One norm per layer: 56 block norms and the final one, all of width 4,480, plus the Mamba-2 gated norms.
     assert import_config(NEMOTRON_NANO_9B_V2).params.norms == 57 * 4480 + 27 * 128 * 80
@@ -127,8 +137,9 @@ def dense_conv_excess(config: dict, batch: int, seq: int) -> int:
 
 def tally(api, config: dict, batch: int, seq: int) -> dict:
     model = api.ok(IMPORT, config)["config"]
-    return api.ok("/api/v1/flops/transformer", {"model": model, "batch_size": batch, "seq_len": seq,
-                                                "causal": "full"})
+    return api.ok(
+        "/api/v1/flops/transformer", {"model": model, "batch_size": batch, "seq_len": seq, "causal": "full"}
+    )
 
 
 @pytest.mark.parametrize("seq", [37, 70])  # neither divides DeltaNet's 64-token chunks nor Bamba's 16

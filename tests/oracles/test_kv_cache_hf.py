@@ -44,7 +44,8 @@ GPT_OSS = _BASE | {"model_type": "gpt_oss", "num_hidden_layers": 4, "num_key_val
                    "sliding_window": 8, "num_local_experts": 4, "num_experts_per_tok": 2}
 # Llama 4: layers 0 and 2 attend in aligned 8-token chunks, 1 and 3 globally (no_rope_layer_interval 2);
 # transformers caches a chunked layer as an 8-token sliding window.
-LLAMA4 = _BASE | {"model_type": "llama4_text", "num_hidden_layers": 4, "num_key_value_heads": 2, "head_dim": 16,
+LLAMA4 = _BASE | {"model_type": "llama4_text", "num_hidden_layers": 4, "num_key_value_heads": 2,
+                  "head_dim": 16,
                   "intermediate_size_mlp": 96, "num_local_experts": 4, "num_experts_per_tok": 1,
                   "interleave_moe_layer_step": 2, "attention_chunk_size": 8, "no_rope_layer_interval": 2}
 DEEPSEEK_V3 = _BASE | {"model_type": "deepseek_v3", "num_key_value_heads": 4, "kv_lora_rank": 32,

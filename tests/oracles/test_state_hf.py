@@ -35,9 +35,14 @@ def held(raw: dict, dtype: str, prompt: int, steps: int) -> tuple[int, int, set]
         if hasattr(layer, "recurrent_states"):
             found = tensors(layer.conv_states) + tensors(layer.recurrent_states)
             state += sum(t.nbytes for t in found)
-            dtypes |= {(name, t.dtype) for name, ts in (("conv", tensors(layer.conv_states)),
-                                                         ("recurrent", tensors(layer.recurrent_states)))
-                       for t in ts}
+            dtypes |= {
+                (name, t.dtype)
+                for name, ts in (
+                    ("conv", tensors(layer.conv_states)),
+                    ("recurrent", tensors(layer.recurrent_states)),
+                )
+                for t in ts
+            }
         # Falcon-H1's layers hold both; Nemotron-H's MLP and expert layers an empty one.
         if getattr(layer, "keys", None) is not None:
             kv += layer.keys.nbytes + layer.values.nbytes
@@ -45,21 +50,29 @@ def held(raw: dict, dtype: str, prompt: int, steps: int) -> tuple[int, int, set]
 
 
 @pytest.mark.parametrize("family", list(SMALL))
-@pytest.mark.parametrize(("dtype", "prompt", "steps"), [("float32", 9, 1), ("bfloat16", 3, 2),
-                                                         ("bfloat16", 40, 3)])
+@pytest.mark.parametrize(
+    ("dtype", "prompt", "steps"), [("float32", 9, 1), ("bfloat16", 3, 2), ("bfloat16", 40, 3)]
+)
 def test_state_and_cache_are_what_transformers_holds(family, dtype, prompt, steps):
     raw = SMALL[family]
     cfg = import_config(raw).config
-    ours = kv_cache(cfg, context=prompt + steps, batch=BATCH, model_dtype=dtype, block_size=None,
-                    engine="transformers")
+    ours = kv_cache(
+        cfg, context=prompt + steps, batch=BATCH, model_dtype=dtype, block_size=None, engine="transformers"
+    )
     state, kv, dtypes = held(raw, dtype, prompt, steps)
     assert state == BATCH * ours.state_bytes_per_sequence
     assert kv + state == ours.total_bytes
     # The recurrent state stays float32 in a bfloat16 model; the convolution's inputs take its dtype.
     assert dtypes == {("conv", DTYPES[dtype]), ("recurrent", torch.float32)}
     # Constant in context: the same state at a longer context.
-    longer = kv_cache(cfg, context=prompt + steps + 100, batch=BATCH, model_dtype=dtype, block_size=None,
-                      engine="transformers")
+    longer = kv_cache(
+        cfg,
+        context=prompt + steps + 100,
+        batch=BATCH,
+        model_dtype=dtype,
+        block_size=None,
+        engine="transformers",
+    )
     assert longer.state_bytes_per_sequence == ours.state_bytes_per_sequence
 
 

@@ -36,7 +36,8 @@ from app.accounting.blocks.windowed import Windowed
 from app.accounting.transformer import TransformerConfig
 
 __all__ = ["Attention", "Mlp", "Layer", "Weight", "Linear", "GroupedAttention", "LatentAttention", "Windowed",
-           "Chunked", "Mamba1", "Mamba2", "GatedDeltaNet", "NoMixer", "NoMlp", "ParallelMixers", "DenseMlp", "GatedMlp", "Experts", "attention_of", "mlp_of", "dense_mlp", "layers", "distinct",
+           "Chunked", "Mamba1", "Mamba2", "GatedDeltaNet", "NoMixer", "NoMlp", "ParallelMixers",
+           "DenseMlp", "GatedMlp", "Experts", "attention_of", "mlp_of", "dense_mlp", "layers", "distinct",
            "model_attention", "routed", "tensor_parallel_refusal", "fine_tune_refusal"]
 
 # The norms of one block by layout, as llama.cpp names them (llama-arch.cpp): post-norms are
@@ -140,7 +141,8 @@ def model_attention(cfg: TransformerConfig) -> Attention:
     layer's cache, how key/value heads replicate over tensor ranks. In a hybrid, the first layer that
     attends (a model of state-space layers only answers its first layer, which caches nothing)."""
     every = layers(cfg)
-    return next((layer.attention for layer in every if layer.attention.mixes_by_attention), every[0].attention)
+    attending = (layer.attention for layer in every if layer.attention.mixes_by_attention)
+    return next(attending, every[0].attention)
 
 
 def tensor_parallel_refusal(cfg: TransformerConfig, tp: int) -> str | None:

@@ -56,8 +56,9 @@ class Chunked(Attention):
         return self.inner.decode_core_flops(keys, mla_cache)
 
     def saved(self, *, act_bytes: int, residual_bytes: int, recompute: Recompute, tp: int) -> list[Item]:
-        return self.inner.saved(act_bytes=act_bytes, residual_bytes=residual_bytes, recompute=recompute,
-                                tp=tp)
+        return self.inner.saved(
+            act_bytes=act_bytes, residual_bytes=residual_bytes, recompute=recompute, tp=tp
+        )
 
     def cache(self, *, mla_cache: str, tp: int) -> CacheShape:
         return self.inner.cache(mla_cache=mla_cache, tp=tp)

@@ -41,7 +41,8 @@ class GatedDeltaNet(Attention):
     mixes_by_attention: ClassVar[bool] = False
     fine_tune_refusal: ClassVar[str | None] = (
         "fine-tuning is counted for attention layers; gated DeltaNet layers' adapters and frozen parts are "
-        "not counted yet")
+        "not counted yet"
+    )
 
     @property
     def key_width(self) -> int:
@@ -62,25 +63,40 @@ class GatedDeltaNet(Attention):
     def _weights(self) -> list[Weight]:
         cfg, d, hv = self.cfg, self.cfg.d_model, self.cfg.linear_value_heads
         qkvz = 2 * self.key_width + 2 * self.value_width
-        return (linear("ssm_in", qkvz, d, "attention", "column", False, module="in_proj_qkvz")
-                + linear("ssm_ba", 2 * hv, d, "attention", "column", False, module="in_proj_ba")
-                + [Weight("ssm_conv1d.weight", (self.conv_channels, 1, cfg.linear_conv_kernel), "attention",
-                          "column"),
-                   Weight("ssm_dt.bias", (hv,), "attention", "column"),
-                   Weight("ssm_a", (hv,), "attention", "column"),
-                   Weight("ssm_norm.weight", (cfg.linear_value_head_dim,), "norms", "replicated")]
-                + linear("ssm_out", d, self.value_width, "attention", "row", False, module="out_proj"))
+        return (
+            linear("ssm_in", qkvz, d, "attention", "column", False, module="in_proj_qkvz")
+            + linear("ssm_ba", 2 * hv, d, "attention", "column", False, module="in_proj_ba")
+            + [
+                Weight(
+                    "ssm_conv1d.weight",
+                    (self.conv_channels, 1, cfg.linear_conv_kernel),
+                    "attention",
+                    "column",
+                ),
+                Weight("ssm_dt.bias", (hv,), "attention", "column"),
+                Weight("ssm_a", (hv,), "attention", "column"),
+                Weight("ssm_norm.weight", (cfg.linear_value_head_dim,), "norms", "replicated"),
+            ]
+            + linear("ssm_out", d, self.value_width, "attention", "row", False, module="out_proj")
+        )
 
     def projection_flops(self, tokens: int) -> dict[str, int]:
         d = self.cfg.d_model
-        return {"attention_latent": 0, "attention_qkv": 2 * tokens * d * self.in_width,
-                "attention_output": 2 * tokens * self.value_width * d}
+        return {
+            "attention_latent": 0,
+            "attention_qkv": 2 * tokens * d * self.in_width,
+            "attention_output": 2 * tokens * self.value_width * d,
+        }
 
     def _dims(self, batch: int, seq_len: int) -> tuple[int, int, int, int]:
         """(batch x value heads, chunks, dk, dv)."""
         cfg = self.cfg
-        return (batch * cfg.linear_value_heads, -(-seq_len // CHUNK_TOKENS), cfg.linear_key_head_dim,
-                cfg.linear_value_head_dim)
+        return (
+            batch * cfg.linear_value_heads,
+            -(-seq_len // CHUNK_TOKENS),
+            cfg.linear_key_head_dim,
+            cfg.linear_value_head_dim,
+        )
 
     def scan_flops(self, *, batch: int, seq_len: int) -> int:
         bh, n, dk, dv = self._dims(batch, seq_len)
@@ -89,8 +105,11 @@ class GatedDeltaNet(Attention):
         return conv + 2 * bh * n * c * (2 * c * dk + 3 * dk * dv + c * dv)
 
     def forward_flops(self, *, batch: int, seq_len: int, causal: Causal) -> dict[str, int]:
-        return (self.projection_flops(batch * seq_len) | self.core_flops(0)
-                | {"mixer_scan": self.scan_flops(batch=batch, seq_len=seq_len)})
+        return (
+            self.projection_flops(batch * seq_len)
+            | self.core_flops(0)
+            | {"mixer_scan": self.scan_flops(batch=batch, seq_len=seq_len)}
+        )
 
     def backward_flops(self, *, batch: int, seq_len: int, causal: Causal) -> dict[str, int]:
         twice = super().backward_flops(batch=batch, seq_len=seq_len, causal=causal)
@@ -116,13 +135,15 @@ class GatedDeltaNet(Attention):
     def saved(self, *, act_bytes: int, residual_bytes: int, recompute: Recompute, tp: int) -> list[Item]:
         cfg, h = self.cfg, self.cfg.d_model
         state = cfg.linear_value_heads * cfg.linear_key_head_dim * cfg.linear_value_head_dim
-        return [Item("deltanet/norm_input", h, 0, residual_bytes, False),
-                Item("deltanet/in_proj_input", h, 0, act_bytes, False),
-                Item("deltanet/in_proj_output", self.in_width, 0, act_bytes, True),
-                Item("deltanet/conv_output", self.conv_channels, 0, act_bytes, True),
-                # fla's chunked kernels keep each chunk's starting state, in float32
-                Item("deltanet/chunk_states", -(-state // CHUNK_TOKENS), 0, FP32, True),
-                Item("deltanet/gated_norm_input_and_output", 2 * self.value_width, 0, act_bytes, True)]
+        return [
+            Item("deltanet/norm_input", h, 0, residual_bytes, False),
+            Item("deltanet/in_proj_input", h, 0, act_bytes, False),
+            Item("deltanet/in_proj_output", self.in_width, 0, act_bytes, True),
+            Item("deltanet/conv_output", self.conv_channels, 0, act_bytes, True),
+            # fla's chunked kernels keep each chunk's starting state, in float32
+            Item("deltanet/chunk_states", -(-state // CHUNK_TOKENS), 0, FP32, True),
+            Item("deltanet/gated_norm_input_and_output", 2 * self.value_width, 0, act_bytes, True),
+        ]
 
     def cache(self, *, mla_cache: str, tp: int) -> CacheShape:
         return CacheShape("kv", 0, 0, 0, 0, ("a gated DeltaNet layer keeps no per-token cache",))
@@ -130,15 +151,23 @@ class GatedDeltaNet(Attention):
     def state(self) -> State:
         cfg = self.cfg
         heads, dk, dv = cfg.linear_value_heads, cfg.linear_key_head_dim, cfg.linear_value_head_dim
-        return State(self.conv_channels, cfg.linear_conv_kernel, heads * dk * dv,
-                     (f"gated DeltaNet: the convolution's inputs over {self.conv_channels} channels and a "
-                      f"recurrent state of {heads} heads x {dk} x {dv}",))
+        return State(
+            self.conv_channels,
+            cfg.linear_conv_kernel,
+            heads * dk * dv,
+            (
+                f"gated DeltaNet: the convolution's inputs over {self.conv_channels} channels and a "
+                f"recurrent state of {heads} heads x {dk} x {dv}",
+            ),
+        )
 
     def workspace_values(self, tp: int) -> int:
         return (self.in_width + self.conv_channels + self.value_width) // tp
 
     def tensor_parallel_refusal(self, tp: int) -> str | None:
         if self.cfg.linear_key_heads % tp:
-            return (f"{tp} must divide the gated DeltaNet key heads ({self.cfg.linear_key_heads}), which vLLM "
-                    "splits over ranks")
+            return (
+                f"{tp} must divide the gated DeltaNet key heads ({self.cfg.linear_key_heads}), which vLLM "
+                "splits over ranks"
+            )
         return None

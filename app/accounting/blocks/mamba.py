@@ -37,7 +37,8 @@ class Mamba2(Attention):
     mixes_by_attention: ClassVar[bool] = False
     fine_tune_refusal: ClassVar[str | None] = (
         "fine-tuning is counted for attention layers; Mamba-2 layers' adapters and frozen parts are not "
-        "counted yet")
+        "counted yet"
+    )
 
     @property
     def inner(self) -> int:
@@ -53,37 +54,55 @@ class Mamba2(Attention):
 
     def _weights(self) -> list[Weight]:
         cfg, d, heads = self.cfg, self.cfg.d_model, self.cfg.ssm_heads
-        weights = linear("ssm_in", self.in_width, d, "attention", "column", cfg.ssm_proj_bias, module="in_proj")
-        weights.append(Weight("ssm_conv1d.weight", (self.conv_channels, 1, cfg.ssm_conv_kernel), "attention",
-                              "column"))
+        weights = linear(
+            "ssm_in", self.in_width, d, "attention", "column", cfg.ssm_proj_bias, module="in_proj"
+        )
+        weights.append(
+            Weight("ssm_conv1d.weight", (self.conv_channels, 1, cfg.ssm_conv_kernel), "attention", "column")
+        )
         if cfg.ssm_conv_bias:
             weights.append(Weight("ssm_conv1d.bias", (self.conv_channels,), "attention", "column"))
-        weights += [Weight("ssm_dt.bias", (heads,), "attention", "column"),
-                    Weight("ssm_a", (heads,), "attention", "column"),
-                    Weight("ssm_d", (heads,), "attention", "column")]
+        weights += [
+            Weight("ssm_dt.bias", (heads,), "attention", "column"),
+            Weight("ssm_a", (heads,), "attention", "column"),
+            Weight("ssm_d", (heads,), "attention", "column"),
+        ]
         if cfg.ssm_norm:
             weights.append(Weight("ssm_norm.weight", (self.inner,), "norms", "column"))
         out_bias = cfg.ssm_proj_bias if cfg.ssm_out_bias is None else cfg.ssm_out_bias
-        return weights + linear("ssm_out", d, self.inner, "attention", "row", out_bias, module="out_proj",
-                                bias_split="replicated")
+        return weights + linear(
+            "ssm_out", d, self.inner, "attention", "row", out_bias, module="out_proj", bias_split="replicated"
+        )
 
     def projection_flops(self, tokens: int) -> dict[str, int]:
         d = self.cfg.d_model
-        return {"attention_latent": 0, "attention_qkv": 2 * tokens * d * self.in_width,
-                "attention_output": 2 * tokens * self.inner * d}
+        return {
+            "attention_latent": 0,
+            "attention_qkv": 2 * tokens * d * self.in_width,
+            "attention_output": 2 * tokens * self.inner * d,
+        }
 
     def scan_flops(self, *, batch: int, seq_len: int) -> int:
         """The depthwise convolution and the chunked scan's five bmm, as the module docstring says."""
         cfg = self.cfg
-        h, p, n, q, k = cfg.ssm_heads, cfg.ssm_head_dim, cfg.ssm_state_size, cfg.ssm_chunk_size, cfg.ssm_conv_kernel
+        h, p, n, q, k = (
+            cfg.ssm_heads,
+            cfg.ssm_head_dim,
+            cfg.ssm_state_size,
+            cfg.ssm_chunk_size,
+            cfg.ssm_conv_kernel,
+        )
         c = -(-seq_len // q)
         conv = 2 * batch * (seq_len + k - 1) * self.conv_channels * k
         scan = 2 * batch * h * (c * q * q * (n + p) + 2 * c * q * p * n + (c + 1) ** 2 * p * n)
         return conv + scan
 
     def forward_flops(self, *, batch: int, seq_len: int, causal: Causal) -> dict[str, int]:
-        return (self.projection_flops(batch * seq_len) | self.core_flops(0)
-                | {"mixer_scan": self.scan_flops(batch=batch, seq_len=seq_len)})
+        return (
+            self.projection_flops(batch * seq_len)
+            | self.core_flops(0)
+            | {"mixer_scan": self.scan_flops(batch=batch, seq_len=seq_len)}
+        )
 
     def core_flops(self, pairs_doubled: int) -> dict[str, int]:
         return {"attention_scores": 0, "attention_values": 0}  # no softmax attention: mixer_scan instead
@@ -91,26 +110,37 @@ class Mamba2(Attention):
     def decode_core_flops(self, keys: int, mla_cache: str) -> int:
         """One token: the convolution over K inputs and the state update and read, 2 H P N each."""
         cfg = self.cfg
-        return 2 * self.conv_channels * cfg.ssm_conv_kernel + 4 * cfg.ssm_heads * cfg.ssm_head_dim * cfg.ssm_state_size
+        return (
+            2 * self.conv_channels * cfg.ssm_conv_kernel
+            + 4 * cfg.ssm_heads * cfg.ssm_head_dim * cfg.ssm_state_size
+        )
 
     def tokens_kept(self, context: int) -> int:
         return 0
 
     def saved(self, *, act_bytes: int, residual_bytes: int, recompute: Recompute, tp: int) -> list[Item]:
         h = self.cfg.d_model
-        return [Item("mamba/norm_input", h, 0, residual_bytes, False),
-                Item("mamba/in_proj_input", h, 0, act_bytes, False),
-                Item("mamba/in_proj_output", self.in_width, 0, act_bytes, True),
-                Item("mamba/gated_norm_input_and_output", 2 * self.inner, 0, act_bytes, True)]
+        return [
+            Item("mamba/norm_input", h, 0, residual_bytes, False),
+            Item("mamba/in_proj_input", h, 0, act_bytes, False),
+            Item("mamba/in_proj_output", self.in_width, 0, act_bytes, True),
+            Item("mamba/gated_norm_input_and_output", 2 * self.inner, 0, act_bytes, True),
+        ]
 
     def cache(self, *, mla_cache: str, tp: int) -> CacheShape:
         return CacheShape("kv", 0, 0, 0, 0, ("a Mamba-2 layer keeps no per-token cache",))
 
     def state(self) -> State:
         cfg = self.cfg
-        return State(self.conv_channels, cfg.ssm_conv_kernel, cfg.ssm_heads * cfg.ssm_head_dim * cfg.ssm_state_size,
-                     (f"Mamba-2: the convolution's inputs over {self.conv_channels} channels and an SSM state "
-                      f"of {cfg.ssm_heads} heads x {cfg.ssm_head_dim} x {cfg.ssm_state_size}",))
+        return State(
+            self.conv_channels,
+            cfg.ssm_conv_kernel,
+            cfg.ssm_heads * cfg.ssm_head_dim * cfg.ssm_state_size,
+            (
+                f"Mamba-2: the convolution's inputs over {self.conv_channels} channels and an SSM state "
+                f"of {cfg.ssm_heads} heads x {cfg.ssm_head_dim} x {cfg.ssm_state_size}",
+            ),
+        )
 
     def workspace_values(self, tp: int) -> int:
         return (self.in_width + self.conv_channels + self.inner) // tp

@@ -31,7 +31,8 @@ class Mamba1(Attention):
     mixes_by_attention: ClassVar[bool] = False
     fine_tune_refusal: ClassVar[str | None] = (
         "fine-tuning is counted for attention layers; Mamba layers' adapters and frozen parts are not "
-        "counted yet")
+        "counted yet"
+    )
 
     @property
     def conv_channels(self) -> int:
@@ -44,21 +45,29 @@ class Mamba1(Attention):
         weights.append(Weight("ssm_conv1d.weight", (i, 1, cfg.ssm_conv_kernel), "attention", "column"))
         if cfg.ssm_conv_bias:
             weights.append(Weight("ssm_conv1d.bias", (i,), "attention", "column"))
-        weights += (linear("ssm_x", r + 2 * n, i, "attention", "row", False, module="x_proj")
-                    + linear("ssm_dt", i, r, "attention", "column", True, module="dt_proj")
-                    + [Weight("ssm_a", (i, n), "attention", "column"), Weight("ssm_d", (i,), "attention", "column")])
+        weights += (
+            linear("ssm_x", r + 2 * n, i, "attention", "row", False, module="x_proj")
+            + linear("ssm_dt", i, r, "attention", "column", True, module="dt_proj")
+            + [Weight("ssm_a", (i, n), "attention", "column"), Weight("ssm_d", (i,), "attention", "column")]
+        )
         if cfg.ssm_dt_bc_norms:
-            weights += [Weight("ssm_dt_norm.weight", (r,), "norms", "replicated"),
-                        Weight("ssm_b_norm.weight", (n,), "norms", "replicated"),
-                        Weight("ssm_c_norm.weight", (n,), "norms", "replicated")]
-        return weights + linear("ssm_out", d, i, "attention", "row", cfg.ssm_proj_bias, module="out_proj",
-                                bias_split="replicated")
+            weights += [
+                Weight("ssm_dt_norm.weight", (r,), "norms", "replicated"),
+                Weight("ssm_b_norm.weight", (n,), "norms", "replicated"),
+                Weight("ssm_c_norm.weight", (n,), "norms", "replicated"),
+            ]
+        return weights + linear(
+            "ssm_out", d, i, "attention", "row", cfg.ssm_proj_bias, module="out_proj", bias_split="replicated"
+        )
 
     def projection_flops(self, tokens: int) -> dict[str, int]:
         cfg, d, i = self.cfg, self.cfg.d_model, self.cfg.ssm_inner
         r, n = cfg.ssm_dt_rank, cfg.ssm_state_size
-        return {"attention_latent": 0, "attention_qkv": 2 * tokens * (d * 2 * i + i * (r + 2 * n) + r * i),
-                "attention_output": 2 * tokens * i * d}
+        return {
+            "attention_latent": 0,
+            "attention_qkv": 2 * tokens * (d * 2 * i + i * (r + 2 * n) + r * i),
+            "attention_output": 2 * tokens * i * d,
+        }
 
     def scan_flops(self, *, batch: int, seq_len: int) -> int:
         cfg, k = self.cfg, self.cfg.ssm_conv_kernel
@@ -66,8 +75,11 @@ class Mamba1(Attention):
         return conv + 2 * batch * seq_len * cfg.ssm_inner * cfg.ssm_state_size
 
     def forward_flops(self, *, batch: int, seq_len: int, causal: Causal) -> dict[str, int]:
-        return (self.projection_flops(batch * seq_len) | self.core_flops(0)
-                | {"mixer_scan": self.scan_flops(batch=batch, seq_len=seq_len)})
+        return (
+            self.projection_flops(batch * seq_len)
+            | self.core_flops(0)
+            | {"mixer_scan": self.scan_flops(batch=batch, seq_len=seq_len)}
+        )
 
     def core_flops(self, pairs_doubled: int) -> dict[str, int]:
         return {"attention_scores": 0, "attention_values": 0}  # no softmax attention: mixer_scan instead
@@ -82,27 +94,38 @@ class Mamba1(Attention):
 
     def saved(self, *, act_bytes: int, residual_bytes: int, recompute: Recompute, tp: int) -> list[Item]:
         cfg, h, i = self.cfg, self.cfg.d_model, self.cfg.ssm_inner
-        return [Item("mamba/norm_input", h, 0, residual_bytes, False),
-                Item("mamba/in_proj_input", h, 0, act_bytes, False),
-                Item("mamba/in_proj_output", 2 * i, 0, act_bytes, True),
-                Item("mamba/conv_output", i, 0, act_bytes, True),
-                Item("mamba/x_proj_output_and_dt", cfg.ssm_dt_rank + 2 * cfg.ssm_state_size + i, 0, act_bytes,
-                     True),
-                Item("mamba/scan_output", i, 0, act_bytes, True)]
+        return [
+            Item("mamba/norm_input", h, 0, residual_bytes, False),
+            Item("mamba/in_proj_input", h, 0, act_bytes, False),
+            Item("mamba/in_proj_output", 2 * i, 0, act_bytes, True),
+            Item("mamba/conv_output", i, 0, act_bytes, True),
+            Item(
+                "mamba/x_proj_output_and_dt", cfg.ssm_dt_rank + 2 * cfg.ssm_state_size + i, 0, act_bytes, True
+            ),
+            Item("mamba/scan_output", i, 0, act_bytes, True),
+        ]
 
     def cache(self, *, mla_cache: str, tp: int) -> CacheShape:
         return CacheShape("kv", 0, 0, 0, 0, ("a Mamba layer keeps no per-token cache",))
 
     def state(self) -> State:
         cfg = self.cfg
-        return State(cfg.ssm_inner, cfg.ssm_conv_kernel, cfg.ssm_inner * cfg.ssm_state_size,
-                     (f"Mamba: the convolution's inputs over {cfg.ssm_inner} channels and an SSM state of "
-                      f"{cfg.ssm_inner} x {cfg.ssm_state_size}",))
+        return State(
+            cfg.ssm_inner,
+            cfg.ssm_conv_kernel,
+            cfg.ssm_inner * cfg.ssm_state_size,
+            (
+                f"Mamba: the convolution's inputs over {cfg.ssm_inner} channels and an SSM state of "
+                f"{cfg.ssm_inner} x {cfg.ssm_state_size}",
+            ),
+        )
 
     def workspace_values(self, tp: int) -> int:
         return (2 * self.cfg.ssm_inner + 2 * self.cfg.ssm_inner) // tp
 
     def tensor_parallel_refusal(self, tp: int) -> str | None:
         if self.cfg.ssm_inner % tp:
-            return f"{tp} must divide the Mamba inner width ({self.cfg.ssm_inner}), which vLLM splits over ranks"
+            return (
+                f"{tp} must divide the Mamba inner width ({self.cfg.ssm_inner}), which vLLM splits over ranks"
+            )
         return None

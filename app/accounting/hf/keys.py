@@ -84,13 +84,14 @@ COUNT_KEYS: dict[str, Callable[[Any], bool]] = {
                      "conv_kernel", "linear_num_key_heads", "linear_num_value_heads",
                      "full_attention_interval"), _none),
     # Their widths: qwen3_next's gated DeltaNet, bamba's (and falcon_h1's, granitemoehybrid's) Mamba-2.
-    **dict.fromkeys(("linear_key_head_dim", "linear_value_head_dim", "linear_conv_kernel_dim", "mamba_n_heads",
-                     "mamba_d_head", "mamba_expand", "mamba_n_groups", "mamba_d_conv", "mamba_chunk_size",
-                     "mamba_conv_bias", "mamba_proj_bias", "mamba_dt_rank", "attn_layer_offset",
-                     "expert_layer_offset"), _none),
+    **dict.fromkeys(("linear_key_head_dim", "linear_value_head_dim", "linear_conv_kernel_dim",
+                     "mamba_n_heads", "mamba_d_head", "mamba_expand", "mamba_n_groups", "mamba_d_conv",
+                     "mamba_chunk_size", "mamba_conv_bias", "mamba_proj_bias", "mamba_dt_rank",
+                     "attn_layer_offset", "expert_layer_offset"), _none),
     "attn_layer_indices": _zero,
     # nemotron_h's layer pattern and its own spellings of the Mamba-2 widths and the shared expert.
-    **dict.fromkeys(("hybrid_override_pattern", "layers_block_type", "mamba_num_heads", "mamba_head_dim", "ssm_state_size",
+    **dict.fromkeys(("hybrid_override_pattern", "layers_block_type", "mamba_num_heads", "mamba_head_dim",
+                     "ssm_state_size",
                      "n_groups", "chunk_size", "use_conv_bias", "moe_shared_expert_intermediate_size",
                      "moe_latent_size", "mamba_d_ssm", "mamba_rms_norm", "projectors_bias"), _none),
 }
@@ -127,8 +128,9 @@ KNOWN_HARMLESS = frozenset((
     # Mamba's time-step initialisation and kernels, and cache dtypes: values, not shapes. nemotron_h does not
     # read `expand` (its inner width is mamba_num_heads x mamba_head_dim).
     "time_step_min", "time_step_max", "time_step_limit", "time_step_floor", "mamba_dt_min", "mamba_dt_max",
-    "mamba_dt_limit", "mamba_dt_init_floor", "mamba_hidden_act", "rescale_prenorm_residual", "residual_in_fp32",
-    "mamba_ssm_cache_dtype", "moe_shared_expert_overlap", "num_logits_to_keep", "use_mamba_kernels", "expand",
+    "mamba_dt_limit", "mamba_dt_init_floor", "mamba_hidden_act", "rescale_prenorm_residual",
+    "residual_in_fp32", "mamba_ssm_cache_dtype", "moe_shared_expert_overlap", "num_logits_to_keep",
+    "use_mamba_kernels", "expand",
     "mtp_layers_block_type", "z_loss_coefficient", "use_mambapy", "use_associative_scan", "mlp_hidden_act",
     # Falcon-H1's muP multipliers (scalars and a non-persistent buffer) and the gate's order.
     "lm_head_multiplier", "embedding_multiplier", "mlp_multipliers", "key_multiplier",

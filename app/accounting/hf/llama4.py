@@ -17,7 +17,6 @@ from app.accounting.hf.family import Family
 from app.accounting.hf.moe import MIXTRAL_KEYS, MIXTRAL_NAMES, common, gated, head_width, nullable
 from app.accounting.hf.values import alias, boolean, integer
 
-
 CHUNKED = "chunked_attention"
 
 

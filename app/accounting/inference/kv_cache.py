@@ -269,10 +269,10 @@ def kv_cache(cfg: TransformerConfig, *, context: int, batch: int = 1, cache_dtyp
     notes = list(per.notes) + list(kept.notes)
     notes.append(_paging_note(block_size, paged, k, held.padded, engine))
     if held.padded[3]:
-        notes.append(f"a hybrid as vLLM pages it: attention blocks of {block} tokens, the least multiple of 16 "
-                     f"whose page holds one layer's state ({kept.layer_bytes_per_gpu} bytes a rank), and each "
-                     f"state padded to that page, one a sequence for each of the {held.padded[3]} state layers "
-                     "(HybridAttentionMambaModelConfig, without prefix caching)")
+        notes.append(f"a hybrid as vLLM pages it: attention blocks of {block} tokens, the least multiple "
+                     f"of 16 whose page holds one layer's state ({kept.layer_bytes_per_gpu} bytes a rank), "
+                     f"and each state padded to that page, one a sequence for each of the {held.padded[3]} "
+                     "state layers (HybridAttentionMambaModelConfig, without prefix caching)")
     if k.windowed:
         notes.append(f"{k.windowed} of {cfg.n_layers} layers attend in a {k.window}-token window and keep "
                      f"min(context, {k.window}) tokens: the {k.window - 1} the next query reads and the one "
@@ -323,8 +323,8 @@ def sequence_bytes_per_gpu(cfg: TransformerConfig, *, context: int, cache_dtype:
     return pages * block * per.layer_bytes_per_gpu + beside, per.tensor_scale_bytes
 
 
-def _held(cfg: TransformerConfig, per: _PerToken, kept: state.StateBytes, context: int, block_size: int | None,
-          engine: Engine) -> tuple[bool, int, paging.Blocks]:
+def _held(cfg: TransformerConfig, per: _PerToken, kept: state.StateBytes, context: int,
+          block_size: int | None, engine: Engine) -> tuple[bool, int, paging.Blocks]:
     """(paged, the block in tokens, what one sequence holds): vLLM pages a hybrid's state with its
     attention blocks, which it first enlarges to hold one state (state.vllm_hybrid_block)."""
     paged = engine == "vllm" and block_size is not None and block_size > 1
@@ -350,9 +350,10 @@ def _paging_note(block_size: int | None, paged: bool, k: paging.Kinds, padded: t
             "up per sequence")
     counts = (k.full, k.windowed, k.chunked)
     if padded[:3] != counts:
-        named = [(n, p, kind) for n, p, kind in zip(counts, padded[:3], ("full", "windowed", "chunked"), strict=True)
-                 if n]
-        note += ("; vLLM's equal-size KV cache groups pad " + " and ".join(f"{n} {kind}" for n, _, kind in named)
+        kinds = ("full", "windowed", "chunked")
+        named = [(n, p, kind) for n, p, kind in zip(counts, padded[:3], kinds, strict=True) if n]
+        note += ("; vLLM's equal-size KV cache groups pad "
+                 + " and ".join(f"{n} {kind}" for n, _, kind in named)
                  + " layers to " + " and ".join(str(p) for _, p, _ in named))
     return note
 
@@ -364,7 +365,8 @@ def bytes_per_token(cfg: TransformerConfig, *, cache_dtype: str = "auto", model_
     holds budget // this tokens of full attention; fp8's fixed per-tensor scales are left out."""
     tp = _positive(tensor_parallel, "tensor_parallel")
     _names(cache_dtype, model_dtype, mla_cache, engine)
-    return attending(cfg) * _per_token(cfg, cache_dtype, model_dtype, mla_cache, tp, engine).layer_bytes_per_gpu
+    per = _per_token(cfg, cache_dtype, model_dtype, mla_cache, tp, engine)
+    return attending(cfg) * per.layer_bytes_per_gpu
 
 
 def attending(cfg: TransformerConfig) -> int:

@@ -67,8 +67,13 @@ def kinds(cfg: TransformerConfig) -> Kinds:
     attentions = [layer.attention for layer in blocks.layers(cfg) if layer.attention.mixes_by_attention]
     windowed = [a.window for a in attentions if a.window is not None]
     chunked = [a.chunk for a in attentions if isinstance(a, Chunked)]
-    return Kinds(len(attentions) - len(windowed) - len(chunked), len(windowed),
-                 windowed[0] if windowed else None, len(chunked), chunked[0] if chunked else None)
+    return Kinds(
+        len(attentions) - len(windowed) - len(chunked),
+        len(windowed),
+        windowed[0] if windowed else None,
+        len(chunked),
+        chunked[0] if chunked else None,
+    )
 
 
 def vllm_padded_layers(counts: tuple[int, ...]) -> tuple[int, ...]:
@@ -110,7 +115,9 @@ def chunked_blocks(context: int, chunk: int, block: int) -> int:
     return peak
 
 
-def layer_blocks(cfg: TransformerConfig, context: int, block: int, paged: bool, state_layers: int = 0) -> Blocks:
+def layer_blocks(
+    cfg: TransformerConfig, context: int, block: int, paged: bool, state_layers: int = 0
+) -> Blocks:
     """What one sequence of `context` tokens holds, layer kind by layer kind (block 1: tokens).
     state_layers: layers whose state vLLM pages, one page a sequence each, grouped with the rest."""
     k = kinds(cfg)
@@ -119,5 +126,10 @@ def layer_blocks(cfg: TransformerConfig, context: int, block: int, paged: bool, 
     chunked = chunked_blocks(context, k.chunk, block) if k.chunked else 0
     counts = (k.full, k.windowed, k.chunked, state_layers)
     padded = vllm_padded_layers(counts) if paged else counts
-    return Blocks(full, windowed, chunked, padded,
-                  padded[0] * full + padded[1] * windowed + padded[2] * chunked + padded[3])
+    return Blocks(
+        full,
+        windowed,
+        chunked,
+        padded,
+        padded[0] * full + padded[1] * windowed + padded[2] * chunked + padded[3],
+    )

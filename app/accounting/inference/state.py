@@ -48,7 +48,10 @@ def state_bytes(cfg: TransformerConfig, *, model_bytes: int, engine: str, tp: in
         if state is None:
             continue
         if engine == "transformers":
-            one = state.conv_channels * state.conv_kernel * model_bytes + state.recurrent * RECURRENT_BYTES_TRANSFORMERS
+            one = (
+                state.conv_channels * state.conv_kernel * model_bytes
+                + state.recurrent * RECURRENT_BYTES_TRANSFORMERS
+            )
         else:
             one = (state.conv_channels * (state.conv_kernel - 1) + state.recurrent) * model_bytes
         count += n
@@ -57,11 +60,14 @@ def state_bytes(cfg: TransformerConfig, *, model_bytes: int, engine: str, tp: in
         largest = max(largest, -(-one // tp))
         notes += [f"{n} layers: {note}" for note in state.notes]
     if count:
-        notes.append("transformers keeps the convolution's last K inputs in the model's dtype and the recurrent "
-                     "state in float32" if engine == "transformers" else
-                     "vLLM keeps the convolution's last K - 1 inputs and the recurrent state in the model's dtype "
-                     "(mamba_cache_dtype and mamba_ssm_cache_dtype 'auto'), one state per sequence, constant in "
-                     "context; cache_dtype applies to attention layers only")
+        notes.append(
+            "transformers keeps the convolution's last K inputs in the model's dtype and the recurrent "
+            "state in float32"
+            if engine == "transformers"
+            else "vLLM keeps the convolution's last K - 1 inputs and the recurrent state in the model's "
+            "dtype (mamba_cache_dtype and mamba_ssm_cache_dtype 'auto'), one state per sequence, constant in "
+            "context; cache_dtype applies to attention layers only"
+        )
     return StateBytes(count, largest, total, per_gpu, tuple(notes))
 
 

@@ -59,7 +59,8 @@ class WeightTensor:
         base dtype, as gpt-oss's checkpoints keep them in bf16 beside their MXFP4 experts."""
         # A convolution's taps (Mamba-2's and DeltaNet's conv1d, (channels, 1, K)) are not a linear
         # layer's: quantizers leave nn.Conv1d in the base dtype.
-        return len(self.shape) >= 2 and not self.name.endswith(".bias") and not self.name.startswith("ssm_conv1d")
+        return (len(self.shape) >= 2 and not self.name.endswith(".bias")
+                and not self.name.startswith("ssm_conv1d"))
 
 
 @lru_cache(maxsize=1024)

@@ -5,8 +5,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from app.accounting import fit, hardware, models
-from app.accounting import blocks
+from app.accounting import blocks, fit, hardware, models
 from app.accounting.errors import InvalidInput
 from app.accounting.finetune.spec import FineTune, targets_of
 from app.accounting.finetune.stacks import STACKS, StackName
