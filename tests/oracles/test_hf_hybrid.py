@@ -3,21 +3,14 @@ Bamba (Mamba-2 beside attention), Jamba (Mamba-1 beside attention, with experts)
 block a layer: Mamba-2, attention, an MLP or experts) and Falcon-H1 (attention and Mamba-2 side by side
 in every layer).
 
-- parameters (total and active) of the published configs and seeded random ones, on the meta device;
-- forward and backward FLOPs against FlopCounterMode on small CPU models at two sequence lengths,
-  through transformers' torch paths (no fla or mamba_ssm kernels here). FlopCounterMode counts a
-  depthwise conv1d's weight gradient as a dense convolution (its conv_backward formula ignores
-  groups), channels^2 x K where the work is channels x K; Tally counts the depthwise one, so the
-  counter's backward is Tally's plus exactly that, layer by layer;
-- the state and KV cache transformers holds after real forwards (engine "transformers").
+Parameters (total and active) of the published configs and seeded random ones, on the meta device. Their
+FLOPs are in test_flops_hf_hybrid.py, their state and cache in test_state_hf.py.
 """
 
 import pytest
 import torch
-from torch.utils.flop_counter import FlopCounterMode
 from transformers import AutoConfig, AutoModelForCausalLM
 
-from app.accounting.blocks import GatedDeltaNet, Mamba1, Mamba2, ParallelMixers, layers
 from app.accounting.hf import import_config
 from app.accounting.inference.kv_cache import kv_cache
 from tests.support.hf_configs_hybrid import (
@@ -26,10 +19,8 @@ from tests.support.hf_configs_hybrid import (
     JAMBA_V01,
     NEMOTRON_NANO_9B_V2,
     QWEN3_NEXT_80B,
-    SMALL,
     random_configs,
 )
-from tests.support.hf_oracle import one_thread
 
 IMPORT = "/api/v1/models/import"
 
@@ -105,58 +96,3 @@ def test_qwen3_next_is_the_cards_80b_with_3b_active_less_its_embeddings(api):
 def test_random_hybrids_are_transformers_counts(api, config):
     body = api.ok(IMPORT, config)
     assert (body["params"]["total"], body["params"]["active"]) == hf_counts(config)
-
-
-def counted(config: dict, batch: int, seq: int) -> tuple[int, int]:
-    with one_thread():
-        torch.manual_seed(0)
-        cfg, model = built(config, "cpu")
-        ids = torch.randint(0, cfg.vocab_size, (batch, seq))
-        with FlopCounterMode(display=False) as forward:
-            logits = model(input_ids=ids, use_cache=False).logits
-        with FlopCounterMode(display=False) as backward:
-            logits.sum().backward()
-    return forward.get_total_flops(), backward.get_total_flops()
-
-
-def dense_conv_excess(config: dict, batch: int, seq: int) -> int:
-    """What FlopCounterMode adds to each depthwise conv1d's weight gradient: it counts channels^2 x K
-    multiply-adds per output position (padding K - 1 gives seq + K - 1 of them) for channels x K."""
-    cfg = import_config(config).config
-    excess = 0
-    for layer in layers(cfg):
-        mixer = layer.attention
-        if isinstance(mixer, ParallelMixers):  # Falcon-H1: the Mamba-2 beside the attention
-            mixer = mixer.ssm
-        if isinstance(mixer, Mamba1 | Mamba2 | GatedDeltaNet):
-            k = cfg.linear_conv_kernel if isinstance(mixer, GatedDeltaNet) else cfg.ssm_conv_kernel
-            c = mixer.conv_channels
-            excess += 2 * batch * c * k * (seq + k - 1) * (c - 1)
-    return excess
-
-
-def tally(api, config: dict, batch: int, seq: int) -> dict:
-    model = api.ok(IMPORT, config)["config"]
-    return api.ok(
-        "/api/v1/flops/transformer", {"model": model, "batch_size": batch, "seq_len": seq, "causal": "full"}
-    )
-
-
-@pytest.mark.parametrize("seq", [37, 70])  # neither divides DeltaNet's 64-token chunks nor Bamba's 16
-@pytest.mark.parametrize("family", list(SMALL))
-def test_hybrid_flops_are_flop_counter_modes(api, family, seq):
-    config = SMALL[family]
-    answer = tally(api, config, 2, seq)
-    forward, backward = counted(config, 2, seq)
-    assert answer["forward"]["total"] == forward
-    assert answer["backward"]["total"] + dense_conv_excess(config, 2, seq) == backward
-    assert answer["forward"]["mixer_scan"] > 0
-
-
-@pytest.mark.parametrize("config", random_configs(2, 43), ids=lambda c: c["model_type"])
-def test_random_hybrid_flops_are_flop_counter_modes(api, config):
-    for seq in (20, 45):
-        answer = tally(api, config, 1, seq)
-        forward, backward = counted(config, 1, seq)
-        assert answer["forward"]["total"] == forward
-        assert answer["backward"]["total"] + dense_conv_excess(config, 1, seq) == backward

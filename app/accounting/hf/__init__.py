@@ -4,7 +4,8 @@ Supported model_type values, read as their transformers 5.23 classes read them (
 key's absence means that class's default), one registry entry (family.Family) each, grouped by
 lineage: llama.py: llama, mistral, qwen2, qwen3, phi3, olmo, olmo2; gpt.py: gpt2, gpt_neox,
 falcon, starcoder2; gemma.py: gemma, gemma2, gemma3_text, gemma3 (its text model); moe.py:
-mixtral, qwen2_moe, qwen3_moe, deepseek_v2, deepseek_v3.
+mixtral, qwen2_moe, qwen3_moe, deepseek_v2, deepseek_v3, gpt_oss, glm4_moe; llama4.py: llama4_text,
+llama4 (its text model); hybrid.py: qwen3_next, jamba; mamba2.py: bamba, nemotron_h, falcon_h1.
 
 When `architectures` names another supported family's class (a Qwen3 config sent as
 llama), the config is read both ways: a different count is a 422 naming architectures.

@@ -5,14 +5,14 @@ from typing import Any
 
 from app.accounting.conventions import conventions
 from app.accounting.errors import InvalidInput
-from app.accounting.hf import gemma, gpt, hybrid, keys, llama, llama4, moe
+from app.accounting.hf import gemma, gpt, hybrid, keys, llama, llama4, mamba2, moe
 from app.accounting.hf.family import Family
 from app.accounting.models import ParamCount, TransformerConfig, count_params
 from app.accounting.records import RECORD
 
 FAMILIES: dict[str, Family] = {f.model_type: f for f in (*llama.FAMILIES, *gpt.FAMILIES, *gemma.FAMILIES,
                                                               *moe.FAMILIES, *llama4.FAMILIES,
-                                                              *hybrid.FAMILIES)}
+                                                              *hybrid.FAMILIES, *mamba2.FAMILIES)}
 SUPPORTED = tuple(FAMILIES)
 
 
