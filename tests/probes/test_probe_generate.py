@@ -238,6 +238,9 @@ def test_the_launch_form_submits_a_generate_job(make_api):
     ({"batch_sizes": [0]}, "params.batch_sizes.0"),
     ({"dtype": "int8"}, "params.dtype"),
     ({"model": "gemma-2-9b"}, "params.model.attn_logit_softcapping"),
+    ({"model": "gpt-oss-20b"}, "params.model.attention_sinks"),
+    ({"model": "llama4-scout"}, "params.model.attention_chunk_size"),
+    ({"model": "qwen3-next-80b-a3b"}, "params.model.layer_mixers"),
     ({"model": LLAMA | {"kv_lora_rank": 32, "qk_nope_head_dim": 16, "qk_rope_head_dim": 8, "v_head_dim": 16,
                         "sliding_window": 8}}, "params.model.sliding_window"),
     ({"model": "llama3.1-405b"}, "params.model"),  # 1.6 TB of float32 weights fit no host here

@@ -193,7 +193,9 @@ def test_narrow_value_attention_matches_sdpa_forward_and_backward(s):
         torch.testing.assert_close(mine, t.grad)
 
 
-@pytest.mark.parametrize("field,value", [("attn_logit_softcapping", 50.0), ("final_logit_softcapping", 30.0)])
+@pytest.mark.parametrize("field,value", [("attn_logit_softcapping", 50.0), ("final_logit_softcapping", 30.0),
+                                         ("attention_sinks", True), ("attn_output_gate", True),
+                                         ("attention_chunk_size", 16)])
 def test_the_probe_refuses_what_it_does_not_build(field, value):
     """A model the probe would build differently from its config is refused, naming the field,
     rather than measured as something else."""
