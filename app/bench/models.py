@@ -115,7 +115,10 @@ class Attention(nn.Module):
         super().__init__()
         self.heads, self.kv_heads, self.hd = cfg.n_heads, cfg.kv_heads, cfg.hd
         self.q_width, self.kv_width = cfg.n_heads * cfg.hd, cfg.kv_heads * cfg.hd
-        self.qkv = nn.Linear(cfg.d_model, self.q_width + 2 * self.kv_width, bias=cfg.has_qkv_bias)
+        # Qwen3-Next's gated attention: a second q-wide block of the projection gates the output.
+        self.gate_width = self.q_width if cfg.attn_output_gate else 0
+        self.qkv = nn.Linear(cfg.d_model, self.q_width + 2 * self.kv_width + self.gate_width,
+                             bias=cfg.has_qkv_bias)
         self.out = nn.Linear(self.q_width, cfg.d_model, bias=cfg.has_attn_bias)
         # q/k norms: one head_dim-wide weight shared by all heads (Qwen3, Gemma 3), or one over
         # the whole projection (OLMo 2).
@@ -127,8 +130,14 @@ class Attention(nn.Module):
 
     def project(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None):
         """q (B, heads, s, hd), k and v (B, kv_heads, s, hd), positions applied."""
+        q, k, v, _ = self._project(x, rope)
+        return q, k, v
+
+    def _project(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None):
+        """q, k and v as project() gives them, and the output gate's block (None without one)."""
         b, s, _ = x.shape
-        q, k, v = blocks(self.qkv, x, (self.q_width, self.kv_width, self.kv_width))
+        widths = (self.q_width, self.kv_width, self.kv_width) + ((self.gate_width,) if self.gate_width else ())
+        q, k, v, *gate = blocks(self.qkv, x, widths)
         # A fused q/k-norm kernel reads q and k alone: copies, so the norms do not keep the
         # whole projection (v included) alive.
         if self.qk_norm == "projection":
@@ -142,15 +151,18 @@ class Attention(nn.Module):
         if rope is not None:
             # Rotated q and k are new tensors; a view v would keep the whole projection alive.
             q, k, v = _rotate(q, *rope), _rotate(k, *rope), v.contiguous()
-        return q, k, v
+        return q, k, v, (gate[0] if gate else None)
 
     def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None,
                 dropout: float) -> torch.Tensor:
         b, s, _ = x.shape
-        q, k, v = self.project(x, rope)
+        q, k, v, gate = self._project(x, rope)
         z = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=self.kv_heads != self.heads,
                                            dropout_p=dropout)
-        return self.out(z.transpose(1, 2).reshape(b, s, self.q_width))
+        z = z.transpose(1, 2).reshape(b, s, self.q_width)
+        if gate is not None:  # sigmoid(gate) * z: autograd keeps both operands, q wide each
+            z = z * torch.sigmoid(gate)
+        return self.out(z)
 
 
 class Mlp(nn.Module):
@@ -186,8 +198,8 @@ class Experts(nn.Module):
     def __init__(self, cfg: TransformerConfig) -> None:
         super().__init__()
         self.k, self.n = cfg.top_k, cfg.n_experts
-        self.router = nn.Linear(cfg.d_model, cfg.n_experts, bias=False)
-        self.experts = nn.ModuleList(Mlp(cfg, cfg.ff_expert, bias=False) for _ in range(cfg.n_experts))
+        self.router = nn.Linear(cfg.d_model, cfg.n_experts, bias=cfg.router_bias)  # gpt-oss biases both
+        self.experts = nn.ModuleList(Mlp(cfg, cfg.ff_expert, bias=cfg.expert_bias) for _ in range(cfg.n_experts))
         self.shared = Mlp(cfg, cfg.ff_shared, bias=False) if cfg.ff_shared else None
         self.shared_gate = nn.Linear(cfg.d_model, 1, bias=False) if cfg.shared_expert_gate else None
 

@@ -33,6 +33,9 @@ CONFIGS = {
     "deepseek": LLAMA | {"n_layers": 3, "q_lora_rank": 48, "kv_lora_rank": 32, "qk_nope_head_dim": 16,
                          "qk_rope_head_dim": 8, "v_head_dim": 16, "n_experts": 8, "top_k": 2,
                          "d_ff_expert": 32, "n_shared_experts": 2, "first_dense_layers": 1},
+    # gpt-oss's experts and router, biased; Qwen3-Next's gated attention (its sinks and DeltaNet aside).
+    "biased-gated": LLAMA | {"n_experts": 4, "top_k": 2, "d_ff_expert": 64, "expert_bias": True,
+                             "router_bias": True, "attn_output_gate": True},
 }
 NAMES = list(CONFIGS)
 
@@ -194,8 +197,7 @@ def test_narrow_value_attention_matches_sdpa_forward_and_backward(s):
 
 
 @pytest.mark.parametrize("field,value", [("attn_logit_softcapping", 50.0), ("final_logit_softcapping", 30.0),
-                                         ("attention_sinks", True), ("attn_output_gate", True),
-                                         ("attention_chunk_size", 16)])
+                                         ("attention_sinks", True), ("attention_chunk_size", 16)])
 def test_the_probe_refuses_what_it_does_not_build(field, value):
     """A model the probe would build differently from its config is refused, naming the field,
     rather than measured as something else."""

@@ -10,7 +10,7 @@ Per layer, with d = d_model, q = n_heads x head_dim, kv = n_kv_heads x head_dim:
             2 x head_dim per head per scored pair each
   cache     K and V: 2 x n_kv_heads x head_dim values per token
   gate      with attn_output_gate (Qwen3-Next), q's projection is 2q wide: its second half, through a
-            sigmoid, scales the attention output before o (2 t d q more FLOPs; the gate's input and
+            sigmoid, scales the attention output before o (2 t d q more FLOPs; sigmoid(gate) and
             the ungated output saved, q values each)
 """
 
@@ -89,7 +89,7 @@ class GroupedAttention(Attention):
                   Item("attention/v", hkv, 0, act_bytes, True),
                   Item("attention/output_proj_input", hq, 0, act_bytes, True)]
         if cfg.attn_output_gate:  # sigmoid(gate) * output: the gate's input and the ungated output
-            items.append(Item("attention/output_gate_input_and_ungated_output", 2 * hq, 0, act_bytes, True))
+            items.append(Item("attention/output_gate_and_ungated_output", 2 * hq, 0, act_bytes, True))
         if cfg.dropout:
             items.append(Item("attention/dropout_mask", h, 0, 1, False))
         return items

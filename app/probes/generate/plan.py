@@ -48,6 +48,9 @@ def generate(p: GenerateParams, cuda: bool) -> GeneratePlan:
         cfg = engine_model(spec, field="params.model")
     cfg = dataclasses.replace(cfg, dropout=False)
     check_buildable(cfg, "generate")
+    if cfg.attn_output_gate:
+        raise InvalidInput("params.model.attn_output_gate", "the generate probe's decode does not build gated "
+                                                            "attention's output gate")
     if cfg.mla and cfg.layers.n_windowed:
         raise InvalidInput("params.model.sliding_window", "the generate probe does not build windowed "
                                                           "latent attention")

@@ -146,10 +146,8 @@ UNBUILT = {"attn_logit_softcapping": (None, "attention-logit softcapping (no fla
            "final_logit_softcapping": (None, "final-logit softcapping"),
            "layer_mixers": ((), "Mamba, Mamba-2 or gated DeltaNet layers"),
            "mlp_free_layers": ((), "layers without an MLP"),
-           "attn_output_gate": (False, "gated attention's output gate"),
            "attention_sinks": (False, "attention sinks (SDPA takes no per-head logit)"),
-           "attention_chunk_size": (None, "chunked attention"),
-           "expert_bias": (False, "biased experts"), "router_bias": (False, "a biased router")}
+           "attention_chunk_size": (None, "chunked attention")}
 
 
 def check_buildable(cfg: models.TransformerConfig, probe: str) -> None:
