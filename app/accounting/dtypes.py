@@ -150,6 +150,13 @@ FORMATS: tuple[Format, ...] = (
     FloatFormat("float4_e2m1fn", 2, 1, 1, 4, "none", "saturate", None, ("fp4", "e2m1"),
                 "OCP MX FP4 E2M1 element (values 0, 0.5, 1, 1.5, 2, 3, 4, 6): no inf, no NaN, "
                 "conversions saturate. Two values share a byte (PyTorch's float4_e2m1fn_x2)."),
+    FloatFormat("float6_e2m3fn", 2, 3, 1, 6, "none", "saturate", None, ("fp6", "fp6_e2m3", "e2m3"),
+                "OCP MX FP6 E2M3 element (max 7.5, min normal 1, min subnormal 0.125): no inf, no NaN, "
+                "conversions saturate; the FP6 AMD CDNA 4 and NVIDIA Blackwell tensor cores read (OCP "
+                "Microscaling Formats v1.0, section 5.3.2)."),
+    FloatFormat("float6_e3m2fn", 3, 2, 3, 6, "none", "saturate", None, ("fp6_e3m2", "e3m2"),
+                "OCP MX FP6 E3M2 element (max 28, min normal 0.25, min subnormal 0.0625): no inf, no NaN, "
+                "conversions saturate (OCP Microscaling Formats v1.0, section 5.3.2)."),
     IntFormat("int8", 8, True, "int8", ("i8",), "Two's complement."),
     IntFormat("uint8", 8, False, "uint8", ("u8",), "Unsigned."),
     IntFormat("int32", 32, True, "int32", ("i32", "int"), "Two's complement."),
@@ -157,7 +164,7 @@ FORMATS: tuple[Format, ...] = (
 )
 
 # Keys of a GPU's peak table that a dtype's matmuls run at.
-PEAK_KEYS = ("float64", "float32", "tfloat32", "bfloat16", "float16", "float8", "float4", "int8")
+PEAK_KEYS = ("float64", "float32", "tfloat32", "bfloat16", "float16", "float8", "float6", "float4", "int8")
 
 
 @cache
@@ -193,6 +200,8 @@ def peak_key(name: str, *, field: str = "dtype") -> str:
         return "float8"
     if fmt.name == "float4_e2m1fn":
         return "float4"
+    if fmt.name.startswith("float6"):
+        return "float6"
     return fmt.name
 
 

@@ -73,7 +73,8 @@ class Accelerator:
     multiplies) where the catalogue has a report, else the datasheet's figure (memory_source)."""
     memory_bandwidth_bytes_per_sec: float
     peak_flop_per_sec: dict[str, float]
-    """Dense peak per dtype key: float64, float32, tfloat32, bfloat16, float16, float8, float4, int8."""
+    """Dense peak per dtype key: float64, float32, tfloat32, bfloat16, float16, float8, float6, float4,
+    int8."""
     device_names: list[str]
     """Names a live device reports for this part (torch.cuda.get_device_name, NVML)."""
     source: str
@@ -124,6 +125,7 @@ class PeakOverrides:
     bfloat16: FlopRate | None = None
     float16: FlopRate | None = None
     float8: FlopRate | None = None
+    float6: FlopRate | None = None
     float4: FlopRate | None = None
     int8: FlopRate | None = None
 
@@ -155,6 +157,7 @@ class CustomPeaks:
     float32: FlopRate | None = None
     tfloat32: FlopRate | None = None
     float8: FlopRate | None = None
+    float6: FlopRate | None = None
     float4: FlopRate | None = None
     int8: FlopRate | None = None
     float64: FlopRate | None = None

@@ -156,7 +156,7 @@ CALCULATORS = [
      'Read a Hugging Face config.json into a TransformerConfig, with its parameters.', [], [], None, True,
      'A Hugging Face config.json (model_type llama, mistral, qwen2, qwen3, phi3, olmo, olmo2, gpt2, '
      'gpt_neox, falcon, starcoder2, gemma, gemma2, gemma3_text, gemma3, mixtral, qwen2_moe, qwen3_moe, '
-     'deepseek_v2, gpt_oss, glm4_moe, deepseek_v3, llama4_text, llama4, qwen3_next, bamba, jamba, '
+     'deepseek_v2, gpt_oss, glm4_moe, deepseek_v3, llama4_text, llama4, qwen3_next, jamba, bamba, '
      'nemotron_h, falcon_h1). Nothing is fetched. A key that changes the count but that model_type does not '
      'read is refused; unknown keys are listed in warnings.',
      'app.api.routes.models', 'Model presets, and Hugging Face config.json import.'),

@@ -33,6 +33,7 @@ BOXES = (
     Box("gpu_bf16", "Dense bf16/fp16 peak", ("peak_flop_per_sec", "bfloat16"), "68T (FLOP/s)", True),
     Box("gpu_fp8", "Dense fp8 peak", ("peak_flop_per_sec", "float8"), "none"),
     Box("gpu_int8", "Dense int8 peak", ("peak_flop_per_sec", "int8"), "none"),
+    Box("gpu_fp6", "Dense fp6 peak", ("peak_flop_per_sec", "float6"), "none"),
     Box("gpu_fp4", "Dense fp4 peak", ("peak_flop_per_sec", "float4"), "none"),
     Box("gpu_fp32", "fp32 peak", ("peak_flop_per_sec", "float32"), "none"),
     Box("gpu_link", "Interconnect, each way", ("interconnect_bytes_per_sec",), "32GB/s"),

@@ -19,7 +19,7 @@ def test_catalogue_lists_every_required_accelerator(api):
         assert g["source"].startswith("https://") and g["memory_bytes"] > 0
         assert g["memory_bandwidth_bytes_per_sec"] > 0
         assert set(g["peak_flop_per_sec"]) <= {"float64", "float32", "tfloat32", "bfloat16",
-                                               "float16", "float8", "float4", "int8"}
+                                               "float16", "float8", "float6", "float4", "int8"}
 
 
 def test_h100_bf16_is_the_dense_half_of_the_datasheet(api):
@@ -87,6 +87,11 @@ def test_the_newer_parts_carry_their_datasheets_figures(api):
     assert "int8" not in b300  # the published INT8 figures disagree: left out, not guessed
     # FP4 dense is 13.125 PF per GPU: more than half the sparse 18, 1.46x the B200's 9
     assert b300["float4"] > 144e15 / 8 / 2
+    # FP6: AMD prints MXFP6 at the MXFP4 rate (10.1 PF); the GB200 NVL72 table's "FP8/FP6" row, 10 PF
+    # sparse, is 5 PF dense for both.
+    mi355x = api.get("/api/v1/hardware/mi355x").json()["peak_flop_per_sec"]
+    gb200 = api.get("/api/v1/hardware/gb200").json()["peak_flop_per_sec"]
+    assert mi355x["float6"] == mi355x["float4"] == 10.1e15 and gb200["float6"] == gb200["float8"] == 10e15 / 2
     # GB200 NVL72: one NVLink 5 domain of 72 GPUs through NVSwitch, 1.8TB/s per GPU both ways
     ic = api.get("/api/v1/hardware/gb200").json()["interconnect"]
     assert (ic["gpus_per_node"], ic["node_link_bytes_per_sec"], ic["nvswitch"]) == (72, 1.8e12 / 2, True)
