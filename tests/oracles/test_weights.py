@@ -17,7 +17,7 @@ from app.accounting.inference.quant import _shard
 from app.accounting.inference.weights import by_component, model_tensors
 from app.accounting.params import count_params
 from app.accounting.training.sharding import stage_params
-from tests.support import hf_configs_dense, hf_configs_moe, hf_configs_real
+from tests.support import hf_configs_dense, hf_configs_hybrid, hf_configs_moe, hf_configs_real
 
 REAL = {name: value for module in (hf_configs_dense, hf_configs_moe, hf_configs_real)
         for name, value in vars(module).items() if isinstance(value, dict) and "model_type" in value}
@@ -78,6 +78,10 @@ FAMILIES = {
                                   "topk_group": 1, "tie_word_embeddings": False}),
     "deepseek_v2": ("DEEPSEEK2", {**_MLA, "n_shared_experts": 2, "q_lora_rank": None,
                                   "attention_bias": True}),
+    # The hybrids' small configs: Mamba-2 (Bamba, as llama.cpp's granite hybrid), Mamba-1 beside experts
+    # (Jamba), attention and Mamba-2 side by side (Falcon-H1).
+    **{family: (arch, {k: v for k, v in hf_configs_hybrid.SMALL[family].items() if k != "model_type"})
+       for family, arch in (("bamba", "GRANITE_HYBRID"), ("jamba", "JAMBA"), ("falcon_h1", "FALCON_H1"))},
 }
 
 
@@ -85,7 +89,8 @@ def transformers_tensors(model_type: str, arch: str, body: dict) -> dict[str, tu
     """GGUF name -> shape of every parameter transformers builds, named by gguf's TensorNameMap
     (what convert_hf_to_gguf.py writes). transformers 5.23 fuses routed experts' gate and up
     projections in one (n_experts, 2 x d_ff_expert, d_model) tensor: split in half, as the
-    converter does."""
+    converter does. Mamba's dt_bias is renamed dt_proj.bias before mapping, as the converter's
+    Mamba2Model does, and its A and D keep no suffix (llama.cpp loads tn(LLM_TENSOR_SSM_A, i))."""
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(AutoConfig.for_model(model_type, **body))
     names = gguf.get_tensor_name_map(gguf.MODEL_ARCH[arch], body["num_hidden_layers"])
@@ -97,9 +102,12 @@ def transformers_tensors(model_type: str, arch: str, body: dict) -> dict[str, tu
             half = (shape[0], shape[1] // 2, shape[2])
             out[f"blk.{layer}.ffn_gate_exps.weight"] = out[f"blk.{layer}.ffn_up_exps.weight"] = half
             continue
+        if name.endswith(".dt_bias"):
+            name = name.rpartition(".dt_bias")[0] + ".dt_proj.bias"
         mapped = names.get_name(name, try_suffixes=(".weight", ".bias"))
         assert mapped is not None, name
-        out[mapped if mapped.endswith((".weight", ".bias")) else mapped + ".weight"] = shape
+        bare = mapped.rsplit(".", 1)[-1] in ("ssm_a", "ssm_d")
+        out[mapped if mapped.endswith((".weight", ".bias")) or bare else mapped + ".weight"] = shape
     return out
 
 
