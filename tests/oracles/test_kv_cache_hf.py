@@ -15,15 +15,14 @@ engine "transformers" equals that cache; its default, vLLM's, keeps the key/valu
 
 
 import pytest
-import torch
-from transformers import AutoConfig, AutoModelForCausalLM
+from transformers import AutoConfig
 from transformers.models.deepseek_v3 import modeling_deepseek_v3
 
 from app.accounting.hf import import_config
 from app.accounting.inference.kv_cache import kv_cache
 from tests.support.api import assert_names_field
+from tests.support.hf_generate import BATCH, generate
 
-BATCH = 2
 _BASE = {"vocab_size": 100, "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
          "num_attention_heads": 4, "max_position_embeddings": 256}
 LLAMA = _BASE | {"model_type": "llama", "num_key_value_heads": 2}
@@ -52,20 +51,6 @@ DEEPSEEK_V3 = _BASE | {"model_type": "deepseek_v3", "num_key_value_heads": 4, "k
                        "q_lora_rank": 24, "qk_nope_head_dim": 16, "qk_rope_head_dim": 8, "v_head_dim": 12,
                        "moe_intermediate_size": 32, "n_routed_experts": 4, "num_experts_per_tok": 2,
                        "n_group": 1, "topk_group": 1, "first_k_dense_replace": 1}
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-def generate(raw: dict, dtype: str, prompt: int, steps: int):
-    """The DynamicCache after a forward over `prompt` random tokens and `steps` greedy steps."""
-    torch.manual_seed(0)
-    body = {k: v for k, v in raw.items() if k != "model_type"}
-    model = AutoModelForCausalLM.from_config(AutoConfig.for_model(raw["model_type"], **body))
-    model = model.to(DTYPES[dtype]).eval()
-    with torch.no_grad():
-        out = model(torch.randint(0, raw["vocab_size"], (BATCH, prompt)), use_cache=True)
-        for _ in range(steps):
-            out = model(out.logits[:, -1:].argmax(-1), past_key_values=out.past_key_values, use_cache=True)
-    return out.past_key_values
 
 
 def held(cache) -> tuple[int, int]:

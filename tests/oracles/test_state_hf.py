@@ -5,14 +5,11 @@ layer by layer, against kv_cache(engine="transformers")."""
 
 import pytest
 import torch
-from transformers import AutoConfig, AutoModelForCausalLM
 
 from app.accounting.hf import import_config
 from app.accounting.inference.kv_cache import kv_cache
 from tests.support.hf_configs_hybrid import SMALL
-
-BATCH = 2
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+from tests.support.hf_generate import BATCH, DTYPES, generate
 
 
 def tensors(states) -> list[torch.Tensor]:
@@ -22,16 +19,8 @@ def tensors(states) -> list[torch.Tensor]:
 
 def held(raw: dict, dtype: str, prompt: int, steps: int) -> tuple[int, int, set]:
     """(bytes of the linear layers' state, bytes of the attention layers' K and V, the state dtypes)."""
-    torch.manual_seed(0)
-    body = {k: v for k, v in raw.items() if k != "model_type"}
-    model = AutoModelForCausalLM.from_config(AutoConfig.for_model(raw["model_type"], **body))
-    model = model.to(DTYPES[dtype]).eval()
-    with torch.no_grad():
-        out = model(torch.randint(0, raw["vocab_size"], (BATCH, prompt)), use_cache=True)
-        for _ in range(steps):
-            out = model(out.logits[:, -1:].argmax(-1), past_key_values=out.past_key_values, use_cache=True)
     state, kv, dtypes = 0, 0, set()
-    for layer in out.past_key_values.layers:
+    for layer in generate(raw, dtype, prompt, steps).layers:
         if hasattr(layer, "recurrent_states"):
             found = tensors(layer.conv_states) + tensors(layer.recurrent_states)
             state += sum(t.nbytes for t in found)

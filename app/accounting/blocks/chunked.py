@@ -2,7 +2,7 @@
 tokens (attention_chunk_size) and each query attends to the keys of its own chunk up to itself,
 transformers' chunked_causal_mask_function: key // C == query // C, key <= query.
 
-It has the weights, saved tensors and per-token cache of the attention it chunks; what changes:
+It is a blocks/wrapped.Wrapped: the attention it chunks, but for
   FLOPs     with causal='halved', C^2/2 pairs per head for each whole chunk of an S-token sequence
             and r^2/2 for the last r = S mod C tokens (the diagonal left out, as score_pairs_doubled
             does); eager attention ('full') scores every pair, masked or not
@@ -16,26 +16,17 @@ It has the weights, saved tensors and per-token cache of the attention it chunks
 """
 
 from dataclasses import dataclass
+from typing import ClassVar
 
-from app.accounting.blocks.base import Attention, CacheShape, Causal, Item, Recompute, Weight
+from app.accounting.blocks.base import Causal
+from app.accounting.blocks.wrapped import Wrapped
 
 
 @dataclass(frozen=True)
-class Chunked(Attention):
-    inner: Attention
+class Chunked(Wrapped):
     chunk: int
     window: None = None  # no sliding window: a chunk's start is fixed, not the query's distance
-
-    @property
-    def kind(self) -> str:
-        return f"chunked {self.inner.kind}"
-
-    @property
-    def fine_tune_refusal(self) -> str | None:  # type: ignore[override]
-        return self.inner.fine_tune_refusal
-
-    def weights(self) -> tuple[Weight, ...]:
-        return self.inner.weights()
+    prefix: ClassVar[str] = "chunked"
 
     def pairs_doubled(self, seq_len: int, causal: Causal) -> int:
         if causal == "full":
@@ -43,31 +34,5 @@ class Chunked(Attention):
         whole, rest = divmod(seq_len, self.chunk)
         return whole * self.chunk * self.chunk + rest * rest
 
-    def projection_flops(self, tokens: int) -> dict[str, int]:
-        return self.inner.projection_flops(tokens)
-
-    def core_flops(self, pairs_doubled: int) -> dict[str, int]:
-        return self.inner.core_flops(pairs_doubled)
-
     def tokens_kept(self, context: int) -> int:
         return (context - 1) % self.chunk + 1
-
-    def decode_core_flops(self, keys: int, mla_cache: str) -> int:
-        return self.inner.decode_core_flops(keys, mla_cache)
-
-    def saved(self, *, act_bytes: int, residual_bytes: int, recompute: Recompute, tp: int) -> list[Item]:
-        return self.inner.saved(
-            act_bytes=act_bytes, residual_bytes=residual_bytes, recompute=recompute, tp=tp
-        )
-
-    def cache(self, *, mla_cache: str, tp: int) -> CacheShape:
-        return self.inner.cache(mla_cache=mla_cache, tp=tp)
-
-    def workspace_values(self, tp: int) -> int:
-        return self.inner.workspace_values(tp)
-
-    def kv_replicas(self, tp: int) -> int:
-        return self.inner.kv_replicas(tp)
-
-    def tensor_parallel_refusal(self, tp: int) -> str | None:
-        return self.inner.tensor_parallel_refusal(tp)

@@ -26,7 +26,8 @@ convolution's channels cd = 2 kd + vd and width K:
 from dataclasses import dataclass
 from typing import ClassVar
 
-from app.accounting.blocks.base import Attention, CacheShape, Causal, Item, Recompute, State, Weight, linear
+from app.accounting.blocks.base import Causal, Item, Recompute, State, Weight, linear
+from app.accounting.blocks.state_mixer import StateMixer
 
 CHUNK_TOKENS = 64
 """torch_chunk_gated_delta_rule's chunk_size (transformers 5.23 models/qwen3_next); fla's kernels
@@ -35,14 +36,9 @@ FP32 = 4
 
 
 @dataclass(frozen=True)
-class GatedDeltaNet(Attention):
+class GatedDeltaNet(StateMixer):
     kind: ClassVar[str] = "gated_delta_net"
-    window: ClassVar[None] = None
-    mixes_by_attention: ClassVar[bool] = False
-    fine_tune_refusal: ClassVar[str | None] = (
-        "fine-tuning is counted for attention layers; gated DeltaNet layers' adapters and frozen parts are "
-        "not counted yet"
-    )
+    label: ClassVar[str] = "gated DeltaNet"
 
     @property
     def key_width(self) -> int:
@@ -104,13 +100,6 @@ class GatedDeltaNet(Attention):
         conv = 2 * batch * self.conv_channels * k * (seq_len + k - 1)
         return conv + 2 * bh * n * c * (2 * c * dk + 3 * dk * dv + c * dv)
 
-    def forward_flops(self, *, batch: int, seq_len: int, causal: Causal) -> dict[str, int]:
-        return (
-            self.projection_flops(batch * seq_len)
-            | self.core_flops(0)
-            | {"mixer_scan": self.scan_flops(batch=batch, seq_len=seq_len)}
-        )
-
     def backward_flops(self, *, batch: int, seq_len: int, causal: Causal) -> dict[str, int]:
         twice = super().backward_flops(batch=batch, seq_len=seq_len, causal=causal)
         bh, n, dk, dv = self._dims(batch, seq_len)
@@ -119,18 +108,12 @@ class GatedDeltaNet(Attention):
         ends = 2 * bh * c * dk * dv * 4
         return twice | {"mixer_scan": twice["mixer_scan"] + solves - ends}
 
-    def core_flops(self, pairs_doubled: int) -> dict[str, int]:
-        return {"attention_scores": 0, "attention_values": 0}  # no softmax attention: mixer_scan instead
-
     def decode_core_flops(self, keys: int, mla_cache: str) -> int:
         """One token: the convolution over K inputs, and the state's read and update (2 Hv dk dv
         each: S k for the delta, S q for the output)."""
         cfg = self.cfg
         state = cfg.linear_value_heads * cfg.linear_key_head_dim * cfg.linear_value_head_dim
         return 2 * self.conv_channels * cfg.linear_conv_kernel + 2 * 2 * state
-
-    def tokens_kept(self, context: int) -> int:
-        return 0
 
     def saved(self, *, act_bytes: int, residual_bytes: int, recompute: Recompute, tp: int) -> list[Item]:
         cfg, h = self.cfg, self.cfg.d_model
@@ -144,9 +127,6 @@ class GatedDeltaNet(Attention):
             Item("deltanet/chunk_states", -(-state // CHUNK_TOKENS), 0, FP32, True),
             Item("deltanet/gated_norm_input_and_output", 2 * self.value_width, 0, act_bytes, True),
         ]
-
-    def cache(self, *, mla_cache: str, tp: int) -> CacheShape:
-        return CacheShape("kv", 0, 0, 0, 0, ("a gated DeltaNet layer keeps no per-token cache",))
 
     def state(self) -> State:
         cfg = self.cfg

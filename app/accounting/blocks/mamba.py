@@ -27,18 +27,14 @@ With d = d_model, H heads of P channels (inner I = H x P), G groups of state N, 
 from dataclasses import dataclass
 from typing import ClassVar
 
-from app.accounting.blocks.base import Attention, CacheShape, Causal, Item, Recompute, State, Weight, linear
+from app.accounting.blocks.base import Item, Recompute, State, Weight, linear
+from app.accounting.blocks.state_mixer import StateMixer
 
 
 @dataclass(frozen=True)
-class Mamba2(Attention):
+class Mamba2(StateMixer):
     kind: ClassVar[str] = "mamba2"
-    window: ClassVar[None] = None
-    mixes_by_attention: ClassVar[bool] = False
-    fine_tune_refusal: ClassVar[str | None] = (
-        "fine-tuning is counted for attention layers; Mamba-2 layers' adapters and frozen parts are not "
-        "counted yet"
-    )
+    label: ClassVar[str] = "Mamba-2"
 
     @property
     def inner(self) -> int:
@@ -97,16 +93,6 @@ class Mamba2(Attention):
         scan = 2 * batch * h * (c * q * q * (n + p) + 2 * c * q * p * n + (c + 1) ** 2 * p * n)
         return conv + scan
 
-    def forward_flops(self, *, batch: int, seq_len: int, causal: Causal) -> dict[str, int]:
-        return (
-            self.projection_flops(batch * seq_len)
-            | self.core_flops(0)
-            | {"mixer_scan": self.scan_flops(batch=batch, seq_len=seq_len)}
-        )
-
-    def core_flops(self, pairs_doubled: int) -> dict[str, int]:
-        return {"attention_scores": 0, "attention_values": 0}  # no softmax attention: mixer_scan instead
-
     def decode_core_flops(self, keys: int, mla_cache: str) -> int:
         """One token: the convolution over K inputs and the state update and read, 2 H P N each."""
         cfg = self.cfg
@@ -114,9 +100,6 @@ class Mamba2(Attention):
             2 * self.conv_channels * cfg.ssm_conv_kernel
             + 4 * cfg.ssm_heads * cfg.ssm_head_dim * cfg.ssm_state_size
         )
-
-    def tokens_kept(self, context: int) -> int:
-        return 0
 
     def saved(self, *, act_bytes: int, residual_bytes: int, recompute: Recompute, tp: int) -> list[Item]:
         h = self.cfg.d_model
@@ -126,9 +109,6 @@ class Mamba2(Attention):
             Item("mamba/in_proj_output", self.in_width, 0, act_bytes, True),
             Item("mamba/gated_norm_input_and_output", 2 * self.inner, 0, act_bytes, True),
         ]
-
-    def cache(self, *, mla_cache: str, tp: int) -> CacheShape:
-        return CacheShape("kv", 0, 0, 0, 0, ("a Mamba-2 layer keeps no per-token cache",))
 
     def state(self) -> State:
         cfg = self.cfg

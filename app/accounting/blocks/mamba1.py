@@ -21,18 +21,14 @@ and kernel K:
 from dataclasses import dataclass
 from typing import ClassVar
 
-from app.accounting.blocks.base import Attention, CacheShape, Causal, Item, Recompute, State, Weight, linear
+from app.accounting.blocks.base import Item, Recompute, State, Weight, linear
+from app.accounting.blocks.state_mixer import StateMixer
 
 
 @dataclass(frozen=True)
-class Mamba1(Attention):
+class Mamba1(StateMixer):
     kind: ClassVar[str] = "mamba"
-    window: ClassVar[None] = None
-    mixes_by_attention: ClassVar[bool] = False
-    fine_tune_refusal: ClassVar[str | None] = (
-        "fine-tuning is counted for attention layers; Mamba layers' adapters and frozen parts are not "
-        "counted yet"
-    )
+    label: ClassVar[str] = "Mamba"
 
     @property
     def conv_channels(self) -> int:
@@ -74,23 +70,10 @@ class Mamba1(Attention):
         conv = 2 * batch * (seq_len + k - 1) * cfg.ssm_inner * k
         return conv + 2 * batch * seq_len * cfg.ssm_inner * cfg.ssm_state_size
 
-    def forward_flops(self, *, batch: int, seq_len: int, causal: Causal) -> dict[str, int]:
-        return (
-            self.projection_flops(batch * seq_len)
-            | self.core_flops(0)
-            | {"mixer_scan": self.scan_flops(batch=batch, seq_len=seq_len)}
-        )
-
-    def core_flops(self, pairs_doubled: int) -> dict[str, int]:
-        return {"attention_scores": 0, "attention_values": 0}  # no softmax attention: mixer_scan instead
-
     def decode_core_flops(self, keys: int, mla_cache: str) -> int:
         """One token: the convolution over K inputs, the state's update and its read, 2 I N each."""
         cfg = self.cfg
         return 2 * cfg.ssm_inner * cfg.ssm_conv_kernel + 4 * cfg.ssm_inner * cfg.ssm_state_size
-
-    def tokens_kept(self, context: int) -> int:
-        return 0
 
     def saved(self, *, act_bytes: int, residual_bytes: int, recompute: Recompute, tp: int) -> list[Item]:
         cfg, h, i = self.cfg, self.cfg.d_model, self.cfg.ssm_inner
@@ -104,9 +87,6 @@ class Mamba1(Attention):
             ),
             Item("mamba/scan_output", i, 0, act_bytes, True),
         ]
-
-    def cache(self, *, mla_cache: str, tp: int) -> CacheShape:
-        return CacheShape("kv", 0, 0, 0, 0, ("a Mamba layer keeps no per-token cache",))
 
     def state(self) -> State:
         cfg = self.cfg

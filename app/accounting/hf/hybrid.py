@@ -47,6 +47,12 @@ _MIXER_FIELDS = {
 }
 
 
+def kv_heads(raw: dict, fields: dict[str, Any]) -> int:
+    """num_key_value_heads, 8 where absent (the hybrids' configs' default); null is every head (MHA)."""
+    return fields["n_heads"] if raw.get("num_key_value_heads", 8) is None else integer(
+        raw, "num_key_value_heads", 8)
+
+
 def unused_dropped(fields: dict[str, Any]) -> dict[str, Any]:
     present = set(fields["layer_mixers"])
     if "attention_mamba2" in present:
@@ -132,9 +138,8 @@ def _jamba(raw: dict, warnings: list[str]) -> dict[str, Any]:
     moe_every, moe_at = _period(raw, "expert_layer", 2, 1)
     rank = raw.get("mamba_dt_rank", "auto")
     rank = math.ceil(d / 16) if rank == "auto" else integer(raw, "mamba_dt_rank")
-    kv = raw.get("num_key_value_heads", 8)
     fields |= dict(
-        n_kv_heads=fields["n_heads"] if kv is None else integer(raw, "num_key_value_heads"),
+        n_kv_heads=kv_heads(raw, fields),
         head_dim=d // fields["n_heads"] if fields["n_heads"] > 0 else None,
         mlp=gated(raw, warnings),
         layer_mixers=tuple("attention" if i % every == at else "mamba" for i in range(n)),

@@ -18,9 +18,34 @@ from typing import Any
 
 from app.accounting.errors import InvalidInput
 from app.accounting.hf.family import LLAMA_KEY_NAMES, LLAMA_KEYS, Family
-from app.accounting.hf.hybrid import unused_dropped
+from app.accounting.hf.hybrid import kv_heads, unused_dropped
 from app.accounting.hf.moe import common, gated
 from app.accounting.hf.values import alias, boolean, integer
+
+
+def _heads(raw: dict, inner: int, what: str) -> tuple[int, int]:
+    """(mamba_n_heads, mamba_d_head), the head width "auto" being inner / heads, heads x width = inner."""
+    heads = integer(raw, "mamba_n_heads", 128)
+    head_dim = raw.get("mamba_d_head", "auto")
+    head_dim = (inner // heads if heads > 0 else 0) if head_dim == "auto" else integer(raw, "mamba_d_head")
+    if heads < 1 or head_dim * heads != inner:
+        raise InvalidInput("mamba_d_head", f"mamba_n_heads x mamba_d_head must be {what} ({inner})")
+    return heads, head_dim
+
+
+def _mamba_keys(raw: dict, inner: int, what: str) -> dict[str, Any]:
+    """The Mamba-2 fields Bamba and Falcon-H1 spell alike (mamba_*)."""
+    heads, head_dim = _heads(raw, inner, what)
+    return dict(
+        ssm_heads=heads,
+        ssm_head_dim=head_dim,
+        ssm_state_size=integer(raw, "mamba_d_state", 256),
+        ssm_groups=integer(raw, "mamba_n_groups", 1),
+        ssm_conv_kernel=integer(raw, "mamba_d_conv", 4),
+        ssm_chunk_size=integer(raw, "mamba_chunk_size", 256),
+        ssm_conv_bias=boolean(raw, "mamba_conv_bias", True),
+        ssm_proj_bias=boolean(raw, "mamba_proj_bias", False),
+    )
 
 
 def _bamba(raw: dict, warnings: list[str]) -> dict[str, Any]:
@@ -36,39 +61,23 @@ def _bamba(raw: dict, warnings: list[str]) -> dict[str, Any]:
         ),
     )
     n, d = fields["n_layers"], fields["d_model"]
-    heads = integer(raw, "mamba_n_heads", 128)
-    inner = integer(raw, "mamba_expand", 2) * d
-    head_dim = raw.get("mamba_d_head", "auto")
-    head_dim = (inner // heads if heads > 0 else 0) if head_dim == "auto" else integer(raw, "mamba_d_head")
-    if heads < 1 or head_dim * heads != inner:
-        raise InvalidInput(
-            "mamba_d_head",
-            f"mamba_n_heads x mamba_d_head must be mamba_expand x hidden_size "
-            f"({inner}), as BambaConfig requires",
-        )
+    mamba = _mamba_keys(raw, integer(raw, "mamba_expand", 2) * d,
+                        "mamba_expand x hidden_size, as BambaConfig requires")
     attends = raw.get("attn_layer_indices") or []
     if not isinstance(attends, list) or any(isinstance(i, bool) or not isinstance(i, int) for i in attends):
         raise InvalidInput("attn_layer_indices", f"must be a list of layer indices, got {attends!r}"[:120])
     mixers = tuple("attention" if i in set(attends) else "mamba2" for i in range(n))
-    kv = raw.get("num_key_value_heads", 8)
     return unused_dropped(
         fields
         | dict(
-            n_kv_heads=fields["n_heads"] if kv is None else integer(raw, "num_key_value_heads"),
+            n_kv_heads=kv_heads(raw, fields),
             head_dim=fields["d_model"] // fields["n_heads"] if fields["n_heads"] > 0 else None,
             mlp=gated(raw, warnings),
             attn_bias=boolean(raw, "attention_bias", False),
             mlp_bias=boolean(raw, "mlp_bias", False),
             layer_mixers=mixers,
-            ssm_heads=heads,
-            ssm_head_dim=head_dim,
-            ssm_state_size=integer(raw, "mamba_d_state", 256),
-            ssm_groups=integer(raw, "mamba_n_groups", 1),
-            ssm_conv_kernel=integer(raw, "mamba_d_conv", 4),
-            ssm_chunk_size=integer(raw, "mamba_chunk_size", 256),
-            ssm_conv_bias=boolean(raw, "mamba_conv_bias", True),
-            ssm_proj_bias=boolean(raw, "mamba_proj_bias", False),
         )
+        | mamba
     )
 
 
@@ -134,9 +143,8 @@ def _nemotron_h(raw: dict, warnings: list[str]) -> dict[str, Any]:
     mixers = tuple(
         {"linear_attention": "mamba2", "full_attention": "attention"}.get(t, "none") for t in types
     )
-    kv = raw.get("num_key_value_heads", 8)
     fields |= dict(
-        n_kv_heads=fields["n_heads"] if kv is None else integer(raw, "num_key_value_heads"),
+        n_kv_heads=kv_heads(raw, fields),
         head_dim=integer(raw, "head_dim", 128),
         mlp="relu2",
         attn_bias=False,  # attention_bias is not read
@@ -183,39 +191,23 @@ def _falcon_h1(raw: dict, warnings: list[str]) -> dict[str, Any]:
         ),
     )
     n, d = fields["n_layers"], fields["d_model"]
-    heads = integer(raw, "mamba_n_heads", 128)
-    inner = raw.get("mamba_d_ssm", 1024) if "mamba_d_ssm" in raw else 1024
-    inner = integer(raw, "mamba_expand", 2) * d if inner is None else integer(raw, "mamba_d_ssm", 1024)
-    head_dim = raw.get("mamba_d_head", "auto")
-    head_dim = (inner // heads if heads > 0 else 0) if head_dim == "auto" else integer(raw, "mamba_d_head")
-    if heads < 1 or head_dim * heads != inner:
-        raise InvalidInput(
-            "mamba_d_head",
-            f"mamba_n_heads x mamba_d_head must be the Mamba-2 inner width "
-            f"({inner}: mamba_d_ssm, or mamba_expand x hidden_size)",
-        )
-    kv = raw.get("num_key_value_heads", 8)
+    inner = integer(raw, "mamba_expand", 2) * d if raw.get("mamba_d_ssm", 1024) is None else integer(
+        raw, "mamba_d_ssm", 1024)
+    mamba = _mamba_keys(raw, inner, "the Mamba-2 inner width: mamba_d_ssm, or mamba_expand x hidden_size")
     return unused_dropped(
         fields
         | dict(
-            n_kv_heads=fields["n_heads"] if kv is None else integer(raw, "num_key_value_heads"),
+            n_kv_heads=kv_heads(raw, fields),
             head_dim=integer(raw, "head_dim", None)
             or (d // fields["n_heads"] if fields["n_heads"] > 0 else None),
             mlp=gated(raw, warnings),
             attn_bias=boolean(raw, "attention_bias", False),
             mlp_bias=boolean(raw, "mlp_bias", False),
             layer_mixers=("attention_mamba2",) * n,
-            ssm_heads=heads,
-            ssm_head_dim=head_dim,
-            ssm_state_size=integer(raw, "mamba_d_state", 256),
-            ssm_groups=integer(raw, "mamba_n_groups", 1),
-            ssm_conv_kernel=integer(raw, "mamba_d_conv", 4),
-            ssm_chunk_size=integer(raw, "mamba_chunk_size", 256),
-            ssm_conv_bias=boolean(raw, "mamba_conv_bias", True),
-            ssm_proj_bias=boolean(raw, "mamba_proj_bias", False),
             ssm_out_bias=boolean(raw, "projectors_bias", False),
             ssm_norm=boolean(raw, "mamba_rms_norm", False),
         )
+        | mamba
     )
 
 
