@@ -15,6 +15,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from app.accounting.models import TransformerConfig
+from app.bench.flash import BlockwiseAttention, eager_attention
+from app.bench.mamba1 import Mamba1Mixer
+from app.bench.mamba2 import Mamba2Mixer
 
 
 class Linear(nn.Module):
@@ -111,9 +114,13 @@ def blocks(projection: nn.Module, x: torch.Tensor, widths: tuple[int, ...]) -> t
 class Attention(nn.Module):
     """Multi-head, grouped-query or multi-query attention with one fused QKV projection."""
 
-    def __init__(self, cfg: TransformerConfig) -> None:
+    def __init__(self, cfg: TransformerConfig, chunk: int | None = None) -> None:
         super().__init__()
         self.heads, self.kv_heads, self.hd = cfg.n_heads, cfg.kv_heads, cfg.hd
+        # gpt-oss's sinks: one logit per query head in each row's softmax; Llama 4's local layers
+        # attend within aligned chunks of `chunk` tokens.
+        self.sinks = nn.Parameter(torch.zeros(cfg.n_heads)) if cfg.attention_sinks else None
+        self.chunk = chunk
         self.q_width, self.kv_width = cfg.n_heads * cfg.hd, cfg.kv_heads * cfg.hd
         # Qwen3-Next's gated attention: a second q-wide block of the projection gates the output.
         self.gate_width = self.q_width if cfg.attn_output_gate else 0
@@ -157,8 +164,7 @@ class Attention(nn.Module):
                 dropout: float) -> torch.Tensor:
         b, s, _ = x.shape
         q, k, v, gate = self._project(x, rope)
-        z = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=self.kv_heads != self.heads,
-                                           dropout_p=dropout)
+        z = _attend(q, k, v, dropout, self.sinks, self.chunk)
         z = z.transpose(1, 2).reshape(b, s, self.q_width)
         if gate is not None:  # sigmoid(gate) * z: autograd keeps both operands, q wide each
             z = z * torch.sigmoid(gate)
@@ -227,71 +233,20 @@ class Experts(nn.Module):
         return out.view(shape)
 
 
-def _wide(x: torch.Tensor) -> torch.dtype:
-    return torch.promote_types(x.dtype, torch.float32)
-
-
-class _NarrowValueAttention(torch.autograd.Function):
-    """Causal attention whose values are narrower than its queries and keys (latent
-    attention's v_head_dim), which CPU SDPA's flash kernel refuses (its math fallback keeps
-    the s x s probabilities). As a flash kernel does, it keeps q, k, v, the output and each
-    query's fp32 (or wider) log-sum-exp, and backward recomputes the probabilities, BLOCK queries at a
-    time."""
-
-    BLOCK = 16
-
-    @staticmethod
-    def _probs(q: torch.Tensor, k: torch.Tensor, start: int, lse: torch.Tensor | None) -> torch.Tensor:
-        """Scores (or, given lse, probabilities) of queries start..start+BLOCK, fp32, causal."""
-        rows = q[..., start:start + _NarrowValueAttention.BLOCK, :]
-        scores = (rows @ k.transpose(-1, -2)).to(_wide(q)) * q.shape[-1] ** -0.5
-        later = torch.arange(k.shape[-2], device=q.device) > torch.arange(
-            start, start + rows.shape[-2], device=q.device)[:, None]
-        scores = scores.masked_fill(later, float("-inf"))
-        return scores if lse is None else (scores - lse[..., start:start + rows.shape[-2], None]).exp()
-
-    @staticmethod
-    def forward(ctx, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        # (B, s, h, d_v) in memory, as flash kernels lay it out, so the output projection's
-        # (B, s, h * d_v) input is a view of what is saved here, not a second copy.
-        b, h, s, _ = q.shape
-        out = v.new_empty(b, s, h, v.shape[-1]).transpose(1, 2)
-        lse = q.new_empty(q.shape[:-1], dtype=_wide(q))
-        for i in range(0, q.shape[-2], _NarrowValueAttention.BLOCK):
-            scores = _NarrowValueAttention._probs(q, k, i, None)
-            lse[..., i:i + scores.shape[-2]] = scores.logsumexp(-1)
-            p = (scores - lse[..., i:i + scores.shape[-2], None]).exp()
-            out[..., i:i + scores.shape[-2], :] = p.to(v.dtype) @ v
-        ctx.save_for_backward(q, k, v, out, lse)
-        return out
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor):
-        q, k, v, out, lse = ctx.saved_tensors
-        wide = _wide(q)
-        grad, scale = grad.to(wide), q.shape[-1] ** -0.5
-        delta = (grad * out.to(wide)).sum(-1)  # (B, h, s): rowsum(dO * O)
-        dq = torch.empty_like(q)
-        dk, dv = torch.zeros_like(k, dtype=wide), torch.zeros_like(v, dtype=wide)
-        kf, vf = k.to(wide), v.to(wide)
-        for i in range(0, q.shape[-2], _NarrowValueAttention.BLOCK):
-            p = _NarrowValueAttention._probs(q, k, i, lse)
-            j = i + p.shape[-2]
-            dv += p.transpose(-1, -2) @ grad[..., i:j, :]
-            ds = p * (grad[..., i:j, :] @ vf.transpose(-1, -2) - delta[..., i:j, None]) * scale
-            dq[..., i:j, :] = ds @ kf
-            dk += ds.transpose(-1, -2) @ q[..., i:j, :].to(wide)
-        return dq, dk.to(k.dtype), dv.to(v.dtype)
-
-
-def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout: float) -> torch.Tensor:
-    """Causal attention through SDPA, or, for narrower values on CPU's flash path, the same
-    saved tensors by hand. With the math backend chosen (as FlopCounterMode needs) SDPA
-    spells it out as matmuls."""
-    narrow = q.shape[-1] != v.shape[-1] and q.device.type == "cpu" and not dropout
-    if narrow and torch.backends.cuda.flash_sdp_enabled():
-        return _NarrowValueAttention.apply(q, k, v)
-    return F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout)
+def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout: float,
+            sinks: torch.Tensor | None = None, chunk: int | None = None) -> torch.Tensor:
+    """Causal attention, (B, H, S, Dv), grouped queries reading their key/value head: SDPA's, or
+    where its kernels cannot (sink logits, chunks, values narrower than queries on CPU's flash
+    path) the same saved tensors by hand (app/bench/flash.py). With the math backend chosen (as
+    FlopCounterMode needs) both spell it out as matmuls over every (query, key) pair."""
+    special = sinks is not None or chunk is not None
+    narrow = q.shape[-1] != v.shape[-1] and q.device.type == "cpu"
+    if torch.backends.cuda.flash_sdp_enabled() and not dropout and (special or narrow):
+        return BlockwiseAttention.apply(q, k, v, sinks, chunk)
+    if special:
+        return eager_attention(q, k, v, sinks, chunk, dropout)
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=k.shape[1] != q.shape[1],
+                                          dropout_p=dropout)
 
 
 class LatentAttention(nn.Module):
@@ -352,21 +307,51 @@ class LatentAttention(nn.Module):
         return self.out(z.transpose(1, 2).reshape(b, s, h * self.vd))
 
 
+class Beside(nn.Module):
+    """Attention and a Mamba-2 mixer reading the same norm's output, their outputs summed (Falcon-H1;
+    its scalar multipliers left out, as the calculators leave them)."""
+
+    def __init__(self, cfg: TransformerConfig, chunk: int | None) -> None:
+        super().__init__()
+        self.attention, self.ssm = Attention(cfg, chunk), Mamba2Mixer(cfg)
+
+    def forward(self, y: torch.Tensor, rope, dropout: float) -> torch.Tensor:
+        return self.attention(y, rope, dropout) + self.ssm(y)
+
+
+def _mixer(cfg: TransformerConfig, kind: str, chunk: int | None) -> nn.Module | None:
+    """A layer's token mixer by its layer_mixers name; None for "none" (Nemotron-H's MLP layers)."""
+    if kind == "mamba2":
+        return Mamba2Mixer(cfg)
+    if kind == "mamba":
+        return Mamba1Mixer(cfg)
+    if kind == "attention_mamba2":
+        return Beside(cfg, chunk)
+    if kind == "none":
+        return None
+    return LatentAttention(cfg) if cfg.mla else Attention(cfg, chunk)
+
+
 class Block(nn.Module):
     """One layer in its norm layout: pre (norm, sublayer, add), post (sublayer, norm, add),
     sandwich (norm, sublayer, norm, add), parallel (attention and MLP both read the residual,
-    each through its norm) or parallel_shared (through one norm)."""
+    each through its norm) or parallel_shared (through one norm). In the pre layout a layer may
+    lack its mixer or its MLP (Nemotron-H), and its norm with it."""
 
-    def __init__(self, cfg: TransformerConfig, moe: bool = False) -> None:
+    def __init__(self, cfg: TransformerConfig, moe: bool = False, chunk: int | None = None,
+                 mixer: str = "attention", has_mlp: bool = True) -> None:
         super().__init__()
         self.layout = cfg.norm_layout
-        self.norm1 = _norm(cfg)
-        if self.layout != "parallel_shared":
+        self.attn = _mixer(cfg, mixer, chunk)
+        self.mlp = (Experts(cfg) if moe else Mlp(cfg, cfg.ff, cfg.has_mlp_bias)) if has_mlp else None
+        if (self.attn is None or self.mlp is None) and self.layout != "pre":
+            raise ValueError(f"a layer without its mixer or MLP is built in the pre layout only, not "
+                             f"{self.layout}")
+        self.norm1 = _norm(cfg) if self.attn is not None else None
+        if self.layout != "parallel_shared" and self.mlp is not None:
             self.norm2 = _norm(cfg)
         if self.layout == "sandwich":
             self.post1, self.post2 = _norm(cfg), _norm(cfg)
-        self.attn = LatentAttention(cfg) if cfg.mla else Attention(cfg)
-        self.mlp = Experts(cfg) if moe else Mlp(cfg, cfg.ff, cfg.has_mlp_bias)
         self.dropout = 0.1 if cfg.dropout else 0.0
 
     def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None,
@@ -387,8 +372,9 @@ class Block(nn.Module):
         if self.layout == "sandwich":
             x = x + F.dropout(self.post1(attn(self.norm1(x))), p)
             return x + F.dropout(self.post2(mlp(self.norm2(x))), p)
-        x = x + F.dropout(attn(self.norm1(x)), p)
-        return x + F.dropout(mlp(self.norm2(x)), p)
+        if self.attn is not None:
+            x = x + F.dropout(attn(self.norm1(x)), p)
+        return x if self.mlp is None else x + F.dropout(mlp(self.norm2(x)), p)
 
 
 class Transformer(nn.Module):
@@ -402,7 +388,13 @@ class Transformer(nn.Module):
         for table in (self.tok, self.pos):
             if table is not None:  # GPT-2's 0.02, so the first loss is near ln(vocab)
                 nn.init.normal_(table.weight, std=0.02)
-        self.blocks = nn.ModuleList(Block(cfg, moe) for moe in cfg.moe_layers)
+        # Llama 4's rope and NoPE layers differ in their chunks; rope itself has no weights or
+        # matmuls, and every layer here is rotated.
+        free = set(cfg.mlp_free_layers)
+        self.blocks = nn.ModuleList(
+            Block(cfg, moe, cfg.attention_chunk_size if chunked else None, mixer, i not in free)
+            for i, (moe, chunked, mixer) in enumerate(zip(cfg.moe_layers, cfg.chunked_layers, cfg.mixers,
+                                                          strict=True)))
         self.norm = _norm(cfg)
         self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         if cfg.tied_embeddings:

@@ -11,9 +11,9 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from app.accounting.blocks import GatedDeltaNet, Mamba1, Mamba2, ParallelMixers, layers
 from app.accounting.hf import import_config
 from tests.oracles.test_hf_hybrid import IMPORT, built
+from tests.support.conv_flops import depthwise_excess
 from tests.support.hf_configs_hybrid import SMALL, random_configs
 from tests.support.hf_oracle import one_thread
 
@@ -31,19 +31,7 @@ def counted(config: dict, batch: int, seq: int) -> tuple[int, int]:
 
 
 def dense_conv_excess(config: dict, batch: int, seq: int) -> int:
-    """What FlopCounterMode adds to each depthwise conv1d's weight gradient: it counts channels^2 x K
-    multiply-adds per output position (padding K - 1 gives seq + K - 1 of them) for channels x K."""
-    cfg = import_config(config).config
-    excess = 0
-    for layer in layers(cfg):
-        mixer = layer.attention
-        if isinstance(mixer, ParallelMixers):  # Falcon-H1: the Mamba-2 beside the attention
-            mixer = mixer.ssm
-        if isinstance(mixer, Mamba1 | Mamba2 | GatedDeltaNet):
-            k = cfg.linear_conv_kernel if isinstance(mixer, GatedDeltaNet) else cfg.ssm_conv_kernel
-            c = mixer.conv_channels
-            excess += 2 * batch * c * k * (seq + k - 1) * (c - 1)
-    return excess
+    return depthwise_excess(import_config(config).config, batch, seq)
 
 
 def tally(api, config: dict, batch: int, seq: int) -> dict:

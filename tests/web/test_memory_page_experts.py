@@ -25,7 +25,8 @@ def test_expert_parallel_splits_the_experts_on_the_page_as_in_the_api(api):
     for item in answer["activation_detail"]["per_layer"]:
         assert f">{item}<" in page
     assert "moe/router_input" in page
-    assert "dense layer, bytes" not in page  # Mixtral has no dense layers
+    assert "attention, experts, bytes" in page
+    assert "attention, MLP, bytes" not in page  # Mixtral has no dense layers
 
 
 def test_deepseek_shows_its_dense_layers_beside_its_moe_layers(api):
@@ -33,8 +34,21 @@ def test_deepseek_shows_its_dense_layers_beside_its_moe_layers(api):
     # busiest stage, whose activations the page itemizes, holds dense layers beside routed ones.
     page = _page(api, "model=deepseek-v3&data_parallel=64&expert_parallel=64&tensor_parallel=8"
                       "&pipeline_parallel=8&seq_len=4096&first_stage_layers=10")
-    assert "dense layer, bytes" in page
+    assert "latent attention, MLP, bytes" in page and "latent attention, experts, bytes" in page
     assert "attention/latent" in page
+
+
+def test_a_hybrid_shows_each_kind_of_layer_it_holds(api):
+    """Nemotron-H's layers keep different tensors: a Mamba-2 layer, an MLP layer and an attention
+    layer each have their column, with as many layers as the API lists."""
+    answer = api.ok(MEMORY, {"model": "nemotron-nano-9b-v2"})
+    page = _page(api, "model=nemotron-nano-9b-v2")
+    for kind in answer["activation_detail"]["layer_kinds"]:
+        assert f"{kind['kind']}, bytes" in page
+        assert f"{kind['kind']} ({len(kind['layers'])} layers" in page
+    assert {k["kind"] for k in answer["activation_detail"]["layer_kinds"]} == {
+        "Mamba-2, no MLP", "no mixer, MLP", "attention, no MLP"}
+    assert "mamba/in_proj_output" in page
 
 
 def test_a_dense_model_shows_no_expert_figure(api):

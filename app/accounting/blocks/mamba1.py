@@ -13,6 +13,12 @@ and kernel K:
             step reading C out of the state, 2 t I N (the state's update is elementwise, not
             counted). Backward is 2x forward (FlopCounterMode counts conv1d's weight gradient as a
             dense I^2 K convolution; Tally counts the depthwise one)
+  saved     mamba_ssm's fused training path (MambaInnerFn, checkpoint_lvl 1; mamba_ssm/ops/
+            selective_scan_interface.py at e9594ce) keeps in_proj's output xz (2I), x_proj's output
+            (R + 2N), B and C as contiguous copies (normed with ssm_dt_bc_norms, 2N) and the scan's
+            output (I); the convolution and delta are recomputed, out_proj runs inside it. x_proj's
+            output, B and C are not split by tensor ranks (x_proj is row-parallel: its output is
+            whole on every rank)
   state     per sequence: the convolution's last inputs, I x K in transformers' cache and (K - 1) x I
             in vLLM's (MambaStateShapeCalculator.mamba1_state_shape), and the SSM state I x N,
             float32 in transformers
@@ -77,14 +83,13 @@ class Mamba1(StateMixer):
 
     def saved(self, *, act_bytes: int, residual_bytes: int, recompute: Recompute, tp: int) -> list[Item]:
         cfg, h, i = self.cfg, self.cfg.d_model, self.cfg.ssm_inner
+        n = cfg.ssm_state_size
         return [
             Item("mamba/norm_input", h, 0, residual_bytes, False),
             Item("mamba/in_proj_input", h, 0, act_bytes, False),
             Item("mamba/in_proj_output", 2 * i, 0, act_bytes, True),
-            Item("mamba/conv_output", i, 0, act_bytes, True),
-            Item(
-                "mamba/x_proj_output_and_dt", cfg.ssm_dt_rank + 2 * cfg.ssm_state_size + i, 0, act_bytes, True
-            ),
+            Item("mamba/x_proj_output", cfg.ssm_dt_rank + 2 * n, 0, act_bytes, False),
+            Item("mamba/b_and_c", 2 * n, 0, act_bytes, False),
             Item("mamba/scan_output", i, 0, act_bytes, True),
         ]
 

@@ -271,9 +271,10 @@ def _full(mem: TrainingMemory, cfg: TransformerConfig, rules: stacks.Stack, *, p
     another stack than tally, or a recipe's flags, its loss, offload and rerun layer in place of the
     calculator's. one_gradient: bytes of the one gradient held at a time (optimizer_in_backward)."""
     detail = mem.activation_detail
-    items = {name: size * detail.layers_held for name, size in detail.per_layer.items()}
-    for name, size in (detail.dense_layer or {}).items():
-        items[name] = items.get(name, 0) + size * detail.dense_layers_held
+    items: dict[str, int] = {}
+    for kind in detail.layer_kinds or ():
+        for name, size in kind.per_layer.items():
+            items[name] = items.get(name, 0) + size * kind.held
     items |= detail.outside_layers
     peak = {"frozen_weights": 0} | phases.breakdown(mem)
     notes = [n for n in mem.assumptions if not n.startswith("excludes the CUDA context")]  # _answer's own

@@ -271,7 +271,8 @@ def step_time(w: Workload, layout: Layout, mem: memory.TrainingMemory | None = N
     off_mb = 0.0
     if w.activation_offload and mem.activation_detail is not None and w.pcie_bytes_per_sec:
         # Each layer's saved tensors out over PCIe in forward and back in backward, beside that pass's compute.
-        copy = layers * mem.activation_detail.per_layer_total / w.pcie_bytes_per_sec
+        kinds = mem.activation_detail.layer_kinds or ()
+        copy = sum(len(kind.layers) * kind.per_layer_total for kind in kinds) / w.pcie_bytes_per_sec
         off_mb = _exposed(copy, fwd_t) + _exposed(copy, bwd_t)
     ideal = m * (fwd_t + bwd_t + tp_mb + cp_mb + ep_mb + p2p_mb + off_mb)
     bubble = (pp - 1) / (v * m) * ideal

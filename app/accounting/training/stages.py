@@ -18,13 +18,34 @@ from app.accounting.training.states import PRECISIONS
 
 
 @dataclass(slots=True)
+class LayerKind:
+    """The layers of one stage that keep the same saved tensors (a hybrid's Mamba-2 and attention
+    layers, a mixture of experts' routed and dense ones), and what one of them keeps."""
+
+    kind: str
+    """Its token mixer and MLP: "attention, MLP", "latent attention, experts", "Mamba-2, no MLP"."""
+    layers: list[int]
+    """The model's layers (from 0) of this kind on the stage."""
+    per_layer: dict[str, int]
+    """Bytes one such layer keeps per micro-batch, by saved tensor."""
+    per_layer_total: int
+    held: int
+    """Layer x micro-batch pairs of this kind resident (in_flight_layers)."""
+    routes: bool
+    """Its MLP routes to experts."""
+
+    __pydantic_config__ = RECORD
+
+
+@dataclass(slots=True)
 class ActivationDetail:
     """Activation bytes on one GPU of the reported pipeline stage."""
 
     bytes_per_element: int
     per_layer: dict[str, int]
     """Bytes one layer keeps per micro-batch, by saved tensor: in a model with experts, a
-    mixture-of-experts layer (its dense layers are in dense_layer)."""
+    mixture-of-experts layer (its dense layers are in dense_layer); in a model whose layers differ
+    otherwise (hybrids), the first layer's kind, the others in layer_kinds."""
     per_layer_total: int
     layers_held: int
     """Layer x micro-batch pairs of that kind resident: layers on the stage x micro-batches
@@ -33,7 +54,7 @@ class ActivationDetail:
     """Embedding dropout mask (first stage) and final norm, LM head input and fp32 logits
     (last stage)."""
     total: int
-    """per_layer_total x layers_held + dense_layer_total x dense_layers_held + outside_layers."""
+    """Each of layer_kinds' per_layer_total x held, plus outside_layers."""
     dense_layer: dict[str, int] | None = None
     """A model with experts: what one of its dense-MLP layers keeps (first_dense_layers,
     moe_every, mlp_only_layers); null for a dense model, whose layers are per_layer."""
@@ -42,6 +63,9 @@ class ActivationDetail:
     """Dense-layer x micro-batch pairs resident, counted as layers_held is."""
     offloaded: int = 0
     """With activation_offload: the layers' saved tensors held in host memory instead (not in total)."""
+    layer_kinds: list[LayerKind] | None = None
+    """Every kind of layer on the stage, in the order of its first layer; per_layer and dense_layer
+    are two of them."""
 
     __pydantic_config__ = RECORD
 
@@ -51,15 +75,33 @@ class Plan(NamedTuple):
 
     params: int
     stage_params: tuple[tuple[PipeStage, int, int], ...]
-    stage_moe_layers: dict[int, tuple[int, int]]
-    """Per stage: (dense layers, mixture-of-experts layers) it holds."""
-    routes: bool
-    """Some layer routes to experts: `layer` is such a layer, `dense_layer` the others."""
-    layer: tuple
-    """The saved tensors of a mixture-of-experts layer, or of every layer of a dense model."""
-    dense_layer: tuple
+    stage_layers: dict[int, tuple[int, ...]]
+    """Per stage: the model's layers it holds."""
+    kind_of: tuple[int, ...]
+    """Per layer of the model: its index in kinds."""
+    kinds: tuple[tuple[str, tuple, bool], ...]
+    """Each distinct layer: (its name, its saved tensors, whether it routes to experts)."""
+    routed: int | None
+    """The kind of the first layer that routes to experts, if any."""
+    dense: tuple
+    """The saved tensors of a dense-MLP layer: the first such layer's, or, in a model whose every
+    layer routes, what its first layer would keep with a dense MLP (reported, held by none)."""
     embedding: tuple
     head: tuple
+
+
+def _name(layer: blocks.Layer) -> str:
+    """A layer's kind as the page names it: its token mixer and its MLP ("Mamba-2, MLP")."""
+    mixer = layer.attention
+    if not mixer.present:
+        what = "no mixer"
+    elif isinstance(mixer, blocks.ParallelMixers):
+        what = f"attention beside {mixer.ssm.label}"
+    elif not mixer.mixes_by_attention:
+        what = mixer.label
+    else:
+        what = "latent attention" if mixer.cfg.mla else "attention"
+    return f"{what}, {'experts' if layer.mlp.routes else 'MLP' if layer.mlp.present else 'no MLP'}"
 
 
 @lru_cache(maxsize=1024)
@@ -67,22 +109,30 @@ def plan_of(cfg: TransformerConfig, tp: int, pp: int, ep: int, precision: str,
             recompute: act.TrainRecompute, split: tuple[int, ...] | None = None) -> Plan:
     p = PRECISIONS[precision]
     layers = blocks.layers(cfg)
-    stages = stage_layers(cfg, pp, split)
-    moe_of = {st.index: sum(layers[i].mlp.routes for i in st.layers) for st in stages}
-    counts = {st.index: (len(st.layers) - moe_of[st.index], moe_of[st.index]) for st in stages}
-    # Windows change no saved tensor: one layer of each MLP kind stands for its kind (a model whose
-    # every layer routes still reports what a dense one would keep, held by none).
-    routed = next((layer for layer in layers if layer.mlp.routes), None)
-    dense = next((layer for layer in layers if not layer.mlp.routes), None)
-    if dense is None:
-        dense = blocks.Layer(layers[0].attention, blocks.dense_mlp(cfg))
 
     def recipe(layer: blocks.Layer) -> tuple:
-        return act.layer_recipe(layer, p.activation, recompute, p.residual, tp=tp, linear_input_bytes=p.linear_input)
+        return act.layer_recipe(layer, p.activation, recompute, p.residual, tp=tp,
+                                linear_input_bytes=p.linear_input)
 
-    return Plan(count_params(cfg).total, stage_params(cfg, tp, pp, ep, split), counts, routed is not None,
-                 recipe(routed or dense), recipe(dense) if routed else (), act.embedding_recipe(cfg),
-                 act.head_recipe(cfg, p.activation, p.residual))
+    # Windows and chunks change no saved tensor: layers are told apart by what they keep.
+    found: dict[tuple, int] = {}
+    kinds: list[tuple[str, tuple, bool]] = []
+    kind_of = []
+    for layer in layers:
+        items = recipe(layer)
+        key = (items, layer.mlp.routes)
+        if key not in found:
+            found[key] = len(kinds)
+            kinds.append((_name(layer), items, layer.mlp.routes))
+        kind_of.append(found[key])
+    routed = next((k for k, (_, _, routes) in enumerate(kinds) if routes), None)
+    dense = next((items for _, items, routes in kinds if not routes), None)
+    if dense is None:
+        dense = recipe(blocks.Layer(layers[0].attention, blocks.dense_mlp(cfg)))
+    stages = stage_layers(cfg, pp, split)
+    return Plan(count_params(cfg).total, stage_params(cfg, tp, pp, ep, split),
+                {st.index: tuple(st.layers) for st in stages}, tuple(kind_of), tuple(kinds), routed, dense,
+                act.embedding_recipe(cfg), act.head_recipe(cfg, p.activation, p.residual))
 
 
 def in_flight_layers(layers: int, index: int, *, pp: int, v: int) -> int:
@@ -117,9 +167,15 @@ def stage_activations(cfg: TransformerConfig, plan: Plan, stage: PipeStage, *, s
         return act.sized(items, s=s, b=b, t=tp, sequence_parallel=sp)
 
     in_flight = pp - stage.index
-    dense, moe = (in_flight_layers(n, stage.index, pp=pp, v=v) for n in plan.stage_moe_layers[stage.index])
-    held, dense_held = (moe, dense) if plan.routes else (dense, 0)
-    layer = size(plan.layer)
+    on_stage: dict[int, list[int]] = {}
+    for i in plan.stage_layers[stage.index]:
+        on_stage.setdefault(plan.kind_of[i], []).append(i)
+    kinds = []
+    for k, layers in sorted(on_stage.items()):
+        name, items, routes = plan.kinds[k]
+        per_layer = size(items)
+        held = in_flight_layers(len(layers), stage.index, pp=pp, v=v)
+        kinds.append(LayerKind(name, layers, per_layer, sum(per_layer.values()), held, routes))
     outside: dict[str, int] = {}
     if stage.kind in ("only", "first"):
         outside |= {k: n * in_flight for k, n in size(plan.embedding).items()}
@@ -128,20 +184,30 @@ def stage_activations(cfg: TransformerConfig, plan: Plan, stage: PipeStage, *, s
         if loss_chunks > 1:  # no whole-sequence logits: the head's input gradient, made in the forward
             del outside["head/logits_fp32"]
             outside["head/input_gradient"] = outside["head/lm_head_input"]
-    dense_layer = size(plan.dense_layer) if plan.routes else None
-    layer_total, dense_total = sum(layer.values()), sum((dense_layer or {}).values())
     offloaded = 0
-    if offload:
-        kept = min(held + dense_held, OFFLOAD_LAYERS_ON_GPU)
-        kept_dense = min(dense_held, max(0, kept - held))
-        kept_routed = kept - kept_dense
-        offloaded = layer_total * (held - kept_routed) + dense_total * (dense_held - kept_dense)
-        held, dense_held = kept_routed, kept_dense
+    if offload:  # the layers kept on the GPU: routed ones first, then in order
+        keep = OFFLOAD_LAYERS_ON_GPU
+        for kind in sorted(kinds, key=lambda kd: not kd.routes):  # a stable sort
+            kept = min(kind.held, keep)
+            offloaded += kind.per_layer_total * (kind.held - kept)
+            kind.held, keep = kept, keep - kept
+    # per_layer: the routed kind in a model with experts (held by none on a stage of dense layers),
+    # else the stage's first kind; dense_layer: a model with experts' first dense kind.
+    routed = next((kd for kd in kinds if kd.routes), None)
+    dense = next((kd for kd in kinds if not kd.routes), None)
+    if plan.routed is None:
+        layer, held = (dense.per_layer, dense.held) if dense else (size(plan.dense), 0)
+        dense_layer, dense_held = None, 0
+    else:
+        layer, held = (routed.per_layer, routed.held) if routed else (size(plan.kinds[plan.routed][1]), 0)
+        dense_layer, dense_held = (dense.per_layer, dense.held) if dense else (size(plan.dense), 0)
+    layer_total, dense_total = sum(layer.values()), sum((dense_layer or {}).values())
     return ActivationDetail(
         bytes_per_element=act_bytes, per_layer=layer, per_layer_total=layer_total, layers_held=held,
         outside_layers=outside, dense_layer=dense_layer, dense_layer_total=dense_total,
         dense_layers_held=dense_held,
-        total=layer_total * held + dense_total * dense_held + sum(outside.values()), offloaded=offloaded)
+        total=sum(kd.per_layer_total * kd.held for kd in kinds) + sum(outside.values()), offloaded=offloaded,
+        layer_kinds=kinds)
 
 
 def loss_gradients(cfg: TransformerConfig, stage: Stage, *, s: int, b: int, t: int, chunks: int = 1) -> int:

@@ -36,6 +36,14 @@ class GeneratePlan:
     """eager, and graph where the model's decode has fixed shapes (app/bench/graphed.py)."""
 
 
+# What the cached decode (app/bench/decode.py) does not build, beside what train_step does not.
+DECODE_UNBUILT = {"layer_mixers": ((), "Mamba or gated DeltaNet layers (their state) in its cached decode"),
+                  "mlp_free_layers": ((), "layers without an MLP in its cached decode"),
+                  "attn_output_gate": (False, "gated attention's output gate"),
+                  "attention_sinks": (False, "attention sinks in its cached decode"),
+                  "attention_chunk_size": (None, "chunked attention in its cached decode")}
+
+
 def generate(p: GenerateParams, cuda: bool) -> GeneratePlan:
     """Resolve the defaults of `p` for CUDA or the CPU; InvalidInput naming the parameter when
     the probe cannot run it."""
@@ -47,10 +55,7 @@ def generate(p: GenerateParams, cuda: bool) -> GeneratePlan:
         name = spec if isinstance(spec, str) else "custom"
         cfg = engine_model(spec, field="params.model")
     cfg = dataclasses.replace(cfg, dropout=False)
-    check_buildable(cfg, "generate")
-    if cfg.attn_output_gate:
-        raise InvalidInput("params.model.attn_output_gate", "the generate probe's decode does not build gated "
-                                                            "attention's output gate")
+    check_buildable(cfg, "generate", DECODE_UNBUILT)
     if cfg.mla and cfg.layers.n_windowed:
         raise InvalidInput("params.model.sliding_window", "the generate probe does not build windowed "
                                                           "latent attention")

@@ -143,23 +143,29 @@ def _fine_tune_step(p: TrainStepParams, cfg: models.TransformerConfig, *, engine
 # What app/bench/models.Transformer does not build yet, with the value it does build: a model
 # it measured would not be the model the calculators describe.
 UNBUILT = {"attn_logit_softcapping": (None, "attention-logit softcapping (no flash kernel takes it)"),
-           "final_logit_softcapping": (None, "final-logit softcapping"),
-           "layer_mixers": ((), "Mamba, Mamba-2 or gated DeltaNet layers"),
-           "mlp_free_layers": ((), "layers without an MLP"),
-           "attention_sinks": (False, "attention sinks (SDPA takes no per-head logit)"),
-           "attention_chunk_size": (None, "chunked attention")}
+           "final_logit_softcapping": (None, "final-logit softcapping")}
+UNBUILT_MIXERS = {"gated_delta_net": "gated DeltaNet layers"}
 
 
-def check_buildable(cfg: models.TransformerConfig, probe: str) -> None:
-    for name, (built, what) in UNBUILT.items():
+def check_buildable(cfg: models.TransformerConfig, probe: str, unbuilt: dict | None = None) -> None:
+    """InvalidInput naming the first field whose value the probe's model would not build (UNBUILT,
+    and the probe's own `unbuilt` of the same form)."""
+    for name, (built, what) in (UNBUILT | (unbuilt or {})).items():
         if getattr(cfg, name) != built:
             raise InvalidInput(f"params.model.{name}", f"the {probe} probe does not build {what} yet")
+    for i, mixer in enumerate(cfg.layer_mixers):
+        if mixer in UNBUILT_MIXERS:
+            raise InvalidInput(f"params.model.layer_mixers.{i}",
+                               f"the {probe} probe does not build {UNBUILT_MIXERS[mixer]} yet")
+    if ("none" in cfg.layer_mixers or cfg.mlp_free_layers) and cfg.norm_layout != "pre":
+        raise InvalidInput("params.model.norm_layout", f"the {probe} probe builds layers without a mixer or "
+                                                       "an MLP in the pre layout only")
 
 
 def _layer_tensors(cfg: models.TransformerConfig, moe_layers: list[bool]) -> list[int]:
     """Elements of the matrices of app/bench/models.Transformer's layers of these kinds (True:
     mixture of experts), which fuse the QKV projection, latent attention's down projections,
-    and every gate+up pair."""
+    and every gate+up pair, and the Mamba mixers' matrices where layers have them."""
     d, up = cfg.d_model, 2 if cfg.gated else 1
     if cfg.mla:
         heads, qk = cfg.n_heads, cfg.qk_nope_head_dim + cfg.qk_rope_head_dim
@@ -167,7 +173,14 @@ def _layer_tensors(cfg: models.TransformerConfig, moe_layers: list[bool]) -> lis
         kv_up = cfg.kv_lora_rank * heads * (cfg.qk_nope_head_dim + cfg.v_head_dim)
         attention = [down * d, (cfg.q_lora_rank or 0) * heads * qk, kv_up, heads * cfg.v_head_dim * d]
     else:
-        attention = [(cfg.n_heads * cfg.hd + 2 * cfg.kv_heads * cfg.hd) * d, cfg.n_heads * cfg.hd * d]
+        gate = cfg.n_heads * cfg.hd if cfg.attn_output_gate else 0
+        attention = [(cfg.n_heads * cfg.hd + 2 * cfg.kv_heads * cfg.hd + gate) * d, cfg.n_heads * cfg.hd * d]
+    if {"mamba2", "attention_mamba2"} & set(cfg.mixers):
+        inner = cfg.ssm_heads * cfg.ssm_head_dim
+        attention += [(2 * inner + 2 * cfg.ssm_groups * cfg.ssm_state_size + cfg.ssm_heads) * d, inner * d]
+    if "mamba" in cfg.mixers:  # in_proj, x_proj, A_log (out_proj and dt_proj are no larger)
+        inner, n = cfg.ssm_inner, cfg.ssm_state_size
+        attention += [2 * inner * d, (cfg.ssm_dt_rank + 2 * n) * inner, inner * n]
     mlps = [up * cfg.ff * d] if not all(moe_layers) else []
     if any(moe_layers):
         mlps += [cfg.n_experts * d, up * cfg.ff_expert * d, up * cfg.ff_shared * d]
