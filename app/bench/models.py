@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from app.accounting.models import TransformerConfig
+from app.bench.deltanet import GatedDeltaNetMixer
 from app.bench.flash import BlockwiseAttention, eager_attention
 from app.bench.mamba1 import Mamba1Mixer
 from app.bench.mamba2 import Mamba2Mixer
@@ -325,6 +326,8 @@ def _mixer(cfg: TransformerConfig, kind: str, chunk: int | None) -> nn.Module | 
         return Mamba2Mixer(cfg)
     if kind == "mamba":
         return Mamba1Mixer(cfg)
+    if kind == "gated_delta_net":
+        return GatedDeltaNetMixer(cfg)
     if kind == "attention_mamba2":
         return Beside(cfg, chunk)
     if kind == "none":

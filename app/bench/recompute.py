@@ -33,47 +33,61 @@ class Recomputed(torch.autograd.Function):
     here too, so the memory is the kernel's; this backward recomputes what it needs from x."""
 
     @staticmethod
-    def forward(ctx, fn: Callable, x: torch.Tensor, *params: torch.Tensor) -> torch.Tensor:
-        ctx.fn, ctx.device, ctx.params = fn, x.device.type, len(params)
+    def forward(ctx, fn: Callable, batched: int, *tensors: torch.Tensor) -> torch.Tensor:
+        """fn(*tensors): its first `batched` tensors have the batch first (sliced a sequence at a time),
+        the others are parameters (whole each time, their gradients summed)."""
+        ctx.fn, ctx.batched, ctx.inputs = fn, batched, len(tensors)
+        ctx.device = tensors[0].device.type
         ctx.autocast = (torch.is_autocast_enabled(ctx.device), torch.get_autocast_dtype(ctx.device))
         with torch.no_grad():
-            parts = [fn(x[i:i + 1], *params) for i in range(x.shape[0])]
+            parts = [fn(*_sequence(tensors, batched, i)) for i in range(tensors[0].shape[0])]
         if isinstance(parts[0], tuple):
             kept = [torch.cat(pieces) for pieces in zip(*(p[1] for p in parts), strict=True)]
             parts = [p[0] for p in parts]
         else:
             kept = []
-        ctx.save_for_backward(x, *params, *kept)
+        ctx.save_for_backward(*tensors, *kept)
         return torch.cat(parts)
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
-        x, *params = ctx.saved_tensors[:1 + ctx.params]
+        tensors = ctx.saved_tensors[:ctx.inputs]
         enabled, dtype = ctx.autocast
-        weights = [p.detach().requires_grad_(p.requires_grad) for p in params]
+        batched = tensors[:ctx.batched]
+        weights = [p.detach().requires_grad_(p.requires_grad) for p in tensors[ctx.batched:]]
         wanted = [p for p in weights if p.requires_grad]
-        grad_x = torch.empty_like(x)
+        grads_in = [torch.zeros_like(t) if t.requires_grad or i == 0 else None for i, t in enumerate(batched)]
         grad_params: list[torch.Tensor | None] = [None] * len(wanted)
-        for i in range(x.shape[0]):
-            one = x[i:i + 1].detach().requires_grad_()
+        for i in range(batched[0].shape[0]):
+            ones = [t[i:i + 1].detach().requires_grad_(g is not None) for t, g in zip(batched, grads_in,
+                                                                                        strict=True)]
             with torch.enable_grad(), torch.autocast(ctx.device, dtype=dtype, enabled=enabled):
-                out = ctx.fn(one, *weights)
+                out = ctx.fn(*ones, *weights)
             out = out[0] if isinstance(out, tuple) else out
-            found = torch.autograd.grad(out, [one, *wanted], grad[i:i + 1], allow_unused=True)
-            grad_x[i:i + 1] = found[0]
+            sought = [t for t in ones if t.requires_grad] + wanted
+            found = iter(torch.autograd.grad(out, sought, grad[i:i + 1], allow_unused=True))
+            for total in grads_in:
+                if total is not None:
+                    g = next(found)
+                    if g is not None:
+                        total[i:i + 1] = g
             grad_params = [g if total is None else total if g is None else total + g
-                           for total, g in zip(grad_params, found[1:], strict=True)]
+                           for total, g in zip(grad_params, found, strict=True)]
         found = iter(grad_params)
-        return (None, grad_x, *(next(found) if p.requires_grad else None for p in weights))
+        return (None, None, *grads_in, *(next(found) if p.requires_grad else None for p in weights))
 
 
-def recomputed(fn: Callable, x: torch.Tensor, *params: torch.Tensor) -> torch.Tensor:
-    """fn(x, *params) (its output, if it returns what it keeps too), recomputed in backward; eager
-    while FLOPs are counted, or without grad."""
+def _sequence(tensors: tuple, batched: int, i: int) -> list:
+    return [t[i:i + 1] if k < batched else t for k, t in enumerate(tensors)]
+
+
+def recomputed(fn: Callable, *tensors: torch.Tensor, batched: int = 1) -> torch.Tensor:
+    """fn(*tensors) (its output, if it returns what it keeps too), recomputed in backward, the first
+    `batched` tensors a sequence at a time; eager while FLOPs are counted, or without grad."""
     if counting() or not torch.is_grad_enabled():
-        out = fn(x, *params)
+        out = fn(*tensors)
         return out[0] if isinstance(out, tuple) else out
-    return Recomputed.apply(fn, x, *params)
+    return Recomputed.apply(fn, batched, *tensors)
 
 
 def _silu_grad(z: torch.Tensor) -> torch.Tensor:
@@ -82,20 +96,25 @@ def _silu_grad(z: torch.Tensor) -> torch.Tensor:
 
 
 class GatedNorm(torch.autograd.Function):
-    """out = w * rmsnorm(y * silu(z)) over `groups` equal groups of the last dimension (transformers'
-    MambaRMSNormGated: the gate before the norm, float32 or wider inside), or y * silu(z) without w."""
+    """Over `groups` equal groups of the last dimension, gate_first: out = w * rmsnorm(y * silu(z))
+    (transformers' MambaRMSNormGated, the gate before the norm), or y * silu(z) without w; else
+    out = w * rmsnorm(y) * silu(z) (Qwen3NextRMSNormGated, fla's FusedRMSNormGated). float32 or
+    wider inside; it keeps y, z and each group's rstd."""
 
     @staticmethod
     def forward(ctx, y: torch.Tensor, z: torch.Tensor, weight: torch.Tensor | None, groups: int,
-                eps: float) -> torch.Tensor:
+                eps: float, gate_first: bool = True) -> torch.Tensor:
         wide = torch.promote_types(y.dtype, torch.float32)
-        h = y.to(wide) * F.silu(z.to(wide))
+        gate = F.silu(z.to(wide))
+        h = y.to(wide) * gate if gate_first else y.to(wide)
         rstd = None
         if weight is not None:
             grouped = h.unflatten(-1, (groups, -1))
             rstd = torch.rsqrt(grouped.pow(2).mean(-1, keepdim=True) + eps)
             h = weight.to(wide) * (grouped * rstd).flatten(-2)
-        ctx.groups = groups
+        if not gate_first:
+            h = h * gate
+        ctx.groups, ctx.gate_first = groups, gate_first
         ctx.save_for_backward(y, z, weight, rstd)
         return h.to(y.dtype)
 
@@ -105,10 +124,17 @@ class GatedNorm(torch.autograd.Function):
         wide = torch.promote_types(y.dtype, torch.float32)
         g, yf, zf = grad.to(wide), y.to(wide), z.to(wide)
         gate = F.silu(zf)
-        grad_weight = None
+        grad_weight, grad_z = None, None
+        if not ctx.gate_first:  # out = n w silu(z): the gate's gradient, then the norm's through g silu(z)
+            normed = (yf.unflatten(-1, (ctx.groups, -1)) * rstd).flatten(-2) * weight.to(wide)
+            grad_z = g * normed * _silu_grad(zf)
+            g = g * gate
+        h = yf * gate if ctx.gate_first else yf
         if weight is not None:
-            normed = (yf * gate).unflatten(-1, (ctx.groups, -1)) * rstd
+            normed = h.unflatten(-1, (ctx.groups, -1)) * rstd
             grad_weight = (g * normed.flatten(-2)).sum(tuple(range(g.dim() - 1))).to(weight.dtype)
             dn = (g * weight.to(wide)).unflatten(-1, (ctx.groups, -1))
             g = (rstd * (dn - normed * (dn * normed).mean(-1, keepdim=True))).flatten(-2)
-        return (g * gate).to(y.dtype), (g * yf * _silu_grad(zf)).to(z.dtype), grad_weight, None, None
+        if ctx.gate_first:
+            grad_z, g = g * yf * _silu_grad(zf), g * gate
+        return g.to(y.dtype), grad_z.to(z.dtype), grad_weight, None, None, None

@@ -79,9 +79,15 @@ FAMILIES = {
     "deepseek_v2": ("DEEPSEEK2", {**_MLA, "n_shared_experts": 2, "q_lora_rank": None,
                                   "attention_bias": True}),
     # The hybrids' small configs: Mamba-2 (Bamba, as llama.cpp's granite hybrid), Mamba-1 beside experts
-    # (Jamba), attention and Mamba-2 side by side (Falcon-H1).
+    # (Jamba), attention and Mamba-2 side by side (Falcon-H1), one block a layer with experts
+    # (Nemotron-H, whose converter reads the checkpoint's backbone.* names).
     **{family: (arch, {k: v for k, v in hf_configs_hybrid.SMALL[family].items() if k != "model_type"})
-       for family, arch in (("bamba", "GRANITE_HYBRID"), ("jamba", "JAMBA"), ("falcon_h1", "FALCON_H1"))},
+       for family, arch in (("bamba", "GRANITE_HYBRID"), ("jamba", "JAMBA"), ("falcon_h1", "FALCON_H1"),
+                            ("nemotron_h", "NEMOTRON_H_MOE"))},
+    # Gated DeltaNet beside gated attention, every layer's MLP routed (llama.cpp's qwen3next has no
+    # dense MLP layers, so mlp_only_layers is left out).
+    "qwen3_next": ("QWEN3NEXT", {k: v for k, v in hf_configs_hybrid.SMALL["qwen3_next"].items()
+                                 if k not in ("model_type", "mlp_only_layers")}),
 }
 
 
@@ -93,16 +99,24 @@ def transformers_tensors(model_type: str, arch: str, body: dict) -> dict[str, tu
     Mamba2Model does, and its A and D keep no suffix (llama.cpp loads tn(LLM_TENSOR_SSM_A, i))."""
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(AutoConfig.for_model(model_type, **body))
-    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH[arch], body["num_hidden_layers"])
+    layers = body.get("num_hidden_layers") or len(body["hybrid_override_pattern"])
+    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH[arch], layers)
     out = {}
     for name, p in model.named_parameters():
         shape = tuple(p.shape)
+        # Nemotron-H's two-matrix experts, which the converter merges from the checkpoint's per expert
+        if name.endswith(("mixer.experts.up_proj", "mixer.experts.down_proj")):
+            layer, kind = name.split(".")[2], name.rsplit("_", 1)[0].rsplit(".", 1)[-1]
+            out[f"blk.{layer}.ffn_{kind}_exps.weight"] = shape
+            continue
         if name.endswith("experts.gate_up_proj"):
             layer = name.split(".")[2]
             half = (shape[0], shape[1] // 2, shape[2])
             out[f"blk.{layer}.ffn_gate_exps.weight"] = out[f"blk.{layer}.ffn_up_exps.weight"] = half
             continue
-        if name.endswith(".dt_bias"):
+        if model_type == "nemotron_h":  # the checkpoint's names, which the converter maps
+            name = name.replace("model.", "backbone.", 1).replace(".dt_bias", ".dt.bias")
+        elif name.endswith(".dt_bias"):
             name = name.rpartition(".dt_bias")[0] + ".dt_proj.bias"
         mapped = names.get_name(name, try_suffixes=(".weight", ".bias"))
         assert mapped is not None, name

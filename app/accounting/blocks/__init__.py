@@ -104,8 +104,14 @@ def _layer_weights(layer: Layer) -> tuple[Weight, ...]:
     """Order within a block is immaterial: llama.cpp sorts a block's tensors by name."""
     cfg = layer.attention.cfg
     names = BLOCK_NORMS[cfg.norm_layout]
-    if cfg.norm_layout == "pre":  # a missing sublayer has no norm before it (structure.py: pre only)
-        names = tuple(n for n, part in zip(names, layer, strict=True) if part.present)
+    if cfg.norm_layout == "pre" and not all(part.present for part in layer):
+        # A missing sublayer has no norm before it (structure.py: pre only); llama.cpp calls a layer's
+        # one norm attn_norm, whichever block follows it (Nemotron-H's MLP and expert layers).
+        names = names[:sum(part.present for part in layer)]
+    if "gated_delta_net" in cfg.mixers and cfg.norm_layout == "pre":
+        # llama.cpp's qwen3next (src/models/qwen3next.cpp) reads its pre-MLP norm as attn_post_norm,
+        # and convert_hf_to_gguf.py writes post_attention_layernorm under that name.
+        names = ("attn_norm", "post_attention_norm")
     norms = [w for name in names for w in norm(cfg, name, cfg.d_model)]
     return (*norms, *layer.attention.weights(), *layer.mlp.weights())
 

@@ -19,6 +19,15 @@ convolution's channels cd = 2 kd + vd and width K:
             the last chunk's state update (discarded): 2 B Hv C dk dv x (1 + 1 + 2). FlopCounterMode's
             count of conv1d's weight gradient ignores its groups (a dense cd^2 K convolution); Tally
             counts the depthwise one
+  saved     as transformers' Qwen3NextGatedDeltaNet trains with fla's kernels: the gate z (vd), which
+            the gated norm reads, a copy (its reshape to value heads cannot view in_proj_qkvz's
+            per-key-head layout, so the projection's output is not kept), the concatenated q, k, v that
+            causal_conv1d_fn keeps (cd), and what chunk_gated_delta_rule keeps
+            (fla/ops/gated_delta_rule/chunk.py at bc3b101, use_qk_l2norm_in_kernel): contiguous
+            q and k (l2-normed) and v (cd together), beta (Hv), the decay (Hv, float32; beside it
+            softplus's input and output, 2 Hv float32, are autograd's) and A, the solved WY matrix
+            (Hv x 64 a token, k's dtype); the chunk states are recomputed in backward. Then the gated
+            norm's input and output (2 vd)
   state     per sequence: the convolution's last inputs, cd x K in transformers' cache and (K - 1) x
             cd in vLLM's, and the recurrent state Hv x dk x dv, float32 in transformers
 """
@@ -116,15 +125,16 @@ class GatedDeltaNet(StateMixer):
         return 2 * self.conv_channels * cfg.linear_conv_kernel + 2 * 2 * state
 
     def saved(self, *, act_bytes: int, residual_bytes: int, recompute: Recompute, tp: int) -> list[Item]:
-        cfg, h = self.cfg, self.cfg.d_model
-        state = cfg.linear_value_heads * cfg.linear_key_head_dim * cfg.linear_value_head_dim
+        h, hv = self.cfg.d_model, self.cfg.linear_value_heads
         return [
             Item("deltanet/norm_input", h, 0, residual_bytes, False),
             Item("deltanet/in_proj_input", h, 0, act_bytes, False),
-            Item("deltanet/in_proj_output", self.in_width, 0, act_bytes, True),
-            Item("deltanet/conv_output", self.conv_channels, 0, act_bytes, True),
-            # fla's chunked kernels keep each chunk's starting state, in float32
-            Item("deltanet/chunk_states", -(-state // CHUNK_TOKENS), 0, FP32, True),
+            Item("deltanet/gate", self.value_width, 0, act_bytes, True),
+            Item("deltanet/conv_input", self.conv_channels, 0, act_bytes, True),
+            Item("deltanet/kernel_q_k_v", self.conv_channels, 0, act_bytes, True),
+            Item("deltanet/beta", hv, 0, act_bytes, True),
+            Item("deltanet/decay", 3 * hv, 0, FP32, True),
+            Item("deltanet/wy_matrix", hv * CHUNK_TOKENS, 0, act_bytes, True),
             Item("deltanet/gated_norm_input_and_output", 2 * self.value_width, 0, act_bytes, True),
         ]
 

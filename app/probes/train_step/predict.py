@@ -144,7 +144,6 @@ def _fine_tune_step(p: TrainStepParams, cfg: models.TransformerConfig, *, engine
 # it measured would not be the model the calculators describe.
 UNBUILT = {"attn_logit_softcapping": (None, "attention-logit softcapping (no flash kernel takes it)"),
            "final_logit_softcapping": (None, "final-logit softcapping")}
-UNBUILT_MIXERS = {"gated_delta_net": "gated DeltaNet layers"}
 
 
 def check_buildable(cfg: models.TransformerConfig, probe: str, unbuilt: dict | None = None) -> None:
@@ -153,10 +152,6 @@ def check_buildable(cfg: models.TransformerConfig, probe: str, unbuilt: dict | N
     for name, (built, what) in (UNBUILT | (unbuilt or {})).items():
         if getattr(cfg, name) != built:
             raise InvalidInput(f"params.model.{name}", f"the {probe} probe does not build {what} yet")
-    for i, mixer in enumerate(cfg.layer_mixers):
-        if mixer in UNBUILT_MIXERS:
-            raise InvalidInput(f"params.model.layer_mixers.{i}",
-                               f"the {probe} probe does not build {UNBUILT_MIXERS[mixer]} yet")
     if ("none" in cfg.layer_mixers or cfg.mlp_free_layers) and cfg.norm_layout != "pre":
         raise InvalidInput("params.model.norm_layout", f"the {probe} probe builds layers without a mixer or "
                                                        "an MLP in the pre layout only")
@@ -181,6 +176,10 @@ def _layer_tensors(cfg: models.TransformerConfig, moe_layers: list[bool]) -> lis
     if "mamba" in cfg.mixers:  # in_proj, x_proj, A_log (out_proj and dt_proj are no larger)
         inner, n = cfg.ssm_inner, cfg.ssm_state_size
         attention += [2 * inner * d, (cfg.ssm_dt_rank + 2 * n) * inner, inner * n]
+    if "gated_delta_net" in cfg.mixers:  # in_proj_qkvz and out_proj
+        kd = cfg.linear_key_heads * cfg.linear_key_head_dim
+        vd = cfg.linear_value_heads * cfg.linear_value_head_dim
+        attention += [(2 * kd + 2 * vd) * d, vd * d]
     mlps = [up * cfg.ff * d] if not all(moe_layers) else []
     if any(moe_layers):
         mlps += [cfg.n_experts * d, up * cfg.ff_expert * d, up * cfg.ff_shared * d]

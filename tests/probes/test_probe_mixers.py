@@ -1,14 +1,16 @@
-"""The train_step probe's Mamba-2 and Mamba-1 mixers (app/bench/mamba2.py, mamba1.py) compute what
-transformers' mixers compute, forward and backward (Bamba's, Nemotron-H's, Falcon-H1's, Jamba's),
-and their recomputed scans (app/bench/recompute.py, the blocked selective scan) give the gradients
-of the same code run eagerly. Their memory and FLOPs against the calculators are in
-test_probe_moe.py (bamba, nemotron-h, falcon-h1, jamba)."""
+"""The train_step probe's token mixers that are not attention (app/bench/mamba2.py, mamba1.py,
+deltanet.py) compute what transformers' mixers compute, forward and backward (Bamba's,
+Nemotron-H's, Falcon-H1's, Jamba's, Qwen3-Next's), and their recomputed scans
+(app/bench/recompute.py, the blocked selective scan) give the gradients of the same code run
+eagerly. Their memory and FLOPs against the calculators are in test_probe_moe.py (bamba,
+nemotron-h, falcon-h1, jamba, qwen3-next)."""
 
 import pytest
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from app.accounting.models import TransformerConfig
+from app.bench.deltanet import GatedDeltaNetMixer
 from app.bench.mamba1 import Mamba1Mixer
 from app.bench.mamba2 import Mamba2Mixer
 from app.bench.recompute import GatedNorm
@@ -113,20 +115,23 @@ def test_the_recomputed_scan_keeps_its_input_only():
 
 
 @pytest.mark.parametrize("groups", [1, 4])
-def test_the_gated_norm_has_autograds_gradients(groups):
+@pytest.mark.parametrize("gate_first", [True, False])
+def test_the_gated_norm_has_autograds_gradients(groups, gate_first):
     torch.manual_seed(groups)
     y, z = (torch.randn(3, 5, 32, dtype=torch.float64, requires_grad=True) for _ in range(2))
     w = torch.randn(32, dtype=torch.float64, requires_grad=True)
     grad = torch.randn(3, 5, 32, dtype=torch.float64)
+    silu = torch.nn.functional.silu
 
     def eager(y, z, w):
-        h = (y * torch.nn.functional.silu(z)).unflatten(-1, (groups, -1))
-        return w * (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)).flatten(-2)
+        h = (y * silu(z) if gate_first else y).unflatten(-1, (groups, -1))
+        normed = w * (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)).flatten(-2)
+        return normed if gate_first else normed * silu(z)
 
-    for weight in (w, None):
+    for weight in (w, None) if gate_first else (w,):
         inputs = [y, z] + ([w] if weight is not None else [])
-        ours = torch.autograd.grad(GatedNorm.apply(y, z, weight, groups, 1e-6), inputs, grad)
-        expected = eager(y, z, w) if weight is not None else y * torch.nn.functional.silu(z)
+        ours = torch.autograd.grad(GatedNorm.apply(y, z, weight, groups, 1e-6, gate_first), inputs, grad)
+        expected = eager(y, z, w) if weight is not None else y * silu(z)
         for mine, theirs in zip(ours, torch.autograd.grad(expected, inputs, grad), strict=True):
             torch.testing.assert_close(mine, theirs)
 
@@ -154,3 +159,30 @@ def test_the_mamba1_mixer_is_jambas(seq):
         eager = torch.autograd.grad(ours(x), inputs, grad)
     for mine, theirs_ in zip(blocked, eager, strict=True):
         torch.testing.assert_close(mine, theirs_, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("seq", [37, 70])  # a last chunk of 37 tokens, and a second chunk of 6
+def test_the_gated_deltanet_mixer_is_qwen3_nexts(seq):
+    """Qwen3-Next's per-key-head projection order, grouped value heads, norm-before-gate; the chunked
+    rule recomputed a sequence at a time in backward."""
+    from transformers import Qwen3NextConfig
+    from transformers.models.qwen3_next.modeling_qwen3_next import Qwen3NextGatedDeltaNet
+    torch.manual_seed(seq)
+    hf = Qwen3NextConfig(hidden_size=64, linear_num_key_heads=2, linear_num_value_heads=4,
+                         linear_key_head_dim=16, linear_value_head_dim=16, linear_conv_kernel_dim=4,
+                         vocab_size=100, num_hidden_layers=1, rms_norm_eps=1e-6,
+                         layer_types=["linear_attention"])
+    ref = Qwen3NextGatedDeltaNet(hf, 0).double()
+    for p in ref.parameters():
+        torch.nn.init.normal_(p, std=0.2)
+    cfg = TransformerConfig(n_layers=1, d_model=64, n_heads=4, vocab_size=100,
+                            layer_mixers=("gated_delta_net",), linear_key_heads=2, linear_value_heads=4,
+                            linear_key_head_dim=16, linear_value_head_dim=16)
+    ours = GatedDeltaNetMixer(cfg).double()
+    x, grad = assert_computes_the_same(ours, ref, seq, {"norm": "norm.weight"})
+    inputs = [x, *ours.parameters()]
+    recomputed = torch.autograd.grad(ours(x), inputs, grad)
+    with sdpa_kernel(SDPBackend.MATH):
+        eager = torch.autograd.grad(ours(x), inputs, grad)
+    for mine, theirs in zip(recomputed, eager, strict=True):
+        torch.testing.assert_close(mine, theirs, rtol=1e-5, atol=1e-7)
