@@ -78,7 +78,7 @@ def _projections(model: Transformer) -> Iterator[tuple[nn.Module, str, dict[str,
     for block in model.blocks:
         attn = block.attn
         if isinstance(attn, Attention):
-            q, kv = attn.q_width, attn.kv_width
+            q, kv = attn.q_width + attn.gate_width, attn.kv_width  # q_proj makes the output gate too
             yield attn, "qkv", {"qkv": q + 2 * kv} if cfg.fused_qkv else {"q": q, "k": kv, "v": kv}
             yield attn, "out", {"o": attn.out.out_features}
         mlp = block.mlp.shared if isinstance(block.mlp, Experts) else block.mlp
@@ -96,7 +96,7 @@ def _quantized_linears(model: Transformer) -> Iterator[tuple[nn.Module, str]]:
         if isinstance(block.attn, Attention):
             yield block.attn, "qkv"
             yield block.attn, "out"
-        mlps = [block.mlp] if isinstance(block.mlp, Mlp) else [block.mlp.shared]
+        mlps = [block.mlp] if isinstance(block.mlp, Mlp) else [getattr(block.mlp, "shared", None)]
         for mlp in filter(None, mlps):
             yield mlp, "up"
             yield mlp, "down"

@@ -144,8 +144,9 @@ class Attention(nn.Module):
     def _project(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None):
         """q, k and v as project() gives them, and the output gate's block (None without one)."""
         b, s, _ = x.shape
-        widths = (self.q_width, self.kv_width, self.kv_width) + ((self.gate_width,) if self.gate_width else ())
-        q, k, v, *gate = blocks(self.qkv, x, widths)
+        # The gate sits beside q (q_proj's second half in Qwen3-Next), so an adapter on q wraps both.
+        q, k, v = blocks(self.qkv, x, (self.q_width + self.gate_width, self.kv_width, self.kv_width))
+        q, *gate = q.split((self.q_width, self.gate_width), dim=-1) if self.gate_width else (q,)
         # A fused q/k-norm kernel reads q and k alone: copies, so the norms do not keep the
         # whole projection (v included) alive.
         if self.qk_norm == "projection":

@@ -13,11 +13,15 @@ from app.accounting.finetune.flops import step_flops
 from app.accounting.finetune.lora import HF_NAMES
 from app.accounting.finetune.spec import FineTune
 from app.accounting.hf.read import import_config
+from tests.support.conv_flops import depthwise_excess
+from tests.support.hf_configs_hybrid import SMALL as HYBRID_SMALL
 from tests.support.hf_configs_moe import SMALL as MOE_SMALL
 from tests.support.hf_oracle import one_thread
 from tests.support.lora import FAMILIES, FUSED, lora_config
 
 MOE = {"mixtral", "qwen2_moe", "qwen3_moe"}
+HYBRIDS = {"bamba", "jamba", "nemotron_h", "qwen3_next"}
+"""Built on the CPU too: their scans and routers need real numbers."""
 TARGET_SETS = [("q", "v"), ("v",), ("k", "o"), ("q", "k", "v", "o", "gate", "up", "down"), ("down",),
                ("up",)]
 
@@ -29,7 +33,7 @@ def counted(config: dict, rank: int, targets: tuple[str, ...] | None, batch: int
     `frozen` (module paths), of the model with those parts' requires_grad off."""
     body = dict(config)
     cfg = AutoConfig.for_model(body.pop("model_type"), **body)
-    moe = config["model_type"] in MOE
+    moe = config["model_type"] in MOE | HYBRIDS
     with one_thread():
         torch.manual_seed(0)
         with torch.device("cpu" if moe else "meta"):
@@ -75,6 +79,41 @@ def test_lora_with_modules_to_save_matches_flop_counter_mode(name, saved):
                     train_head="lm_head" in saved)
     ours = step_flops(cfg, spec, batch_size=2, seq_len=24)
     assert (ours.forward, ours.backward) == counted(FAMILIES[name], 4, ("v",), 2, 24, saved=saved)
+
+
+# Nemotron-H's MLPs have no gate (up and down alone); its attention layers and Mamba-2 layers have no MLP.
+HYBRID_CASES = [(name, targets) for name in sorted(HYBRIDS)
+                for targets in [("q", "v"), ("k", "o"),
+                                ("q", "k", "v", "o") + (("up", "down") if name == "nemotron_h"
+                                                        else ("gate", "up", "down"))]]
+
+
+@pytest.mark.parametrize(("name", "targets"), HYBRID_CASES,
+                         ids=[f"{n}-{'-'.join(t)}" for n, t in HYBRID_CASES])
+def test_lora_on_a_hybrid_passes_gradients_through_its_frozen_mixers(name, targets):
+    """Adapters on the attention and MLP layers of a hybrid: its Mamba, Mamba-2 and gated DeltaNet
+    layers stay frozen, and pass an input gradient through their projections and scans (no
+    convolution weight gradient) only behind the first adapter."""
+    config = HYBRID_SMALL[name]
+    cfg = import_config(config).config
+    ours = step_flops(cfg, FineTune("lora", rank=4, targets=targets), batch_size=2, seq_len=37)
+    assert (ours.forward, ours.backward) == counted(config, 4, targets, 2, 37)
+
+
+@pytest.mark.parametrize("layers", [1, 3])
+@pytest.mark.parametrize("name", sorted(HYBRIDS))
+def test_freezing_a_hybrids_first_layers_matches_flop_counter_mode(name, layers):
+    """Frozen first layers behind a frozen embedding pass no gradient; the trained ones train their
+    mixers whole (FlopCounterMode counting each trained convolution's weight gradient densely)."""
+    config = HYBRID_SMALL[name]
+    cfg = import_config(config).config
+    spec = FineTune("freeze", freeze_embeddings=True, freeze_layers=layers)
+    ours = step_flops(cfg, spec, batch_size=2, seq_len=37)
+    embedding = "model.embeddings" if name == "nemotron_h" else "model.embed_tokens"
+    frozen = tuple(f"model.layers.{i}" for i in range(layers)) + (embedding,)
+    forward, backward = counted(config, 0, (), 2, 37, frozen=frozen)
+    excess = depthwise_excess(cfg, 2, 37, layers=range(layers, cfg.n_layers))
+    assert (ours.forward, ours.backward + excess) == (forward, backward)
 
 
 FREEZES = [(True, True, 0), (True, True, 1), (False, False, 1), (True, False, 2), (False, True, 0)]

@@ -79,6 +79,34 @@ def engine_trainable(p: TrainStepParams) -> int:
     return lora_params(cfg, rank=p.lora_rank, targets=targets).trainable_params
 
 
+# The hybrids: their Mamba-2 and gated DeltaNet layers stay frozen under LoRA (no target names them)
+# and pass the gradient through; Nemotron-H's layers hold a mixer or an MLP, not both.
+MAMBA2 = {"ssm_heads": 8, "ssm_head_dim": 16, "ssm_groups": 2, "ssm_state_size": 16, "ssm_chunk_size": 24}
+HYBRIDS = {
+    "bamba": LLAMA | {"n_layers": 3, "layer_mixers": ["mamba2", "attention", "mamba2"], **MAMBA2},
+    "nemotron-h": LLAMA | {"n_layers": 4, "layer_mixers": ["mamba2", "none", "attention", "none"],
+                           "mlp_free_layers": [0, 2], "mlp": "relu2", **MAMBA2},
+    "qwen3-next": LLAMA | {"n_layers": 3, "layer_mixers": ["gated_delta_net", "attention", "gated_delta_net"],
+                           "linear_key_heads": 2, "linear_value_heads": 4, "linear_key_head_dim": 16,
+                           "linear_value_head_dim": 16, "attn_output_gate": True, "qk_norm": "head"},
+}
+HYBRID_TUNES = {"lora-qv": TUNES["lora-qv"],
+                "lora-all": {"mode": "lora", "lora_targets": ["q", "k", "v", "o", "up", "down"]},
+                "freeze-layer-and-head": TUNES["freeze-layer-and-head"]}
+
+
+@pytest.mark.parametrize("tune", list(HYBRID_TUNES))
+@pytest.mark.parametrize("model", list(HYBRIDS))
+def test_fine_tuning_a_hybrid_predicts_its_peak(model, tune):
+    body = HYBRID_TUNES[tune] | {"model": HYBRIDS[model], "precision": "bf16_autocast"}
+    result = train_step.run(QUICK | {"batch_size": 4, "seq_len": 128, "optimizer": "adamw", "steps": 1,
+                                     "warmup_steps": 1} | body, quiet)
+    mem = result["memory"]
+    assert result["trainable_params"] == engine_trainable(TrainStepParams.model_validate(body))
+    assert result["loss_last"] < result["loss_first"]
+    assert abs(mem["relative_error"]) < 0.05, mem
+
+
 @pytest.mark.parametrize(("model", "precision", "tune"), list(_cases()))
 def test_fine_tune_predicts_peak_memory_within_10_percent(model, precision, tune):
     """4 x 128 tokens, so activations are most of the peak; one measured step after one warm-up."""

@@ -27,7 +27,7 @@ convolution's channels cd = 2 kd + vd and width K:
             q and k (l2-normed) and v (cd together), beta (Hv), the decay (Hv, float32; beside it
             softplus's input and output, 2 Hv float32, are autograd's) and A, the solved WY matrix
             (Hv x 64 a token, k's dtype); the chunk states are recomputed in backward. Then the gated
-            norm's input and output (2 vd)
+            norm's input and out_proj's (vd each)
   state     per sequence: the convolution's last inputs, cd x K in transformers' cache and (K - 1) x
             cd in vLLM's, and the recurrent state Hv x dk x dv, float32 in transformers
 """
@@ -60,6 +60,10 @@ class GatedDeltaNet(StateMixer):
     @property
     def conv_channels(self) -> int:
         return 2 * self.key_width + self.value_width
+
+    @property
+    def conv_kernel(self) -> int:
+        return self.cfg.linear_conv_kernel
 
     @property
     def in_width(self) -> int:
@@ -105,8 +109,8 @@ class GatedDeltaNet(StateMixer):
 
     def scan_flops(self, *, batch: int, seq_len: int) -> int:
         bh, n, dk, dv = self._dims(batch, seq_len)
-        c, k = CHUNK_TOKENS, self.cfg.linear_conv_kernel
-        conv = 2 * batch * self.conv_channels * k * (seq_len + k - 1)
+        c = CHUNK_TOKENS
+        conv = self.conv_flops(batch=batch, seq_len=seq_len)
         return conv + 2 * bh * n * c * (2 * c * dk + 3 * dk * dv + c * dv)
 
     def backward_flops(self, *, batch: int, seq_len: int, causal: Causal) -> dict[str, int]:
@@ -135,7 +139,8 @@ class GatedDeltaNet(StateMixer):
             Item("deltanet/beta", hv, 0, act_bytes, True),
             Item("deltanet/decay", 3 * hv, 0, FP32, True),
             Item("deltanet/wy_matrix", hv * CHUNK_TOKENS, 0, act_bytes, True),
-            Item("deltanet/gated_norm_input_and_output", 2 * self.value_width, 0, act_bytes, True),
+            Item("deltanet/gated_norm_input", self.value_width, 0, act_bytes, True),
+            Item("deltanet/out_proj_input", self.value_width, 0, act_bytes, True),
         ]
 
     def state(self) -> State:

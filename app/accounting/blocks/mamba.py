@@ -20,8 +20,8 @@ With d = d_model, H heads of P channels (inner I = H x P), G groups of state N, 
             SSM state H x P x N, float32 in transformers (the scan's own dtype) and vLLM's
             mamba_ssm_cache_dtype (the model's by default; Nemotron-H's config asks float32)
   saved     mamba_ssm's fused training path (mamba_split_conv1d_scan_combined) keeps the block's
-            input, in_proj's output (z, xBC, dt) and the gated norm's input and output: the
-            convolution and the scan are recomputed in backward
+            input, in_proj's output (z, xBC, dt) and the gated norm's input, and out_proj its own
+            input: the convolution and the scan are recomputed in backward
 """
 
 from dataclasses import dataclass
@@ -43,6 +43,10 @@ class Mamba2(StateMixer):
     @property
     def conv_channels(self) -> int:
         return self.inner + 2 * self.cfg.ssm_groups * self.cfg.ssm_state_size
+
+    @property
+    def conv_kernel(self) -> int:
+        return self.cfg.ssm_conv_kernel
 
     @property
     def in_width(self) -> int:
@@ -81,15 +85,9 @@ class Mamba2(StateMixer):
     def scan_flops(self, *, batch: int, seq_len: int) -> int:
         """The depthwise convolution and the chunked scan's five bmm, as the module docstring says."""
         cfg = self.cfg
-        h, p, n, q, k = (
-            cfg.ssm_heads,
-            cfg.ssm_head_dim,
-            cfg.ssm_state_size,
-            cfg.ssm_chunk_size,
-            cfg.ssm_conv_kernel,
-        )
+        h, p, n, q = cfg.ssm_heads, cfg.ssm_head_dim, cfg.ssm_state_size, cfg.ssm_chunk_size
         c = -(-seq_len // q)
-        conv = 2 * batch * (seq_len + k - 1) * self.conv_channels * k
+        conv = self.conv_flops(batch=batch, seq_len=seq_len)
         scan = 2 * batch * h * (c * q * q * (n + p) + 2 * c * q * p * n + (c + 1) ** 2 * p * n)
         return conv + scan
 
@@ -107,7 +105,8 @@ class Mamba2(StateMixer):
             Item("mamba/norm_input", h, 0, residual_bytes, False),
             Item("mamba/in_proj_input", h, 0, act_bytes, False),
             Item("mamba/in_proj_output", self.in_width, 0, act_bytes, True),
-            Item("mamba/gated_norm_input_and_output", 2 * self.inner, 0, act_bytes, True),
+            Item("mamba/gated_norm_input", self.inner, 0, act_bytes, True),
+            Item("mamba/out_proj_input", self.inner, 0, act_bytes, True),
         ]
 
     def state(self) -> State:

@@ -40,6 +40,10 @@ class Mamba1(StateMixer):
     def conv_channels(self) -> int:
         return self.cfg.ssm_inner
 
+    @property
+    def conv_kernel(self) -> int:
+        return self.cfg.ssm_conv_kernel
+
     def _weights(self) -> list[Weight]:
         cfg, d, i = self.cfg, self.cfg.d_model, self.cfg.ssm_inner
         n, r = cfg.ssm_state_size, cfg.ssm_dt_rank
@@ -72,8 +76,8 @@ class Mamba1(StateMixer):
         }
 
     def scan_flops(self, *, batch: int, seq_len: int) -> int:
-        cfg, k = self.cfg, self.cfg.ssm_conv_kernel
-        conv = 2 * batch * (seq_len + k - 1) * cfg.ssm_inner * k
+        cfg = self.cfg
+        conv = self.conv_flops(batch=batch, seq_len=seq_len)
         return conv + 2 * batch * seq_len * cfg.ssm_inner * cfg.ssm_state_size
 
     def decode_core_flops(self, keys: int, mla_cache: str) -> int:

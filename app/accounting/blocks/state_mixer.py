@@ -20,10 +20,12 @@ class StateMixer(Attention):
     window: ClassVar[None] = None
     mixes_by_attention: ClassVar[bool] = False
 
-    @property
-    def fine_tune_refusal(self) -> str | None:  # type: ignore[override]
-        return (f"fine-tuning is counted for attention layers; {self.label} layers' adapters and frozen "
-                "parts are not counted yet")
+    def conv_flops(self, *, batch: int, seq_len: int) -> int:
+        """The depthwise conv1d over each kind's conv_channels, width conv_kernel K, padding K - 1:
+        2 B (S + K - 1) channels K, as FlopCounterMode counts it forward, and as much again for its
+        (depthwise) weight gradient in backward."""
+        k = self.conv_kernel  # type: ignore[attr-defined]
+        return 2 * batch * (seq_len + k - 1) * self.conv_channels * k  # type: ignore[attr-defined]
 
     def scan_flops(self, *, batch: int, seq_len: int) -> int:
         """The depthwise convolution and the scan's matmuls over batch x seq_len tokens."""

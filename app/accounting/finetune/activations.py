@@ -16,7 +16,9 @@ needs it (torch's generated derivatives check should_compute_output). So:
 - an adapter on routed experts (a 3-D parameter) is folded into a merged weight, W + B A per
   expert, which requires a gradient: the experts keep their inputs as trained ones do, and the
   merged weight itself, a copy of the layer's experts in the parameter dtype.
-Attention (SDPA, FlashAttention) keeps q, k and v whenever any of them requires a gradient.
+Attention (SDPA, FlashAttention) keeps q, k and v whenever any of them requires a gradient; a
+state-space mixer's kernels (mamba_ssm's, fla's) keep their inputs wherever the layer's input requires
+a gradient or the layer trains, and its in_proj and out_proj keep theirs only to train.
 """
 
 from app.accounting import blocks
@@ -41,7 +43,7 @@ def _flags(layer: LayerGrad, frozen_keep_inputs: bool) -> dict[str, bool]:
     hidden = mid or whole or bool(a & {"gate", "up", "gate_up"})
     gate_up, down = "experts_gate_up" in a, "experts_down" in a
     k = frozen_keep_inputs
-    return {"x": x, "whole": whole, "core": core, "o_out": o_out, "mid": mid, "hidden": hidden,
+    return {"x": x, "whole": whole, "core": core, "o_out": o_out, "mid": mid, "hidden": hidden, "keep": k,
             # routed experts, adapted through their merged weights
             "experts_in": whole or gate_up, "experts_down_in": whole or down,
             "experts": mid or whole or gate_up or down,
@@ -57,6 +59,11 @@ def _kept(name: str, f: dict[str, bool], shared_experts: bool) -> bool:
         return f["x"] or f["hidden"]
     if name in _ATTENTION_CORE:
         return f["core"]
+    mixer = name.split("/")[0] in ("mamba", "deltanet")
+    if mixer:  # a state-space mixer: its projections keep inputs to train, its kernels to pass a gradient
+        rules = {"/norm_input": f["x"], "/in_proj_input": f["whole"] or f["keep"] and f["x"],
+                 "/out_proj_input": f["whole"] or f["keep"] and f["core"]}
+        return rules.get(name[name.index("/"):], f["core"])
     rules = {
         "attention/norm_input": f["x"], "attention/qkv_input": f["qkv_in"],
         "attention/output_proj_input": f["o_in"], "attention/dropout_mask": f["o_out"],
@@ -129,6 +136,8 @@ def _layer(layer: blocks.Layer, grad: LayerGrad, *, rank: int, act_bytes: int, r
             out[name] = out.get(name, 0) + size
 
     recipe = act.layer_recipe(layer, act_bytes, recompute, residual_bytes)
+    # The adapters this layer has: a hybrid's Mamba or DeltaNet layer has no q, k, v or o to wrap.
+    grad = grad._replace(adapters=grad.adapters & {m.module for m in layer.linears()})
     f = _flags(grad, frozen_keep_inputs)
     autocast = act_bytes != residual_bytes
     add(_copies(item, grad, autocast) for item in recipe if _kept(item.name, f, bool(cfg.ff_shared)))

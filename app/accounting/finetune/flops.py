@@ -16,6 +16,12 @@ A parallel block (GPT-NeoX, Falcon) feeds its MLP a norm of the layer's input, n
 attention(x): behind a frozen embedding, the first layer's MLP input requires no gradient even
 where attention carries adapters, and its up and down skip their input gradients (4 t d f).
 
+A state-space or linear-attention mixer (Mamba, Mamba-2, gated DeltaNet) carries no adapters (its
+in_proj, x_proj, dt_proj and out_proj are not LoRA targets here): frozen, it passes an input
+gradient through its projections and its scan wherever its input requires one (the scan's
+backward, less its depthwise convolution's weight gradient); a layer without a mixer (Nemotron-H's
+MLP layers) passes the stream to its MLP.
+
 Routed experts are 3-D parameters (E, in, out): peft cannot factor the token out of B A x there,
 so it folds the adapters into the weight, W + B A per expert (2 E r in out), and backward
 computes the merged weight's gradient like a trained expert's (2 t k in out) and from it dB and
@@ -127,17 +133,28 @@ def _walk(cfg: TransformerConfig, spec: ft.FineTune, base, batch_size: int, seq_
     for layer, (grad, whole, adapters, parallel) in zip(blocks.layers(cfg), plan.layers, strict=True):
         lin = partial(linear, whole=whole, adapters=adapters)
         attention, mlp = layer.attention.linears(), layer.mlp.linears()
-        made = dict.fromkeys("qkv", False)
-        for m in attention:
-            if m.module in QKV:
-                flows = lin(m, grad)
-                made |= {operand: made[operand] or flows for operand in QKV[m.module]}
-        q, k, v = made["q"], made["k"], made["v"]
-        core = layer.attention.forward_flops(batch=batch_size, seq_len=seq_len, causal=causal)
-        back += core["attention_scores"] * (q + k)  # dQ, dK of Q @ K^T
-        weights = q or k
-        back += core["attention_values"] * (weights + v)  # d(probabilities), dV of P @ V
-        out = lin(next(m for m in attention if m.module == "o"), weights or v)
+        if not layer.attention.present:  # Nemotron-H's MLP layers: no mixer
+            out = False
+        elif not layer.attention.mixes_by_attention:
+            out = grad or whole  # the scan's input and output require gradients (no adapters there)
+            for m in attention:  # in_proj(s) read the layer's input; x_proj, dt_proj, out_proj the scan's
+                lin(m, grad if m.module.startswith("in_proj") else out)
+            if out:  # every operand of the scan derives from the input; the conv's weight trains whole only
+                scan = layer.attention.backward_flops(batch=batch_size, seq_len=seq_len, causal=causal)
+                back += scan["mixer_scan"] - (0 if whole else layer.attention.conv_flops(batch=batch_size,
+                                                                                         seq_len=seq_len))
+        else:
+            made = dict.fromkeys("qkv", False)
+            for m in attention:
+                if m.module in QKV:
+                    flows = lin(m, grad)
+                    made |= {operand: made[operand] or flows for operand in QKV[m.module]}
+            q, k, v = made["q"], made["k"], made["v"]
+            core = layer.attention.forward_flops(batch=batch_size, seq_len=seq_len, causal=causal)
+            back += core["attention_scores"] * (q + k)  # dQ, dK of Q @ K^T
+            weights = q or k
+            back += core["attention_values"] * (weights + v)  # d(probabilities), dV of P @ V
+            out = lin(next(m for m in attention if m.module == "o"), weights or v)
         mid = grad if parallel else grad or out  # the MLP reads norm(x), or norm(x + attention(x))
         # gate/up (or gate_up), the router, the shared experts' gate: their outputs require a
         # gradient wherever the stream or their weights do; down reads that hidden.

@@ -111,12 +111,15 @@ def experts_take_mlp_names(cfg: TransformerConfig) -> bool:
     target_parameters gate_up_proj, the 3-D (E, 2 f, d) parameter they were fused into, with
     rank_pattern 2r (both v4 adapters stacked; one of the two alone is a ValueError there);
     down_proj becomes the experts' down_proj, at r. No module name is left to match a dense MLP
-    (mlp_only_layers, decoder_sparse_step), so none is wrapped. Among the families Tally imports
-    that is qwen3_moe (DeepSeek too, whose latent attention fine-tuning refuses): qwen2_moe is that
-    pattern itself, not one converted to it, so its names wrap its shared expert and dense MLPs;
-    Mixtral's v4 names were w1, w3 and w2. A TransformerConfig has no model_type: qwen3_moe is the
-    mixture of experts without a shared expert whose q and k are normed per head."""
-    return blocks.routed(cfg) is not None and not cfg.ff_shared and cfg.qk_norm == "head"
+    (mlp_only_layers, decoder_sparse_step), nor a shared expert, so none is wrapped. Among the
+    families Tally imports that is qwen3_moe and qwen3_next (DeepSeek too, whose latent attention
+    fine-tuning refuses): qwen2_moe is that pattern itself, not one converted to it, so its names wrap
+    its shared expert and dense MLPs; Mixtral's v4 names were w1, w3 and w2. A TransformerConfig has
+    no model_type: qwen3_moe is the mixture of experts without a shared expert whose q and k are
+    normed per head, qwen3_next the one with gated attention (attn_output_gate). glm4_moe is converted
+    too and is not told apart yet."""
+    return (blocks.routed(cfg) is not None and cfg.qk_norm == "head"
+            and (not cfg.ff_shared or cfg.attn_output_gate))
 
 
 def wrapped(cfg: TransformerConfig, targets: tuple[str, ...]) -> dict[str, int]:

@@ -120,6 +120,10 @@ def _fine_tune_step(p: TrainStepParams, cfg: models.TransformerConfig, *, engine
     tune = fine_tune(p)
     if p.mode == "qlora" and importlib.util.find_spec("bitsandbytes") is None:
         raise InvalidInput("params.mode", NO_BITSANDBYTES)
+    if p.mode == "qlora" and set(cfg.mixers) - {"attention", "none"}:
+        # transformers' bitsandbytes integration stores the mixers' in_proj and out_proj in 4 bits too
+        raise InvalidInput("params.mode", "the train_step probe stores attention's and the MLPs' matrices "
+                                          "quantized, not a Mamba or DeltaNet layer's yet")
     # Where peft maps gate, up and down onto the routed experts (qwen3_moe: lora.experts_take_mlp_names),
     # those are expert adapters too, which the probe does not build either.
     unbuilt = UNBUILT_TARGETS + (("gate", "up", "down") if lora.experts_take_mlp_names(cfg) else ())
@@ -198,8 +202,8 @@ def largest_trainable(cfg: models.TransformerConfig, tune: ft.FineTune) -> int:
     if tune.adapted:
         q, kv = cfg.n_heads * cfg.hd, cfg.kv_heads * cfg.hd
         mlp = cfg.ff if not all(cfg.moe_layers) else cfg.ff_shared
-        widths = {"q": q, "k": kv, "v": kv, "o": q, "gate": mlp, "up": mlp, "down": mlp, "qkv": q + 2 * kv,
-                  "gate_up": 2 * mlp}
+        widths = {"q": q * (2 if cfg.attn_output_gate else 1), "k": kv, "v": kv, "o": q, "gate": mlp,
+                  "up": mlp, "down": mlp, "qkv": q + 2 * kv, "gate_up": 2 * mlp}
         return tune.rank * max(max(d, widths[t]) for t in ft.targets_of(cfg, tune))
     plan = ft.graph(cfg, tune)
     tables = [cfg.vocab_size * d] if plan.embedding_trains or plan.head_trains else []
