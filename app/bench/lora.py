@@ -76,7 +76,7 @@ def _projections(model: Transformer) -> Iterator[tuple[nn.Module, str, dict[str,
     transformers has one target for it: qkv (gate_up)."""
     cfg = model.cfg
     for block in model.blocks:
-        attn = block.attn
+        attn = getattr(block.attn, "attention", block.attn)  # Falcon-H1's attention beside its Mamba-2
         if isinstance(attn, Attention):
             q, kv = attn.q_width + attn.gate_width, attn.kv_width  # q_proj makes the output gate too
             yield attn, "qkv", {"qkv": q + 2 * kv} if cfg.fused_qkv else {"q": q, "k": kv, "v": kv}

@@ -20,7 +20,7 @@ from tests.support.hf_oracle import one_thread
 from tests.support.lora import FAMILIES, FUSED, lora_config
 
 MOE = {"mixtral", "qwen2_moe", "qwen3_moe"}
-HYBRIDS = {"bamba", "jamba", "nemotron_h", "qwen3_next"}
+HYBRIDS = {"bamba", "jamba", "nemotron_h", "qwen3_next", "falcon_h1"}
 """Built on the CPU too: their scans and routers need real numbers."""
 TARGET_SETS = [("q", "v"), ("v",), ("k", "o"), ("q", "k", "v", "o", "gate", "up", "down"), ("down",),
                ("up",)]

@@ -35,8 +35,7 @@ class ParallelMixers(Attention):
 
     @property
     def fine_tune_refusal(self) -> str | None:  # type: ignore[override]
-        return ("fine-tuning is counted for attention and state-space layers apart; attention beside "
-                "Mamba-2 in one layer (Falcon-H1) is not counted yet")
+        return self.attention.fine_tune_refusal
 
     def weights(self) -> tuple[Weight, ...]:
         return self.attention.weights() + self.ssm.weights()

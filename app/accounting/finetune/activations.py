@@ -44,6 +44,8 @@ def _flags(layer: LayerGrad, frozen_keep_inputs: bool) -> dict[str, bool]:
     gate_up, down = "experts_gate_up" in a, "experts_down" in a
     k = frozen_keep_inputs
     return {"x": x, "whole": whole, "core": core, "o_out": o_out, "mid": mid, "hidden": hidden, "keep": k,
+            # a state-space mixer's scan (no adapters there): its input requires a gradient or it trains
+            "scan": x or whole,
             # routed experts, adapted through their merged weights
             "experts_in": whole or gate_up, "experts_down_in": whole or down,
             "experts": mid or whole or gate_up or down,
@@ -62,8 +64,8 @@ def _kept(name: str, f: dict[str, bool], shared_experts: bool) -> bool:
     mixer = name.split("/")[0] in ("mamba", "deltanet")
     if mixer:  # a state-space mixer: its projections keep inputs to train, its kernels to pass a gradient
         rules = {"/norm_input": f["x"], "/in_proj_input": f["whole"] or f["keep"] and f["x"],
-                 "/out_proj_input": f["whole"] or f["keep"] and f["core"]}
-        return rules.get(name[name.index("/"):], f["core"])
+                 "/out_proj_input": f["whole"] or f["keep"] and f["scan"]}
+        return rules.get(name[name.index("/"):], f["scan"])
     rules = {
         "attention/norm_input": f["x"], "attention/qkv_input": f["qkv_in"],
         "attention/output_proj_input": f["o_in"], "attention/dropout_mask": f["o_out"],

@@ -132,29 +132,14 @@ def _walk(cfg: TransformerConfig, spec: ft.FineTune, base, batch_size: int, seq_
 
     for layer, (grad, whole, adapters, parallel) in zip(blocks.layers(cfg), plan.layers, strict=True):
         lin = partial(linear, whole=whole, adapters=adapters)
-        attention, mlp = layer.attention.linears(), layer.mlp.linears()
-        if not layer.attention.present:  # Nemotron-H's MLP layers: no mixer
-            out = False
-        elif not layer.attention.mixes_by_attention:
-            out = grad or whole  # the scan's input and output require gradients (no adapters there)
-            for m in attention:  # in_proj(s) read the layer's input; x_proj, dt_proj, out_proj the scan's
-                lin(m, grad if m.module.startswith("in_proj") else out)
-            if out:  # every operand of the scan derives from the input; the conv's weight trains whole only
-                scan = layer.attention.backward_flops(batch=batch_size, seq_len=seq_len, causal=causal)
-                back += scan["mixer_scan"] - (0 if whole else layer.attention.conv_flops(batch=batch_size,
-                                                                                         seq_len=seq_len))
-        else:
-            made = dict.fromkeys("qkv", False)
-            for m in attention:
-                if m.module in QKV:
-                    flows = lin(m, grad)
-                    made |= {operand: made[operand] or flows for operand in QKV[m.module]}
-            q, k, v = made["q"], made["k"], made["v"]
-            core = layer.attention.forward_flops(batch=batch_size, seq_len=seq_len, causal=causal)
-            back += core["attention_scores"] * (q + k)  # dQ, dK of Q @ K^T
-            weights = q or k
-            back += core["attention_values"] * (weights + v)  # d(probabilities), dV of P @ V
-            out = lin(next(m for m in attention if m.module == "o"), weights or v)
+        mlp = layer.mlp.linears()
+
+        mixer = layer.attention
+        parts = (mixer.attention, mixer.ssm) if isinstance(mixer, blocks.ParallelMixers) else (mixer,)
+        out = False
+        for part in parts:  # Falcon-H1: attention and Mamba-2 on one norm
+            b, flows = _mixer(part, lin, grad, whole, batch_size, seq_len, causal)
+            back, out = back + b, out or flows
         mid = grad if parallel else grad or out  # the MLP reads norm(x), or norm(x + attention(x))
         # gate/up (or gate_up), the router, the shared experts' gate: their outputs require a
         # gradient wherever the stream or their weights do; down reads that hidden.
@@ -175,6 +160,35 @@ def _walk(cfg: TransformerConfig, spec: ft.FineTune, base, batch_size: int, seq_
     back += base.lm_head * (plan.head_input_grad + plan.head_trains)
     frozen_read += cfg.vocab_size * cfg.d_model * (plan.head_input_grad and not plan.head_trains)
     return _Walk(back, adapt_fwd, adapt_back, frozen_read)
+
+
+def _mixer(part: blocks.Attention, lin, grad: bool, whole: bool, batch_size: int, seq_len: int,
+           causal: Causal) -> tuple[int, bool]:
+    """One token mixer's backward FLOPs beyond its linears' (lin counts those), and whether its output
+    requires a gradient."""
+    attention = part.linears()
+    if not part.present:  # Nemotron-H's MLP layers: no mixer
+        return 0, False
+    if not part.mixes_by_attention:
+        flow = grad or whole  # the scan's input and output require gradients (no adapters there)
+        for m in attention:  # in_proj(s) read the layer's input; x_proj, dt_proj and out_proj the scan's
+            lin(m, grad if m.module.startswith("in_proj") else flow)
+        if not flow:
+            return 0, False
+        # every operand of the scan derives from the input; the conv's weight trains whole only
+        scan = part.backward_flops(batch=batch_size, seq_len=seq_len, causal=causal)["mixer_scan"]
+        return scan - (0 if whole else part.conv_flops(batch=batch_size, seq_len=seq_len)), True
+    made = dict.fromkeys("qkv", False)
+    for m in attention:
+        if m.module in QKV:
+            flows = lin(m, grad)
+            made |= {operand: made[operand] or flows for operand in QKV[m.module]}
+    q, k, v = made["q"], made["k"], made["v"]
+    core = part.forward_flops(batch=batch_size, seq_len=seq_len, causal=causal)
+    weights = q or k
+    # dQ, dK of Q @ K^T; d(probabilities), dV of P @ V
+    back = core["attention_scores"] * (q + k) + core["attention_values"] * (weights + v)
+    return back, lin(next(m for m in attention if m.module == "o"), weights or v)
 
 
 def _routed(gate_up: blocks.Linear, down: blocks.Linear, copies: int, mid: bool, whole: bool,
