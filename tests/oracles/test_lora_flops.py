@@ -19,7 +19,7 @@ from tests.support.hf_configs_moe import SMALL as MOE_SMALL
 from tests.support.hf_oracle import one_thread
 from tests.support.lora import FAMILIES, FUSED, lora_config
 
-MOE = {"mixtral", "qwen2_moe", "qwen3_moe"}
+MOE = {"mixtral", "qwen2_moe", "qwen3_moe", "glm4_moe"}
 HYBRIDS = {"bamba", "jamba", "nemotron_h", "qwen3_next", "falcon_h1"}
 """Built on the CPU too: their scans and routers need real numbers."""
 TARGET_SETS = [("q", "v"), ("v",), ("k", "o"), ("q", "k", "v", "o", "gate", "up", "down"), ("down",),
@@ -177,13 +177,15 @@ QWEN3_SETS = [("q", "k", "v", "o", "gate", "up", "down"), ("gate", "up"), ("down
 
 
 @pytest.mark.parametrize("targets", QWEN3_SETS, ids="-".join)
-def test_qwen3_moe_mlp_targets_match_flop_counter_mode(targets):
-    """peft wraps Qwen3-MoE's gate and up as the experts' gate_up_proj at rank 2r, down as their
-    down_proj, and leaves the dense layers' MLPs frozen: the merges at that rank, and no adapter
-    on a dense MLP (test_lora_peft counts the parameters)."""
-    cfg = import_config(QWEN3_MOE).config
+@pytest.mark.parametrize("family", ["qwen3_moe", "glm4_moe"])
+def test_moe_mlp_targets_match_flop_counter_mode(family, targets):
+    """peft wraps Qwen3-MoE's and GLM-4.5's gate and up as the experts' gate_up_proj, down as their
+    down_proj, and leaves the dense layers' MLPs (and GLM's shared expert) frozen: the merges at
+    that rank, and no adapter on a dense MLP (test_lora_peft counts the parameters)."""
+    config = MOE_SMALL[family]
+    cfg = import_config(config).config
     ours = step_flops(cfg, FineTune("lora", rank=4, targets=targets), batch_size=2, seq_len=24)
-    assert (ours.forward, ours.backward) == counted(QWEN3_MOE, 4, targets, 2, 24)
+    assert (ours.forward, ours.backward) == counted(config, 4, targets, 2, 24)
 
 
 # Parallel blocks: attention and the MLP both read the layer's input. GPT-NeoX

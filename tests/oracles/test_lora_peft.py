@@ -150,13 +150,16 @@ QWEN3_SETS = [("q", "k", "v", "o", "gate", "up", "down"), ("gate", "up"), ("down
 
 @pytest.mark.parametrize("targets", QWEN3_SETS, ids="-".join)
 @pytest.mark.parametrize("rank", [4, 16])
-def test_qwen3_moe_mlp_targets_are_its_routed_experts_as_peft_maps_them(rank, targets):
-    """peft 0.21 rewrites Qwen3-MoE's target_modules before wrapping (transformers_weight_conversion's
-    _convert_peft_config_moe): gate_proj and up_proj become the experts' fused gate_up_proj at rank
-    2r, down_proj their down_proj, and no dense MLP is wrapped."""
-    cfg = import_config(QWEN3_MOE).config
+@pytest.mark.parametrize("family", ["qwen3_moe", "glm4_moe"])
+def test_moe_mlp_targets_are_its_routed_experts_as_peft_maps_them(family, rank, targets):
+    """peft 0.21 rewrites Qwen3-MoE's and GLM-4.5's target_modules before wrapping
+    (transformers_weight_conversion's _convert_peft_config_moe): gate_proj and up_proj become the
+    experts' fused gate_up_proj, down_proj their down_proj, and no dense MLP or shared expert is
+    wrapped."""
+    config = MOE_SMALL[family]
+    cfg = import_config(config).config
     ours = lora_params(cfg, rank=rank, targets=targets)
-    assert (ours.trainable_params, ours.total_params) == peft_trainable(QWEN3_MOE, rank, targets)
+    assert (ours.trainable_params, ours.total_params) == peft_trainable(config, rank, targets)
     assert not set(ours.by_target) & {"gate", "up", "down"}  # the dense layers' MLPs stay unwrapped
 
 

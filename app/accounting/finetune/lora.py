@@ -112,14 +112,17 @@ def experts_take_mlp_names(cfg: TransformerConfig) -> bool:
     rank_pattern 2r (both v4 adapters stacked; one of the two alone is a ValueError there);
     down_proj becomes the experts' down_proj, at r. No module name is left to match a dense MLP
     (mlp_only_layers, decoder_sparse_step), nor a shared expert, so none is wrapped. Among the
-    families Tally imports that is qwen3_moe and qwen3_next (DeepSeek too, whose latent attention
-    fine-tuning refuses): qwen2_moe is that pattern itself, not one converted to it, so its names wrap
-    its shared expert and dense MLPs; Mixtral's v4 names were w1, w3 and w2. A TransformerConfig has
-    no model_type: qwen3_moe is the mixture of experts without a shared expert whose q and k are
-    normed per head, qwen3_next the one with gated attention (attn_output_gate). glm4_moe is converted
-    too and is not told apart yet."""
-    return (blocks.routed(cfg) is not None and cfg.qk_norm == "head"
-            and (not cfg.ff_shared or cfg.attn_output_gate))
+    families Tally imports that is qwen3_moe, qwen3_next and glm4_moe (DeepSeek too, whose latent
+    attention fine-tuning refuses): qwen2_moe is that pattern itself, not one converted to it, so its
+    names wrap its shared expert and dense MLPs; Mixtral's v4 names were w1, w3 and w2. A
+    TransformerConfig has no model_type: qwen3_moe is the mixture of experts without a shared expert
+    whose q and k are normed per head, qwen3_next the one with gated attention (attn_output_gate),
+    glm4_moe the gated experts behind a score-corrected sigmoid router (Nemotron-H's router is too,
+    but its experts are not gated, and peft does not convert it)."""
+    if blocks.routed(cfg) is None:
+        return False
+    glm = cfg.router_score_correction and cfg.gated and not cfg.mla  # GLM-4.5's sigmoid router, gated experts
+    return glm or (cfg.qk_norm == "head" and (not cfg.ff_shared or cfg.attn_output_gate))
 
 
 def wrapped(cfg: TransformerConfig, targets: tuple[str, ...]) -> dict[str, int]:
