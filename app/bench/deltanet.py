@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from app.accounting.models import TransformerConfig
-from app.bench.recompute import GatedNorm, recomputed
+from app.bench.recompute import GatedNorm, causal_conv, recomputed
 
 CHUNK = 64  # torch_chunk_gated_delta_rule's and fla's chunk_size
 
@@ -89,11 +89,6 @@ class GatedDeltaNetMixer(nn.Module):
         return (q.reshape(b_, s, self.kd), k.reshape(b_, s, self.kd), v.reshape(b_, s, self.vd),
                 z.reshape(b_, s, self.hv, self.dv), b.reshape(b_, s, self.hv), a.reshape(b_, s, self.hv))
 
-    def _conv(self, mixed: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        s = mixed.shape[1]
-        out = F.conv1d(mixed.transpose(1, 2), weight, padding=weight.shape[-1] - 1, groups=self.channels)
-        return F.silu(out[..., :s]).transpose(1, 2)
-
     def _rule(self, conv_out: torch.Tensor, g: torch.Tensor, beta: torch.Tensor):
         b_, s, _ = conv_out.shape
         q, k, v = conv_out.split((self.kd, self.kd, self.vd), dim=-1)
@@ -104,7 +99,7 @@ class GatedDeltaNetMixer(nn.Module):
 
     def forward(self, x: torch.Tensor, rope=None, dropout: float = 0.0) -> torch.Tensor:
         q, k, v, z, b, a = self._split(self.in_proj_qkvz(x), self.in_proj_ba(x))
-        conv_out = recomputed(self._conv, torch.cat((q, k, v), dim=-1), self.conv1d.weight)
+        conv_out = recomputed(causal_conv, torch.cat((q, k, v), dim=-1), self.conv1d.weight)
         beta = b.sigmoid()
         g = -self.A_log.float().exp() * F.softplus(a.float() + self.dt_bias)
         o = recomputed(self._rule, conv_out, g, beta, batched=3)

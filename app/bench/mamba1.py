@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from app.accounting.models import TransformerConfig
-from app.bench.recompute import counting, recomputed
+from app.bench.recompute import causal_conv, counting, recomputed
 
 SCAN_BLOCK = 16
 """Tokens between the states the scan keeps for backward (mamba_ssm's kernel keeps one every 2048,
@@ -106,12 +106,8 @@ class Mamba1Mixer(nn.Module):
     def _inner(self, xz: torch.Tensor, *params: torch.Tensor):
         """(B, S, 2I) -> (out_proj's output (B, S, d), what MambaInnerFn keeps)."""
         p = dict(zip(self.names, params, strict=True))
-        s = xz.shape[1]
         x, z = xz.split(self.inner, dim=-1)
-        kernel = p["conv1d.weight"].shape[-1]
-        u = F.conv1d(x.transpose(1, 2), p["conv1d.weight"], p.get("conv1d.bias"), padding=kernel - 1,
-                     groups=self.inner)
-        u = F.silu(u[..., :s]).transpose(1, 2)
+        u = causal_conv(x, p["conv1d.weight"], p.get("conv1d.bias"))
         x_dbl = F.linear(u, p["x_proj.weight"])
         dt, b, c = x_dbl.split((self.rank, self.state, self.state), dim=-1)
         if "dt_norm" in p:

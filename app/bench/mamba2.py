@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from app.accounting.models import TransformerConfig
-from app.bench.recompute import GatedNorm, recomputed
+from app.bench.recompute import GatedNorm, causal_conv, recomputed
 
 
 def _segment_sum(x: torch.Tensor) -> torch.Tensor:
@@ -78,9 +78,7 @@ class Mamba2Mixer(nn.Module):
         """(B, S, I + C + H) -> y (B, S, I) in the projection's dtype: convolution, silu, scan, skip."""
         bias, dt_bias, a_log, d = params if len(params) == 4 else (None, *params)
         _, xbc, dt = projected.split((self.inner, self.channels, self.heads), dim=-1)
-        s = xbc.shape[1]
-        xbc = F.silu(F.conv1d(xbc.transpose(1, 2), weight, bias, padding=weight.shape[-1] - 1,
-                              groups=self.channels)[..., :s]).transpose(1, 2)
+        xbc = causal_conv(xbc, weight, bias)
         x, b, c = xbc.float().split((self.inner, self.groups * self.state, self.groups * self.state), dim=-1)
         x = x.unflatten(-1, (self.heads, self.head_dim))
         per_group = self.heads // self.groups

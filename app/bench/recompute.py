@@ -90,6 +90,14 @@ def recomputed(fn: Callable, *tensors: torch.Tensor, batched: int = 1) -> torch.
     return Recomputed.apply(fn, batched, *tensors)
 
 
+def causal_conv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """silu of the depthwise causal convolution of x (B, S, C) with weight (C, 1, K): padded K - 1
+    on both sides and cut to S, as transformers' causal_conv1d_fn fallback does. -> (B, S, C)."""
+    s, kernel = x.shape[1], weight.shape[-1]
+    out = F.conv1d(x.transpose(1, 2), weight, bias, padding=kernel - 1, groups=weight.shape[0])
+    return F.silu(out[..., :s]).transpose(1, 2)
+
+
 def _silu_grad(z: torch.Tensor) -> torch.Tensor:
     sig = torch.sigmoid(z)
     return sig * (1 + z * (1 - sig))

@@ -5,7 +5,7 @@ import dataclasses
 import importlib.util
 from dataclasses import dataclass
 
-from app.accounting import flops, models
+from app.accounting import blocks, flops, models
 from app.accounting.errors import InvalidInput
 from app.accounting.finetune import flops as finetune_flops
 from app.accounting.finetune import lora
@@ -174,16 +174,10 @@ def _layer_tensors(cfg: models.TransformerConfig, moe_layers: list[bool]) -> lis
     else:
         gate = cfg.n_heads * cfg.hd if cfg.attn_output_gate else 0
         attention = [(cfg.n_heads * cfg.hd + 2 * cfg.kv_heads * cfg.hd + gate) * d, cfg.n_heads * cfg.hd * d]
-    if {"mamba2", "attention_mamba2"} & set(cfg.mixers):
-        inner = cfg.ssm_heads * cfg.ssm_head_dim
-        attention += [(2 * inner + 2 * cfg.ssm_groups * cfg.ssm_state_size + cfg.ssm_heads) * d, inner * d]
-    if "mamba" in cfg.mixers:  # in_proj, x_proj, A_log (out_proj and dt_proj are no larger)
-        inner, n = cfg.ssm_inner, cfg.ssm_state_size
-        attention += [2 * inner * d, (cfg.ssm_dt_rank + 2 * n) * inner, inner * n]
-    if "gated_delta_net" in cfg.mixers:  # in_proj_qkvz and out_proj
-        kd = cfg.linear_key_heads * cfg.linear_key_head_dim
-        vd = cfg.linear_value_heads * cfg.linear_value_head_dim
-        attention += [(2 * kd + 2 * vd) * d, vd * d]
+    for layer, _ in blocks.distinct(cfg):  # the state-space mixers hold the engine's own tensors
+        mixer = getattr(layer.attention, "ssm", layer.attention)  # Falcon-H1's beside its attention
+        if mixer.present and not mixer.mixes_by_attention:
+            attention += [w.params for w in mixer.weights()]
     mlps = [up * cfg.ff * d] if not all(moe_layers) else []
     if any(moe_layers):
         mlps += [cfg.n_experts * d, up * cfg.ff_expert * d, up * cfg.ff_shared * d]
