@@ -127,6 +127,13 @@ CALCULATORS = [
      "Bytes per GPU of weights, KV cache, workspace and overhead, against the GPU's memory.", [], [],
      'app.api.services.inference:InferenceMemoryRequest', True, '', 'app.api.routes.inference',
      'Serving: memory per GPU, capacity, prefill and decode time; the weight formats.'),
+    ('inference', 'simulate', 'POST', '/api/v1/inference/simulate',
+     'A traffic of requests served step by step as vLLM V1 schedules them: TTFT, TPOT and end-to-end '
+     'percentiles, throughput, goodput under SLOs, the queue and KV cache over time, preemptions.',
+     'A traffic of requests served step by step as vLLM V1 schedules them: TTFT, TPOT and end-to-end\n'
+     'percentiles, throughput, goodput under SLOs, the queue and KV cache over time, preemptions.',
+     [], [], 'app.api.services.simulate:SimulateRequest', True, '', 'app.api.routes.inference',
+     'Serving: memory per GPU, capacity, prefill and decode time; the weight formats.'),
     ('inference', 'time', 'POST', '/api/v1/inference/time',
      'Time to first token, inter-token latency, tokens/s, requests/s and cost: a pass kernel by kernel '
      '(launches, waves, the batching mix), with the roofline beside it.',

@@ -22,7 +22,7 @@ as many (EAGER_OPS_PER_LAYER), each from Python.
 """
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from app.accounting import blocks, matmul
 from app.accounting.inference import roofline
@@ -144,16 +144,28 @@ class Deployment:
     """One sequence's cache per token on one GPU (every layer)."""
 
 
-def pass_time(d: Deployment, hw: Hardware, dev: MatmulDevice, *, tokens: int, sequences: int,
-              cache_read_bytes: float, launch: Launch, prompts: float = 0.0,
-              prompt_len: int = 0, host_seconds_per_op: float = EAGER_HOST_S_PER_OP) -> PassTime:
-    """One forward of `tokens` new tokens, reading `cache_read_bytes` of cached keys and values,
-    then sampling one token for each of `sequences`. `prompts` of `prompt_len` tokens are among the
-    tokens (a prefill: all of them; a chunked-prefill step: a fraction of a prompt's worth), their
-    attention as FlashAttention computes it. `dev` carries the efficiencies: its MAMF rate and its
-    bandwidth are what the GEMMs reach."""
+class Forward(NamedTuple):
+    """A forward's pieces that depend on its token count alone (every layer's GEMMs, the
+    elementwise traffic around them, the cache written, the all-reduces), seconds."""
+
+    gemm_seconds: float
+    other_seconds: float
+    communication_seconds: float
+
+
+class Sampling(NamedTuple):
+    """The pieces that depend on the sequences sampled alone (the head on each last position, the
+    sampler's logits), seconds."""
+
+    gemm_seconds: float
+    other_seconds: float
+
+
+def forward_parts(d: Deployment, hw: Hardware, dev: MatmulDevice, tokens: int) -> Forward:
+    """Every layer's GEMMs at `tokens` rows, each input written and output read by the kernels
+    around it, the residual stream, the cache the tokens write and the tensor-parallel all-reduces."""
     cfg, tp = d.cfg, d.tensor_parallel
-    gemms = attention = 0.0
+    gemms = 0.0
     elementwise = 0  # elements: each GEMM's input written and output read by the kernels around it
     routed = blocks.routed(cfg)
     for layer, n in blocks.distinct(cfg):
@@ -165,21 +177,49 @@ def pass_time(d: Deployment, hw: Hardware, dev: MatmulDevice, *, tokens: int, se
                 touched = min(1.0, routed.experts_read(tokens) / cfg.n_experts)
             gemms += n * _gemm_seconds(g, dev, weight_bytes=d.weight_bytes_per_param, act_bytes=d.act_bytes,
                                        touched=touched)
-        if prompts:  # one prompt's attention core (the forward's), times the prompts' worth
-            core = matmul.attention_core_seconds(layer, batch=1, seq_len=prompt_len, tp=tp, dev=dev)
-            attention += n * prompts * core[0]
-    attention += cache_read_bytes / dev.memory_bandwidth_bytes_per_sec
-    head = matmul.head_gemm(cfg, sequences, tp)  # the last position of each sequence
-    gemms += _gemm_seconds(head, dev, weight_bytes=d.weight_bytes_per_param, act_bytes=d.act_bytes,
-                           touched=1.0)
     written = tokens * d.kv_bytes_per_token
-    logits = SAMPLER_PASSES * LOGIT_BYTES * sequences * -(-cfg.vocab_size // tp)
-    other = (written + logits + elementwise * d.act_bytes) / dev.memory_bandwidth_bytes_per_sec
+    other = (written + elementwise * d.act_bytes) / dev.memory_bandwidth_bytes_per_sec
     comm = roofline.allreduce_seconds(cfg, hw, tokens=tokens, act_bytes=d.act_bytes, tensor_parallel=tp)
-    count = step_kernels(cfg, tp, launch)
+    return Forward(gemms, other, comm)
+
+
+def sampling_parts(d: Deployment, dev: MatmulDevice, sequences: int) -> Sampling:
+    head = matmul.head_gemm(d.cfg, sequences, d.tensor_parallel)  # the last position of each sequence
+    gemm = _gemm_seconds(head, dev, weight_bytes=d.weight_bytes_per_param, act_bytes=d.act_bytes, touched=1.0)
+    logits = SAMPLER_PASSES * LOGIT_BYTES * sequences * -(-d.cfg.vocab_size // d.tensor_parallel)
+    return Sampling(gemm, logits / dev.memory_bandwidth_bytes_per_sec)
+
+
+def prompt_attention_seconds(d: Deployment, dev: MatmulDevice, prompt_len: int) -> float:
+    """One `prompt_len`-token prompt's attention core (the forward's, FlashAttention's), every layer."""
+    return sum(n * matmul.attention_core_seconds(layer, batch=1, seq_len=prompt_len, tp=d.tensor_parallel,
+                                                 dev=dev)[0] for layer, n in blocks.distinct(d.cfg))
+
+
+def pass_time(d: Deployment, hw: Hardware, dev: MatmulDevice, *, tokens: int, sequences: int,
+              cache_read_bytes: float, launch: Launch, prompts: float = 0.0,
+              prompt_len: int = 0, host_seconds_per_op: float = EAGER_HOST_S_PER_OP) -> PassTime:
+    """One forward of `tokens` new tokens, reading `cache_read_bytes` of cached keys and values,
+    then sampling one token for each of `sequences`. `prompts` of `prompt_len` tokens are among the
+    tokens (a prefill: all of them; a chunked-prefill step: a fraction of a prompt's worth), their
+    attention as FlashAttention computes it. `dev` carries the efficiencies: its MAMF rate and its
+    bandwidth are what the GEMMs reach."""
+    body = forward_parts(d, hw, dev, tokens)
+    head = sampling_parts(d, dev, sequences)
+    attention = prompts * prompt_attention_seconds(d, dev, prompt_len) if prompts else 0.0
+    attention += cache_read_bytes / dev.memory_bandwidth_bytes_per_sec
+    return assemble(d, launch, gemm=body.gemm_seconds + head.gemm_seconds, attention=attention,
+                    other=body.other_seconds + head.other_seconds, comm=body.communication_seconds,
+                    host_seconds_per_op=host_seconds_per_op)
+
+
+def assemble(d: Deployment, launch: Launch, *, gemm: float, attention: float, other: float, comm: float,
+             host_seconds_per_op: float) -> PassTime:
+    """The pass from its pieces: the kernels' floors beside them, and the host's launches."""
+    count = step_kernels(d.cfg, d.tensor_parallel, launch)
     floors = count * KERNEL_FLOOR_S
-    gpu = gemms + attention + other + comm + floors
+    gpu = gemm + attention + other + comm + floors
     host = count * host_seconds_per_op if launch in ("python", "eager") else 0.0
-    return PassTime(gemm_seconds=gemms, attention_seconds=attention, other_seconds=other,
+    return PassTime(gemm_seconds=gemm, attention_seconds=attention, other_seconds=other,
                     communication_seconds=comm, kernels=count, kernel_floor_seconds=floors, gpu_seconds=gpu,
                     host_seconds=host, seconds=max(gpu, host), launch=launch)

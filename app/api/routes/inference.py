@@ -6,11 +6,12 @@ from fastapi import APIRouter, Body, Request, Response
 from starlette.concurrency import run_in_threadpool
 
 from app.accounting.inference import capacity, formats, latency, quant
+from app.accounting.serving.report import Simulation
 from app.api.compute import HeavyDep, Narrow
 from app.api.errors import HEAVY, REQUEST_ERRORS
 from app.api.openapi import examples
 from app.api.responses import answer, respond
-from app.api.services import calibration
+from app.api.services import calibration, simulate
 from app.api.services import inference as service
 from app.api.services.inference import InferenceMemoryRequest, InferenceTimeRequest
 from app.deps import store_of
@@ -30,6 +31,16 @@ TIME = examples(
         "tensor_parallel": 2, "prompt_tokens": 2048, "output_tokens": 256, "concurrency": 16,
         "price_per_gpu_hour": 2.5},
     llama2_7b_one_a100={"model": "llama2-7b", "gpu": "a100-80gb", "prompt_tokens": 512, "output_tokens": 32})
+SIMULATE = examples(
+    llama3_8b_on_one_h100_at_10_per_s={
+        "model": "llama3-8b", "gpu": "h100-sxm", "rate_per_s": 10, "requests": 2000,
+        "prompt_tokens": {"distribution": "lognormal", "mean": 512, "spread": 0.8, "maximum": 4096},
+        "output_tokens": {"distribution": "lognormal", "mean": 256, "spread": 0.8, "maximum": 2048},
+        "slo": {"ttft_s": 0.5, "tpot_s": 0.05}, "price_per_gpu_hour": 2.5},
+    llama3_70b_fp8_disaggregated={
+        "model": "llama3.1-70b", "weight_format": "fp8_e4m3", "gpu": "h100-sxm", "num_gpus": 2,
+        "tensor_parallel": 2, "rate_per_s": 2, "requests": 500, "prompt_tokens": 2048, "output_tokens": 256,
+        "disaggregated": {"prefill_gpus": 2}, "slo": {"ttft_s": 1.0, "tpot_s": 0.05}})
 MemoryBody = Annotated[InferenceMemoryRequest, Body(openapi_examples=MEMORY)]
 # Routes are tried in the order written (app/api/router.py): the question asked most, first.
 
@@ -49,6 +60,21 @@ async def inference_time(body: Annotated[InferenceTimeRequest, Body(openapi_exam
     profile = None if body.calibration is None else await run_in_threadpool(
         calibration.resolve, body.calibration, store_of(request))
     return await heavy.respond(service.serving_time, body, NARROW_TIME, here, profile)
+
+
+NARROW_SIMULATE = Narrow("requests", "fewer requests (or a trace of fewer rows)")
+
+
+@router.post("/inference/simulate", response_model=answer(Simulation), responses=REQUEST_ERRORS | HEAVY)
+async def inference_simulate(body: Annotated[simulate.SimulateRequest, Body(openapi_examples=SIMULATE)],
+                             request: Request, heavy: HeavyDep) -> Response:
+    """A traffic of requests served step by step as vLLM V1 schedules them: TTFT, TPOT and end-to-end
+    percentiles, throughput, goodput under SLOs, the queue and KV cache over time, preemptions."""
+    needed = service.reads_store(body)
+    here = await run_in_threadpool(read, store_of(request)) if needed else None
+    profile = None if body.calibration is None else await run_in_threadpool(
+        calibration.resolve, body.calibration, store_of(request))
+    return await heavy.respond(simulate.simulate, body, NARROW_SIMULATE, here, profile)
 
 
 @router.post("/inference/memory", response_model=answer(capacity.InferenceMemory), responses=REQUEST_ERRORS)

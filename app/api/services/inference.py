@@ -1,11 +1,10 @@
 """Serving: memory per GPU, what fits, and prefill/decode time."""
 
+import dataclasses
 from functools import lru_cache
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from pydantic import Field
-
-import dataclasses
 
 from app.accounting import dtypes, hardware, matmul
 from app.accounting.calibration import surface
@@ -198,11 +197,9 @@ class InferenceMemoryRequest(ServingRequest):
         return self.context or setup.cfg.max_seq_len
 
 
-class InferenceTimeRequest(ServingRequest):
-    prompt_tokens: sequence_length(1, 10_000_000) = Field(512, description="Tokens in each prompt.")
-    output_tokens: sequence_length(1, 10_000_000) = Field(128, description="Tokens generated per request.")
-    concurrency: count(1, 1 << 24) = Field(
-        1, description="Requests in flight over all replicas; each replica decodes its share in one batch.")
+class TimedServingRequest(ServingRequest):
+    """A deployment and how its passes are timed: the efficiencies, the links, the launches, a price."""
+
     flops_efficiency: number(ge=1e-6, le=1, text=False) | Literal["measured"] | None = Field(
         None, description='Share of the dense peak the largest matmuls reach; each GEMM then pays for whole '
                           "waves of tiles below it. null: the part's published Maximum Achievable Matmul FLOPS "
@@ -220,11 +217,6 @@ class InferenceTimeRequest(ServingRequest):
         None, description="Fixed time of each all-reduce. null: NCCL's LL ring, which its tuner picks for a "
                           "step's small messages: 6.6 us + 2 (tensor_parallel - 1) hops of 0.6 us over NVLink "
                           "(1.0 us over PCIe), from NCCL's src/graph/tuning.cc.")
-    batching: latency.Batching | None = Field(
-        None, description="How prompts meet decode steps: continuous (chunked prefill: each decode step carries "
-                          "its share of the prompts, as vLLM, SGLang and llama.cpp's server run) or static (a "
-                          "batch prefills, then decodes alone: transformers' generate, TensorRT-LLM's and "
-                          "FasterTransformer's benchmarks). null: the engine's.")
     launch: kernels.Launch | None = Field(
         None, description="How the engine issues a pass's kernels: graph (a CUDA graph replayed), native "
                           "(fused kernels launched from C++, as TensorRT-LLM does), python (the same fused "
@@ -238,6 +230,18 @@ class InferenceTimeRequest(ServingRequest):
         None, description=CALIBRATION_HELP + " Here: flops_efficiency and memory_efficiency left out become "
         "the profile's (its matmul ceiling at the compute dtype over the dense peak, its copy bandwidth over "
         "the catalogue's), and an eager or python launch costs the profile's measured seconds per op.")
+
+
+class InferenceTimeRequest(TimedServingRequest):
+    prompt_tokens: sequence_length(1, 10_000_000) = Field(512, description="Tokens in each prompt.")
+    output_tokens: sequence_length(1, 10_000_000) = Field(128, description="Tokens generated per request.")
+    concurrency: count(1, 1 << 24) = Field(
+        1, description="Requests in flight over all replicas; each replica decodes its share in one batch.")
+    batching: latency.Batching | None = Field(
+        None, description="How prompts meet decode steps: continuous (chunked prefill: each decode step carries "
+                          "its share of the prompts, as vLLM, SGLang and llama.cpp's server run) or static (a "
+                          "batch prefills, then decodes alone: transformers' generate, TensorRT-LLM's and "
+                          "FasterTransformer's benchmarks). null: the engine's.")
 
     def asked_context(self, setup: Setup) -> int:
         return self.prompt_tokens + self.output_tokens
@@ -259,7 +263,7 @@ def serving_capacity(body: InferenceMemoryRequest) -> capacity.ServingCapacity:
     return answer
 
 
-def reads_store(body: InferenceTimeRequest) -> bool:
+def reads_store(body: TimedServingRequest) -> bool:
     """Whether `serving_time` needs what is measured here (app/measured/here.py)."""
     return "measured" in (body.flops_efficiency, body.memory_efficiency)
 
@@ -272,13 +276,20 @@ def compute_dtype(weight_format: str, dtype: str, acc: hardware.Accelerator) -> 
     return w8a8 if w8a8 and dtypes.peak_key(w8a8) in acc.peak_flop_per_sec else dtype
 
 
-def serving_time(body: InferenceTimeRequest, here: Here | None = None,
-                 profile: Profile | None = None) -> latency.InferenceTime:
+class Timing(NamedTuple):
+    """How a deployment's passes are timed: the device as the kernels see it, and where its figures came
+    from."""
+
+    on: latency.Device
+    peak_dtype: str
+    sources: tuple[str, str]
+    calibrated: list[str]
+
+
+def timing(body: TimedServingRequest, setup: Setup, here: Here | None, profile: Profile | None,
+           batching: latency.Batching | None = None) -> Timing:
     """`here` (read when reads_store(body)) only for measured efficiencies; `profile`, the one
     `calibration` names (read by the caller: services.calibration.resolve)."""
-    setup = body.setup()
-    _context(setup, body.prompt_tokens, "prompt_tokens")
-    _context(setup, body.prompt_tokens + body.output_tokens, "output_tokens")
     acc = body.accelerator()
     peak_dtype = compute_dtype(body.weight_format, body.dtype, acc)
     link = body.interconnect_bytes_per_sec or acc.interconnect_bytes_per_sec
@@ -308,7 +319,18 @@ def serving_time(body: InferenceTimeRequest, here: Here | None = None,
     gemms = dataclasses.replace(gemms, mamf_flop_per_sec=peak * flops_eff,
                                 memory_bandwidth_bytes_per_sec=acc.memory_bandwidth_bytes_per_sec * mem_eff)
     on = latency.Device(hw, gemms, body.launch or engines.launch(body.engine, body.cuda_graphs),
-                        body.batching or engines.batching(body.engine), host_per_op)
+                        batching or engines.batching(body.engine), host_per_op)
+    return Timing(on, peak_dtype, sources, calibrated)  # type: ignore[arg-type]
+
+
+def serving_time(body: InferenceTimeRequest, here: Here | None = None,
+                 profile: Profile | None = None) -> latency.InferenceTime:
+    """`here` (read when reads_store(body)) only for measured efficiencies; `profile`, the one
+    `calibration` names (read by the caller: services.calibration.resolve)."""
+    setup = body.setup()
+    _context(setup, body.prompt_tokens, "prompt_tokens")
+    _context(setup, body.prompt_tokens + body.output_tokens, "output_tokens")
+    on, peak_dtype, sources, calibrated = timing(body, setup, here, profile, body.batching)
     answer = latency.serving_time(setup, on, prompt=body.prompt_tokens, output=body.output_tokens,
                                   concurrency=body.concurrency, price_per_gpu_hour=body.price_per_gpu_hour,
                                   currency=body.currency, peak_dtype=peak_dtype, sources=sources)
@@ -317,7 +339,7 @@ def serving_time(body: InferenceTimeRequest, here: Here | None = None,
     return answer
 
 
-def _calibrated(body: InferenceTimeRequest, profile: Profile, acc: hardware.Accelerator, peak: float,
+def _calibrated(body: TimedServingRequest, profile: Profile, acc: hardware.Accelerator, peak: float,
                 peak_dtype: str, given: tuple[Any, Any], sources: tuple[str, ...],
                 ) -> tuple[Any, Any, tuple[str, ...], float, list[str]]:
     """The efficiencies the request left out, and the host's seconds per op, from `profile`; with
@@ -350,14 +372,14 @@ def _calibrated(body: InferenceTimeRequest, profile: Profile, acc: hardware.Acce
     return flops_eff, mem_eff, sources, host, said + [*sources, *profile.flags]
 
 
-def _allreduce_latency(body: InferenceTimeRequest, acc: hardware.Accelerator, tp: int) -> float:
+def _allreduce_latency(body: TimedServingRequest, acc: hardware.Accelerator, tp: int) -> float:
     if body.allreduce_latency_s is not None:
         return body.allreduce_latency_s
     ic = acc.interconnect
     return collectives.small_all_reduce_seconds(tp, nvlink=bool(ic and ic.link == "nvlink"))
 
 
-def _measured(body: InferenceTimeRequest, here: Here, peak_dtype: str,
+def _measured(body: TimedServingRequest, here: Here, peak_dtype: str,
               sources: tuple[str, ...]) -> tuple[float, float, tuple[str, ...]]:
     on = here.device
     if on.catalogue_id != body.gpu:

@@ -1,0 +1,416 @@
+"""One serving replica's scheduler, step by step, as vLLM V1 runs it (vllm/v1/core/sched/scheduler.py
+`Scheduler.schedule` and `update_from_output`, kv_cache_manager.py `allocate_slots`, vLLM 0.11.0).
+
+Each request has only its tokens (prompt, then outputs) and how many of them are computed; every step
+gives each request the tokens that catch it up, within the step's token budget:
+- Running requests first, in the order they were admitted, each min(tokens owed, budget left) (a
+  long prompt is chunked by what the budget leaves). A request whose blocks cannot be allocated
+  preempts the last running request (recompute: its blocks are freed, its computed tokens reset,
+  and it goes to the front of the waiting queue), until it fits or preempted itself.
+- Then, only if nothing was preempted, waiting requests in arrival order while fewer than
+  max_num_seqs run and budget is left; the first whose blocks cannot be allocated stops admission.
+  A new or resumed request first takes its cached prefix, in whole blocks and never its last token.
+- A request emits a token when the step covers its last owed token (a partial prefill emits none):
+  its first token at the end of the step with its prompt's last chunk. With speculative decoding a
+  decoding request is owed 1 + k tokens (its drafts); the accepted drafts and one more are emitted,
+  the rejected ones rolled back. Blocks of a finished request are freed at the end of its step.
+- Blocks: a request holds blocks_for(computed + scheduled + lookahead) of them (vLLM's cdiv over the
+  block size; for a hybrid or windowed model, what its layers hold as vLLM pages them).
+
+Between events the engine often runs many identical decode steps (every request decoding, nothing
+to admit). Those are run together: step times summed one by one, the requests advanced once.
+"""
+
+import heapq
+import random
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from app.accounting.serving.pool import BlockPool
+from app.accounting.serving.steps import Drafter, StepModel
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    block_size: int
+    """Tokens a block holds: prefix hits are whole blocks of it."""
+    num_blocks: int
+    blocks_for: Callable[[int], int]
+    """Blocks one sequence holds at a context (its pages in every layer, any state included)."""
+    chunked_prefill: bool = True
+    prefix_caching: bool = True
+    prefix_hit_rate: float | None = None
+    """A share of every prompt found cached (in whole blocks), held elsewhere: the request computes and
+    allocates only the rest. None: hits come from what this replica really cached."""
+    long_prefill_token_threshold: int = 0
+
+
+class Req:
+    __slots__ = (
+        "i",
+        "arrival",
+        "prompt",
+        "max_out",
+        "group",
+        "remote",
+        "computed",
+        "out",
+        "blocks",
+        "shared",
+        "own_from",
+        "in_group",
+        "first",
+        "finish",
+        "preemptions",
+    )
+
+    def __init__(
+        self, i: int, arrival: float, prompt: int, max_out: int, group: int = -1, remote: bool = False
+    ) -> None:
+        self.i, self.arrival, self.prompt, self.max_out, self.group = i, arrival, prompt, max_out, group
+        self.remote = remote
+        """Its prompt's cache arrives from a prefill instance (disaggregated): the last token is computed
+        here."""
+        self.computed = self.out = self.blocks = self.shared = self.own_from = self.preemptions = 0
+        self.in_group = False
+        self.first = self.finish = -1.0
+
+
+@dataclass
+class Series:
+    """Per step: when it started, how long it took, and the queue and cache after scheduling."""
+
+    start_s: list[float] = field(default_factory=list)
+    seconds: list[float] = field(default_factory=list)
+    waiting: list[int] = field(default_factory=list)
+    running: list[int] = field(default_factory=list)
+    blocks_used: list[int] = field(default_factory=list)
+    prefill_tokens: int = 0
+    decode_tokens: int = 0
+    drafts: int = 0
+    accepted: int = 0
+    draft_steps: int = 0
+    """Steps of a request that carried drafts, summed over requests."""
+
+
+class Engine:
+    def __init__(
+        self,
+        cfg: EngineConfig,
+        step: StepModel,
+        *,
+        drafter: Drafter | None = None,
+        seed: int = 0,
+        release_after: Callable[[Req, float], float] | None = None,
+    ) -> None:
+        self.cfg, self.step, self.drafter = cfg, step, drafter
+        self.rng = random.Random(seed)
+        self.release_after = release_after
+        """Disaggregated prefill: when a finished request's blocks are freed (its KV sent)."""
+        self.pool = BlockPool(cfg.num_blocks)
+        self.waiting: deque[Req] = deque()
+        self.running: list[Req] = []
+        self.refs: dict[int, int] = {}
+        self.resident: dict[int, int] = {}
+        self.prefix_blocks = 0
+        self.held: list[tuple[float, int, Req]] = []
+        self.series = Series()
+        self.head_blocked = False
+        """The waiting queue's head could not get its blocks; it stays so until blocks are freed."""
+        self.preempted = False
+
+    def run(self, reqs: list[Req], prefix_tokens: int = 0) -> Series:
+        """Serve `reqs` (in arrival order) to the end; each gets its first-token and finish times."""
+        self.prefix_blocks = prefix_tokens // self.cfg.block_size if self.cfg.prefix_caching else 0
+        now, nxt, total = 0.0, 0, len(reqs)
+        while nxt < total or self.waiting or self.running:
+            while nxt < total and reqs[nxt].arrival <= now:
+                self.waiting.append(reqs[nxt])
+                nxt += 1
+            while self.held and self.held[0][0] <= now:
+                self._free(heapq.heappop(self.held)[2], finished=True)
+            if not self.running and not self.waiting:
+                now = reqs[nxt].arrival
+                continue
+            upcoming = reqs[nxt].arrival if nxt < total else float("inf")
+            if self._can_run():
+                now = self._decode_run(now, upcoming)
+                continue
+            scheduled, spec = self._schedule()
+            if not scheduled and self.preempted:  # every running request was preempted: admit next step
+                continue
+            if not scheduled:  # nothing fits until held blocks are freed
+                waits = [t for t in (upcoming, self.held[0][0] if self.held else None) if t is not None]
+                if not waits or min(waits) == float("inf"):
+                    raise RuntimeError(
+                        "a request can never be scheduled: it needs more blocks than the cache"
+                    )
+                now = max(now, min(waits))
+                continue
+            now = self._finish_step(now, scheduled, spec)
+        return self.series
+
+    # ---- one step ---------------------------------------------------------------------------------
+
+    def _schedule(self) -> tuple[list[tuple[Req, int, int]], int]:
+        """(request, tokens, computed before) of each scheduled request, and the drafts scheduled."""
+        cfg = self.cfg
+        budget = cfg.max_num_batched_tokens
+        k = self.drafter.tokens if self.drafter else 0
+        scheduled: list[tuple[Req, int, int]] = []
+        drafts = 0
+        preempted = False
+        running = self.running
+        i = 0
+        while i < len(running) and budget > 0:
+            r = running[i]
+            owed = r.prompt + r.out - r.computed
+            spec = k if r.out and owed == 1 else 0
+            n = min(owed + spec, budget)
+            if 0 < cfg.long_prefill_token_threshold < n:
+                n = cfg.long_prefill_token_threshold
+            need = cfg.blocks_for(r.computed + n + (k if r.out else 0)) - r.shared - r.blocks
+            while need > self.pool.free:
+                victim = running.pop()
+                self._free(victim, finished=False)
+                preempted = True
+                if victim is r:
+                    break
+            else:
+                if need > 0:
+                    self.pool.take(need)
+                    r.blocks += need
+                scheduled.append((r, n, r.computed))
+                drafts += max(0, n - owed)
+                budget -= n
+                i += 1
+                continue
+            break
+        self.head_blocked = False
+        self.preempted = preempted
+        if not preempted:
+            self._admit(budget, scheduled)
+        return scheduled, drafts
+
+    def _admit(self, budget: int, scheduled: list[tuple[Req, int, int]]) -> None:
+        cfg, waiting, pool = self.cfg, self.waiting, self.pool
+        skipped: list[Req] = []
+        while waiting and budget > 0 and len(self.running) < cfg.max_num_seqs:
+            r = waiting[0]
+            hit, group_hit, own_hit, touch = self._lookup(r)
+            owed = r.prompt + r.out - hit
+            if not cfg.chunked_prefill and owed > budget:  # vLLM 0.11: skip it, try the next
+                skipped.append(waiting.popleft())
+                continue
+            n = min(owed, budget)
+            if 0 < cfg.long_prefill_token_threshold < n:
+                n = cfg.long_prefill_token_threshold
+            fresh = max(0, cfg.blocks_for(hit + n) - group_hit - own_hit)
+            if fresh + touch + own_hit > pool.free:
+                self.head_blocked = True
+                break
+            waiting.popleft()
+            if r.group >= 0 and self.prefix_blocks:
+                if group_hit and not self.refs.get(r.group):
+                    self.resident[r.group] = pool.reclaim(("prefix", r.group))
+                self.refs[r.group] = self.refs.get(r.group, 0) + 1
+                r.in_group = True
+            if own_hit:
+                back = pool.reclaim(("request", r.i))
+                pool.give(None, back - own_hit)
+            pool.take(fresh)
+            r.shared, r.blocks, r.computed = group_hit, own_hit + fresh, hit
+            self.running.append(r)
+            scheduled.append((r, n, hit))
+            budget -= n
+        waiting.extendleft(reversed(skipped))
+
+    def _lookup(self, r: Req) -> tuple[int, int, int, int]:
+        """(tokens found computed, blocks of them shared with a prefix group, blocks of them the request
+        itself left cached when preempted, cached blocks the hit takes out of the free queue)."""
+        if r.remote:  # the prefill instance sent the prompt's cache; its last token is computed here
+            return r.prompt - 1, 0, 0, 0
+        cfg = self.cfg
+        cap = (r.prompt + r.out - 1) // cfg.block_size  # whole blocks, never the last token
+        if cfg.prefix_hit_rate is not None:
+            shared = min(int(cfg.prefix_hit_rate * r.prompt) // cfg.block_size, cap)
+            return shared * cfg.block_size, shared, 0, 0
+        if not cfg.prefix_caching:
+            return 0, 0, 0, 0
+        group_hit = touch = 0
+        if r.group >= 0 and self.prefix_blocks:
+            if self.refs.get(r.group):
+                group_hit = min(self.resident.get(r.group, 0), cap)
+            else:
+                touch = self.pool.cached.get(("prefix", r.group), 0)
+                group_hit = min(touch, cap)
+                touch = touch if group_hit else 0
+        own = self.pool.cached.get(("request", r.i), 0) if group_hit == r.own_from else 0
+        own_hit = min(own, cap - group_hit)
+        return (group_hit + own_hit) * cfg.block_size, group_hit, own_hit, touch
+
+    def _free(self, r: Req, *, finished: bool) -> None:
+        """Release a request's blocks (its own, then its prefix group's if it was the last to hold them),
+        tail first as vLLM frees them; a preempted request's stay findable by it."""
+        self.pool.give(None if finished else ("request", r.i), r.blocks)
+        if r.in_group:
+            left = self.refs[r.group] - 1
+            self.refs[r.group] = left
+            if not left:
+                self.pool.give(("prefix", r.group), self.resident.pop(r.group, 0))
+        if not finished:
+            r.preemptions += 1
+            r.own_from = r.shared
+            r.computed = 0
+            self.waiting.appendleft(r)
+        r.blocks = r.shared = 0
+        r.in_group = False
+        r.remote = False
+        self.head_blocked = False
+
+    def _finish_step(self, now: float, scheduled: list[tuple[Req, int, int]], drafts: int) -> float:
+        """Time the step, then apply it at its end: tokens emitted, drafts judged, requests finished."""
+        step, st = self.step, self.series
+        tokens = sequences = sampled = 0
+        read = attention = sampled_read = 0.0
+        for r, n, before in scheduled:
+            tokens += n
+            owed = r.prompt + r.out - before
+            if n > owed or (r.out and owed == 1):  # decoding (with its drafts)
+                sequences += 1 + n - owed
+                st.decode_tokens += 1
+            else:
+                sequences += 1
+                attention += step.chunk(before, n)
+                st.prefill_tokens += n
+            read += step.read(before)
+            if n >= owed:
+                sampled += 1
+                sampled_read += step.read(before)
+        seconds = step.seconds(tokens=tokens, sequences=sequences, read_bytes=read, attention=attention)
+        if self.drafter is not None and sampled:
+            seconds += step.draft_seconds(self.drafter, sampled, sampled_read)
+        end = now + seconds
+        st.start_s.append(now)
+        st.seconds.append(seconds)
+        st.waiting.append(len(self.waiting))
+        st.running.append(len(self.running))
+        st.blocks_used.append(self.pool.used)
+        done = False
+        for r, n, before in scheduled:
+            owed = r.prompt + r.out - before
+            r.computed = before + n
+            if r.in_group:
+                self._promote(r)
+            if n < owed:
+                continue
+            emit = 1
+            if n > owed:  # drafts: the accepted ones and one more; the rest rolled back
+                accepted = self._accepted(n - owed)
+                st.drafts += n - owed
+                st.accepted += accepted
+                st.draft_steps += 1
+                emit += accepted
+                r.computed -= n - owed - accepted
+            emit = min(emit, r.max_out - r.out)
+            if not r.out:
+                r.first = end
+            r.out += emit
+            if r.out >= r.max_out:
+                r.finish = end
+                done = True
+        if done:
+            self._retire(end)
+        return end
+
+    def _accepted(self, drafts: int) -> int:
+        alpha = self.drafter.acceptance_rate  # type: ignore[union-attr]
+        rng, got = self.rng.random, 0
+        while got < drafts and rng() < alpha:
+            got += 1
+        return got
+
+    def _promote(self, r: Req) -> None:
+        """Once a request has computed its group's whole prefix, the group holds those blocks."""
+        have = self.resident.get(r.group, 0)
+        if (
+            have < self.prefix_blocks
+            and r.shared == have
+            and r.computed >= self.prefix_blocks * self.cfg.block_size
+        ):
+            extra = self.prefix_blocks - have
+            r.blocks -= extra
+            r.shared = self.prefix_blocks
+            self.resident[r.group] = self.prefix_blocks
+
+    def _retire(self, end: float) -> None:
+        keep = []
+        for r in self.running:
+            if r.finish < 0:
+                keep.append(r)
+            elif self.release_after is None:
+                self._free(r, finished=True)
+            else:
+                heapq.heappush(self.held, (self.release_after(r, end), r.i, r))
+        self.running = keep
+
+    # ---- identical decode steps, run together ------------------------------------------------------
+
+    def _can_run(self) -> bool:
+        if self.drafter is not None or self.held or not self.running:
+            return False
+        if self.waiting and len(self.running) < self.cfg.max_num_seqs and not self.head_blocked:
+            return False
+        if len(self.running) > self.cfg.max_num_batched_tokens:
+            return False
+        return all(r.out and r.computed == r.prompt + r.out - 1 for r in self.running)
+
+    def _decode_run(self, now: float, upcoming: float) -> float:
+        """Decode steps until the next arrival could be admitted, a request finishes, or blocks may run
+        short; returns the end of the last one."""
+        running, step, st, cfg = self.running, self.step, self.series, self.cfg
+        n = len(running)
+        room = (
+            self.pool.free // n * cfg.block_size
+        )  # each request takes at most one block per block_size steps
+        if room < 1:
+            scheduled, drafts = self._schedule()
+            return self._finish_step(now, scheduled, drafts)
+        steps = min(min(r.max_out - r.out for r in running), room)
+        admits = not self.waiting and n < cfg.max_num_seqs
+        base = step.forward(n) + step.sampling(n) + step.floors
+        read = sum(step.read(r.computed) for r in running)
+        slope = sum(step.read(r.computed + 1) for r in running) - read
+        bw, host = step.bandwidth, step.host
+        waiting, used = len(self.waiting), self.pool.used
+        done = 0
+        while done < steps:
+            seconds = base + (read + done * slope) / bw
+            seconds = seconds if seconds > host else host
+            st.start_s.append(now)
+            st.seconds.append(seconds)
+            st.waiting.append(waiting)
+            st.running.append(n)
+            st.blocks_used.append(used)
+            now += seconds
+            done += 1
+            if admits and now >= upcoming:
+                break
+        st.decode_tokens += n * done
+        fresh = 0
+        for r in running:
+            r.computed += done
+            r.out += done
+            grown = cfg.blocks_for(r.computed) - r.shared - r.blocks
+            if grown > 0:
+                r.blocks += grown
+                fresh += grown
+            if r.out >= r.max_out:
+                r.finish = now
+        self.pool.take(fresh)
+        if any(r.finish >= 0 for r in running):
+            self._retire(now)
+        return now
