@@ -58,7 +58,7 @@ log = logging.getLogger("tally")
 # Imported once by the fork server, so a worker (re)started after a budget ran out is ready at once:
 # the API's tasks and the calculators they call, and whatever a caller adds (app/web/heavy.py).
 PRELOAD = ("app.api.compute_tasks", "app.api.services.plan", "app.api.services.fit", "app.api.services.finetune",
-           "app.api.services.memory", "app.api.services.inference", "app.api.services.simulate")
+           "app.api.services.memory", "app.api.services.inference", "app.api.services.simulate", "app.api.services.deploy")
 NICE = 10
 """Workers' priority below the server's: the event loop is never the one kept waiting."""
 

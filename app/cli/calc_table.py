@@ -127,6 +127,13 @@ CALCULATORS = [
      "Bytes per GPU of weights, KV cache, workspace and overhead, against the GPU's memory.", [], [],
      'app.api.services.inference:InferenceMemoryRequest', True, '', 'app.api.routes.inference',
      'Serving: memory per GPU, capacity, prefill and decode time; the weight formats.'),
+    ('inference', 'search', 'POST', '/api/v1/inference/search',
+     'The cheapest deployment (GPU, count, tensor parallel, weight format, aggregated or disaggregated) '
+     'that meets the SLOs at the rate, each candidate simulated; with the frontier of cost against latency.',
+     'The cheapest deployment (GPU, count, tensor parallel, weight format, aggregated or disaggregated)\n'
+     'that meets the SLOs at the rate, each candidate simulated; with the frontier of cost against latency.',
+     [], [], 'app.api.services.deploy:DeploySearchRequest', True, '', 'app.api.routes.inference',
+     'Serving: memory per GPU, capacity, prefill and decode time; the weight formats.'),
     ('inference', 'simulate', 'POST', '/api/v1/inference/simulate',
      'A traffic of requests served step by step as vLLM V1 schedules them: TTFT, TPOT and end-to-end '
      'percentiles, throughput, goodput under SLOs, the queue and KV cache over time, preemptions.',

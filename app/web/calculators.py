@@ -18,7 +18,7 @@ from app.api.services import dtypes, flops, memory, time
 from app.inputs.schemas import engine_model, gpu_label
 from app.jobs.store import Store
 from app.measured.here import read_if
-from app.web import data, fit, forms, inference, scale
+from app.web import data, fit, forms, inference, scale, serving
 from app.web import tensors as tensors_page
 from app.web.spec import Calculator, Compute, Input, choices
 
@@ -229,6 +229,7 @@ CALCULATORS = {c.slug: c for c in (
                "the causal triangle")),
         _flops_charts, takes_model="model"),
     inference.PAGE,
+    serving.PAGE,
     fit.PAGE,
     scale.PAGE,
     scale.COLLECTIVE,

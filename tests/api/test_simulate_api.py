@@ -68,3 +68,22 @@ def test_refusals_name_the_field(api):
         "speculative.draft_model",
     )
     assert_names_field(post({"rate_per_s": 1, "requests": 10**6}), "requests")
+
+
+SEARCH = {"model": "llama3-8b", "rate_per_s": 5, "requests": 100, "prompt_tokens": 500, "output_tokens": 100,
+          "prices": {"h100-sxm": 2.5}, "max_gpus": 2, "slo": {"ttft_s": 0.5, "tpot_s": 0.05}}
+
+
+def test_the_search_answers_over_the_route(api):
+    answer = api.ok("/api/v1/inference/search", SEARCH)
+    assert answer["best"]["gpu"] == "h100-sxm" and answer["best"]["slo_met"]
+    assert answer["candidates"][0]["num_gpus"] == 1
+
+
+def test_search_refusals_name_the_field(api):
+    post = lambda extra: api.post("/api/v1/inference/search", SEARCH | extra)  # noqa: E731
+    assert_names_field(post({"slo": None}), "slo")
+    assert_names_field(post({"prices": {}}), "prices")
+    assert_names_field(post({"prices": {"no-such-gpu": 1.0}}), "prices.no-such-gpu.[key]")
+    assert_names_field(post({"flops_efficiency": "measured"}), "flops_efficiency")
+    assert_names_field(post({"prompt_tokens": 9000}), "output_tokens")

@@ -105,6 +105,7 @@ class Engine:
         drafter: Drafter | None = None,
         seed: int = 0,
         release_after: Callable[[Req, float], float] | None = None,
+        give_up_waiting: int | None = None,
     ) -> None:
         self.cfg, self.step, self.drafter = cfg, step, drafter
         self.rng = random.Random(seed)
@@ -121,6 +122,9 @@ class Engine:
         self.head_blocked = False
         """The waiting queue's head could not get its blocks; it stays so until blocks are freed."""
         self.preempted = False
+        self.give_up_waiting = give_up_waiting
+        """Stop once more requests than this wait: past saturation, where only "saturated" is asked."""
+        self.gave_up = False
 
     def run(self, reqs: list[Req], prefix_tokens: int = 0) -> Series:
         """Serve `reqs` (in arrival order) to the end; each gets its first-token and finish times."""
@@ -130,6 +134,9 @@ class Engine:
             while nxt < total and reqs[nxt].arrival <= now:
                 self.waiting.append(reqs[nxt])
                 nxt += 1
+            if self.give_up_waiting is not None and len(self.waiting) > self.give_up_waiting:
+                self.gave_up = True
+                break
             while self.held and self.held[0][0] <= now:
                 self._free(heapq.heappop(self.held)[2], finished=True)
             if not self.running and not self.waiting:

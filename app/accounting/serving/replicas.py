@@ -53,6 +53,8 @@ class Outcome:
     """Pool name -> blocks of one replica's cache."""
     transfer_s: list[float] = field(default_factory=list)
     """Disaggregated: each request's cache transfer (queueing for the link included)."""
+    gave_up: bool = False
+    """A replica's queue passed give_up_waiting: saturated, the run left unfinished."""
 
 
 def _deal(reqs: list[Req], replicas: int) -> list[list[Req]]:
@@ -60,18 +62,29 @@ def _deal(reqs: list[Req], replicas: int) -> list[list[Req]]:
 
 
 def _run(
-    pool: Pool, reqs: list[Req], prefix_tokens: int, seed: int, name: str, out: Outcome, release_after=None
+    pool: Pool,
+    reqs: list[Req],
+    prefix_tokens: int,
+    seed: int,
+    name: str,
+    out: Outcome,
+    release_after=None,
+    give_up_waiting: int | None = None,
 ) -> None:
-    out.series[name] = [
-        Engine(
+    out.series[name] = []
+    for k, part in enumerate(_deal(reqs, pool.replicas)):
+        engine = Engine(
             pool.config,
             pool.step,
             drafter=pool.drafter,
             seed=seed + k,
             release_after=None if release_after is None else release_after(k),
-        ).run(part, prefix_tokens)
-        for k, part in enumerate(_deal(reqs, pool.replicas))
-    ]
+            give_up_waiting=give_up_waiting,
+        )
+        out.series[name].append(engine.run(part, prefix_tokens))
+        if engine.gave_up:
+            out.gave_up = True
+            return
     out.blocks[name] = pool.config.num_blocks
 
 
@@ -82,9 +95,11 @@ def simulate(
     seed: int = 0,
     prefill: Pool | None = None,
     transfer: Transfer | None = None,
+    give_up_waiting: int | None = None,
 ) -> Outcome:
     """Serve every request; `prefill` and `transfer` together make the deployment disaggregated, `pool`
-    then being its decode pool."""
+    then being its decode pool. With `give_up_waiting`, a replica whose queue passes it ends the run
+    (`gave_up`: saturated, the times unfinished)."""
     n = len(requests)
     out = Outcome(
         list(requests.arrival_s),
@@ -105,7 +120,7 @@ def simulate(
         for i in range(n)
     ]
     if prefill is None or transfer is None:
-        _run(pool, reqs, requests.prefix_tokens, seed, "replica", out)
+        _run(pool, reqs, requests.prefix_tokens, seed, "replica", out, give_up_waiting=give_up_waiting)
     else:
         for r in reqs:
             r.max_out = 1  # the prefill instance samples one token, which the proxy drops
@@ -124,15 +139,19 @@ def simulate(
 
             return sent_at
 
-        _run(prefill, reqs, requests.prefix_tokens, seed, "prefill", out, release_after)
+        _run(prefill, reqs, requests.prefix_tokens, seed, "prefill", out, release_after, give_up_waiting)
+        if out.gave_up:
+            return out
         for r in reqs:
             out.preemptions[r.i] = r.preemptions
         order = sorted(range(n), key=lambda i: sent[i])
         reqs = [
             Req(i, sent[i], requests.prompt_tokens[i], requests.output_tokens[i], remote=True) for i in order
         ]
-        _run(pool, reqs, 0, seed + 7919, "decode", out)
+        _run(pool, reqs, 0, seed + 7919, "decode", out, give_up_waiting=give_up_waiting)
         out.transfer_s = [sent[i] - ended[i] for i in range(n)]
+    if out.gave_up:
+        return out
     for r in reqs:
         out.first_token_s[r.i] = r.first
         out.finish_s[r.i] = r.finish

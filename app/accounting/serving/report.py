@@ -12,11 +12,13 @@ from app.accounting.units import SECONDS_PER_HOUR
 
 @dataclass(frozen=True, slots=True)
 class Slo:
-    """Service levels a request must meet to count toward goodput (seconds; None: not asked)."""
+    """Service levels (seconds; None: not asked). A request meeting every one counts toward goodput; a
+    deployment meets them when the `percentile` of each metric over the requests does, unsaturated."""
 
     ttft_s: float | None = None
     tpot_s: float | None = None
     e2e_s: float | None = None
+    percentile: float = 99.0
 
     __pydantic_config__ = RECORD
 
@@ -26,6 +28,80 @@ class Slo:
             and (self.tpot_s is None or tpot <= self.tpot_s)
             and (self.e2e_s is None or e2e <= self.e2e_s)
         )
+
+
+@dataclass(frozen=True, slots=True)
+class Latencies:
+    """Each request's TTFT, TPOT (0 for a single output token, as vLLM's goodput counts it) and E2E."""
+
+    ttft: list[float]
+    tpot: list[float]
+    e2e: list[float]
+    output_tokens: list[int]
+
+    @classmethod
+    def of(cls, out: Outcome) -> "Latencies":
+        ttft = [f - a for f, a in zip(out.first_token_s, out.arrival_s, strict=True)]
+        e2e = [f - a for f, a in zip(out.finish_s, out.arrival_s, strict=True)]
+        tpot = [
+            (e - t) / (o - 1) if o > 1 else 0.0 for e, t, o in zip(e2e, ttft, out.output_tokens, strict=True)
+        ]
+        return cls(ttft, tpot, e2e, out.output_tokens)
+
+    @property
+    def decoding_tpot(self) -> list[float]:
+        """TPOT over the requests of more than one output token (vLLM's reported statistic)."""
+        return [v for v, o in zip(self.tpot, self.output_tokens, strict=True) if o > 1]
+
+    def at(self, q: float) -> tuple[float, float, float]:
+        """(TTFT, TPOT, E2E) at percentile q."""
+        return tuple(metrics.percentile(sorted(v), q) for v in (self.ttft, self.decoding_tpot, self.e2e))
+
+    def good(self, slo: Slo) -> int:
+        return sum(slo.met(t, p, e) for t, p, e in zip(self.ttft, self.tpot, self.e2e, strict=True))
+
+    def meet(self, slo: Slo) -> bool:
+        return slo.met(*self.at(slo.percentile))
+
+
+@dataclass(slots=True)
+class RatePoint:
+    """One rate of a sweep: its percentiles (seconds), or only that it saturated."""
+
+    rate_per_s: float
+    saturated: bool
+    ttft_p50: float | None
+    ttft_p99: float | None
+    tpot_p50: float | None
+    tpot_p99: float | None
+    e2e_p99: float | None
+    requests_per_sec: float | None
+    goodput_requests_per_sec: float | None
+    slo_met: bool | None
+    """The SLO's percentile of each metric within its target, unsaturated; null without an SLO."""
+
+    __pydantic_config__ = RECORD
+
+
+def rate_point(out: Outcome, rate: float, slo: Slo | None) -> RatePoint:
+    if out.gave_up:
+        return RatePoint(rate, True, None, None, None, None, None, None, None, False if slo else None)
+    lat = Latencies.of(out)
+    duration = max(out.finish_s) - min(out.arrival_s)
+    saturated = metrics.saturated(out.arrival_s, out.finish_s)
+    (t50, p50, _), (t99, p99, e99) = lat.at(50), lat.at(99)
+    return RatePoint(
+        rate,
+        saturated,
+        t50,
+        t99,
+        p50,
+        p99,
+        e99,
+        len(lat.ttft) / duration,
+        None if slo is None else lat.good(slo) / duration,
+        None if slo is None else lat.meet(slo) and not saturated,
+    )
 
 
 @dataclass(slots=True)
@@ -48,6 +124,8 @@ class Simulation:
     """Completed requests a second meeting every SLO; null without an SLO."""
     slo_attainment: float | None
     """The share of requests meeting every SLO."""
+    slo_met: bool | None
+    """The SLO's percentile of each metric within its target, unsaturated; null without an SLO."""
     preemptions: int
     preempted_requests: int
     prompt_tokens: int
@@ -75,6 +153,8 @@ class Simulation:
     """All GPU-hours of the run (idle time included) over its output tokens."""
     currency: str = "USD"
     notes: list[str] = field(default_factory=list)
+    by_rate: list[RatePoint] = field(default_factory=list)
+    """With sweep_rates: the same traffic at each rate (a run past saturation stops early)."""
     conventions: list[str] = field(default_factory=list)
 
     __pydantic_config__ = RECORD
@@ -98,23 +178,20 @@ def summarize(
     out: Outcome, *, slo: Slo | None, num_gpus: int, price_per_gpu_hour: float | None, currency: str
 ) -> Simulation:
     n = len(out.arrival_s)
-    ttft = [f - a for f, a in zip(out.first_token_s, out.arrival_s, strict=True)]
-    e2e = [f - a for f, a in zip(out.finish_s, out.arrival_s, strict=True)]
-    tpot_all = [
-        (e - t) / (o - 1) if o > 1 else 0.0 for e, t, o in zip(e2e, ttft, out.output_tokens, strict=True)
-    ]
-    tpot = [v for v, o in zip(tpot_all, out.output_tokens, strict=True) if o > 1]
+    lat = Latencies.of(out)
+    ttft, e2e = lat.ttft, lat.e2e
     start, end = min(out.arrival_s), max(out.finish_s)
     duration = end - start
     span = out.arrival_s[-1] - out.arrival_s[0]
     prompt, output = sum(out.prompt_tokens), sum(out.output_tokens)
     pools = [metrics.pool_series(name, runs, out.blocks[name], end) for name, runs in out.series.items()]
-    good = attainment = goodput = None
-    if slo is not None:
-        good = sum(slo.met(t, p, e) for t, p, e in zip(ttft, tpot_all, e2e, strict=True))
-        attainment, goodput = good / n, good / duration
+    good = attainment = goodput = met = None
     aggregated = list(out.series) == ["replica"]
     saturated = metrics.saturated(out.arrival_s, out.finish_s)
+    if slo is not None:
+        good = lat.good(slo)
+        attainment, goodput = good / n, good / duration
+        met = lat.meet(slo) and not saturated
     notes = []
     if saturated:
         notes.append(
@@ -135,7 +212,7 @@ def summarize(
         offered_rate_per_s=(n - 1) / span if span > 0 else float(n),
         duration_s=duration,
         time_to_first_token=metrics.spread(ttft),
-        time_per_output_token=metrics.spread(tpot),
+        time_per_output_token=metrics.spread(lat.decoding_tpot),
         end_to_end=metrics.spread(e2e),
         requests_per_sec=n / duration,
         output_tokens_per_sec=output / duration,
@@ -143,6 +220,7 @@ def summarize(
         slo=slo,
         goodput_requests_per_sec=goodput,
         slo_attainment=attainment,
+        slo_met=met,
         preemptions=sum(out.preemptions),
         preempted_requests=sum(1 for p in out.preemptions if p),
         prompt_tokens=prompt,

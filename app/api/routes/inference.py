@@ -6,12 +6,13 @@ from fastapi import APIRouter, Body, Request, Response
 from starlette.concurrency import run_in_threadpool
 
 from app.accounting.inference import capacity, formats, latency, quant
+from app.accounting.serving.frontier import DeploymentSearch
 from app.accounting.serving.report import Simulation
 from app.api.compute import HeavyDep, Narrow
 from app.api.errors import HEAVY, REQUEST_ERRORS
 from app.api.openapi import examples
 from app.api.responses import answer, respond
-from app.api.services import calibration, simulate
+from app.api.services import calibration, deploy, simulate
 from app.api.services import inference as service
 from app.api.services.inference import InferenceMemoryRequest, InferenceTimeRequest
 from app.deps import store_of
@@ -41,6 +42,13 @@ SIMULATE = examples(
         "model": "llama3.1-70b", "weight_format": "fp8_e4m3", "gpu": "h100-sxm", "num_gpus": 2,
         "tensor_parallel": 2, "rate_per_s": 2, "requests": 500, "prompt_tokens": 2048, "output_tokens": 256,
         "disaggregated": {"prefill_gpus": 2}, "slo": {"ttft_s": 1.0, "tpot_s": 0.05}})
+SEARCH = examples(
+    llama3_70b_at_5_per_s_under_500ms_ttft={
+        "model": "llama3.1-70b", "rate_per_s": 5, "requests": 300, "prices": {"h100-sxm": 2.5, "h200": 3.2},
+        "weight_formats": ["fp8_e4m3"], "max_gpus": 4,
+        "prompt_tokens": {"distribution": "lognormal", "mean": 1000, "spread": 0.8, "maximum": 6000},
+        "output_tokens": {"distribution": "lognormal", "mean": 250, "spread": 0.8, "maximum": 2000},
+        "slo": {"ttft_s": 0.5, "tpot_s": 0.05}})
 MemoryBody = Annotated[InferenceMemoryRequest, Body(openapi_examples=MEMORY)]
 # Routes are tried in the order written (app/api/router.py): the question asked most, first.
 
@@ -75,6 +83,17 @@ async def inference_simulate(body: Annotated[simulate.SimulateRequest, Body(open
     profile = None if body.calibration is None else await run_in_threadpool(
         calibration.resolve, body.calibration, store_of(request))
     return await heavy.respond(simulate.simulate, body, NARROW_SIMULATE, here, profile)
+
+
+NARROW_SEARCH = Narrow("prices", "fewer GPUs or weight_formats, a lower max_gpus, or fewer requests")
+
+
+@router.post("/inference/search", response_model=answer(DeploymentSearch), responses=REQUEST_ERRORS | HEAVY)
+async def inference_search(body: Annotated[deploy.DeploySearchRequest, Body(openapi_examples=SEARCH)],
+                           heavy: HeavyDep) -> Response:
+    """The cheapest deployment (GPU, count, tensor parallel, weight format, aggregated or disaggregated)
+    that meets the SLOs at the rate, each candidate simulated; with the frontier of cost against latency."""
+    return await heavy.respond(deploy.search, body, NARROW_SEARCH)
 
 
 @router.post("/inference/memory", response_model=answer(capacity.InferenceMemory), responses=REQUEST_ERRORS)

@@ -1,18 +1,21 @@
 """Serving simulation: a deployment under a traffic of requests, step by step as vLLM V1 schedules
 them (app/accounting/serving/)."""
 
-from typing import Literal
+from collections.abc import Callable
+from functools import lru_cache
+from typing import Literal, NamedTuple
 
 from pydantic import Field, ValidationInfo, field_validator
 
 from app.accounting.calibration.profile import Profile
 from app.accounting.errors import InvalidInput
-from app.accounting.inference import kv_cache, latency
+from app.accounting.inference import kernels, kv_cache, latency
 from app.accounting.inference.setup import Setup
 from app.accounting.serving import replicas, report, traffic
 from app.accounting.serving.engine import EngineConfig
 from app.accounting.serving.report import Simulation, Slo
 from app.accounting.serving.steps import Drafter, StepModel
+from app.accounting.transformer import TransformerConfig
 from app.api.services.inference import TimedServingRequest, timing
 from app.inputs.fields import Input, count, number
 from app.inputs.schemas import ModelSpec, engine_model
@@ -62,6 +65,11 @@ class SloIn(Input):
         None, description="Time per output token after the first, seconds."
     )
     e2e_s: number(gt=0, le=1e6) | None = Field(None, description="End-to-end latency, seconds.")
+    percentile: number(ge=1, le=100, text=False) = Field(
+        99.0,
+        description="The deployment meets the SLOs when this percentile of each metric does (goodput "
+        "counts each request against them).",
+    )
 
 
 class SpeculativeIn(Input):
@@ -141,6 +149,12 @@ class SimulateRequest(TimedServingRequest):
     speculative: SpeculativeIn | None = None
     disaggregated: DisaggregatedIn | None = None
     slo: SloIn | None = Field(None, description="Service levels for goodput.")
+    sweep_rates: list[number(gt=0, le=1e6)] | None = Field(
+        None,
+        max_length=16,
+        description="Rates to run the same traffic at besides rate_per_s (the latency "
+        "against rate chart); a run past saturation stops early and says only that.",
+    )
     seed: count(0, 2**31 - 1) = Field(0, description="The same seed draws the same traffic and acceptances.")
 
     @field_validator("prompt_tokens", "output_tokens", mode="before")
@@ -184,40 +198,76 @@ def requests_of(body: SimulateRequest) -> traffic.Requests:
     )
 
 
+class Layout(NamedTuple):
+    """How one replica lays out a sequence's cache: what its bytes at a context depend on (hashable, so
+    the tables built from it serve every candidate of a search with this replica)."""
+
+    cfg: TransformerConfig
+    cache_dtype: str
+    model_dtype: str
+    block_size: int | None
+    mla_cache: str
+    tensor_parallel: int
+    engine: str
+
+    @classmethod
+    def of(cls, setup: Setup) -> "Layout":
+        return cls(
+            setup.cfg,
+            setup.cache_dtype,
+            setup.model_dtype,
+            setup.block_size,
+            setup.mla_cache,
+            setup.tensor_parallel,
+            setup.cache_engine,
+        )
+
+    def bytes(self, context: int, *, paged: bool, tp: int | None = None, state: bool = True) -> int:
+        """One sequence's cache on one GPU at `context` (kv_cache.sequence_bytes_per_gpu)."""
+        return kv_cache.sequence_bytes_per_gpu(
+            self.cfg,
+            context=context,
+            cache_dtype=self.cache_dtype,
+            model_dtype=self.model_dtype,
+            block_size=self.block_size if paged else None,
+            mla_cache=self.mla_cache,  # type: ignore[arg-type]
+            tensor_parallel=tp or self.tensor_parallel,
+            engine=self.engine,  # type: ignore[arg-type]
+            state_included=state,
+        )[0]
+
+
 def _sequence_bytes(
     setup: Setup, context: int, *, paged: bool, tp: int | None = None, state: bool = True
 ) -> int:
-    return kv_cache.sequence_bytes_per_gpu(
-        setup.cfg,
-        context=context,
-        cache_dtype=setup.cache_dtype,
-        model_dtype=setup.model_dtype,
-        block_size=setup.block_size if paged else None,
-        mla_cache=setup.mla_cache,
-        tensor_parallel=tp or setup.tensor_parallel,
-        engine=setup.cache_engine,
-        state_included=state,
-    )[0]
+    return Layout.of(setup).bytes(context, paged=paged, tp=tp, state=state)
 
 
-def engine_config(body: SimulateRequest, setup: Setup, extra_bytes_per_token: int = 0) -> EngineConfig:
-    """The replica's scheduler limits and its cache in blocks (what vLLM logs as the KV cache size)."""
-    block = setup.block_size or 1
-    page = _sequence_bytes(setup, min(block, setup.cfg.max_seq_len), paged=True, state=False)
+@lru_cache(maxsize=64)
+def _blocks(layout: Layout, extra_bytes_per_token: int) -> tuple[int, Callable[[int], int]]:
+    """(bytes of one page, blocks one sequence holds at a context), the latter remembering each context."""
+    block = layout.block_size or 1
+    page = layout.bytes(min(block, layout.cfg.max_seq_len), paged=True, state=False)
     page += extra_bytes_per_token * block  # a drafter's layers take their share of every page
     known: dict[int, int] = {0: 0}
 
     def blocks_for(context: int) -> int:
         got = known.get(context)
         if got is None:
-            held = _sequence_bytes(setup, min(context, setup.cfg.max_seq_len), paged=True)
+            held = layout.bytes(min(context, layout.cfg.max_seq_len), paged=True)
             got = known[context] = -(-(held + extra_bytes_per_token * context) // page)
         return got
 
+    return page, blocks_for
+
+
+def engine_config(body: SimulateRequest, setup: Setup, extra_bytes_per_token: int = 0) -> EngineConfig:
+    """The replica's scheduler limits and its cache in blocks (what vLLM logs as the KV cache size)."""
+    page, blocks_for = _blocks(Layout.of(setup), extra_bytes_per_token)
     return EngineConfig(
         max_num_seqs=setup.max_num_seqs,
         max_num_batched_tokens=setup.max_num_batched_tokens,
-        block_size=block,
+        block_size=setup.block_size or 1,
         num_blocks=max(0, setup.kv_budget_per_gpu) // page,
         blocks_for=blocks_for,
         chunked_prefill=body.enable_chunked_prefill,
@@ -227,16 +277,23 @@ def engine_config(body: SimulateRequest, setup: Setup, extra_bytes_per_token: in
     )
 
 
-def step_model(body: SimulateRequest, setup: Setup, here: Here | None, profile: Profile | None) -> StepModel:
-    on = timing(body, setup, here, profile, "continuous").on
+@lru_cache(maxsize=64)
+def _step_model(deployment: kernels.Deployment, on: latency.Device, layout: Layout) -> StepModel:
+    """One per replica and device, so its tables serve every run on it (a sweep's rates, a search's
+    counts)."""
     return StepModel(
-        latency.deployment(setup),
+        deployment,
         on.hw,
         on.dev,
         on.launch,
         host_seconds_per_op=on.host_seconds_per_op,
-        read_bytes=lambda c: _sequence_bytes(setup, c, paged=False),
+        read_bytes=lambda c: layout.bytes(c, paged=False),
     )
+
+
+def step_model(body: SimulateRequest, setup: Setup, here: Here | None, profile: Profile | None) -> StepModel:
+    on = timing(body, setup, here, profile, "continuous").on
+    return _step_model(latency.deployment(setup), on, Layout.of(setup))
 
 
 def _drafter(
@@ -282,8 +339,13 @@ def _pool(body: SimulateRequest, setup: Setup, here: Here | None, profile: Profi
     )
 
 
-def _check(reqs: traffic.Requests, pool: replicas.Pool, setup: Setup, field: str) -> None:
-    top = setup.cfg.max_seq_len
+def traffic_field(body: SimulateRequest) -> str:
+    """The field a request's lengths came from."""
+    return "trace" if body.trace is not None else "output_tokens"
+
+
+def check_positions(reqs: traffic.Requests, top: int, field: str) -> int:
+    """The longest request's tokens, refused when the model has fewer positions."""
     longest = max(range(len(reqs)), key=lambda i: reqs.prompt_tokens[i] + reqs.output_tokens[i])
     total = reqs.prompt_tokens[longest] + reqs.output_tokens[longest]
     if total > top:
@@ -293,6 +355,11 @@ def _check(reqs: traffic.Requests, pool: replicas.Pool, setup: Setup, field: str
             f"{reqs.output_tokens[longest]} output tokens exceeds the model's {top} "
             "positions (max_seq_len)",
         )
+    return total
+
+
+def _check(reqs: traffic.Requests, pool: replicas.Pool, setup: Setup, field: str) -> None:
+    total = check_positions(reqs, setup.cfg.max_seq_len, field)
     cfg = pool.config
     if cfg.blocks_for(total) > cfg.num_blocks:
         held = cfg.num_blocks * cfg.block_size
@@ -304,12 +371,22 @@ def _check(reqs: traffic.Requests, pool: replicas.Pool, setup: Setup, field: str
         )
 
 
-def simulate(body: SimulateRequest, here: Here | None = None, profile: Profile | None = None) -> Simulation:
+class Served(NamedTuple):
+    """A deployment ready to serve: its (decode) pool, the prefill pool and link when disaggregated."""
+
+    pool: replicas.Pool
+    setup: Setup
+    prefill: replicas.Pool | None
+    prefill_setup: Setup | None
+    transfer: replicas.Transfer | None
+    num_gpus: int
+
+
+def served(body: SimulateRequest, here: Here | None = None, profile: Profile | None = None) -> Served:
     if body.engine != "vllm":
         raise InvalidInput("engine", "the simulator follows vLLM V1's scheduler; set engine vllm")
     if body.prefix_hit_rate is not None and body.prefix_groups:
         raise InvalidInput("prefix_hit_rate", "give a hit rate or shared prefixes, not both")
-    reqs = requests_of(body)
     setup = body.setup()
     if (body.prefix_groups or body.prefix_hit_rate) and setup.has_state:
         raise InvalidInput(
@@ -317,37 +394,81 @@ def simulate(body: SimulateRequest, here: Here | None = None, profile: Profile |
             "prefix caching on a model with state-space layers is not simulated",
         )
     pool = _pool(body, setup, here, profile)
-    field = "trace" if body.trace is not None else "output_tokens"
-    _check(reqs, pool, setup, field)
-    gpus = setup.num_gpus
-    prefill = transfer = None
-    if body.disaggregated is not None:
-        d = body.disaggregated
-        asked = body.model_copy(
-            update={
-                "num_gpus": d.prefill_gpus,
-                "tensor_parallel": d.prefill_tensor_parallel or setup.tensor_parallel,
-            }
-        )
-        try:
-            pre_setup = asked.setup()
-        except InvalidInput as e:
-            raise InvalidInput(
-                f"disaggregated.{'prefill_gpus' if e.field == 'tensor_parallel' else e.field}", e.message
-            ) from None
-        prefill = _pool(asked, pre_setup, here, profile)
-        _check(reqs, prefill, pre_setup, "disaggregated.prefill_gpus")
-        link = d.kv_transfer_bytes_per_sec or body.accelerator().interconnect_bytes_per_sec
-        if link is None:
-            raise InvalidInput(
-                "disaggregated.kv_transfer_bytes_per_sec",
-                "the catalogue has no interconnect for this GPU: give the link's bandwidth",
-            )
-        per_token = _sequence_bytes(setup, 1, paged=False, tp=1, state=False)
-        transfer = replicas.Transfer(per_token, link, d.kv_transfer_latency_s)
-        gpus += pre_setup.num_gpus
-    out = replicas.simulate(reqs, pool, seed=body.seed, prefill=prefill, transfer=transfer)
-    slo = None if body.slo is None else Slo(body.slo.ttft_s, body.slo.tpot_s, body.slo.e2e_s)
-    return report.summarize(
-        out, slo=slo, num_gpus=gpus, price_per_gpu_hour=body.price_per_gpu_hour, currency=body.currency
+    if body.disaggregated is None:
+        return Served(pool, setup, None, None, None, setup.num_gpus)
+    d = body.disaggregated
+    asked = body.model_copy(
+        update={
+            "num_gpus": d.prefill_gpus,
+            "tensor_parallel": d.prefill_tensor_parallel or setup.tensor_parallel,
+        }
     )
+    try:
+        pre_setup = asked.setup()
+    except InvalidInput as e:
+        raise InvalidInput(
+            f"disaggregated.{'prefill_gpus' if e.field == 'tensor_parallel' else e.field}", e.message
+        ) from None
+    link = d.kv_transfer_bytes_per_sec or body.accelerator().interconnect_bytes_per_sec
+    if link is None:
+        raise InvalidInput(
+            "disaggregated.kv_transfer_bytes_per_sec",
+            "the catalogue has no interconnect for this GPU: give the link's bandwidth",
+        )
+    per_token = _sequence_bytes(setup, 1, paged=False, tp=1, state=False)
+    return Served(
+        pool,
+        setup,
+        _pool(asked, pre_setup, here, profile),
+        pre_setup,
+        replicas.Transfer(per_token, link, d.kv_transfer_latency_s),
+        setup.num_gpus + pre_setup.num_gpus,
+    )
+
+
+def run(
+    body: SimulateRequest, deployment: Served, reqs: traffic.Requests, give_up_waiting: int | None = None
+) -> replicas.Outcome:
+    """The requests checked against the deployment (named as the request names them), then served."""
+    _check(reqs, deployment.pool, deployment.setup, traffic_field(body))
+    if deployment.prefill is not None:
+        _check(reqs, deployment.prefill, deployment.prefill_setup, "disaggregated.prefill_gpus")
+    return replicas.simulate(
+        reqs,
+        deployment.pool,
+        seed=body.seed,
+        prefill=deployment.prefill,
+        transfer=deployment.transfer,
+        give_up_waiting=give_up_waiting,
+    )
+
+
+def slo_of(body: SimulateRequest) -> Slo | None:
+    s = body.slo
+    return None if s is None else Slo(s.ttft_s, s.tpot_s, s.e2e_s, s.percentile)
+
+
+def give_up_at(requests: int, replicas_: int) -> int:
+    """Waiting requests past which a replica is saturated beyond doubt: a stable queue seldom holds a
+    quarter of its traffic."""
+    return max(512, requests // (4 * replicas_))
+
+
+def simulate(body: SimulateRequest, here: Here | None = None, profile: Profile | None = None) -> Simulation:
+    deployment = served(body, here, profile)
+    if body.sweep_rates and body.trace is not None:
+        raise InvalidInput("sweep_rates", "sweeps a drawn traffic's rate; a trace has its own arrivals")
+    out = run(body, deployment, requests_of(body))
+    slo = slo_of(body)
+    answer = report.summarize(
+        out,
+        slo=slo,
+        num_gpus=deployment.num_gpus,
+        price_per_gpu_hour=body.price_per_gpu_hour,
+        currency=body.currency,
+    )
+    limit = give_up_at(body.requests, deployment.pool.replicas)
+    for rate in sorted(body.sweep_rates or ()):
+        at = body.model_copy(update={"rate_per_s": rate})
+        answer.by_rate.append(report.rate_point(run(at, deployment, requests_of(at), limit), rate, slo))
+    return answer
