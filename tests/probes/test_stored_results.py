@@ -5,7 +5,8 @@ ran it (small CPU runs, the host's name replaced): v1 is the first release, whos
 train_step memory had no per-phase peaks; v2 added them; v4 added the generate probe; v5 the
 collectives and data_parallel_step probes; v6 sustained runs and the burn_in probe; v7 energy
 per measurement (null on a CPU, with the environment's energy_note) and the data_loader and
-checkpoint probes; v8 the attention probe (the others as v8 writes v7's). A row is written as that
+checkpoint probes; v8 the attention probe (the others as v8 writes v7's); v9 the serve probe (the
+others as v8 wrote them). A row is written as that
 version's server wrote it, straight into the jobs table, and read back through the API, the job
 pages, the CSV export and the calibration.
 """

@@ -106,6 +106,7 @@ class Engine:
         seed: int = 0,
         release_after: Callable[[Req, float], float] | None = None,
         give_up_waiting: int | None = None,
+        execute: Callable[[list[tuple[Req, int, int]]], float] | None = None,
     ) -> None:
         self.cfg, self.step, self.drafter = cfg, step, drafter
         self.rng = random.Random(seed)
@@ -125,6 +126,9 @@ class Engine:
         self.give_up_waiting = give_up_waiting
         """Stop once more requests than this wait: past saturation, where only "saturated" is asked."""
         self.gave_up = False
+        self.execute = execute
+        """The serve probe: runs each scheduled step on a device and says how long it took; the step
+        model then only counts tokens (time comes from the device)."""
 
     def run(self, reqs: list[Req], prefix_tokens: int = 0) -> Series:
         """Serve `reqs` (in arrival order) to the end; each gets its first-token and finish times."""
@@ -297,9 +301,12 @@ class Engine:
             if n >= owed:
                 sampled += 1
                 sampled_read += step.read(before)
-        seconds = step.seconds(tokens=tokens, sequences=sequences, read_bytes=read, attention=attention)
-        if self.drafter is not None and sampled:
-            seconds += step.draft_seconds(self.drafter, sampled, sampled_read)
+        if self.execute is not None:
+            seconds = self.execute(scheduled)
+        else:
+            seconds = step.seconds(tokens=tokens, sequences=sequences, read_bytes=read, attention=attention)
+            if self.drafter is not None and sampled:
+                seconds += step.draft_seconds(self.drafter, sampled, sampled_read)
         end = now + seconds
         st.start_s.append(now)
         st.seconds.append(seconds)
@@ -367,7 +374,7 @@ class Engine:
     # ---- identical decode steps, run together ------------------------------------------------------
 
     def _can_run(self) -> bool:
-        if self.drafter is not None or self.held or not self.running:
+        if self.drafter is not None or self.execute is not None or self.held or not self.running:
             return False
         if self.waiting and len(self.running) < self.cfg.max_num_seqs and not self.head_blocked:
             return False
