@@ -10,7 +10,6 @@ step, a token, a sequence, a cached token read, an attention pair), as Vidur pro
 simulator then serves the same requests with that fitted step and its TTFT and TPOT percentiles are
 set beside the measured ones. Its torch side is app/bench/serve.py."""
 
-import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Literal
@@ -25,14 +24,12 @@ from app.accounting.records import RECORD
 from app.accounting.serving import traffic
 from app.accounting.serving.metrics import percentile
 from app.inputs.fields import count, number
-from app.inputs.schemas import engine_model
 from app.probes.base import Kind, Least, Need, Probe, timer_least
 from app.probes.faces import Faces, Metric, Table, where
 from app.probes.generate.params import GENERATE_SIZES, GenerateDtype, GenerateModel
-from app.probes.generate.plan import DECODE_UNBUILT
+from app.probes.generate.plan import DECODE_UNBUILT, served_model
 from app.probes.params import ProbeParams
 from app.probes.results import Environment
-from app.probes.train_step.predict import check_buildable
 
 
 class ServeParams(ProbeParams):
@@ -63,24 +60,20 @@ class ServeParams(ProbeParams):
     )
 
 
-SIZES = {
-    "cuda": dict(
-        rate_per_s=8.0,
-        requests=400,
-        prompt_tokens=512,
-        output_tokens=128,
-        max_num_seqs=64,
-        max_num_batched_tokens=2048,
-    ),
-    "cpu": dict(
-        rate_per_s=20.0,
-        requests=150,
-        prompt_tokens=48,
-        output_tokens=24,
-        max_num_seqs=16,
-        max_num_batched_tokens=128,
-    ),
-}
+@dataclass(frozen=True)
+class ServeSizes:
+    """A device kind's default traffic and engine limits."""
+
+    rate_per_s: float
+    requests: int
+    prompt_tokens: int
+    output_tokens: int
+    max_num_seqs: int
+    max_num_batched_tokens: int
+
+
+# A real 1B model's traffic on CUDA; on a CPU, the small model at a load it serves in seconds.
+SIZES = {"cuda": ServeSizes(8.0, 400, 512, 128, 64, 2048), "cpu": ServeSizes(20.0, 150, 48, 24, 16, 128)}
 BLOCK_TOKENS = 16
 SERVE_UNBUILT = DECODE_UNBUILT | {
     "mla": (False, "latent attention in its varlen attention"),
@@ -110,26 +103,10 @@ class ServePlan:
 
 def plan(p: ServeParams, cuda: bool) -> ServePlan:
     sizes = GENERATE_SIZES["cuda" if cuda else "cpu"]
-    chosen = SIZES["cuda" if cuda else "cpu"] | {
-        k: v
-        for k, v in (
-            ("rate_per_s", p.rate_per_s),
-            ("requests", p.requests),
-            ("prompt_tokens", p.prompt_tokens),
-            ("output_tokens", p.output_tokens),
-            ("max_num_seqs", p.max_num_seqs),
-            ("max_num_batched_tokens", p.max_num_batched_tokens),
-        )
-        if v is not None
-    }
-    if p.model is None and isinstance(sizes.model, dict):
-        name, cfg = "cpu-default", models.TransformerConfig(**sizes.model)
-    else:
-        spec = sizes.model if p.model is None else p.model
-        name = spec if isinstance(spec, str) else "custom"
-        cfg = engine_model(spec, field="params.model")
-    cfg = dataclasses.replace(cfg, dropout=False)
-    check_buildable(cfg, "serve", SERVE_UNBUILT)
+    defaults = SIZES["cuda" if cuda else "cpu"]
+    chosen = {f: getattr(defaults, f) if getattr(p, f) is None else getattr(p, f)
+              for f in ServeSizes.__dataclass_fields__}
+    name, cfg = served_model(p.model, cuda, "serve", SERVE_UNBUILT)
     dtype = p.dtype or sizes.dtype
     reqs = traffic.generate(
         rate_per_s=chosen["rate_per_s"],

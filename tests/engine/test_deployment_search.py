@@ -95,3 +95,15 @@ def test_a_sweep_runs_the_same_traffic_at_each_rate():
     assert same.ttft_p99 == pytest.approx(answer.time_to_first_token.p99)
     assert low.tpot_p50 < same.tpot_p50
     assert high.saturated and high.slo_met is False
+
+
+def test_engine_settings_are_searched_too():
+    """max_num_seqs 1 serves one request at a time: at 25 requests/s its queue outgrows the SLO on any
+    count the search allows, so every deployment that meets it runs the default's many."""
+    body = DeploySearchRequest.model_validate(TRAFFIC | {"prices": {"h100-sxm": 2.5}, "max_gpus": 2,
+                                                         "max_num_seqs_options": [1, 256],
+                                                         "search_disaggregated": False})
+    answer = search(body)
+    assert {c.max_num_seqs for c in answer.candidates} == {1, 256}
+    assert answer.best is not None and answer.best.max_num_seqs == 256
+    assert not any(c.slo_met for c in answer.candidates if c.max_num_seqs == 1)

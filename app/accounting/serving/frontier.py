@@ -11,6 +11,7 @@ class Candidate:
     gpu: str
     weight_format: str
     tensor_parallel: int
+    max_num_seqs: int
     replicas: int
     """Aggregated replicas, or the decode pool's replicas when disaggregated."""
     prefill_replicas: int

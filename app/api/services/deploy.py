@@ -1,6 +1,7 @@
 """The deployment search: the cheapest GPUs, count, tensor parallelism, weight format and
 aggregated or disaggregated serving that meet the SLOs at a rate, each candidate simulated."""
 
+from itertools import product
 from typing import Annotated, Literal
 
 from pydantic import Field
@@ -46,6 +47,10 @@ class DeploySearchRequest(SimulateRequest):
         "per_million_tokens",
         description="Cheapest by output tokens' cost at the simulated throughput, or by the hour.",
     )
+    max_num_seqs_options: Annotated[list[count(1, 1 << 20)],  # type: ignore[valid-type]
+                                    Field(min_length=1, max_length=6)] | None = Field(
+        None, description="vLLM's max_num_seqs values to try (fewer running requests: shorter steps, a "
+                          "longer queue); null: max_num_seqs alone.")
     requests: count(1, 20_000) = Field(
         500, description="Requests each candidate serves (the search draws them once)."
     )
@@ -67,11 +72,12 @@ def _candidate(
     slo = slo_of(body)
     gpus = deployment.num_gpus
     per_hour = gpus * price
-    fmt = asked.weight_format
+    where = dict(gpu=str(asked.gpu), weight_format=asked.weight_format, tensor_parallel=tp,
+                 max_num_seqs=deployment.setup.max_num_seqs, replicas=replicas, prefill_replicas=prefill,
+                 num_gpus=gpus, cost_per_hour=per_hour)
     if out.gave_up:
-        c = Candidate(
-            str(asked.gpu), fmt, tp, replicas, prefill, gpus, per_hour, None, True, None, None, None, False
-        )
+        c = Candidate(**where, cost_per_million_output_tokens=None, saturated=True, ttft_s=None, tpot_s=None,
+                      e2e_s=None, slo_met=False)
         return c, "decode" in out.series or "replica" in out.series
     lat = report.Latencies.of(out)
     duration = max(out.finish_s) - min(out.arrival_s)
@@ -79,21 +85,9 @@ def _candidate(
     per_token = None if saturated else per_hour / (sum(out.output_tokens) / duration * SECONDS_PER_HOUR) * 1e6
     ttft, tpot, e2e = lat.at(slo.percentile)
     short = (slo.tpot_s is not None and tpot > slo.tpot_s) or (slo.e2e_s is not None and e2e > slo.e2e_s)
-    return Candidate(
-        str(asked.gpu),
-        fmt,
-        tp,
-        replicas,
-        prefill,
-        gpus,
-        per_hour,
-        per_token,
-        saturated,
-        ttft,
-        tpot,
-        e2e,
-        lat.meet(slo) and not saturated,
-    ), short
+    c = Candidate(**where, cost_per_million_output_tokens=per_token, saturated=saturated, ttft_s=ttft,
+                  tpot_s=tpot, e2e_s=e2e, slo_met=lat.meet(slo) and not saturated)
+    return c, short
 
 
 def search(body: DeploySearchRequest) -> DeploymentSearch:
@@ -113,33 +107,29 @@ def search(body: DeploySearchRequest) -> DeploymentSearch:
     formats = body.weight_formats or [body.weight_format]
     cands: list[Candidate] = []
     skipped: list[str] = []
-    for gpu, price in body.prices.items():
-        for fmt in formats:
-            for tp in (t for t in TENSOR_PARALLEL if t <= body.max_gpus):
-                base = {
-                    "gpu": gpu,
-                    "weight_format": fmt,
-                    "tensor_parallel": tp,
-                    "disaggregated": None,
-                    "sweep_rates": None,
-                    "gpu_overrides": None,
-                }
-                found, fits = None, True
-                for replicas in range(1, body.max_gpus // tp + 1):
-                    asked = body.model_copy(update=base | {"num_gpus": replicas * tp})
-                    try:
-                        c, _ = _candidate(body, asked, reqs, price, tp, replicas, 0)
-                    except InvalidInput as e:
-                        skipped.append(f"{gpu} {fmt} tensor_parallel {tp}: {e.field}: {e.message}")
-                        fits = False
-                        break
-                    cands.append(c)
-                    if c.slo_met:
-                        found = c
-                        break
-                if body.search_disaggregated and fits:
-                    top = found.replicas if found else body.max_gpus // tp
-                    _disaggregated(body, reqs, price, tp, base, top, cands)
+    tps = [t for t in TENSOR_PARALLEL if t <= body.max_gpus]
+    seqs_options = body.max_num_seqs_options or [None]
+    for (gpu, price), fmt, tp, seqs in product(body.prices.items(), formats, tps, seqs_options):
+        base = {"gpu": gpu, "weight_format": fmt, "tensor_parallel": tp, "disaggregated": None,
+                "sweep_rates": None, "gpu_overrides": None}
+        if seqs is not None:
+            base["max_num_seqs"] = seqs
+        found, fits = None, True
+        for replicas in range(1, body.max_gpus // tp + 1):
+            asked = body.model_copy(update=base | {"num_gpus": replicas * tp})
+            try:
+                c, _ = _candidate(body, asked, reqs, price, tp, replicas, 0)
+            except InvalidInput as e:
+                skipped.append(f"{gpu} {fmt} tensor_parallel {tp}: {e.field}: {e.message}")
+                fits = False
+                break
+            cands.append(c)
+            if c.slo_met:
+                found = c
+                break
+        if body.search_disaggregated and fits:
+            top = found.replicas if found else body.max_gpus // tp
+            _disaggregated(body, reqs, price, tp, base, top, cands)
     if not cands and skipped:
         raise InvalidInput("prices", "no GPU searched can serve this traffic: " + "; ".join(skipped[:4]))
     best = frontier.cheapest(cands, body.objective)

@@ -4,6 +4,7 @@ roofline's time of each pass (the child sets it beside what it measures)."""
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Any
 
 from app.accounting import dtypes, models
 from app.accounting.errors import InvalidInput
@@ -44,18 +45,27 @@ DECODE_UNBUILT = {"layer_mixers": ((), "Mamba or gated DeltaNet layers (their st
                   "attention_chunk_size": (None, "chunked attention in its cached decode")}
 
 
+def served_model(model: Any, cuda: bool, probe: str, unbuilt: dict) -> tuple[str, models.TransformerConfig]:
+    """(its name, its config) of a serving probe's `model` parameter, the device kind's default when
+    None ("cpu-default": GENERATE_SIZES' small CPU model); refused naming params.model where the
+    probe does not build a part of it."""
+    sizes = GENERATE_SIZES["cuda" if cuda else "cpu"]
+    if model is None and isinstance(sizes.model, dict):
+        name, cfg = "cpu-default", models.TransformerConfig(**sizes.model)
+    else:
+        spec = sizes.model if model is None else model
+        name = spec if isinstance(spec, str) else "custom"
+        cfg = engine_model(spec, field="params.model")
+    cfg = dataclasses.replace(cfg, dropout=False)
+    check_buildable(cfg, probe, unbuilt)
+    return name, cfg
+
+
 def generate(p: GenerateParams, cuda: bool) -> GeneratePlan:
     """Resolve the defaults of `p` for CUDA or the CPU; InvalidInput naming the parameter when
     the probe cannot run it."""
     sizes = GENERATE_SIZES["cuda" if cuda else "cpu"]
-    if p.model is None and isinstance(sizes.model, dict):
-        name, cfg = "cpu-default", models.TransformerConfig(**sizes.model)
-    else:
-        spec = sizes.model if p.model is None else p.model
-        name = spec if isinstance(spec, str) else "custom"
-        cfg = engine_model(spec, field="params.model")
-    cfg = dataclasses.replace(cfg, dropout=False)
-    check_buildable(cfg, "generate", DECODE_UNBUILT)
+    name, cfg = served_model(p.model, cuda, "generate", DECODE_UNBUILT)
     if cfg.mla and cfg.layers.n_windowed:
         raise InvalidInput("params.model.sliding_window", "the generate probe does not build windowed "
                                                           "latent attention")
