@@ -28,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from app.accounting.serving.pool import BlockPool
+from app.accounting.serving.prefix import PrefixCache
 from app.accounting.serving.steps import Drafter, StepModel
 
 
@@ -115,9 +116,7 @@ class Engine:
         self.pool = BlockPool(cfg.num_blocks)
         self.waiting: deque[Req] = deque()
         self.running: list[Req] = []
-        self.refs: dict[int, int] = {}
-        self.resident: dict[int, int] = {}
-        self.prefix_blocks = 0
+        self.prefix = PrefixCache(cfg, self.pool, 0)
         self.held: list[tuple[float, int, Req]] = []
         self.series = Series()
         self.head_blocked = False
@@ -132,7 +131,7 @@ class Engine:
 
     def run(self, reqs: list[Req], prefix_tokens: int = 0) -> Series:
         """Serve `reqs` (in arrival order) to the end; each gets its first-token and finish times."""
-        self.prefix_blocks = prefix_tokens // self.cfg.block_size if self.cfg.prefix_caching else 0
+        self.prefix = PrefixCache(self.cfg, self.pool, prefix_tokens)
         now, nxt, total = 0.0, 0, len(reqs)
         while nxt < total or self.waiting or self.running:
             while nxt < total and reqs[nxt].arrival <= now:
@@ -211,7 +210,7 @@ class Engine:
         skipped: list[Req] = []
         while waiting and budget > 0 and len(self.running) < cfg.max_num_seqs:
             r = waiting[0]
-            hit, group_hit, own_hit, touch = self._lookup(r)
+            hit, group_hit, own_hit, touch = self.prefix.lookup(r)
             owed = r.prompt + r.out - hit
             if not cfg.chunked_prefill and owed > budget:  # vLLM 0.11: skip it, try the next
                 skipped.append(waiting.popleft())
@@ -224,14 +223,7 @@ class Engine:
                 self.head_blocked = True
                 break
             waiting.popleft()
-            if r.group >= 0 and self.prefix_blocks:
-                if group_hit and not self.refs.get(r.group):
-                    self.resident[r.group] = pool.reclaim(("prefix", r.group))
-                self.refs[r.group] = self.refs.get(r.group, 0) + 1
-                r.in_group = True
-            if own_hit:
-                back = pool.reclaim(("request", r.i))
-                pool.give(None, back - own_hit)
+            self.prefix.admit(r, group_hit, own_hit)
             pool.take(fresh)
             r.shared, r.blocks, r.computed = group_hit, own_hit + fresh, hit
             self.running.append(r)
@@ -239,46 +231,17 @@ class Engine:
             budget -= n
         waiting.extendleft(reversed(skipped))
 
-    def _lookup(self, r: Req) -> tuple[int, int, int, int]:
-        """(tokens found computed, blocks of them shared with a prefix group, blocks of them the request
-        itself left cached when preempted, cached blocks the hit takes out of the free queue)."""
-        if r.remote:  # the prefill instance sent the prompt's cache; its last token is computed here
-            return r.prompt - 1, 0, 0, 0
-        cfg = self.cfg
-        cap = (r.prompt + r.out - 1) // cfg.block_size  # whole blocks, never the last token
-        if cfg.prefix_hit_rate is not None:
-            shared = min(int(cfg.prefix_hit_rate * r.prompt) // cfg.block_size, cap)
-            return shared * cfg.block_size, shared, 0, 0
-        if not cfg.prefix_caching:
-            return 0, 0, 0, 0
-        group_hit = touch = 0
-        if r.group >= 0 and self.prefix_blocks:
-            if self.refs.get(r.group):
-                group_hit = min(self.resident.get(r.group, 0), cap)
-            else:
-                touch = self.pool.cached.get(("prefix", r.group), 0)
-                group_hit = min(touch, cap)
-                touch = touch if group_hit else 0
-        own = self.pool.cached.get(("request", r.i), 0) if group_hit == r.own_from else 0
-        own_hit = min(own, cap - group_hit)
-        return (group_hit + own_hit) * cfg.block_size, group_hit, own_hit, touch
-
     def _free(self, r: Req, *, finished: bool) -> None:
         """Release a request's blocks (its own, then its prefix group's if it was the last to hold them),
         tail first as vLLM frees them; a preempted request's stay findable by it."""
         self.pool.give(None if finished else ("request", r.i), r.blocks)
-        if r.in_group:
-            left = self.refs[r.group] - 1
-            self.refs[r.group] = left
-            if not left:
-                self.pool.give(("prefix", r.group), self.resident.pop(r.group, 0))
+        self.prefix.release(r)
         if not finished:
             r.preemptions += 1
             r.own_from = r.shared
             r.computed = 0
             self.waiting.appendleft(r)
         r.blocks = r.shared = 0
-        r.in_group = False
         r.remote = False
         self.head_blocked = False
 
@@ -317,8 +280,7 @@ class Engine:
         for r, n, before in scheduled:
             owed = r.prompt + r.out - before
             r.computed = before + n
-            if r.in_group:
-                self._promote(r)
+            self.prefix.promote(r)
             if n < owed:
                 continue
             emit = 1
@@ -346,19 +308,6 @@ class Engine:
         while got < drafts and rng() < alpha:
             got += 1
         return got
-
-    def _promote(self, r: Req) -> None:
-        """Once a request has computed its group's whole prefix, the group holds those blocks."""
-        have = self.resident.get(r.group, 0)
-        if (
-            have < self.prefix_blocks
-            and r.shared == have
-            and r.computed >= self.prefix_blocks * self.cfg.block_size
-        ):
-            extra = self.prefix_blocks - have
-            r.blocks -= extra
-            r.shared = self.prefix_blocks
-            self.resident[r.group] = self.prefix_blocks
 
     def _retire(self, end: float) -> None:
         keep = []
