@@ -8,8 +8,9 @@ import pytest
 
 from app.accounting.inference import latency
 from app.accounting.serving import traffic
+from app.accounting.serving.engine import Engine, Req
 from app.api.services.inference import timing
-from app.api.services.simulate import SimulateRequest, engine_config, simulate
+from app.api.services.simulate import SimulateRequest, engine_config, requests_of, served, simulate
 
 H100_8B = {"model": "llama3-8b", "gpu": "h100-sxm"}
 VARIED = {
@@ -178,3 +179,28 @@ def test_lengths_draw_as_vllms_random_dataset():
     assert mean == pytest.approx(1.0, rel=0.05)
     cv = math.sqrt(sum((g - mean) ** 2 for g in gaps) / len(gaps)) / mean
     assert cv == pytest.approx(1.0, rel=0.06)  # exponential gaps: a Poisson process
+
+
+@pytest.mark.parametrize("extra", [
+    {},
+    {"speculative": {"method": "mtp", "num_speculative_tokens": 2, "acceptance_rate": 0.7}},
+    {"prefix_tokens": 256, "prefix_groups": 3, "gpu_memory_utilization": 0.3},
+], ids=["plain", "drafts", "prefixes-tight-cache"])
+def test_decode_steps_run_together_give_what_scheduling_each_alone_gives(extra):
+    """The engine runs decode steps alike together (runs.py); scheduling every step alone instead
+    gives the same first-token and finish times and the same tokens."""
+    body = SimulateRequest.model_validate(H100_8B | VARIED | {"rate_per_s": 12, "requests": 300} | extra)
+    deployment = served(body)
+    reqs = requests_of(body)
+    times = []
+    for batch in (True, False):
+        wanted = [Req(i, reqs.arrival_s[i], reqs.prompt_tokens[i], reqs.output_tokens[i],
+                      reqs.prefix_group[i]) for i in range(len(reqs))]
+        pool = deployment.pool
+        engine = Engine(pool.config, pool.step, drafter=pool.drafter, batch_runs=batch)
+        series = engine.run(wanted, reqs.prefix_tokens)
+        times.append(([r.first for r in wanted], [r.finish for r in wanted], series.decode_tokens,
+                      series.accepted))
+    (first, finish, decoded, accepted), (first_alone, finish_alone, decoded_alone, accepted_alone) = times
+    assert first == pytest.approx(first_alone, rel=1e-12) and finish == pytest.approx(finish_alone, rel=1e-12)
+    assert (decoded, accepted) == (decoded_alone, accepted_alone)

@@ -17,8 +17,8 @@ gives each request the tokens that catch it up, within the step's token budget:
 - Blocks: a request holds blocks_for(computed + scheduled + lookahead) of them (vLLM's cdiv over the
   block size; for a hybrid or windowed model, what its layers hold as vLLM pages them).
 
-Between events the engine often runs many identical decode steps (every request decoding, nothing
-to admit). Those are run together: step times summed one by one, the requests advanced once.
+Between events the engine often runs many decode steps alike (every request decoding, nothing to
+admit): runs.py runs them together, without the scheduler's bookkeeping.
 """
 
 import heapq
@@ -27,6 +27,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from app.accounting.serving import runs
 from app.accounting.serving.pool import BlockPool
 from app.accounting.serving.prefix import PrefixCache
 from app.accounting.serving.steps import Drafter, StepModel
@@ -108,6 +109,7 @@ class Engine:
         release_after: Callable[[Req, float], float] | None = None,
         give_up_waiting: int | None = None,
         execute: Callable[[list[tuple[Req, int, int]]], float] | None = None,
+        batch_runs: bool = True,
     ) -> None:
         self.cfg, self.step, self.drafter = cfg, step, drafter
         self.rng = random.Random(seed)
@@ -126,6 +128,9 @@ class Engine:
         """Stop once more requests than this wait: past saturation, where only "saturated" is asked."""
         self.gave_up = False
         self.execute = execute
+        self.batch_runs = batch_runs
+        """Run identical decode steps together (runs.py); off, every step is scheduled alone (the tests'
+        reference: the same times either way)."""
         """The serve probe: runs each scheduled step on a device and says how long it took; the step
         model then only counts tokens (time comes from the device)."""
 
@@ -146,8 +151,8 @@ class Engine:
                 now = reqs[nxt].arrival
                 continue
             upcoming = reqs[nxt].arrival if nxt < total else float("inf")
-            if self._can_run():
-                now = self._decode_run(now, upcoming)
+            if self.batch_runs and runs.can_run(self):
+                now = runs.run(self, now, upcoming)
                 continue
             scheduled, spec = self._schedule()
             if not scheduled and self.preempted:  # every running request was preempted: admit next step
@@ -319,61 +324,3 @@ class Engine:
             else:
                 heapq.heappush(self.held, (self.release_after(r, end), r.i, r))
         self.running = keep
-
-    # ---- identical decode steps, run together ------------------------------------------------------
-
-    def _can_run(self) -> bool:
-        if self.drafter is not None or self.execute is not None or self.held or not self.running:
-            return False
-        if self.waiting and len(self.running) < self.cfg.max_num_seqs and not self.head_blocked:
-            return False
-        if len(self.running) > self.cfg.max_num_batched_tokens:
-            return False
-        return all(r.out and r.computed == r.prompt + r.out - 1 for r in self.running)
-
-    def _decode_run(self, now: float, upcoming: float) -> float:
-        """Decode steps until the next arrival could be admitted, a request finishes, or blocks may run
-        short; returns the end of the last one."""
-        running, step, st, cfg = self.running, self.step, self.series, self.cfg
-        n = len(running)
-        room = (
-            self.pool.free // n * cfg.block_size
-        )  # each request takes at most one block per block_size steps
-        if room < 1:
-            scheduled, drafts = self._schedule()
-            return self._finish_step(now, scheduled, drafts)
-        steps = min(min(r.max_out - r.out for r in running), room)
-        admits = not self.waiting and n < cfg.max_num_seqs
-        base = step.forward(n) + step.sampling(n) + step.floors
-        read = sum(step.read(r.computed) for r in running)
-        slope = sum(step.read(r.computed + 1) for r in running) - read
-        bw, host = step.bandwidth, step.host
-        waiting, used = len(self.waiting), self.pool.used
-        done = 0
-        while done < steps:
-            seconds = base + (read + done * slope) / bw
-            seconds = seconds if seconds > host else host
-            st.start_s.append(now)
-            st.seconds.append(seconds)
-            st.waiting.append(waiting)
-            st.running.append(n)
-            st.blocks_used.append(used)
-            now += seconds
-            done += 1
-            if admits and now >= upcoming:
-                break
-        st.decode_tokens += n * done
-        fresh = 0
-        for r in running:
-            r.computed += done
-            r.out += done
-            grown = cfg.blocks_for(r.computed) - r.shared - r.blocks
-            if grown > 0:
-                r.blocks += grown
-                fresh += grown
-            if r.out >= r.max_out:
-                r.finish = now
-        self.pool.take(fresh)
-        if any(r.finish >= 0 for r in running):
-            self._retire(now)
-        return now
