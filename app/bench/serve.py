@@ -20,6 +20,7 @@ from functools import partial
 import torch
 import torch.nn.functional as F
 
+from app.accounting.serving import catalogue as serving_catalogue
 from app.accounting.serving.engine import Engine, EngineConfig, Req
 from app.accounting.serving.fitted import FittedStep, pairs
 from app.bench.common import Setup, setup, to_json
@@ -181,6 +182,17 @@ def _fit(env: Setup, model: Transformer, cache, sp: probe.ServePlan) -> tuple[Fi
     return FittedStep(*coef), StepFit(*coef, len(rows), rms)
 
 
+def _latency(sp: probe.ServePlan, served: list[Req], steps) -> probe.ServeLatency:
+    return probe.latency([r.first for r in served], [r.finish for r in served], list(sp.requests.arrival_s),
+                         list(sp.requests.output_tokens), len(steps.seconds))
+
+
+def _simulated(sp: probe.ServePlan, config: EngineConfig, model) -> probe.ServeLatency:
+    """The simulator on the same requests, each step timed by `model`."""
+    twins = _requests(sp)
+    return _latency(sp, twins, Engine(config, model).run(twins))
+
+
 def _requests(sp: probe.ServePlan) -> list[Req]:
     reqs = sp.requests
     return [Req(i, reqs.arrival_s[i], reqs.prompt_tokens[i], reqs.output_tokens[i]) for i in range(len(reqs))]
@@ -216,16 +228,12 @@ def run(raw: dict, progress) -> dict:
     engine = Engine(config, fitted, execute=Runner(env, model, cache, sp.max_num_seqs, prompts))  # type: ignore[arg-type]
     measured_steps = engine.run(served)
     progress(2, 3, "simulating the same requests")
-    twins = _requests(sp)
-    simulated_steps = Engine(config, fitted).run(twins)  # type: ignore[arg-type]
-    arrival = list(sp.requests.arrival_s)
-    output = list(sp.requests.output_tokens)
-    measured = probe.latency(
-        [r.first for r in served], [r.finish for r in served], arrival, output, len(measured_steps.seconds)
-    )
-    simulated = probe.latency(
-        [r.first for r in twins], [r.finish for r in twins], arrival, output, len(simulated_steps.seconds)
-    )
+    measured = _latency(sp, served, measured_steps)
+    simulated = _simulated(sp, config, fitted)
+    acc = env.catalogue()
+    catalogue = None
+    if acc is not None:  # Tally's own step for this GPU, the engine's eager launches
+        catalogue = _simulated(sp, config, serving_catalogue.step_model(cfg, acc, sp.dtype, launch="eager"))
     progress(3, 3, "done")
     return to_json(
         ServeResult(
@@ -246,8 +254,13 @@ def run(raw: dict, progress) -> dict:
             notes=[
                 f"Time is virtual: {len(measured_steps.seconds):,} steps took "
                 f"{sum(measured_steps.seconds):.3g} s of the device; idle time between arrivals is skipped.",
-                "The simulator uses the step cost fitted before serving (the fit table), not the "
-                "catalogue's.",
+                "simulated (fitted step): the simulator with the step cost fitted before serving (the fit "
+                "table). "
+                + ("simulated (catalogue): with Tally's own step model for this GPU, uncalibrated."
+                   if catalogue else "No catalogue model: this device is not a catalogue GPU."),
             ],
+            catalogue=catalogue,
+            catalogue_ttft_p50_ratio=None if catalogue is None else catalogue.ttft_p50 / measured.ttft_p50,
+            catalogue_tpot_p50_ratio=None if catalogue is None else catalogue.tpot_p50 / measured.tpot_p50,
         )
     )

@@ -207,6 +207,12 @@ class ServeResult:
     """simulated / measured."""
     tpot_p50_ratio: float
     notes: list[str]
+    catalogue: ServeLatency | None = None
+    """On a catalogue GPU: the simulator with Tally's own step model for it, uncalibrated (the
+    serving calculators' defaults, eager launches as this engine's); null elsewhere."""
+    catalogue_ttft_p50_ratio: float | None = None
+    """catalogue / measured."""
+    catalogue_tpot_p50_ratio: float | None = None
 
     __pydantic_config__ = RECORD
 
@@ -242,60 +248,36 @@ def headline(r: ServeResult) -> list[Metric]:
         Metric("tpot_p50_simulated", "simulated", s.tpot_p50, "seconds"),
         Metric("ttft_ratio", "simulated / measured TTFT p50", r.ttft_p50_ratio, "ratio"),
         Metric("tpot_ratio", "simulated / measured TPOT p50", r.tpot_p50_ratio, "ratio"),
+        *([] if r.catalogue is None else [
+            Metric("ttft_ratio_catalogue", "catalogue model / measured TTFT p50", r.catalogue_ttft_p50_ratio,
+                   "ratio"),
+            Metric("tpot_ratio_catalogue", "catalogue model / measured TPOT p50", r.catalogue_tpot_p50_ratio,
+                   "ratio")]),
     ]
 
 
 def tables(r: ServeResult) -> list:
     rows = []
-    for label, key in (
-        ("TTFT p50", "ttft_p50"),
-        ("TTFT p90", "ttft_p90"),
-        ("TTFT p99", "ttft_p99"),
-        ("TPOT p50", "tpot_p50"),
-        ("TPOT p90", "tpot_p90"),
-        ("TPOT p99", "tpot_p99"),
-        ("E2E p50", "e2e_p50"),
-        ("E2E p99", "e2e_p99"),
-    ):
+    for label, key in (("TTFT p50", "ttft_p50"), ("TTFT p90", "ttft_p90"), ("TTFT p99", "ttft_p99"),
+                       ("TPOT p50", "tpot_p50"), ("TPOT p90", "tpot_p90"), ("TPOT p99", "tpot_p99"),
+                       ("E2E p50", "e2e_p50"), ("E2E p99", "e2e_p99")):
         m, s = getattr(r.measured, key), getattr(r.simulated, key)
-        rows.append(
-            [label, numbers.ms(m), numbers.ms(s), numbers.percent(s / m - 1, signed=True) if m else "n/a"]
-        )
+        row = [label, numbers.ms(m), numbers.ms(s), numbers.percent(s / m - 1, signed=True) if m else "n/a"]
+        if r.catalogue is not None:
+            c = getattr(r.catalogue, key)
+            row += [numbers.ms(c), numbers.percent(c / m - 1, signed=True) if m else "n/a"]
+        rows.append(row)
+    headers = ["", "measured", "simulated (fitted step)", "simulated vs measured"]
+    if r.catalogue is not None:
+        headers += ["simulated (catalogue)", "catalogue vs measured"]
     f = r.fit
-    fit = Table(
-        [
-            "per step",
-            "per token",
-            "per sequence",
-            "per cached token read",
-            "per attention pair",
-            "compositions",
-            "fit error (rms)",
-        ],
-        [
-            [
-                f"{f.per_step_s * 1e6:.4g} us",
-                f"{f.per_token_s * 1e6:.4g} us",
-                f"{f.per_sequence_s * 1e6:.4g} us",
-                f"{f.per_read_token_s * 1e9:.4g} ns",
-                f"{f.per_pair_s * 1e9:.4g} ns",
-                str(f.points),
-                numbers.percent(f.rms_relative_error),
-            ]
-        ],
-        0,
-        "The step's cost as the child fitted it",
-    )
-    return [
-        where(r),
-        Table(
-            ["", "measured", "simulated", "simulated vs measured"],
-            rows,
-            1,
-            f"{r.requests} requests at {numbers.sig(r.rate_per_s)}/s",
-        ),
-        fit,
-    ]
+    fit = Table(["per step", "per token", "per sequence", "per cached token read", "per attention pair",
+                 "compositions", "fit error (rms)"],
+                [[f"{f.per_step_s * 1e6:.4g} us", f"{f.per_token_s * 1e6:.4g} us",
+                  f"{f.per_sequence_s * 1e6:.4g} us", f"{f.per_read_token_s * 1e9:.4g} ns",
+                  f"{f.per_pair_s * 1e9:.4g} ns", str(f.points), numbers.percent(f.rms_relative_error)]],
+                0, "The step's cost as the child fitted it")
+    return [where(r), Table(headers, rows, 1, f"{r.requests} requests at {numbers.sig(r.rate_per_s)}/s"), fit]
 
 
 PROBE = Probe(

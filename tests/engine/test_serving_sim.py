@@ -6,11 +6,13 @@ import math
 
 import pytest
 
+from app.accounting import hardware
 from app.accounting.inference import latency
-from app.accounting.serving import traffic
+from app.accounting.serving import catalogue, traffic
 from app.accounting.serving.engine import Engine, Req
-from app.api.services.inference import timing
+from app.api.services.inference import InferenceTimeRequest, timing
 from app.api.services.simulate import SimulateRequest, engine_config, requests_of, served, simulate
+from app.inputs.schemas import engine_model
 
 H100_8B = {"model": "llama3-8b", "gpu": "h100-sxm"}
 VARIED = {
@@ -204,3 +206,21 @@ def test_decode_steps_run_together_give_what_scheduling_each_alone_gives(extra):
     (first, finish, decoded, accepted), (first_alone, finish_alone, decoded_alone, accepted_alone) = times
     assert first == pytest.approx(first_alone, rel=1e-12) and finish == pytest.approx(finish_alone, rel=1e-12)
     assert (decoded, accepted) == (decoded_alone, accepted_alone)
+
+
+@pytest.mark.parametrize("launch", ["eager", "graph"])
+def test_the_serve_probes_catalogue_step_is_the_time_calculators_pass(launch):
+    """On a catalogue GPU the serve probe also simulates with Tally's own step (serving/catalogue.py): a
+    700-token prefill and a decode step at context 900 take what POST /api/v1/inference/time's passes
+    take for the same model, GPU and launch (unpaged, the defaults' efficiencies)."""
+    body = InferenceTimeRequest.model_validate({"model": "llama3-8b", "gpu": "h100-sxm", "launch": launch,
+                                                "block_size": None})
+    setup = body.setup()
+    on = timing(body, setup, None, None).on
+    cfg, h100 = engine_model("llama3-8b"), hardware.gpu("h100-sxm")
+    step = catalogue.step_model(cfg, h100, "bfloat16", launch=launch)
+    prefill = step.seconds(tokens=700, sequences=1, read_bytes=0, attention=step.chunk(0, 700))
+    decode = step.seconds(tokens=1, sequences=1, read_bytes=step.read(900), attention=0.0)
+    assert prefill == pytest.approx(latency.prefill_kernels(setup, on, prompt=700).seconds, rel=1e-12)
+    assert decode == pytest.approx(
+        latency.decode_kernels(setup, on, latency._per_sequence(setup, 900), 1).seconds, rel=1e-12)
