@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from app.accounting.serving import catalogue as serving_catalogue
 from app.accounting.serving.engine import Engine, EngineConfig, Req
 from app.accounting.serving.fitted import FittedStep, pairs
+from app.bench import serve_graphs
 from app.bench.common import Setup, setup, to_json
 from app.bench.decode import _experts
 from app.bench.generate import TORCH_DTYPES
@@ -105,9 +106,16 @@ class Runner:
     """The engine's steps, run on the device: each request's ids and cache slot."""
 
     def __init__(
-        self, env: Setup, model: Transformer, cache, slots: int, prompts: dict[int, list[int]]
+        self,
+        env: Setup,
+        model: Transformer,
+        cache,
+        slots: int,
+        prompts: dict[int, list[int]],
+        graphs: dict | None = None,
     ) -> None:
-        self.env, self.model, self.cache = env, model, cache
+        self.env, self.model, self.cache, self.graphs = env, model, cache, graphs
+        """graphs: serve_graphs' fixed-shape steps by batch size, for decode-only steps; None: varlen only."""
         self.free = list(range(slots))[::-1]
         self.slot: dict[int, int] = {}
         self.tokens = prompts
@@ -120,7 +128,10 @@ class Runner:
             if r.i not in self.slot:
                 self.slot[r.i] = self.free.pop()
             pieces.append((self.slot[r.i], before, n, self.tokens[r.i][before : before + n]))
-        sampled = step(self.model, self.cache, pieces)
+        if self.graphs is not None and all(n == 1 for _, _, n, _ in pieces):
+            sampled = serve_graphs.replay(self.graphs, pieces)
+        else:
+            sampled = step(self.model, self.cache, pieces)
         for (r, n, before), token in zip(scheduled, sampled, strict=True):
             ids = self.tokens[r.i]
             if before + n >= len(ids):  # caught up: the token is emitted
@@ -147,8 +158,11 @@ def _compositions(sp: probe.ServePlan) -> list[list[tuple[int, int, bool]]]:
     return out
 
 
-def _fit(env: Setup, model: Transformer, cache, sp: probe.ServePlan) -> tuple[FittedStep, StepFit]:
-    """The step's cost fitted to the compositions timed (least squares on the relative error)."""
+def _fit(
+    env: Setup, model: Transformer, cache, sp: probe.ServePlan, graphs: dict | None
+) -> tuple[FittedStep, StepFit]:
+    """The step's cost fitted to the compositions timed, each run as serving runs it (decodes alone
+    replayed from `graphs` when given), by least squares on the relative error."""
     comps = _compositions(sp)
     steps = [[(slot, start, n, [1] * n) for slot, (start, n, _) in enumerate(comp)] for comp in comps]
     times: list[list[float]] = [[] for _ in comps]
@@ -156,35 +170,46 @@ def _fit(env: Setup, model: Transformer, cache, sp: probe.ServePlan) -> tuple[Fi
     for round_ in range(FIT_REPEATS + 1):
         for k, pieces in enumerate(steps):
             t0 = time.perf_counter()
-            step(model, cache, pieces)
+            if graphs is not None and all(n == 1 for _, _, n, _ in pieces):
+                serve_graphs.replay(graphs, pieces)
+            else:
+                step(model, cache, pieces)
             sync(env.device)
             if round_:
                 times[k].append(time.perf_counter() - t0)
-    rows = [
-        [
+    rows = []
+    for comp in comps:
+        row = [
             1.0,
             sum(n for _, n, _ in comp),
             len(comp),
             sum(s for s, _, _ in comp),
             sum(pairs(s + n) - pairs(s) for s, n, chunk in comp if chunk),
         ]
-        for comp in comps
-    ]
+        if graphs is not None:  # a decode-only step replays a graph: its own offset
+            row.append(float(not any(chunk for *_, chunk in comp)))
+        rows.append(row)
     seconds = [statistics.median(t) for t in times]
     a = torch.tensor(rows, dtype=torch.float64)
     b = torch.tensor(seconds, dtype=torch.float64)
     w = 1 / b  # relative error: every composition counts alike, short steps as long ones
     coef = torch.linalg.lstsq(a * w[:, None], (b * w)[:, None]).solution.flatten().tolist()
     errors = [
-        sum(c * x for c, x in zip(coef, r, strict=True)) / s - 1 for r, s in zip(rows, seconds, strict=True)
+        sum(c * x for c, x in zip(coef, r, strict=False)) / s - 1 for r, s in zip(rows, seconds, strict=True)
     ]
     rms = (sum(e * e for e in errors) / len(errors)) ** 0.5
-    return FittedStep(*coef), StepFit(*coef, len(rows), rms)
+    alone = coef[5] if graphs is not None else 0.0
+    return FittedStep(*coef[:5], per_decode_only_s=alone), StepFit(*coef[:5], len(rows), rms, alone)
 
 
 def _latency(sp: probe.ServePlan, served: list[Req], steps) -> probe.ServeLatency:
-    return probe.latency([r.first for r in served], [r.finish for r in served], list(sp.requests.arrival_s),
-                         list(sp.requests.output_tokens), len(steps.seconds))
+    return probe.latency(
+        [r.first for r in served],
+        [r.finish for r in served],
+        list(sp.requests.arrival_s),
+        list(sp.requests.output_tokens),
+        len(steps.seconds),
+    )
 
 
 def _simulated(sp: probe.ServePlan, config: EngineConfig, model) -> probe.ServeLatency:
@@ -204,12 +229,14 @@ def run(raw: dict, progress) -> dict:
     dtype, device, cfg = TORCH_DTYPES[sp.dtype], env.device, sp.config
     with torch.device(device):
         model = Transformer(cfg).to(dtype).eval()
-        shape = (sp.max_num_seqs, cfg.kv_heads, sp.longest, cfg.hd)
+        shape = (sp.max_num_seqs + 1, cfg.kv_heads, sp.longest, cfg.hd)  # the last: graphs' padding rows
         cache = [
             (torch.zeros(shape, dtype=dtype), torch.zeros(shape, dtype=dtype)) for _ in range(cfg.n_layers)
         ]
+    graphed = env.cuda if p.graphs is None else p.graphs
+    graphs = serve_graphs.prepare(model, cache, sp.max_num_seqs, env.cuda) if graphed else None
     progress(0, 3, "timing step compositions for the fit")
-    fitted, fit = _fit(env, model, cache, sp)
+    fitted, fit = _fit(env, model, cache, sp, graphs)
     config = EngineConfig(
         max_num_seqs=sp.max_num_seqs,
         max_num_batched_tokens=sp.max_num_batched_tokens,
@@ -225,15 +252,16 @@ def run(raw: dict, progress) -> dict:
     }
     progress(1, 3, f"serving {len(sp.requests)} requests")
     served = _requests(sp)
-    engine = Engine(config, fitted, execute=Runner(env, model, cache, sp.max_num_seqs, prompts))  # type: ignore[arg-type]
+    runner = Runner(env, model, cache, sp.max_num_seqs, prompts, graphs)
+    engine = Engine(config, fitted, execute=runner)  # type: ignore[arg-type]
     measured_steps = engine.run(served)
     progress(2, 3, "simulating the same requests")
     measured = _latency(sp, served, measured_steps)
     simulated = _simulated(sp, config, fitted)
     acc = env.catalogue()
     catalogue = None
-    if acc is not None:  # Tally's own step for this GPU, the engine's eager launches
-        catalogue = _simulated(sp, config, serving_catalogue.step_model(cfg, acc, sp.dtype, launch="eager"))
+    if acc is not None:  # Tally's own step for this GPU, launched as this engine launches
+        catalogue = _simulated(sp, config, serving_catalogue.served(cfg, acc, sp.dtype, graphs=graphed))
     progress(3, 3, "done")
     return to_json(
         ServeResult(
@@ -256,10 +284,14 @@ def run(raw: dict, progress) -> dict:
                 f"{sum(measured_steps.seconds):.3g} s of the device; idle time between arrivals is skipped.",
                 "simulated (fitted step): the simulator with the step cost fitted before serving (the fit "
                 "table). "
-                + ("simulated (catalogue): with Tally's own step model for this GPU, uncalibrated."
-                   if catalogue else "No catalogue model: this device is not a catalogue GPU."),
+                + (
+                    "simulated (catalogue): with Tally's own step model for this GPU, uncalibrated."
+                    if catalogue
+                    else "No catalogue model: this device is not a catalogue GPU."
+                ),
             ],
             catalogue=catalogue,
+            graphs=graphed,
             catalogue_ttft_p50_ratio=None if catalogue is None else catalogue.ttft_p50 / measured.ttft_p50,
             catalogue_tpot_p50_ratio=None if catalogue is None else catalogue.tpot_p50 / measured.tpot_p50,
         )

@@ -55,6 +55,10 @@ class ServeParams(ProbeParams):
     )
     range_ratio: number(ge=0, le=0.99, text=False) = Field(0.5, description="vLLM's --random-range-ratio.")
     max_num_seqs: count(1, 1024) | None = Field(None, description="Running requests at most. Default 64, 16.")
+    graphs: bool | None = Field(
+        None, description="Replay decode-only steps from CUDA graphs, one per batch size (padded up, as "
+        "vLLM captures its decode batches); steps with prompt tokens stay eager. Default: on CUDA yes, on a "
+        "CPU no (there the same fixed-shape step runs eagerly).")
     max_num_batched_tokens: count(1, 65_536) | None = Field(
         None, description="Tokens a step at most (chunked prefill). Default 2048 on CUDA, 128 on CPU."
     )
@@ -182,6 +186,8 @@ class StepFit:
     per_pair_s: float
     points: int
     rms_relative_error: float
+    per_decode_only_s: float = 0.0
+    """With graphs: what a step of decodes alone adds (negative: saves) beyond the rest, replayed."""
     """Of the fit over the timed compositions."""
 
     __pydantic_config__ = RECORD
@@ -207,6 +213,8 @@ class ServeResult:
     """simulated / measured."""
     tpot_p50_ratio: float
     notes: list[str]
+    graphs: bool = False
+    """Decode-only steps replayed from CUDA graphs (or their fixed-shape step run eagerly off CUDA)."""
     catalogue: ServeLatency | None = None
     """On a catalogue GPU: the simulator with Tally's own step model for it, uncalibrated (the
     serving calculators' defaults, eager launches as this engine's); null elsewhere."""

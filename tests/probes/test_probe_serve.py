@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from app.accounting.models import TransformerConfig
-from app.bench import serve
+from app.bench import serve, serve_graphs
 from app.bench.models import Transformer
 from app.probes.registry import RESULTS
 from tests.support.api import assert_names_field
@@ -106,3 +106,38 @@ def test_the_simulators_p50_ttft_and_tpot_hold_to_the_measured():
     result = RESULTS.validate_python(serve.run({"device": "cpu"}, quiet))
     assert 0.75 <= result.ttft_p50_ratio <= 1.25, result
     assert 0.75 <= result.tpot_p50_ratio <= 1.25, result
+
+
+@pytest.mark.parametrize("config", [LLAMA, GPT2], ids=["llama-gqa", "gpt2-learned-positions"])
+def test_a_fixed_shape_decode_step_computes_what_the_varlen_step_does(config):
+    """The step a CUDA graph replays (serve_graphs.py: every row its own slot and position, the slot
+    read whole under a mask, padded up to a captured size) gives the varlen step's tokens and leaves
+    the cache as it does."""
+    torch.manual_seed(0)
+    cfg = TransformerConfig(**config)
+    model = Transformer(cfg).double().eval()
+
+    def fresh():
+        return [(torch.zeros(4, cfg.kv_heads, 32, cfg.hd, dtype=torch.float64),
+                 torch.zeros(4, cfg.kv_heads, 32, cfg.hd, dtype=torch.float64)) for _ in range(cfg.n_layers)]
+
+    varlen, static = fresh(), fresh()
+    prompts = [torch.randint(0, cfg.vocab_size, (n,)).tolist() for n in (9, 5, 14)]
+    for cache in (varlen, static):  # the same prompts prefilled into slots 0 to 2
+        serve.step(model, cache, [(i, 0, len(p), p) for i, p in enumerate(prompts)])
+    steps = serve_graphs.prepare(model, static, max_num_seqs=3, cuda=False)
+    assert sorted(steps) == [1, 2, 3]
+    decodes = [(0, 9, 1, [7]), (2, 14, 1, [3])]  # two of the three decode: a padded row of size 2
+    assert serve_graphs.replay(steps, decodes) == serve.step(model, varlen, decodes)
+    for (k1, v1), (k2, v2) in zip(varlen, static, strict=True):
+        torch.testing.assert_close(k1[:3], k2[:3])
+        torch.testing.assert_close(v1[:3], v2[:3])
+    decodes = [(0, 10, 1, [1]), (1, 5, 1, [2]), (2, 15, 1, [4])]
+    assert serve_graphs.replay(steps, decodes) == serve.step(model, varlen, decodes)
+
+
+def test_with_graphs_the_fit_has_a_decode_only_term_and_the_run_says_so():
+    asked = SMALL | {"model": LLAMA, "device": "cpu", "graphs": True}
+    result = RESULTS.validate_python(serve.run(asked, quiet))
+    assert result.graphs and result.fit.per_decode_only_s != 0.0
+    assert result.measured.steps > 0

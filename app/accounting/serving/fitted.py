@@ -4,6 +4,7 @@ Vidur profiles one): what the engine asks of a step model, from five coefficient
     seconds = per_step + per_token x tokens + per_sequence x sequences
             + per_read_token x (cached tokens each scheduled request reads)
             + per_pair x (attention pairs of each prompt chunk: its queries times the keys up to them)
+            + per_decode_only, a step of decodes alone (replayed from a CUDA graph where the engine does)
 """
 
 from dataclasses import dataclass
@@ -21,7 +22,7 @@ class FittedStep:
     per_sequence_s: float
     per_read_token_s: float
     per_pair_s: float
-    floors: float = 0.0
+    per_decode_only_s: float = 0.0
     host: float = 0.0
     bandwidth: float = 1.0
     """read() gives seconds, so its 'bytes' cross at one a second."""
@@ -38,5 +39,12 @@ class FittedStep:
     def chunk(self, offset: int, tokens: int) -> float:
         return self.per_pair_s * (pairs(offset + tokens) - pairs(offset))
 
+    @property
+    def floors(self) -> float:
+        """What runs.py's decode-only runs add to a step's pieces."""
+        return self.per_decode_only_s
+
     def seconds(self, *, tokens: int, sequences: int, read_bytes: float, attention: float) -> float:
-        return self.forward(tokens) + self.sampling(sequences) + attention + read_bytes / self.bandwidth
+        alone = self.per_decode_only_s if attention == 0.0 and tokens == sequences else 0.0
+        return (self.forward(tokens) + self.sampling(sequences) + attention + read_bytes / self.bandwidth
+                + alone)
