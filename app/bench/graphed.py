@@ -75,6 +75,21 @@ class StaticDecode:
         return attn.out(z.reshape(b, 1, attn.q_width))
 
 
+def cuda_graph(step: Callable[[], object]) -> Callable[[], object]:
+    """`step` captured as a CUDA graph, its replay returned: warmed up off the default stream first,
+    as torch.cuda.graphs asks. The warm-up and the capture run the step (its writes land)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    return graph.replay
+
+
 def compiler_present() -> bool:
     return shutil.which("cc") is not None or shutil.which("gcc") is not None
 
@@ -86,16 +101,7 @@ def prepare(static: StaticDecode, cuda: bool) -> tuple[Callable[[], object], Cap
     ids, pos = static.ids.clone(), static.pos.clone()
     kept = [t.clone() for t in static.cache.tensors()]
     if cuda:
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):  # warm-up off the default stream, as torch.cuda.graphs asks
-            for _ in range(3):
-                static.step()
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            static.step()
-        run, how = graph.replay, "cuda_graph"
+        run, how = cuda_graph(static.step), "cuda_graph"
     elif compiler_present():
         compiled = torch.compile(static.step, fullgraph=True, dynamic=False)
         compiled()  # compiles

@@ -17,6 +17,7 @@ from functools import partial
 import torch
 import torch.nn.functional as F
 
+from app.bench import graphed
 from app.bench.models import Transformer, rope_tables
 
 BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512)
@@ -77,28 +78,12 @@ class StaticStep:
         return attn.out(z.reshape(rows, 1, attn.q_width))
 
 
-@torch.no_grad()
-def capture(step: StaticStep) -> None:
-    """Replace step.run with a CUDA graph's replay of it (warmed up off the default stream, as
-    torch.cuda.graphs asks); the padding rows' writes land in the padding slot."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            step.step()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        step.step()
-    step.run = graph.replay
-
-
 def prepare(model: Transformer, cache, max_num_seqs: int, cuda: bool) -> dict[int, StaticStep]:
     """A fixed-shape step for each batch size; captured on CUDA."""
     steps = {rows: StaticStep(model, cache, rows) for rows in sizes(max_num_seqs)}
-    if cuda:
+    if cuda:  # the padding rows' writes land in the padding slot
         for step in steps.values():
-            capture(step)
+            step.run = graphed.cuda_graph(step.step)
     return steps
 
 
