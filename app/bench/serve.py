@@ -35,6 +35,9 @@ from app.probes.serve import BLOCK_TOKENS, ServeParams, ServeResult, StepFit
 Piece = tuple[int, int, int, list[int]]
 """(cache slot, first position, tokens, their ids): one request's share of a step."""
 FIT_REPEATS = 7
+POOR_FIT = 0.2
+"""A fit's rms relative error past which the note says the fitted column is doubtful: on a quiet host
+the CPU fit's error was 5-9% over five runs, and 37% with the test suite on both cores."""
 
 
 def _rope(positions: torch.Tensor, head_dim: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -289,6 +292,9 @@ def run(raw: dict, progress) -> dict:
                     if catalogue
                     else "No catalogue model: this device is not a catalogue GPU."
                 ),
+                *([f"The fit is poor ({fit.rms_relative_error:.0%} rms over its compositions, above "
+                   f"{POOR_FIT:.0%}): the host was busy, or steps do not follow the fit's form; the fitted "
+                   "column is doubtful."] if fit.rms_relative_error > POOR_FIT else []),
             ],
             catalogue=catalogue,
             graphs=graphed,
