@@ -285,7 +285,8 @@ def tables(r: ServeResult) -> list:
                   f"{f.per_sequence_s * 1e6:.4g} us", f"{f.per_read_token_s * 1e9:.4g} ns",
                   f"{f.per_pair_s * 1e9:.4g} ns", str(f.points), numbers.percent(f.rms_relative_error)]],
                 0, "The step's cost as the child fitted it")
-    return [where(r), Table(headers, rows, 1, f"{r.requests} requests at {numbers.sig(r.rate_per_s)}/s, milliseconds"), fit]
+    title = f"{r.requests} requests at {numbers.sig(r.rate_per_s)}/s, milliseconds"
+    return [where(r), Table(headers, rows, 1, title), fit]
 
 
 PROBE = Probe(
