@@ -20,6 +20,7 @@ from app.api.services.inference import TimedServingRequest, timing
 from app.inputs.fields import Input, count, number
 from app.inputs.schemas import ModelSpec, engine_model
 from app.measured.here import Here
+from app.probes.params import rule
 
 TRACE_MAX_CHARS = 8_000_000
 
@@ -44,7 +45,7 @@ class LengthsIn(Input):
     @classmethod
     def _ratio(cls, value: float, info: ValidationInfo) -> float:
         if info.data.get("distribution") == "uniform" and value >= 1:
-            raise ValueError("a uniform range ratio must be below 1 (vLLM's --random-range-ratio)")
+            raise rule("a uniform range ratio must be below 1 (vLLM's --random-range-ratio)")
         return value
 
     @field_validator("maximum")
@@ -52,7 +53,7 @@ class LengthsIn(Input):
     def _top(cls, value: int | None, info: ValidationInfo) -> int | None:
         low = info.data.get("minimum", 1)
         if value is not None and value < low:
-            raise ValueError(f"{value} is below minimum ({low})")
+            raise rule(f"{value} is below minimum ({low})")
         return value
 
     def lengths(self) -> traffic.Lengths:
