@@ -145,6 +145,24 @@ class Runner:
         return time.perf_counter() - start
 
 
+def _warm(model: Transformer, cache, sp: probe.ServePlan) -> None:
+    """Every step size the engine will run, once, before anything is timed: a GEMM shape's first run
+    pays for choosing (and on a CPU, oneDNN creating) its kernel, milliseconds, which would land on
+    whichever request's step met it first. vLLM likewise runs its sizes before serving (its profile
+    run and graph captures). Token counts 1 to the budget (past 512, every 16th), and batches of
+    1 to max_num_seqs sequences (the head's rows)."""
+    budget, longest = sp.max_num_batched_tokens, sp.longest
+    for tokens in sorted(set(range(1, min(budget, 512) + 1)) | set(range(512, budget + 1, 16))):
+        pieces, left, slot = [], tokens, 0
+        while left:  # a slot holds `longest` positions: spread a long step over several
+            n = min(left, longest)
+            pieces.append((slot, 0, n, [1] * n))
+            left, slot = left - n, slot + 1
+        step(model, cache, pieces)
+    for rows in range(1, sp.max_num_seqs + 1):
+        step(model, cache, [(slot, 0, 1, [1]) for slot in range(rows)])
+
+
 def _compositions(sp: probe.ServePlan) -> list[list[tuple[int, int, bool]]]:
     """Steps to time for the fit, each a list of (first position, tokens, a prompt chunk): prompts of
     a few lengths, one at an offset, decodes of a few batches at two contexts, and mixes of both."""
@@ -238,7 +256,8 @@ def run(raw: dict, progress) -> dict:
         ]
     graphed = env.cuda if p.graphs is None else p.graphs
     graphs = serve_graphs.prepare(model, cache, sp.max_num_seqs, env.cuda) if graphed else None
-    progress(0, 3, "timing step compositions for the fit")
+    progress(0, 3, "warming every step size, then timing step compositions for the fit")
+    _warm(model, cache, sp)
     fitted, fit = _fit(env, model, cache, sp, graphs)
     config = EngineConfig(
         max_num_seqs=sp.max_num_seqs,

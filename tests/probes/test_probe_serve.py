@@ -99,13 +99,14 @@ def test_refusals_name_the_parameter(make_api):
 
 @pytest.mark.solo
 def test_the_simulators_p50_ttft_and_tpot_hold_to_the_measured():
-    """The default CPU run (the generate probe's 4-layer model, 150 requests at 20/s): five runs on this
-    2-core machine gave simulated / measured p50 TTFT of 0.87 to 0.99 and TPOT of 0.93 to 1.01, the
-    spread being the host's timing noise over single steps against the fit's medians. The bound, 25% each
-    way, is about twice the widest of them."""
+    """The default CPU run (the generate probe's 4-layer model, 150 requests at 20/s): six runs on this
+    2-core machine, every step size warmed first, gave simulated / measured p50 TTFT of 0.83 to 1.04
+    and TPOT of 0.88 to 1.07, the spread being the host's timing noise over single steps against the
+    fit's medians. The bound, 35% each way, is about twice the widest of them. (Before the warm-up a
+    fresh clone's run gave TTFT 0.69: each new step size's first GEMM paid oneDNN's kernel creation.)"""
     result = RESULTS.validate_python(serve.run({"device": "cpu"}, quiet))
-    assert 0.75 <= result.ttft_p50_ratio <= 1.25, result
-    assert 0.75 <= result.tpot_p50_ratio <= 1.25, result
+    assert 0.65 <= result.ttft_p50_ratio <= 1.35, result
+    assert 0.65 <= result.tpot_p50_ratio <= 1.35, result
 
 
 @pytest.mark.parametrize("config", [LLAMA, GPT2], ids=["llama-gqa", "gpt2-learned-positions"])
