@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: run worker test test-fast screenshots fuzz bench load gpu-targets clean postgres docs
+.PHONY: run worker test test-fast screenshots fuzz bench load gpu-targets clean postgres slurm docs
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -37,9 +37,17 @@ postgres:
 	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null || \
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql)
 
+# The `tally slurm` tests start throw-away clusters (tests/support/slurm.py) from Debian's Slurm:
+# slurmctld, slurmd, the clients and munge, without the recommended optional plugins.
+slurm:
+	@(for p in slurmctld slurmd munged srun sbatch; do \
+	    PATH="$$PATH:/usr/sbin:/sbin" command -v $$p >/dev/null || exit 1; done) || \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+	    slurmctld slurmd slurm-client munge)
+
 # Then the tests that hold timings to a bound (marked solo), alone: beside the other worker's
 # probes a CPU step runs several times slower. Exit 5 is pytest's "none selected".
-test: $(VENV)/.installed-test $(CHROMIUM) postgres
+test: $(VENV)/.installed-test $(CHROMIUM) postgres slurm
 	TALLY_CHROMIUM=$(CHROMIUM) $(BIN)/python -m pytest -n 2 -m "not solo" $(PYTEST_ARGS)
 	$(BIN)/python -m pytest -m solo $(PYTEST_ARGS) || [ $$? -eq 5 ]
 

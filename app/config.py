@@ -92,6 +92,16 @@ class Settings(BaseSettings):
     """A queued job whose target (a device, a host, a GPU model) no device of the fleet has met for
     this long fails as DeviceLost, and its campaign can end; the server checks every
     min(30 s, a quarter of this)."""
+    node_address: Annotated[str, Field(min_length=1, max_length=253, pattern=BOX_NAME)] | None = None
+    """A job across boxes: the address the other boxes reach this one at, published through the job
+    database for the rendezvous (torchrun's --local-addr). Default: this machine's host name's
+    address."""
+    gather_wait_s: Annotated[float, Field(ge=1, le=86_400)] = 120
+    """A job across boxes: how long a box that joined it waits for the others before it leaves,
+    its devices freed (all of them or none)."""
+    stale_after_s: Annotated[float, Field(ge=3, le=3600)] = 30
+    """Seconds without a heartbeat before a running job counts as its dead worker's (requeued), and
+    before a box of a job across boxes counts as lost (the job ends on every box)."""
     worker_loss_retries: Annotated[int, Field(ge=0, le=100)] = 3
     """Times a job goes back to the queue when its worker dies under it (a killed server or
     worker, not the job's fault), before it fails as WorkerLost."""

@@ -45,8 +45,9 @@ def dispatchers(store: Store, settings: Settings) -> list[Dispatcher]:
     GPUs run side by side and never two on one; one CPU dispatcher on a box without a GPU."""
     gpus, host = device.served_gpus(settings.gpus), settings.box()
     return [Dispatcher(store, default_worker_id(settings.worker_id, gpu), gpu=gpu, served=gpus, host=host,
-                       fleet_device=device.fleet_device(host, gpu),
-                       worker_loss_retries=settings.worker_loss_retries) for gpu in gpus or [None]]
+                       fleet_device=device.fleet_device(host, gpu), stale_after_s=settings.stale_after_s,
+                       worker_loss_retries=settings.worker_loss_retries, address=settings.node_address,
+                       gather_wait_s=settings.gather_wait_s) for gpu in gpus or [None]]
 
 
 async def expire_lost(store: Store, after_s: float) -> None:

@@ -24,7 +24,8 @@ PREFIX = "/api/v1"
 # Tried in this order: the calculators most called first, catalogue reads last.
 MODULES = tuple(f"app.api.routes.{name}" for name in (
     "memory", "inference", "flops", "time", "finetune", "fit", "comm", "plan", "tensors", "dtypes", "models",
-    "hardware", "jobs", "device", "calibration", "accuracy", "fleet", "data", "checkpoint", "energy"))
+    "hardware", "jobs", "device", "calibration", "accuracy", "fleet", "data", "checkpoint", "energy",
+    "imports"))
 _ROUTE_OPTIONS = tuple(name for name in inspect.signature(APIRouter.add_api_route).parameters
                        if name not in ("self", "path", "endpoint"))
 

@@ -16,6 +16,8 @@ CUDA context or lock is inherited) and speaks JSON lines with it:
     {"type": "result", "result": {...}}                      then exit 0
     {"type": "error", "status": "failed" | "oom", "error": {"type", "message", "detail"}}
                                                               then exit 1
+    {"type": "done"}    a box of a job on several boxes (app/bench/nodes.py) whose part ended
+                        well without rank 0's result, which another box reports; then exit 0
   Anything a library prints goes to stderr, so it cannot corrupt the channel.
   A child that exits without a result or an error line crashed.
 """
@@ -132,7 +134,7 @@ def main(probes: Mapping[str, str] | None = None) -> int:
                         "detail": memory_figures() if oom else {}}})
         return 1
     _reported.set()  # before the message: the parent may read it and close stdin at once
-    emit({"type": "result", "result": result})
+    emit({"type": "done"} if result is None else {"type": "result", "result": result})
     return 0
 
 

@@ -10,6 +10,7 @@ output, for reduce_scatter the input, for all_to_all the send buffer, each n pie
 to whole elements, and to a multiple of n where it is split.
 """
 
+import os
 import time
 from typing import Any
 
@@ -18,11 +19,15 @@ import torch.distributed as dist
 from pydantic import TypeAdapter
 
 from app.accounting.comm import collectives as cc
+from app.bench import collectives_nodes as nodes
 from app.bench import contention, energy, env
 from app.bench import dist as launcher
+from app.bench import nodes as multinode
 from app.bench.common import to_json
 from app.bench.timer import summarize
+from app.probes import protocol
 from app.probes.collectives import params as spec
+from app.probes.collectives import spanning as span
 from app.probes.collectives.params import CollectivesParams
 from app.probes.collectives.result import CatalogueLink, CollectivePoint, CollectivesResult
 from app.probes.energy import Energy
@@ -77,21 +82,24 @@ def _errors(op: str, out: torch.Tensor, rank: int, world: int, piece: int) -> in
     return wrong
 
 
-def _buffers(op: str, elements: int, world: int, dtype: torch.dtype, device: torch.device):
-    """(input, output, run): run() does the collective once, synchronously as the API goes."""
+def _buffers(op: str, elements: int, world: int, dtype: torch.dtype, device: torch.device, group=None):
+    """(input, output, run): run() does the collective once over `group` (default: every rank),
+    synchronously as the API goes."""
     piece = elements // world
     if op in ("all_reduce", "broadcast"):
         buf = torch.zeros(elements, dtype=dtype, device=device)
         if op == "all_reduce":
-            return buf, buf, lambda: dist.all_reduce(buf)
-        return buf, buf, lambda: dist.broadcast(buf, src=0)
+            return buf, buf, lambda: dist.all_reduce(buf, group=group)
+        src = 0 if group is None else dist.get_global_rank(group, 0)
+        return buf, buf, lambda: dist.broadcast(buf, src=src, group=group)
     inp = torch.zeros(piece if op == "all_gather" else elements, dtype=dtype, device=device)
     out = torch.zeros(piece if op == "reduce_scatter" else elements, dtype=dtype, device=device)
     # torch 2.10 renamed the tensor forms; older torch (a GPU box's) has only the old names.
     gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
     scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
-    run = {"all_gather": lambda: gather(out, inp), "reduce_scatter": lambda: scatter(out, inp),
-           "all_to_all": lambda: dist.all_to_all_single(out, inp)}[op]
+    run = {"all_gather": lambda: gather(out, inp, group=group),
+           "reduce_scatter": lambda: scatter(out, inp, group=group),
+           "all_to_all": lambda: dist.all_to_all_single(out, inp, group=group)}[op]
     return inp, out, run
 
 
@@ -118,7 +126,7 @@ def _time(run, device: torch.device, iterations: int) -> list[float]:
 def rank_sweep(rank: int, world: int, raw: dict, report) -> dict:
     """One rank's sweep; rank 0 returns the raw measurements (slowest rank per run)."""
     p = CollectivesParams.model_validate(raw)
-    device = torch.device("cuda", rank) if p.device == "cuda" else torch.device("cpu")
+    device = launcher.local_device(p.device)
     env.seed_everything(p.seed)
     kind = device.type
     dtype = DTYPES[p.dtype]
@@ -164,18 +172,25 @@ def rank_sweep(rank: int, world: int, raw: dict, report) -> dict:
                            "all_ranks": summed.tolist() if int(summed[2].item()) == world else None})
             del inp, out, run
             report(len(points) + len(skipped), total, f"{op} {size} B")
+    spanning = nodes.sweep(rank, world, p, plan, device, dtype, timed=_time, buffers=_buffers)
     if rank != 0:
-        return {}
-    return {"points": points, "skipped": skipped,
+        return None
+    return {"points": points, "skipped": skipped, "spanning": spanning,
             "environment": to_json(env.environment(device, seed=p.seed, l2_flush_bytes=0)),
             "ranks": world, "backend": launcher.backend(kind)}
 
 
-def run(raw: dict, progress) -> dict:
+def run(raw: dict, progress) -> dict | None:
+    """The sweep's result; None on a box of a job on several that does not hold rank 0."""
     p = CollectivesParams.model_validate(raw)
     device = env.pick_device(p.device)
     kind = device.type
     ranks = spec.collectives(p, kind).ranks or torch.cuda.device_count()
+    boxes = protocol.nodes_from_env(os.environ, ranks_per_node=ranks)
+    if boxes is not None:  # this box's part of a job on several (app/bench/nodes.py)
+        progress(0, 0, f"meeting the other {boxes.count - 1} boxes at {boxes.endpoint}")
+        measured = multinode.launch(rank_sweep, raw | {"device": kind}, nodes=boxes, device_type=kind)
+        return None if measured is None else to_json(summarize_run(p, measured, None))
     if ranks < 2:
         raise ValueError(f"ranks: the collectives probe needs 2 GPUs at least; this job sees {ranks}")
     watch = contention.Watch()
@@ -217,6 +232,8 @@ def summarize_run(p: CollectivesParams, measured: dict[str, Any],
             joules_per_run_all_ranks=None if m.get("all_ranks") is None else m["all_ranks"][0],
             watts_all_ranks=None if m.get("all_ranks") is None else m["all_ranks"][1]))
     checked = [pt.errors for pt in points if pt.errors is not None]
+    spanning = span.summarize(measured.get("spanning"), [(pt.collective, pt.size_bytes, pt.time.median)
+                                                         for pt in points], device_name if cuda else None)
     link = None if found is None else CatalogueLink(found[0].bytes_per_sec, found[0].latency_s,
                                                     cc.RING_BASE_LATENCY_S, found[1])
     return CollectivesResult(
@@ -224,7 +241,7 @@ def summarize_run(p: CollectivesParams, measured: dict[str, Any],
         iterations=p.iterations, warmup_iterations=p.warmup_iterations, checked=p.check,
         check_passed=(sum(checked) == 0) if checked else None, points=points,
         fits=list(fits.values()),
-        catalogue_link=link, skipped=[Skipped(**s) for s in measured["skipped"]],
+        catalogue_link=link, skipped=[Skipped(**s) for s in measured["skipped"]], spanning=spanning,
         assumptions=[
             "time per point: each timed run's slowest rank, then the median over runs; algbw = S / median, "
             "busbw = algbw x bus_factor (nccl-tests doc/PERFORMANCE.md)",
@@ -236,5 +253,8 @@ def summarize_run(p: CollectivesParams, measured: dict[str, Any],
             "energy (a GPU): after each point's timed runs, as many runs back to back on every rank; "
             "time.energy is rank 0's GPU, joules_per_run_all_ranks the sum over every rank's",
             f"ranks run as {ranks} processes on one host, {measured['backend']} over loopback"
-            + (", one per GPU" if cuda else ", sharing the CPU's cores"),
+            + (", one per GPU" if cuda else ", sharing the CPU's cores") if spanning is None else
+            f"ranks run as {ranks} processes on {spanning.nodes} boxes ({', '.join(spanning.boxes)}), "
+            f"{spanning.ranks_per_node} on each, started by torch.distributed's elastic launcher (c10d "
+            f"rendezvous), {measured['backend']} between them; catalogue (above): one node of {ranks} GPUs",
         ])

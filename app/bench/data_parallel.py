@@ -10,6 +10,8 @@ its steps. Exposed communication is the data-parallel step's median less the lon
 the all-reduces (DDP) or all-gathers and reduce-scatters (FSDP) add that compute did not hide.
 """
 
+import os
+
 import torch
 import torch.distributed as dist
 from pydantic import TypeAdapter
@@ -17,9 +19,11 @@ from torch import nn
 
 from app.bench import contention, energy, env, train_step
 from app.bench import dist as launcher
+from app.bench import nodes as multinode
 from app.bench.common import to_json
 from app.bench.models import Cruncher
 from app.bench.timer import Timer
+from app.probes import protocol
 from app.probes.data_parallel_step.params import DataParallelStepParams, data_parallel_step
 from app.probes.data_parallel_step.result import DataParallelStepResult
 from app.probes.params import ranks_for
@@ -58,7 +62,7 @@ def _redraw(batch: tuple[torch.Tensor, ...], vocab: int | None) -> None:
 
 def rank_step(rank: int, world: int, raw: dict, report) -> dict:
     p = DataParallelStepParams.model_validate(raw)
-    device = torch.device("cuda", rank) if p.device == "cuda" else torch.device("cpu")
+    device = launcher.local_device(p.device)
     timer = Timer(device, warmup_s=p.warmup_s, measure_s=p.measure_s, min_iters=p.min_iters,
                   max_iters=p.max_iters)
     total = (p.warmup_steps + p.steps) * 2
@@ -107,7 +111,7 @@ def rank_step(rank: int, world: int, raw: dict, report) -> dict:
     step_times = torch.tensor([whole.median], dtype=torch.float64, device=device)
     dist.all_reduce(step_times, op=dist.ReduceOp.MAX)
     if rank != 0:
-        return {}
+        return None
     return {"environment": to_json(env.environment(device, seed=p.seed, l2_flush_bytes=timer.flush_bytes)),
             "alone": to_json(alone), "step": to_json(whole), "forward": to_json(fwd),
             "backward": to_json(bwd), "optimizer_step": to_json(opt_step),
@@ -118,19 +122,28 @@ def rank_step(rank: int, world: int, raw: dict, report) -> dict:
             "params": sum(param.numel() for param in work.model.parameters())}
 
 
-def run(raw: dict, progress) -> dict:
+def run(raw: dict, progress) -> dict | None:
+    """The step's result; None on a box of a job on several that does not hold rank 0."""
     p = DataParallelStepParams.model_validate(raw)
     device = env.pick_device(p.device)
     kind = device.type
     ranks = ranks_for(p.ranks, kind, 2) if kind == "cpu" else p.ranks or torch.cuda.device_count()
-    if ranks < 2:
+    boxes = protocol.nodes_from_env(os.environ, ranks_per_node=ranks)
+    if boxes is not None:  # this box's part of a job on several (app/bench/nodes.py): ranks on each box
+        progress(0, 0, f"meeting the other {boxes.count - 1} boxes at {boxes.endpoint}")
+        m = multinode.launch(rank_step, raw | {"device": kind}, nodes=boxes, device_type=kind)
+        if m is None:
+            return None
+        ranks, seen = m["ranks"], None
+    elif ranks < 2:
         raise ValueError(f"ranks: the data_parallel_step probe needs 2 GPUs at least; this job sees {ranks}")
+    else:
+        watch = contention.Watch()
+        pids: list[int] = []
+        m = launcher.launch(rank_step, raw | {"device": kind}, ranks=ranks, device_type=kind,
+                            progress=progress, pids=pids)
+        seen = launcher.neighbours(watch, pids)
     pred = data_parallel_step(p, kind == "cuda", ranks)
-    watch = contention.Watch()
-    pids: list[int] = []
-    m = launcher.launch(rank_step, raw | {"device": kind}, ranks=ranks, device_type=kind, progress=progress,
-                        pids=pids)
-    seen = launcher.neighbours(watch, pids)
     environment = ENVIRONMENT.validate_python(m["environment"] | {"contention": seen})
     step, alone = STATS.validate_python(m["step"]), STATS.validate_python(m["alone"])
     tokens = p.batch_size * p.seq_len
@@ -170,4 +183,8 @@ def run(raw: dict, progress) -> dict:
             "ones, as many on every rank; joules_per_step_all_ranks sums every rank's GPU",
             "memory: the busiest rank's peak (the least rank's beside it); reserved bytes are rank 0's"
             + ("; CPU ranks share the host's cores" if kind == "cpu" else ""),
+            *([] if boxes is None else [
+                f"ranks on {boxes.count} boxes, {ranks // boxes.count} on each, started by "
+                f"torch.distributed's elastic launcher (c10d rendezvous); {launcher.backend(kind)} between "
+                "them; the memory prediction is per rank, as on one box"]),
         ]))

@@ -75,11 +75,18 @@ def largest(n: int, device: torch.device) -> int:
     return int(t.item())
 
 
+def local_device(device_type: str) -> torch.device:
+    """This rank's device: on CUDA the GPU of its LOCAL_RANK (both launchers set it: its index on
+    its own box), else the CPU."""
+    return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0"))) if device_type == "cuda" \
+        else torch.device("cpu")
+
+
 def backend(device_type: str) -> str:
     return "nccl" if device_type == "cuda" else "gloo"
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     if sys.platform.startswith("linux"):
         with contextlib.suppress(OSError, AttributeError):  # no prctl: the dispatcher's killpg still ends it
             ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
@@ -88,7 +95,7 @@ def _die_with_parent() -> None:
 def _rank_main(rank: int, world: int, port: int, device_type: str, threads: int, worker: Worker, args: Any,
                messages: Any) -> None:
     """One rank: join the group, run the worker, send rank 0's result (or any rank's error)."""
-    _die_with_parent()
+    die_with_parent()
     if os.getppid() == 1:  # the parent died before the death signal was armed
         os._exit(3)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),

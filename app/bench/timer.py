@@ -12,7 +12,6 @@
   window); it lands in Stats.energy, None on a CPU.
 """
 
-import statistics
 import time
 from collections.abc import Callable
 
@@ -20,7 +19,7 @@ import torch
 
 from app.bench import energy as energy_window
 from app.probes import params
-from app.probes.results import Stats
+from app.probes.results import Stats, stats
 
 
 def flush_bytes(device: torch.device) -> int:
@@ -35,14 +34,7 @@ def sync(device: torch.device) -> None:
 
 
 def summarize(seconds: list[float]) -> Stats:
-    ordered = sorted(seconds)
-    if len(ordered) == 1:
-        p20 = p80 = ordered[0]
-    else:  # inclusive: p20 and p80 lie between the fastest and the slowest
-        cuts = statistics.quantiles(ordered, n=5, method="inclusive")
-        p20, p80 = cuts[0], cuts[3]
-    return Stats(median=statistics.median(ordered), p20=p20, p80=p80, mean=statistics.fmean(ordered),
-                 best=ordered[0], iterations=len(ordered))
+    return stats(seconds)
 
 
 class Timer:

@@ -29,6 +29,9 @@ COMMANDS = {
                                      "accuracy ledger), per probe, metric, device model and mode"),
     "burn-in": ("app.cli.burn_in", "burn in every GPU of a fleet through its server, and print which are "
                                    "slow"),
+    "slurm": ("app.cli.slurm", "run a probe across a Slurm allocation (srun and torchrun's rendezvous, no "
+                               "MPI), and post its result to a server"),
+    "import": ("app.cli.imports", "post results run elsewhere (by `tally slurm`) to a Tally server"),
 }
 
 

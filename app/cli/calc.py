@@ -33,7 +33,7 @@ from app.cli import options
 
 # Routes that need the server's job store or its device: not calculators.
 SERVER_ONLY = ("app.api.routes.jobs", "app.api.routes.device", "app.api.routes.calibration",
-               "app.api.routes.accuracy")
+               "app.api.routes.accuracy", "app.api.routes.imports")
 EXAMPLES = """examples:
   tally calc fit --model llama3-8b --gpu rtx-4090 --seq-len 2048
   tally calc finetune --model llama3-8b --mode qlora --gpu rtx-4090 --seq-len 2048 --recompute full

@@ -13,7 +13,6 @@ ends (a result, a timeout, a cancel, the child's crash), every process the child
 (its ranks) is ended before the child is reaped (app/jobs/process.py, app/jobs/sweep.py).
 """
 
-import enum
 import logging
 import os
 import queue
@@ -27,12 +26,15 @@ from pathlib import Path
 from typing import Any
 
 from app import logs
-from app.jobs import devicelock, sweep
+from app.jobs import devicelock, gangs, sweep
 from app.jobs.fleet import Serves
+from app.jobs.gangs import Member
 from app.jobs.job import Job
+from app.jobs.outcome import Ending, Outcome
 from app.jobs.process import Child, error, parse_message
+from app.jobs.spanning import GATHER_WAIT_S, HEARTBEAT_EVERY_S, Spanning, own_address
 from app.jobs.store import STALE_AFTER_S, WORKER_LOSS_RETRIES, Store
-from app.probes.protocol import KEEPALIVE_VAR, PARENT_STALLED_EXIT
+from app.probes.protocol import KEEPALIVE_VAR, PARENT_STALLED_EXIT, Nodes
 from app.probes.registry import RESULTS
 
 log = logging.getLogger("tally.jobs")
@@ -41,37 +43,14 @@ CHILD_ARGV = (sys.executable, "-m", "app.bench.child")
 # The child's imports resolve to this checkout whatever the server's working directory.
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 PROGRESS_EVERY_S = 0.1
-HEARTBEAT_EVERY_S = 1.0
 # Seconds a child that has exited may take to be read to its end, once the processes it left
 # (which may hold its stdout: a rank it forked) are ended; a crash after that.
 DRAIN_S = 2.0
-
-
 def default_worker_id(configured: str | None, gpu: int | None) -> str:
     """A dispatcher's id when none is given: host, process and device, so no two running
     dispatchers share one (TALLY_WORKER_ID, when set, replaces host and process)."""
     base = configured or f"{socket.gethostname()}:{os.getpid()}"
     return f"{base}:{'cpu' if gpu is None else f'gpu{gpu}'}"
-
-
-class Ending(enum.Enum):
-    """How watching a job's child ended, and so what becomes of the job's row."""
-
-    # Over, as Outcome.status says: the child's report, or a timeout, protocol error or cancel seen here.
-    FINISHED = "finished"
-    CRASHED = "crashed"  # its output ended without a report; its exit status, once reaped, says why
-    STOPPING = "stopping"  # the dispatcher is stopping: the job goes back to the queue
-    LOST = "lost"  # another worker holds the row now, so this one must not write it
-
-
-@dataclass(frozen=True)
-class Outcome:
-    ending: Ending
-    status: str | None = None
-    """The terminal status to record; FINISHED only."""
-    result: Any = None
-    """The probe's result type, parsed from the child's report (succeeded only)."""
-    error: dict | None = None
 
 
 def _crashed(child: Child) -> Outcome:
@@ -101,13 +80,17 @@ class Watch:
     """The newest progress message, not yet written."""
     exited_at: float | None = None
     """When the child was seen to have exited while its output had not ended."""
+    member: Member | None = None
+    """This box's part of a job on several boxes; None for a job on one."""
+    peer_error: dict | None = None
+    """Another box of the job failed or was lost (gangs.blame): the job ends with its error."""
 
     @property
     def jlog(self) -> logging.LoggerAdapter:
         return logs.for_job(log, self.job.id)
 
 
-class Dispatcher:
+class Dispatcher(Spanning):
     """Claims queued jobs from `store` as `worker_id` and runs each in a child process.
 
     Times in seconds: poll_s between looks at the queue and at a running job's cancel flag;
@@ -124,7 +107,8 @@ class Dispatcher:
                  child_env: dict[str, str] | None = None, poll_s: float = 0.2, kill_grace_s: float = 5,
                  stale_after_s: float = STALE_AFTER_S, gpu: int | None = None,
                  worker_loss_retries: int = WORKER_LOSS_RETRIES, served: list[int] | None = None,
-                 host: str | None = None, fleet_device: dict[str, Any] | None = None) -> None:
+                 host: str | None = None, fleet_device: dict[str, Any] | None = None,
+                 address: str | None = None, gather_wait_s: float = GATHER_WAIT_S) -> None:
         self.store = store
         self.worker_id = worker_id
         self.host = host or socket.gethostname()
@@ -141,6 +125,9 @@ class Dispatcher:
         self.kill_grace_s = kill_grace_s
         self.stale_after_s = stale_after_s
         self.worker_loss_retries = worker_loss_retries
+        # A job on several boxes: the address the others reach this box at, and how long it waits for them.
+        self.address = address or own_address()
+        self.gather_wait_s = gather_wait_s
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         # Times it has found nothing it may run and begun to wait for work: a caller (a test, a
@@ -155,10 +142,15 @@ class Dispatcher:
         them, so the child is gone well before."""
         return (self.stale_after_s - HEARTBEAT_EVERY_S) / 2
 
-    def _env(self, job: Job, keys: list[str]) -> dict[str, str]:
+    def _env(self, job: Job, keys: list[str], member: Member | None = None) -> dict[str, str]:
         marks = [devicelock.mark(self.store.identity, key) for key in keys]
         env = {**os.environ, **self.child_env, sweep.DEVICES_VAR: sweep.devices_value(marks),
                KEEPALIVE_VAR: f"{self.keepalive_deadline_s:g}"}
+        if member is not None:  # where the boxes meet: box 0's published address and port (gangs.py)
+            first = next(m for m in self.store.members(job.id) if m.node == 0)
+            env |= Nodes(count=job.nodes, node=member.node, ranks_per_node=len(job.ran_on_gpus),
+                         endpoint=first.endpoint, run_id=f"tally-{job.id}-{job.attempts}",
+                         address=member.address, box=self.host).env()
         if job.ran_on_gpus:
             # The child sees its GPUs alone, as cuda:0..n-1 in ran_on_gpus' order: a probe never
             # picks a device itself. PCI bus order makes CUDA's numbering NVML's (CUDA's default
@@ -234,13 +226,14 @@ class Dispatcher:
         job = self.store.claim(worker_id=self.worker_id, gpu=self.gpu, host=self.host,
                                stale_after_s=self.stale_after_s, served=self.served, serves=self.serves)
         if job is None:
-            return False
+            return self._gather()
         self._run(job)
         return True
 
-    def _run(self, job: Job) -> None:
+    def _run(self, job: Job, member: Member | None = None) -> None:
         jlog = logs.for_job(log, job.id)
-        keys = self.store.leases_of(job.id)
+        # This box's devices: a job across boxes holds the others' leases too, their own dispatchers' to lock.
+        keys = [key for key in self.store.leases_of(job.id) if key.startswith(f"{self.host}:")]
         # The lease is this job's; a process of another job may still hold the device (its dispatcher
         # paused past the stale bound): it stops itself within its keep-alive deadline, or is ended.
         locks, ended = devicelock.take(self.store.identity, keys, wait_s=self.keepalive_deadline_s,
@@ -252,7 +245,7 @@ class Dispatcher:
             self.store.requeue(job.id, claim=job.claim)
             return
         try:
-            child = Child(self.child_argv, self._env(job, keys), job, pass_fds=locks)
+            child = Child(self.child_argv, self._env(job, keys, member), job, pass_fds=locks)
         except OSError as exc:  # a missing interpreter, no pids or fds left: the job cannot start
             jlog.error("could not start its process: %s", exc)
             self.store.finish(job.id, status="crashed", error=error(
@@ -263,7 +256,7 @@ class Dispatcher:
             devicelock.release(locks)  # the child holds them now, for as long as it lives
         jlog.info("started: probe=%s attempt=%d pid=%d", job.probe, job.attempts, child.pid)
         try:
-            outcome = self._watch(job, child)
+            outcome = self._watch(job, child, member)
         except BaseException:
             child.stop(self.kill_grace_s)
             raise
@@ -274,6 +267,10 @@ class Dispatcher:
             jlog.info("requeued: the dispatcher is stopping")
             return
         if outcome.ending is Ending.LOST:
+            if member is not None:  # the job ended on another box: well (rank 0's result is in), or not
+                now = self.store.get(job.id)
+                self.store.member_end(job.id, token=member.token,
+                                      status="done" if now and now.status == "succeeded" else "stopped")
             return
         if outcome.ending is Ending.CRASHED and child.proc.returncode == PARENT_STALLED_EXIT:
             # It stopped itself because this dispatcher fell silent (paused): not the job's fault.
@@ -282,18 +279,20 @@ class Dispatcher:
             return
         if outcome.ending is Ending.CRASHED:
             outcome = _crashed(child)
+        if member is not None and (outcome := self._part_ended(job, member, outcome)) is None:
+            return
         if self.store.finish(job.id, status=outcome.status, result=outcome.result, error=outcome.error,
                              claim=job.claim):
             jlog.info("ended: %s", outcome.status)
         else:
             jlog.warning("ended %s, but its row is no longer running here; left as it is", outcome.status)
 
-    def _watch(self, job: Job, child: Child) -> Outcome:
+    def _watch(self, job: Job, child: Child, member: Member | None = None) -> Outcome:
         """Relay the child's messages until it reports, dies, or must be stopped (a child still
         running is stopped), and say how it ended."""
         now = time.monotonic()
         w = Watch(job, child, deadline=child.started + job.timeout_s, next_poll=now + self.poll_s,
-                  next_heartbeat=now + HEARTBEAT_EVERY_S, progress_due=now, next_keepalive=now)
+                  next_heartbeat=now + HEARTBEAT_EVERY_S, progress_due=now, next_keepalive=now, member=member)
         while True:
             line = self._next_line(w)
             if line is None:
@@ -341,6 +340,12 @@ class Dispatcher:
             w.pending = message
             return None
         self._write_progress(w.job, w.pending)
+        if message["type"] == "done":  # a box of a job on several, without rank 0's result
+            if w.member is not None:
+                return Outcome(Ending.PART_DONE)
+            w.child.stop(self.kill_grace_s)
+            return Outcome(Ending.FINISHED, "crashed", error=error(
+                "ProtocolError", "the job's process reported no result", stderr_tail=w.child.stderr_tail()))
         if message["type"] == "result":
             return self._take_result(w, message["result"])
         return Outcome(Ending.FINISHED, message["status"], error=message["error"])
@@ -401,6 +406,10 @@ class Dispatcher:
         if now < w.next_poll:
             return None
         w.next_poll = now + self.poll_s
+        if w.peer_error is not None:
+            w.jlog.warning("%s; stopping pid %d", w.peer_error["message"], w.child.pid)
+            w.child.stop(self.kill_grace_s)
+            return Outcome(Ending.PEER, "failed", error=w.peer_error)
         row = self.store.get(w.job.id)
         if row is None or row.status != "running" or row.claim != w.job.claim:
             w.jlog.warning("was taken from this worker (now %s); stopping pid %d", row and row.status,
@@ -420,6 +429,12 @@ class Dispatcher:
             w.next_heartbeat = now + HEARTBEAT_EVERY_S
             if not self.store.heartbeat(w.job.id, claim=w.job.claim):
                 w.next_poll = now  # its attempt is over (recovered, or ended elsewhere): the poll says how
+            if w.member is not None:  # the other boxes: one failed or lost ends the job here too
+                everyone = self.store.member_beat(w.job.id, token=w.member.token)
+                w.peer_error = gangs.blame(everyone, me=self.host, now=time.time(),
+                                           stale_after_s=self.stale_after_s)
+                if w.peer_error is not None:
+                    w.next_poll = now
             self._seen()
 
     def _seen(self) -> None:

@@ -18,7 +18,7 @@ import sqlalchemy as sa
 
 from app.jobs import backends
 from app.jobs.job import Job, from_row
-from app.jobs.schema import campaigns, devices, jobs
+from app.jobs.schema import campaigns, devices, jobs, members
 
 LIVE_WITHIN_S = 30
 """A device whose dispatcher was seen this recently is live (the heartbeat's stale bound)."""
@@ -118,11 +118,19 @@ class FleetStore:
             return [Device(**row) for row in rows]
 
     def running_on(self) -> dict[str, Job]:
-        """The job each device runs now, by device."""
+        """The job each device runs now, by device: a job across boxes on each of theirs."""
         with self._read() as db:  # type: ignore[attr-defined]
             rows = db.execute(sa.select(jobs).where(jobs.c.status == "running",
                                                     jobs.c.ran_on_device.is_not(None))).mappings()
-            return {row["ran_on_device"]: from_row(row) for row in rows}
+            out = {row["ran_on_device"]: from_row(row) for row in rows}
+            spanning = db.execute(sa.select(members.c.device.label("box_device"), jobs)
+                                  .join(jobs, jobs.c.id == members.c.job_id)
+                                  .where(jobs.c.status == "running", members.c.status == "running",
+                                         members.c.device.is_not(None))).mappings()
+            for row in spanning:
+                fields = dict(row)
+                out.setdefault(fields.pop("box_device"), from_row(fields))
+            return out
 
     def start_campaign(self, *, probe: str, params: dict, timeout_s: float, limit: int,
                        outlier_fraction: float, model: str | None = None,

@@ -91,6 +91,11 @@ class Job:
     """The running attempt's token, new at each claim: the writes of that attempt name it, so a
     writer whose attempt was taken from it (a paused worker, recovered as dead) changes nothing.
     Never shown by the API."""
+    nodes: int = 1
+    """The boxes it spans (app/jobs/gangs.py): one dispatcher on each runs its part."""
+    members: tuple[Any, ...] = ()
+    """Those boxes (app/jobs/gangs.Member, by node) when the store read the job alone; empty in a
+    page of jobs, and for a job on one box."""
 
     @property
     def terminal(self) -> bool:
@@ -108,6 +113,7 @@ def from_row(row: Mapping[str, Any]) -> Job:
     fields["attempts_log"] = json.loads(fields["attempts_log"] or "[]")
     # A row from before jobs could ask for several GPUs (NULLs): one GPU, the one it names or ran on.
     fields["num_gpus"] = fields["num_gpus"] or 1
+    fields["nodes"] = fields.get("nodes") or 1
     fields["gpus"] = None if fields["gpus"] is None else json.loads(fields["gpus"])
     ran = fields["ran_on_gpus"]
     fields["ran_on_gpus"] = (json.loads(ran) if ran is not None

@@ -24,8 +24,7 @@ def of_host(db: sa.Connection, *, host: str) -> dict[str, float]:
     live or stale (read inside the claim's write transaction, which then reads the clock)."""
     prefix = f"{host}:"
     # substr, not LIKE: a host name may hold "_" or "%", and SQLite's LIKE ignores case.
-    rows = db.execute(sa.select(leases.c.device, leases.c.heartbeat_at)
-                      .where(sa.func.substr(leases.c.device, 1, len(prefix)) == prefix)).all()
+    rows = db.execute(sa.select(leases.c.device, leases.c.heartbeat_at).where(_of_host(host))).all()
     return {device[len(prefix):]: heartbeat_at for device, heartbeat_at in rows}
 
 
@@ -42,6 +41,20 @@ def take(db: sa.Connection, key: str, *, job_id: int, worker_id: str, now: float
 
 def renew(db: sa.Connection, *, job_id: int, now: float) -> None:
     db.execute(leases.update().where(leases.c.job_id == job_id).values(heartbeat_at=now))
+
+
+def _of_host(host: str) -> sa.ColumnElement[bool]:
+    prefix = f"{host}:"
+    return sa.func.substr(leases.c.device, 1, len(prefix)) == prefix
+
+
+def renew_host(db: sa.Connection, *, job_id: int, host: str, now: float) -> None:
+    """A job on several boxes (app/jobs/gangs.py): renew one box's leases of it."""
+    db.execute(leases.update().where(leases.c.job_id == job_id, _of_host(host)).values(heartbeat_at=now))
+
+
+def release_host(db: sa.Connection, *, job_id: int, host: str) -> None:
+    db.execute(leases.delete().where(leases.c.job_id == job_id, _of_host(host)))
 
 
 def release(db: sa.Connection, *, job_id: int) -> None:

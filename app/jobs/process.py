@@ -46,9 +46,10 @@ def parse_message(line: bytes) -> dict:
         and isinstance(m.get("message", ""), str),
         "result": lambda m: isinstance(m.get("result"), dict),
         "error": lambda m: m.get("status") in CHILD_STATUSES and isinstance(m.get("error"), dict),
+        "done": lambda m: True,  # a box of a job on several boxes ended its part without rank 0's result
     }
     if kind not in valid or not valid[kind](message):
-        raise ValueError("not a progress, result or error message")
+        raise ValueError("not a progress, result, error or done message")
     return message
 
 

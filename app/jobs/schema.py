@@ -13,7 +13,8 @@ attempts_log, or with some of them); 1, those three columns; 2, a job may ask fo
 NULL in a row from before means one GPU, as the row's gpu says; 3, the fleet: a job's targets
 (target_host, target_device, target_model), its campaign, and the device it ran on, beside the
 devices and campaigns tables; 4, a running job's claim token (`claim`, app/jobs/store.py), which
-every write of the attempt that holds it names. The version lives in the one-row
+every write of the attempt that holds it names; 5, a profile's device; 6, a job's nodes (the
+boxes it spans). The version lives in the one-row
 table tally_schema; on SQLite also in PRAGMA user_version, which Tally kept before tally_schema
 (and is read where tally_schema is absent or empty) and still writes, so an older Tally finds
 the version it expects.
@@ -69,6 +70,7 @@ jobs = sa.Table(
     sa.Column("campaign_id", INTEGER),
     sa.Column("ran_on_device", TEXT),
     sa.Column("claim", TEXT),
+    sa.Column("nodes", INTEGER),
     sqlite_autoincrement=True,
 )
 GPU_INDEX = sa.Index("jobs_status_gpu_id", jobs.c.status, jobs.c.gpu, jobs.c.id)
@@ -177,6 +179,26 @@ leases = sa.Table(
     sa.Column("heartbeat_at", REAL, nullable=False),
 )
 
+# A job that spans boxes (app/jobs/gangs.py): one row per box that joined it, in join order (its
+# node), with the address and port it publishes for the rendezvous, its own token and heartbeat,
+# and how its part ended. Added whole, as profiles; the rows of a job's last attempt are kept.
+members = sa.Table(
+    "members", metadata,
+    sa.Column("job_id", INTEGER, primary_key=True, nullable=False),
+    sa.Column("host", TEXT, primary_key=True, nullable=False),
+    sa.Column("node", INTEGER, nullable=False),
+    sa.Column("worker_id", TEXT, nullable=False),
+    sa.Column("device", TEXT),
+    sa.Column("address", TEXT, nullable=False),
+    sa.Column("port", INTEGER, nullable=False),
+    sa.Column("token", TEXT, nullable=False),
+    sa.Column("status", TEXT, nullable=False),
+    sa.Column("error", TEXT),
+    sa.Column("joined_at", REAL, nullable=False),
+    sa.Column("heartbeat_at", REAL, nullable=False),
+    sa.Column("ended_at", REAL),
+)
+
 tally_schema = sa.Table("tally_schema", metadata, sa.Column("version", INTEGER, nullable=False))
 
 
@@ -214,6 +236,11 @@ def _v4(ops: Operations, db: sa.Connection) -> None:
     _add_columns(ops, db, ("claim",))
 
 
+def _v6(ops: Operations, db: sa.Connection) -> None:
+    """A job may span boxes (nodes; its members in a table of their own)."""
+    _add_columns(ops, db, ("nodes",))
+
+
 def _v5(ops: Operations, db: sa.Connection) -> None:
     """A calibration profile may be one device's own (an outlier of its model)."""
     if sa.inspect(db).has_table("profiles") and "device" not in {
@@ -225,7 +252,7 @@ def _v5(ops: Operations, db: sa.Connection) -> None:
 # alters the tables a database already has; tables it lacks (workers, leases, tally_schema in the
 # oldest) are then created whole, as declared above.
 MIGRATIONS: tuple[tuple[int, Callable[[Operations, sa.Connection], None]], ...] = (
-    (1, _v1), (2, _v2), (3, _v3), (4, _v4), (5, _v5))
+    (1, _v1), (2, _v2), (3, _v3), (4, _v4), (5, _v5), (6, _v6))
 VERSION = MIGRATIONS[-1][0]
 # The advisory lock (PostgreSQL) under which one process at a time reads and moves the version.
 LOCK = "tally:schema"

@@ -30,15 +30,19 @@ import secrets
 import socket
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import sqlalchemy as sa
 
-from app.jobs import attempt_log, backends, fleet, leases, placement
+from app.jobs import attempt_log, backends, fleet, gangs, leases, placement
 from app.jobs.database import Database
 from app.jobs.fleet import FleetStore, Serves, Targets
-from app.jobs.profiles import CalibrationStore, LedgerStore, ProfileStore
+from app.jobs.gangs import GangStore
+from app.jobs.imported import ImportStore
 from app.jobs.job import ACTIVE, STATES, TERMINAL, TRANSITIONS, Job, from_row, result_json
+from app.jobs.monitoring import MonitoringStore
+from app.jobs.profiles import CalibrationStore, LedgerStore, ProfileStore
 from app.jobs.schema import jobs, workers
 from app.probes.registry import ProbeResult
 
@@ -98,7 +102,8 @@ def _held_by(claim: str | None) -> list[sa.ColumnElement[bool]]:
     return [] if claim is None else [jobs.c.claim == claim]
 
 
-class Store(Database, FleetStore, ProfileStore, CalibrationStore, LedgerStore):
+class Store(Database, FleetStore, GangStore, ImportStore, ProfileStore, CalibrationStore, LedgerStore,
+            MonitoringStore):
     """The job tables in `database`: a SQLite file's path, or a URL (postgresql://... through
     psycopg 3, or sqlite:///path); created, with their schema, where missing, and brought to
     the latest schema where older (app/jobs/schema.py). Opening, connections and waiting for
@@ -125,7 +130,10 @@ class Store(Database, FleetStore, ProfileStore, CalibrationStore, LedgerStore):
     @staticmethod
     def _row(db: sa.Connection, job_id: int) -> Job | None:
         row = db.execute(sa.select(jobs).where(jobs.c.id == job_id)).mappings().first()
-        return None if row is None else from_row(row)
+        if row is None:
+            return None
+        job = from_row(row)
+        return job if job.nodes == 1 else replace(job, members=tuple(GangStore._members(db, job_id)))
 
     @staticmethod
     def _move(db: sa.Connection, job_id: int, *, old: str, new: str, values: dict[str, Any],
@@ -160,29 +168,33 @@ class Store(Database, FleetStore, ProfileStore, CalibrationStore, LedgerStore):
                 ended_at=values.get("finished_at") or time.time(), reason=reason or new)
         update = jobs.update().where(jobs.c.id == job_id, jobs.c.status == old, *_held_by(claim))
         moved = db.execute(update.values(status=new, revision=jobs.c.revision + 1, **changes)).rowcount == 1
-        if moved and old == "running":  # the job's child is gone: its device is free for the next
+        if moved and (old == "running" or new in TERMINAL):
+            # The job's child is gone (or never came: a job on several boxes cancelled while they
+            # gathered): its devices are free for the next.
             leases.release(db, job_id=job_id)
         if moved and new == "queued":  # a job to claim again: wake the idle dispatchers
+            gangs.drop_members(db, job_id)  # on several boxes: the next attempt gathers afresh
             backends.notify(db)
         return moved
 
     def submit(self, *, probe: str, params: dict, timeout_s: float, limit: int, device: str | None = None,
                gpu: int | None = None, num_gpus: int = 1, gpus: Sequence[int] | None = None,
-               targets: Targets | None = None) -> Job:
+               targets: Targets | None = None, nodes: int = 1) -> Job:
         """Queue a job (for GPU `gpu` only, when given; on num_gpus GPUs, or on the GPUs `gpus`
-        names, app/jobs/placement.py; for the fleet's `targets`), or raise QueueFull when `limit`
-        jobs are queued or running."""
+        names, app/jobs/placement.py; for the fleet's `targets`; on `nodes` boxes, num_gpus on each,
+        app/jobs/gangs.py), or raise QueueFull when `limit` jobs are queued or running."""
         with self._write() as db:
             job_id = self._insert(db, probe=probe, params=params, timeout_s=timeout_s, limit=limit,
                                   device=device, gpu=gpu, num_gpus=num_gpus, gpus=gpus,
-                                  targets=targets or Targets())
+                                  targets=targets or Targets(), nodes=nodes)
             self.saw_id("jobs", job_id)
             return self._row(db, job_id)
 
     @staticmethod
     def _insert(db: sa.Connection, *, probe: str, params: dict, timeout_s: float, limit: int,
                 device: str | None, gpu: int | None = None, num_gpus: int = 1,
-                gpus: Sequence[int] | None = None, targets: Targets, campaign_id: int | None = None) -> int:
+                gpus: Sequence[int] | None = None, targets: Targets, campaign_id: int | None = None,
+                nodes: int = 1) -> int:
         """One queued job's row, in the caller's write transaction; QueueFull past `limit`."""
         if gpus is not None:
             num_gpus = len(gpus)
@@ -195,7 +207,8 @@ class Store(Database, FleetStore, ProfileStore, CalibrationStore, LedgerStore):
             probe=probe, params=_json(params), status="queued", timeout_s=timeout_s,
             created_at=time.time(), device=device, gpu=gpu, num_gpus=num_gpus,
             gpus=None if gpus is None else _json(sorted(gpus)), target_host=targets.host,
-            target_device=targets.device, target_model=targets.model, campaign_id=campaign_id))
+            target_device=targets.device, target_model=targets.model, campaign_id=campaign_id,
+            nodes=nodes if nodes > 1 else None))
         backends.notify(db)
         return inserted.inserted_primary_key[0]
 
@@ -236,6 +249,7 @@ class Store(Database, FleetStore, ProfileStore, CalibrationStore, LedgerStore):
         host = host or socket.gethostname()
         mine = [sa.or_(jobs.c.gpu.is_(None), jobs.c.gpu == gpu)] if gpu is not None else []
         mine += fleet.claimable(serves, host)
+        mine.append(sa.or_(jobs.c.nodes.is_(None), jobs.c.nodes <= 1))  # on several boxes: gather()
         with self._write() as db:
             backends.lock(db, _host_lock(host))  # one claimer at a time decides this host's leases
             # SKIP LOCKED: a job another claimer is taking is left to it, never waited on.

@@ -29,10 +29,10 @@ def run(database: str | Path, worker_id: str, child_argv: list[str] | None = Non
         child_env: dict[str, str] | None = None, stop: threading.Event | None = None,
         gpu: int | None = None, stale_after_s: float | None = None,
         worker_loss_retries: int | None = None, served: list[int] | None = None,
-        host: str | None = None) -> None:
+        host: str | None = None, address: str | None = None, gather_wait_s: float | None = None) -> None:
     """Dispatch jobs from `database` until SIGTERM or SIGINT (or `stop`, when given, is set)."""
     # Here, not at the top: `tally --help` builds this module's parser and should stay quick.
-    from app.jobs.dispatcher import Dispatcher
+    from app.jobs.dispatcher import GATHER_WAIT_S, Dispatcher
     from app.jobs.store import STALE_AFTER_S, WORKER_LOSS_RETRIES, Store
 
     stop = stop or threading.Event()
@@ -49,7 +49,8 @@ def run(database: str | Path, worker_id: str, child_argv: list[str] | None = Non
     host = host or socket.gethostname()
     Dispatcher(Store(database), worker_id, child_argv=child_argv, child_env=child_env, gpu=gpu,
                stale_after_s=stale_after_s or STALE_AFTER_S, worker_loss_retries=retries, served=served,
-               host=host, fleet_device=fleet_device(host, gpu)).run_forever(stop)
+               host=host, fleet_device=fleet_device(host, gpu), address=address,
+               gather_wait_s=gather_wait_s or GATHER_WAIT_S).run_forever(stop)
 
 
 def _database(text: str) -> str | Path:
@@ -118,11 +119,17 @@ def start(args: argparse.Namespace) -> int:
             return _per_gpu(args, settings, served)
         gpu = args.gpu if args.gpu is not None else next(iter(served), None)
         run(args.database, args.worker_id or default_worker_id(settings.worker_id, gpu), gpu=gpu,
-            worker_loss_retries=settings.worker_loss_retries, served=served, host=settings.box())
+            **_from_settings(settings), served=served)
     except StoreUnavailable as e:  # one line naming the file, as a bad setting gets
         print(f"tally: {e}", file=sys.stderr)
         return 2
     return 0
+
+
+def _from_settings(settings: Any) -> dict[str, Any]:
+    return {"worker_loss_retries": settings.worker_loss_retries, "host": settings.box(),
+            "stale_after_s": settings.stale_after_s, "address": settings.node_address,
+            "gather_wait_s": settings.gather_wait_s}
 
 
 def _per_gpu(args: argparse.Namespace, settings: Any, served: list[int]) -> int:
@@ -134,8 +141,7 @@ def _per_gpu(args: argparse.Namespace, settings: Any, served: list[int]) -> int:
         signal.signal(signum, lambda *_: stop.set())
     threads = [threading.Thread(target=run, name=f"dispatcher-gpu{gpu}", kwargs={
         "database": args.database, "worker_id": args.worker_id or default_worker_id(settings.worker_id, gpu),
-        "stop": stop, "gpu": gpu, "worker_loss_retries": settings.worker_loss_retries, "served": served,
-        "host": settings.box()}) for gpu in served]
+        "stop": stop, "gpu": gpu, "served": served, **_from_settings(settings)}) for gpu in served]
     for thread in threads:
         thread.start()
     for thread in threads:

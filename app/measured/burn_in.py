@@ -1,7 +1,9 @@
 """A burn-in campaign's results, compared: every GPU beside its model's fleet median, the ones
 more than a set fraction below it flagged with NVML's reason, and the models side by side
 against the catalogue: pure functions over the burn_in probe's results (app/probes/burn_in.py),
-and `readings`, which takes them from the job store.
+and `readings`, which takes them from the job store. `verdict`: what a burn-in says of its device
+(passed, slow, failed), the one rule the Burn-in page's campaign, its JSON and /metrics'
+tally_burn_in_verdict read; `last_verdicts`: each device's, from its newest burn-in.
 
 The figures compared are the sustained ones (seconds of back-to-back work, at the power and
 thermal state a long run sees), not the sub-second bursts: a GPU capped at its power limit runs
@@ -18,6 +20,7 @@ from typing import TYPE_CHECKING
 from app.probes.burn_in import BurnInResult
 
 if TYPE_CHECKING:  # annotations only: the job store (SQLAlchemy) loads when a caller opens one
+    from app.jobs.fleet import Campaign
     from app.jobs.job import Job
     from app.jobs.store import Store
 
@@ -230,3 +233,65 @@ def leaderboard(compared: list[Compared]) -> list[ModelRow]:
             )
         )
     return sorted(rows, key=lambda row: -(row.matmul_flop_per_sec or 0))
+
+
+VERDICTS = ("passed", "slow", "failed")
+"""What a burn-in says of its device: passed, slow (flagged: more than its campaign's
+outlier_fraction below its model's median on a sustained figure), failed (the job ended without a
+result: failed, timeout, oom, crashed)."""
+
+
+def verdict(job: Job, row: Compared | None) -> str | None:
+    """The verdict of burn-in `job` on its device, `row` its line of its campaign's comparison
+    (`campaign`; of its own reading alone outside a campaign, where nothing is flagged); None for a
+    job that has not ended or was cancelled, which says nothing of its device. `tally burn-in`
+    exits 1 on a cancelled job as well: there, the campaign did not finish."""
+    if job.status in ("queued", "running", "cancelled"):
+        return None
+    if job.status != "succeeded":
+        return "failed"
+    return "slow" if row is not None and row.flagged else "passed"
+
+
+def campaign(store: Store, campaign_id: int) -> tuple[Campaign, list[Job], list[Compared]] | None:
+    """A campaign, its jobs (oldest first) and its succeeded devices beside their model's median, at
+    the campaign's own outlier_fraction; None when there is no such campaign."""
+    found = store.campaign(campaign_id)
+    if found is None:
+        return None
+    c, members = found
+    return c, members, compare(readings(store, members), c.outlier_fraction)
+
+
+@dataclass(frozen=True)
+class DeviceVerdict:
+    device: str
+    """The device the burn-in ran on (else the one it targeted: a job failed as DeviceLost)."""
+    verdict: str
+    """One of VERDICTS."""
+    job_id: int
+    campaign_id: int | None
+    finished_at: float | None
+
+
+def last_verdicts(store: Store, last: list[Job] | None = None) -> list[DeviceVerdict]:
+    """Each device's verdict from its newest burn-in that ended other than cancelled (`last`, as
+    store.last_ended(probe="burn_in") gives them; read when not given): a campaign's job beside the
+    campaign's other devices, as its page shows it; a job of no campaign beside itself alone."""
+    last = store.last_ended(probe="burn_in") if last is None else last
+    rows: dict[int, Compared] = {}
+    succeeded = [j for j in last if j.status == "succeeded"]
+    for campaign_id in sorted({j.campaign_id for j in succeeded if j.campaign_id is not None}):
+        found = campaign(store, campaign_id)
+        if found is not None:
+            rows |= {row.reading.job_id: row for row in found[2]}
+    alone = [j.id for j in succeeded if j.campaign_id is None]
+    for r in readings(store, store.jobs_by_id(alone)) if alone else []:
+        rows[r.job_id] = compare([r])[0]
+    out = []
+    for j in last:
+        said = verdict(j, rows.get(j.id))
+        if said is not None:
+            device = j.ran_on_device or j.target_device
+            out.append(DeviceVerdict(device, said, j.id, j.campaign_id, j.finished_at))
+    return out

@@ -1,6 +1,7 @@
 """Prometheus metrics: requests by route and status with latency histograms, jobs by
-state and queue depth (read from the database at scrape time), and, where a GPU
-exists, its NVML gauges. One registry per app, so tests and apps never share counts."""
+state and queue depth, the energy jobs measured and each device's last burn-in verdict (read
+from the database at scrape time; app/ops/fleet_metrics.py), and, where a GPU exists, its NVML
+gauges. One registry per app, so tests and apps never share counts."""
 
 import time
 from collections.abc import Callable
@@ -12,6 +13,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from app.api.compute import Compute
 from app.jobs.job import STATES
 from app.jobs.store import Store
+from app.ops.fleet_metrics import BurnInVerdicts, FleetEnergy
 
 # Calculators answer in well under a millisecond; probes' routes and pages take longer.
 BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
@@ -26,6 +28,8 @@ class Metrics:
         self.latency = Histogram("tally_http_request_duration_seconds", "Time to the end of the response",
                                  ["route", "method"], buckets=BUCKETS_S, registry=self.registry)
         self.registry.register(_Jobs(store))
+        self.registry.register(FleetEnergy(store))
+        self.registry.register(BurnInVerdicts(store))
         self.registry.register(_Gpu(gpu))
         if compute is not None:
             self.registry.register(_Compute(compute))

@@ -47,6 +47,9 @@ class Probe:
     runs on `device` (app/device.DeviceInfo) before it is sized and queued; InvalidInput naming a
     parameter it cannot honour. None: the parameters go as given."""
     faces: Faces = field(default_factory=Faces)
+    spans_boxes: bool = False
+    """Its ranks may span boxes (a job's `nodes`, app/jobs/gangs.py): its entry reads where they meet
+    from protocol.nodes_from_env and starts its ranks with app/bench/nodes.py."""
     ledger: Ledger | None = None
     """Its (prediction, measurement) pairs for the accuracy ledger (app/probes/ledger.py); None for a
     probe that predicts nothing a ledger could score."""

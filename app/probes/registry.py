@@ -12,7 +12,7 @@ from app.probes.base import Probe
 
 MODULES = ("matmul", "attention", "bandwidth", "transfer", "train_step", "generate", "serve", "collectives",
            "data_parallel_step",
-           "burn_in", "data_loader", "checkpoint")
+           "burn_in", "dcgm_diag", "data_loader", "checkpoint")
 """Tally's own probes, as app.probes.<module>, in the order the pages and `tally probe` list them."""
 
 

@@ -3,6 +3,7 @@ declare them as response schemas and the child can serialise them. Seconds, byte
 unless a name says otherwise; GB/s is 10^9 bytes per second. Each probe's own result lives in
 its module."""
 
+import statistics
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -28,6 +29,19 @@ class Stats:
     recorded (the environment's energy_note says which)."""
 
     __pydantic_config__ = RECORD
+
+
+def stats(seconds: list[float]) -> Stats:
+    """The Stats of timed iterations, in seconds: median, p20 and p80 (inclusive quantiles, so
+    between the fastest and the slowest), mean, best."""
+    ordered = sorted(seconds)
+    if len(ordered) == 1:
+        p20 = p80 = ordered[0]
+    else:
+        cuts = statistics.quantiles(ordered, n=5, method="inclusive")
+        p20, p80 = cuts[0], cuts[3]
+    return Stats(median=statistics.median(ordered), p20=p20, p80=p80, mean=statistics.fmean(ordered),
+                 best=ordered[0], iterations=len(ordered))
 
 
 @dataclass(slots=True)

@@ -1,6 +1,6 @@
 """The Fleet page (its boxes and devices, live) and the Burn-in page (a campaign's devices beside
-their model's median, the slow ones highlighted, and each device's history), over the same
-services as the JSON API (app/api/services/fleet.py)."""
+their model's median, the slow ones highlighted, each with its last DCGM diagnostic, and each
+device's history), over the same services as the JSON API (app/api/services/fleet.py)."""
 
 import time
 from datetime import UTC, datetime
@@ -44,10 +44,11 @@ def burn_in_page(
     if device is None and shown is not None and shown.compared:
         device = max(shown.compared, key=lambda row: (row.flagged, row.shortfall)).device
     history = service.history(jobs, device) if device else []
+    diag = service.last_diag(jobs, device) if device else None
     listed = [{"id": c.id, "probe": c.probe, "created_at": datetime.fromtimestamp(c.created_at, UTC)}
               for c in campaigns]
     return templates.TemplateResponse(request, "burn_in.html", {
-        "campaigns": listed, "campaign": shown, "device": device, "history": history,
+        "campaigns": listed, "campaign": shown, "device": device, "history": history, "diag": diag,
         "token_needed": request.app.state.settings.api_token is not None})
 
 

@@ -76,4 +76,6 @@ def test_authentication_is_declared_only_when_a_token_is_set():
                                                     "post /api/v1/campaigns/{campaign_id}/cancel",
                                                     "post /api/v1/calibration/campaigns",
                                                     "post /api/v1/calibration/profiles",
-                                                    "post /api/v1/calibration/import"}
+                                                    "post /api/v1/calibration/import",
+                                                    "post /api/v1/import/job",
+                                                    "post /api/v1/import/campaign"}

@@ -109,7 +109,7 @@ def test_a_device_not_seen_is_lost_and_gets_no_campaign_job(store):
 def test_the_fleet_api_lists_devices_and_refuses_a_campaign_with_none(make_api):
     api = make_api(embedded_worker=False)
     assert api.get("/api/v1/fleet").json() == {"live_within_s": 30.0, "hosts": [], "devices": [],
-                                               "dispatchers": []}
+                                               "dispatchers": [], "across_boxes": []}
     assert_names_field(api.post("/api/v1/campaigns", {"probe": "burn_in"}), "probe")
     api.app.state.store.register(fleet_device("box-a", None))
     assert_names_field(api.post("/api/v1/campaigns", {"probe": "burn_in", "model": "h100"}), "model")

@@ -298,8 +298,30 @@ def test_a_version_4_profiles_table_gains_its_device_column_keeping_its_profiles
     store = Store(path)
     with sqlite3.connect(path) as db:
         assert "device" in {row[1] for row in db.execute("PRAGMA table_info(profiles)")}
-        assert db.execute("SELECT version FROM tally_schema").fetchone()[0] == schema.VERSION == 5
+        assert db.execute("SELECT version FROM tally_schema").fetchone()[0] == schema.VERSION
     assert store.latest_profile("NVIDIA H200") == {"device_model": "NVIDIA H200", "version": 1}
     added = store.add_profile(device_model="NVIDIA H200", body={}, device="GPU-aaaa")
     assert added["version"] == 2 and store.latest_profile("GPU-aaaa") == added
     assert store.latest_profile("NVIDIA H200")["version"] == 1  # the model's name: model-wide only
+
+
+def test_a_version_5_database_gains_jobs_across_boxes_keeping_its_jobs(tmp_path):
+    """Version 6: a job may span boxes (jobs.nodes; its members in a table added whole). A version-5
+    database, without either, keeps its jobs, each on one box, and takes a job across two."""
+    path = tmp_path / "v5.db"
+    before = Store(path)
+    kept = before.submit(probe="matmul", params={}, timeout_s=60, limit=10)
+    before.close()
+    with sqlite3.connect(path) as db:
+        db.execute("DROP TABLE members")
+        db.execute("ALTER TABLE jobs DROP COLUMN nodes")
+        db.execute("UPDATE tally_schema SET version = 5")
+        db.execute("PRAGMA user_version = 5")
+    store = Store(path)
+    with sqlite3.connect(path) as db:
+        assert "nodes" in {row[1] for row in db.execute("PRAGMA table_info(jobs)")}
+        assert db.execute("SELECT version FROM tally_schema").fetchone()[0] == schema.VERSION == 6
+    assert store.get(kept.id).nodes == 1 and store.get(kept.id).members == ()
+    across = store.submit(probe="collectives", params={}, timeout_s=60, limit=10, device="cpu", nodes=2)
+    assert store.get(across.id).nodes == 2 and store.members(across.id) == []
+    store.close()

@@ -63,15 +63,18 @@ def test_every_curl_example_works_in_order(tmp_path):
             if "/events" in path or "/result" in path:
                 while dispatcher.run_once():
                     pass
-            if "-d" in args:
-                response = api.post(path, json.loads(args[args.index("-d") + 1]))
+            if "-d" in args:  # a body inline, or @FILE (a path from the checkout's root), as curl reads it
+                data = args[args.index("-d") + 1]
+                response = api.post(path, json.loads((ROOT / data[1:]).read_text() if data.startswith("@")
+                                                     else data))
             elif "-X" in args:
                 response = api.request(args[args.index("-X") + 1], path)
             else:
                 response = api.get(path)
             expected = 202 if path in ("/api/v1/jobs", "/api/v1/campaigns", "/api/v1/calibration/campaigns") \
                 and "-d" in args else 200
-            if path.startswith(("/api/v1/calibration/profiles", "/api/v1/calibration/import")) \
+            if (path.startswith(("/api/v1/calibration/profiles", "/api/v1/calibration/import"))
+                    or path in ("/api/v1/import/job", "/api/v1/import/campaign")) \
                     and ("-d" in args or "-X" in args):
                 expected = 201
             assert response.status_code == expected, (line, response.text)

@@ -10,6 +10,7 @@ import typing
 import pytest
 import torch
 
+from app.accounting.errors import InvalidInput
 from app.bench.timer import flush_bytes as timer_flush_bytes
 from app.device import host
 from app.jobs import admission
@@ -19,6 +20,8 @@ from app.probes.registry import PROBES
 from tests.support.cli import run_main
 
 NAMES = list(PROBES)
+GPU_ONLY = {"dcgm_diag": ("cpu",)}
+"""Probes that refuse a device kind (DCGM diagnoses GPUs): their `need` raises, naming params.device."""
 
 
 def test_the_openapi_document_lists_the_registrys_probes(api):
@@ -56,6 +59,11 @@ def test_each_record_is_whole(name):
     assert dataclasses.is_dataclass(probe.result) and typing.get_args(hints["probe"]) == (name,)
     defaults = probe.params()  # every parameter has a default
     for kind in ("cpu", "cuda"):
+        if kind in GPU_ONLY.get(name, ()):  # refused at submission, naming the field that chose it
+            with pytest.raises(InvalidInput) as refused:
+                probe.need(defaults, kind)
+            assert refused.value.field == "params.device"
+            continue
         need, field = probe.need(defaults, kind)
         assert need > 0 and field.startswith("params.")
         least, field = probe.least_seconds(defaults, kind)

@@ -6,7 +6,9 @@ train_step memory had no per-phase peaks; v2 added them; v4 added the generate p
 collectives and data_parallel_step probes; v6 sustained runs and the burn_in probe; v7 energy
 per measurement (null on a CPU, with the environment's energy_note) and the data_loader and
 checkpoint probes; v8 the attention probe (the others as v8 writes v7's); v9 the serve probe (the
-others as v8 wrote them). A row is written as that
+others as v8 wrote them); v10 the dcgm_diag probe (the others as v9 wrote them; dcgm_diag's as the
+child wrote it from tests/support/fixtures/dcgm/level3-fail-targeted-power.json, printed by a stand-in
+dcgmi, on a box without NVML). A row is written as that
 version's server wrote it, straight into the jobs table, and read back through the API, the job
 pages, the CSV export and the calibration.
 """

@@ -56,6 +56,10 @@ PCIE_LL_STEP_LATENCY_S = 1.0e-6
 # 400e9 / 8 = 50e9 bytes/s each way (NVIDIA DGX H100 user guide, "Hardware Overview").
 NDR_BYTES_PER_SEC_PER_GPU = 50e9
 
+# Every figure across nodes says so until an NCCL run across real nodes is measured (docs/clusters.md).
+ACROSS_NODES = ("across nodes, a prediction: no NCCL run across real nodes has been measured by Tally "
+                "yet, so the network's figures are the catalogue's or the request's, not held to a run")
+
 Collective = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast"]
 COLLECTIVES: tuple[Collective, ...] = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all",
                                        "broadcast")
@@ -247,7 +251,8 @@ def collective_time(op: str, size_bytes: int, ranks: int, *, gpus_per_node: int,
                      "the link's latency once",
                      "bandwidths are per GPU per direction; every GPU of a node has its own share of "
                      "the network (one NIC per GPU, as on HGX boards)",
-                     *_shares(levels, intra, inter, node_share, net_share), *notes])
+                     *_shares(levels, intra, inter, node_share, net_share), *notes,
+                     *([ACROSS_NODES] if nodes > 1 else [])])
 
 
 def _shares(levels: list[Level], intra: Link, inter: Link | None, node: ach.Efficiency,

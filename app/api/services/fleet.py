@@ -13,7 +13,7 @@ from app.inputs.fields import Input, number
 from app.jobs import admission, store
 from app.jobs.fleet import LIVE_WITHIN_S, NoDevices
 from app.jobs.store import Store
-from app.measured import burn_in
+from app.measured import burn_in, dcgm_diag
 from app.probes.registry import PROBES
 
 
@@ -60,12 +60,28 @@ class DispatcherOut(BaseModel):
     """The device of the job it runs."""
 
 
+class AcrossBoxes(BaseModel):
+    """A job across several boxes (app/jobs/gangs.py), or one Slurm ran (imported)."""
+
+    job_id: int
+    probe: str
+    status: str
+    nodes: int
+    boxes: list[str]
+    """By node; empty while none has joined."""
+    ran_by: str | None
+    """The dispatcher of box 0, or the launcher that ran it ("slurm:<job id>")."""
+    finished_at: datetime | None
+
+
 class Fleet(BaseModel):
     live_within_s: float
     hosts: list[str]
     devices: list[DeviceOut]
     dispatchers: list[DispatcherOut] = []
     """Every dispatcher seen, live ones first: two on one box's CPU share its one device row."""
+    across_boxes: list[AcrossBoxes] = []
+    """The newest jobs across boxes (at most ACROSS_BOXES_SHOWN), newest first."""
 
 
 def fleet(jobs: Store, now: float) -> Fleet:
@@ -93,8 +109,15 @@ def fleet(jobs: Store, now: float) -> Fleet:
                                          job_id=job.id if job else None, job_probe=job.probe if job else None,
                                          device=job.ran_on_device if job else None))
     dispatchers.sort(key=lambda d: (d.state == "lost", d.worker_id))
+    across = [AcrossBoxes(job_id=j.id, probe=j.probe, status=j.status, nodes=j.nodes,
+                          boxes=[m.host for m in j.members], ran_by=j.worker_id,
+                          finished_at=_when(j.finished_at))
+              for j in jobs.across_boxes(limit=ACROSS_BOXES_SHOWN)]
     return Fleet(live_within_s=LIVE_WITHIN_S, hosts=sorted({d.host for d in out}), devices=out,
-                 dispatchers=dispatchers)
+                 dispatchers=dispatchers, across_boxes=across)
+
+
+ACROSS_BOXES_SHOWN = 10
 
 
 def _campaign_model(name: str, params: type) -> type[Input]:
@@ -145,6 +168,32 @@ class CampaignJob(BaseModel):
     finished_at: datetime | None
 
 
+class DiagOut(BaseModel):
+    """A GPU's last DCGM diagnostic (a succeeded dcgm_diag job that ran on it), beside its burn-in."""
+
+    job_id: int
+    finished_at: datetime | None
+    level: int
+    """dcgmi diag -r LEVEL: 1 quick to 4 extra long."""
+    verdict: Literal["pass", "warn", "fail"]
+    """This GPU's: fail when a test failed on it or on all GPUs, warn when one warned."""
+    failed: list[str]
+    """The tests that failed on it, by DCGM's names."""
+    warned: list[str]
+    skipped: list[str]
+    dcgm_version: str | None
+
+
+def last_diag(jobs: Store, device: str) -> DiagOut | None:
+    """`device`'s newest DCGM diagnostic, or None when none has succeeded there."""
+    found = dcgm_diag.last(jobs, device)
+    if found is None:
+        return None
+    return DiagOut(job_id=found.job_id, finished_at=_when(found.finished_at), level=found.level,
+                   verdict=found.verdict, failed=found.failed, warned=found.warned, skipped=found.skipped,
+                   dcgm_version=found.dcgm_version)
+
+
 class Compared(BaseModel):
     job_id: int
     device: str
@@ -162,6 +211,8 @@ class Compared(BaseModel):
     watts: dict[str, float | None]
     joules_per_iteration: dict[str, float | None]
     flop_per_sec_per_watt: dict[str, float | None]
+    dcgm_diag: DiagOut | None = None
+    """The device's last DCGM diagnostic (the dcgm_diag probe), whenever it ran; null when none has."""
 
 
 class CampaignOut(BaseModel):
@@ -179,11 +230,10 @@ class CampaignOut(BaseModel):
 
 
 def campaign_out(jobs: Store, campaign_id: int) -> CampaignOut:
-    found = jobs.campaign(campaign_id)
+    found = burn_in.campaign(jobs, campaign_id)  # the comparison the verdicts read (burn_in.verdict)
     if found is None:
         raise NotFound("campaign_id", f"no campaign {campaign_id}")
-    c, members = found
-    compared = burn_in.compare(burn_in.readings(jobs, members), c.outlier_fraction)
+    c, members, compared = found
     return CampaignOut(
         id=c.id,
         probe=c.probe,
@@ -214,6 +264,7 @@ def campaign_out(jobs: Store, campaign_id: int) -> CampaignOut:
                 watts=x.reading.watts,
                 joules_per_iteration=x.reading.joules_per_iteration,
                 flop_per_sec_per_watt=x.reading.flop_per_sec_per_watt,
+                dcgm_diag=last_diag(jobs, x.reading.gpu),
             )
             for x in compared
         ],

@@ -1,5 +1,6 @@
 """Benchmark jobs: submit, page through, read, cancel; and the job as clients see it."""
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -48,6 +49,11 @@ def _request_model(name: str, params: type) -> type[Input]:
             "with gpu, gpus or num_gpus."))),
         gpu_model=(str | None, Field(None, min_length=1, max_length=200, description=(
             "The fleet: run on any GPU of this model, by catalogue id (h100) or NVML's name."))),
+        nodes=(count(ge=1, le=256) | None, Field(None, description=(
+            "The fleet: run across this many boxes at once (default 1), num_gpus GPUs on each (a CPU "
+            "job: its probe's ranks on each), started by torch.distributed's elastic launcher; for "
+            "probes whose ranks may span boxes (collectives, data_parallel_step). Not with host, gpu_uuid, "
+            "gpu or gpus."))),
     )
 
 
@@ -126,10 +132,30 @@ class JobSummary(BaseModel):
     cancel_requested: bool
     revision: int
     """Goes up whenever the row changes."""
+    nodes: int = 1
+    """The boxes it runs across at once (asked); 1 for a job on one box."""
+
+
+class Box(BaseModel):
+    """One box of a job that spans several (app/jobs/gangs.py)."""
+
+    box: str
+    node: int
+    """Its place, 0 first: box 0 hosts the rendezvous."""
+    device: str | None
+    """The fleet's device its dispatcher serves."""
+    status: Literal["waiting", "running", "done", "failed", "stopped"]
+    """waiting for the others; running its part; done; failed (error says how); stopped (the job
+    ended on another box)."""
+    error: JobError | None
+    joined_at: datetime
+    heartbeat_at: datetime
 
 
 class JobOut(JobSummary):
     result: ProbeResult | None  # type: ignore[valid-type]
+    boxes: list[Box] = []
+    """A job on several boxes: each box, by node (its last attempt's); empty on one box."""
 
 
 class JobPage(BaseModel):
@@ -158,7 +184,7 @@ def _fields(job: Job) -> dict[str, Any]:
         finished_at=_time(job.finished_at),
         progress=Progress(done=job.progress_done, total=total, message=job.progress_message,
                           fraction=job.progress_done / total if total else None),
-        error=job.error, cancel_requested=job.cancel_requested, revision=job.revision)
+        error=job.error, cancel_requested=job.cancel_requested, revision=job.revision, nodes=job.nodes)
 
 
 def summary(job: Job) -> JobSummary:
@@ -166,7 +192,9 @@ def summary(job: Job) -> JobSummary:
 
 
 def job_out(job: Job) -> JobOut:
-    return JobOut(**_fields(job), result=job.result)
+    boxes = [Box(box=m.host, node=m.node, device=m.device, status=m.status, error=m.error,
+                 joined_at=_time(m.joined_at), heartbeat_at=_time(m.heartbeat_at)) for m in job.members]
+    return JobOut(**_fields(job), result=job.result, boxes=boxes)
 
 
 @dataclass(frozen=True)
@@ -180,6 +208,7 @@ class Admitted:
     num_gpus: int
     gpus: list[int] | None
     targets: Targets
+    nodes: int = 1
 
 
 def submit(body: Any, *, jobs: Store, settings: Settings) -> Job:
@@ -191,7 +220,8 @@ def queue(job: Admitted, *, jobs: Store, settings: Settings) -> Job:
     try:
         return jobs.submit(probe=job.body.probe, params=job.body.params.model_dump(mode="json"),
                            timeout_s=job.timeout_s, limit=settings.queue_limit, device=job.kind,
-                           gpu=job.body.gpu, num_gpus=job.num_gpus, gpus=job.gpus, targets=job.targets)
+                           gpu=job.body.gpu, num_gpus=job.num_gpus, gpus=job.gpus, targets=job.targets,
+                           nodes=job.nodes)
     except store.QueueFull as e:
         raise QueueFull(e.limit) from None
 
@@ -204,7 +234,10 @@ def admit(body: Any, *, jobs: Store, settings: Settings) -> Admitted:
         raise InvalidInput("timeout_s", f"{timeout} exceeds TALLY_JOB_TIMEOUT_MAX_S "
                                         f"({settings.job_timeout_max_s})")
     targets = Targets(host=body.host, device=body.gpu_uuid, model=body.gpu_model)
-    if targets != Targets():
+    nodes = body.nodes or 1
+    if nodes > 1:
+        kind, num_gpus, gpus = _spanning(body, nodes, jobs), body.num_gpus or 1, None
+    elif targets != Targets():
         kind, num_gpus, gpus = _in_fleet(body, targets, jobs), 1, None
     else:
         num_gpus, gpus = admission.several_gpus(body.gpu, body.num_gpus, body.gpus, body.params,
@@ -216,7 +249,34 @@ def admit(body: Any, *, jobs: Store, settings: Settings) -> Admitted:
             body = body.model_copy(update={"params": prepare(body.params, here, StoredPast(jobs))})
         kind = admission.check_fits(body.probe, body.params, where)
     admission.check_time(body.probe, body.params, kind, timeout)
-    return Admitted(body, timeout, kind, num_gpus, gpus, targets)
+    return Admitted(body, timeout, kind, num_gpus, gpus, targets, nodes)
+
+
+def _spanning(body: Any, nodes: int, jobs: Store) -> str:
+    """The device kind of a job across `nodes` boxes of the fleet; InvalidInput naming the field
+    when its probe cannot span boxes, it pins one box or GPU, the fleet has fewer live boxes than
+    it asks for, or a parameter sets a need larger than their memory."""
+    if not PROBES[body.probe].spans_boxes:
+        spanning = sorted(name for name, probe in PROBES.items() if probe.spans_boxes)
+        raise InvalidInput("nodes", f"the {body.probe} probe runs on one box; these may span several: "
+                                    f"{', '.join(spanning)}")
+    for field in ("host", "gpu_uuid", "gpu", "gpus"):
+        if getattr(body, field) is not None:
+            raise InvalidInput(field, f"pins one box or GPU: a job across {nodes} boxes takes num_gpus "
+                                      "on each")
+    now = time.time()
+    live = [d for d in jobs.devices() if d.live(now) and body.gpu_model in (None, d.name, d.catalogue_id)]
+    kind = "cuda" if any(d.kind == "cuda" for d in live) and body.params.device != "cpu" else "cpu"
+    boxes = {d.host for d in live if d.kind == kind}
+    if len(boxes) < nodes:
+        raise InvalidInput("nodes", f"the fleet has {len(boxes)} live "
+                                    f"box{'es' if len(boxes) != 1 else ''}"
+                                    + (f" with a {body.gpu_model}" if body.gpu_model else "")
+                                    + f"; the job asks for {nodes} (GET /api/v1/fleet lists them)")
+    smallest = min((d for d in live if d.kind == kind), key=lambda d: d.memory_bytes or 0)
+    admission.fits(body.probe, body.params, kind, smallest.memory_bytes,
+                   f"{smallest.name} ({smallest.device})")
+    return kind
 
 
 def _in_fleet(body: Any, targets: Targets, jobs: Store) -> str:

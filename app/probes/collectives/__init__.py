@@ -51,7 +51,31 @@ def tables(r: CollectivesResult) -> list:
     return [f"{where(r)}: {r.ranks} ranks over {r.backend}, {r.dtype}", Table(headers, rows, 1),
             "fitted: t = latency x ring steps + bus_factor x S / bandwidth",
             Table(["collective", "ring steps", "latency us per step", "GB/s", "rms error"], fits),
-            f"values: {checked}", *skipped(r), *energy.note(r)]
+            f"values: {checked}", *spanning_tables(r), *skipped(r), *energy.note(r)]
+
+
+def spanning_tables(r: CollectivesResult) -> list:
+    """A job across boxes: each link alone, and the world's points beside their predictions."""
+    s = r.spanning
+    if s is None:
+        return []
+    per, pct = numbers.per, numbers.percent
+    levels = [[level.what, " <-> ".join(level.boxes), str(level.ranks),
+               per(level.points[-1].busbw_bytes_per_sec, 1e9), per(level.fit.bytes_per_sec, 1e9),
+               per(level.fit.latency_s, 1e-6)] for level in s.per_node + s.per_link]
+    points = [[p.collective, f"{p.size_bytes:,}", per(p.measured_seconds, 1e-6),
+               per(p.hierarchical_seconds, 1e-6), pct(p.hierarchical_error), per(p.flat_seconds, 1e-6),
+               pct(p.flat_error)] + ([per(p.catalogue_seconds, 1e-6)] if s.catalogue else [])
+              for p in s.points]
+    said = ("the world's points beside their predictions from those links (hierarchical: NCCL's scheme; "
+            "flat: one ring at the slowest link, gloo's kind)")
+    head = ["level", "boxes", "ranks", "busbw GB/s (largest S)", "fitted GB/s", "latency us/step"]
+    return [f"across {s.nodes} boxes ({', '.join(s.boxes)}), {s.ranks_per_node} ranks on each: each link "
+            "alone",
+            Table(head, levels),
+            said + (f"; catalogue: {s.catalogue}" if s.catalogue else ""),
+            Table(["collective", "S bytes", "measured us", "hierarchical us", "error", "flat us", "error"]
+                  + (["catalogue us (prediction)"] if s.catalogue else []), points, 1)]
 
 
 def busbw_chart(r: CollectivesResult) -> dict:
@@ -89,4 +113,4 @@ PROBE = Probe(
     "a fitted latency-bandwidth model and the catalogue's link", CollectivesParams, CollectivesResult,
     "app.bench.collectives:run", need, least_seconds,
     faces=Faces(headline=headline, tables=tables, charts=charts, page="probes/collectives.html", form=(),
-                compared=("ranks", "backend", "dtype")))
+                compared=("ranks", "backend", "dtype")), spans_boxes=True)

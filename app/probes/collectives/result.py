@@ -6,6 +6,7 @@ from typing import Literal
 
 from app.accounting.comm.collectives import FittedLink
 from app.accounting.records import RECORD
+from app.probes.collectives.spanning import Spanning
 from app.probes.results import Environment, Skipped, Stats
 
 
@@ -77,5 +78,8 @@ class CollectivesResult:
     catalogue_link: CatalogueLink | None
     skipped: list[Skipped]
     assumptions: list[str]
+    spanning: Spanning | None = None
+    """A job on several boxes: each box's link and each pair's measured alone, and the points
+    above predicted from them (app/probes/collectives/spanning.py); null on one box."""
 
     __pydantic_config__ = RECORD

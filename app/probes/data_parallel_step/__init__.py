@@ -41,4 +41,5 @@ PROBE = Probe(
     "app.bench.data_parallel:run", need, least_seconds,
     faces=Faces(headline=headline, charts=train_step.charts, page="probes/data_parallel_step.html",
                 form=(train_step.FIELDS, FIELDS),
-                compared=("strategy", "ranks", *train_step.COMPARED), overlay=train_step.overlay))
+                compared=("strategy", "ranks", *train_step.COMPARED), overlay=train_step.overlay),
+    spans_boxes=True)
