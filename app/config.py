@@ -95,7 +95,7 @@ class Settings(BaseSettings):
     node_address: Annotated[str, Field(min_length=1, max_length=253, pattern=BOX_NAME)] | None = None
     """A job across boxes: the address the other boxes reach this one at, published through the job
     database for the rendezvous (torchrun's --local-addr). Default: this machine's host name's
-    address."""
+    address, or where that is loopback the address of the interface its default route leaves by."""
     gather_wait_s: Annotated[float, Field(ge=1, le=86_400)] = 120
     """A job across boxes: how long a box that joined it waits for the others before it leaves,
     its devices freed (all of them or none)."""

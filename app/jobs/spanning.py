@@ -29,11 +29,22 @@ GATHER_WAIT_S = 120.0
 
 def own_address() -> str:
     """The address the other boxes reach this one at, when TALLY_NODE_ADDRESS names none: its host
-    name's, else loopback."""
+    name's; where that is loopback (Debian maps the host name to 127.0.1.1 in /etc/hosts), the
+    address of the interface its default route leaves by (a UDP socket's connect picks it and
+    sends nothing); else loopback, which reaches boxes on this machine only."""
     try:
-        return socket.gethostbyname(socket.gethostname())
+        named = socket.gethostbyname(socket.gethostname())
     except OSError:
-        return "127.0.0.1"
+        named = "127.0.0.1"
+    if not named.startswith("127."):
+        return named
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect(("192.0.2.1", 9))  # TEST-NET-1 (RFC 5737): routed by the default route, never sent to
+            routed = s.getsockname()[0]
+        except OSError:
+            return named
+    return routed if not routed.startswith(("127.", "0.")) else named
 
 
 def free_port() -> int:

@@ -27,7 +27,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from app.jobs.fleet import Device
 from app.jobs.job import Job
 from app.jobs.store import Store
-from app.measured import burn_in, energy
+from app.measured import burn_in, dcgm_diag, energy
 
 log = logging.getLogger("tally.metrics")
 
@@ -168,3 +168,32 @@ class BurnInVerdicts:
                 when.add_metric(labels, v.finished_at)
         yield by_verdict
         yield when
+
+
+DCGM_HELP = ("1 for the verdict of the GPU's newest DCGM diagnostic (the dcgm_diag probe's `dcgmi diag -r "
+             "LEVEL`: pass, warn or fail, as the Burn-in page shows it beside Tally's own burn-in), 0 for "
+             "the others; no series for a GPU never diagnosed")
+
+
+class DcgmVerdicts:
+    """tally_dcgm_diag_verdict, one series per GPU, its diagnostic's level and each verdict, as
+    tally_burn_in_verdict: the rule is app/measured/dcgm_diag.py's `last`, the Burn-in page's."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def collect(self):
+        try:
+            devices = {d.device: d for d in self.store.devices() if d.kind == "cuda"}
+            found = {device: dcgm_diag.last(self.store, device) for device in devices}
+        except Exception:  # any database failure: tally_jobs_available says so; the rest still serves
+            return
+        family = GaugeMetricFamily("tally_dcgm_diag_verdict", DCGM_HELP,
+                                   labels=[*DEVICE_LABELS, "level", "verdict"])
+        for device, diag in sorted(found.items()):
+            if diag is None:
+                continue
+            labels = [*_labels(device, devices), str(diag.level)]
+            for name in ("pass", "warn", "fail"):
+                family.add_metric([*labels, name], 1 if diag.verdict == name else 0)
+        yield family

@@ -13,7 +13,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from app.api.compute import Compute
 from app.jobs.job import STATES
 from app.jobs.store import Store
-from app.ops.fleet_metrics import BurnInVerdicts, FleetEnergy
+from app.ops.fleet_metrics import BurnInVerdicts, DcgmVerdicts, FleetEnergy
 
 # Calculators answer in well under a millisecond; probes' routes and pages take longer.
 BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
@@ -30,6 +30,7 @@ class Metrics:
         self.registry.register(_Jobs(store))
         self.registry.register(FleetEnergy(store))
         self.registry.register(BurnInVerdicts(store))
+        self.registry.register(DcgmVerdicts(store))
         self.registry.register(_Gpu(gpu))
         if compute is not None:
             self.registry.register(_Compute(compute))

@@ -331,3 +331,10 @@ def test_a_gpus_last_diagnostic_shows_on_its_job_page_and_in_its_burn_in_row(mak
     assert "none run" in other
     history = burn_in.split('data-testid="device-dcgm-diag">')[1].split("</p>")[0]
     assert "failed memtest" in history
+    # /metrics says the same, as dcgm-exporter users alert on: GPU-1111's level-4 run failed.
+    from prometheus_client.parser import text_string_to_metric_families
+    scraped = {f.name: f for f in text_string_to_metric_families(api.get("/metrics").text)}
+    verdicts = {(s.labels["device"], s.labels["level"], s.labels["verdict"]): s.value
+                for s in scraped["tally_dcgm_diag_verdict"].samples}
+    assert verdicts == {("GPU-1111", "4", "pass"): 0, ("GPU-1111", "4", "warn"): 0,
+                        ("GPU-1111", "4", "fail"): 1}
