@@ -38,7 +38,8 @@ class ImportedDevice(Input):
     name: Text
     gpu_index: count(0, 1023) | None = None  # type: ignore[valid-type]
     catalogue_id: Text | None = None
-    memory_bytes: count(0, 2**60) | None = None  # type: ignore[valid-type]
+    # At most 1 PiB: a bound a JSON number holds exactly (2**60 does not, beyond 2**53).
+    memory_bytes: count(0, 2**50) | None = None  # type: ignore[valid-type]
     driver_version: Text | None = None
     cuda_driver_version: Text | None = None
     compute_capability: Text | None = None
