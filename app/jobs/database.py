@@ -9,6 +9,7 @@ import hashlib
 import logging
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -95,8 +96,7 @@ class Database:
     def _create(self) -> None:
         if self.path is not None:
             with contextlib.closing(self._open()) as db:
-                # Persistent in the file: set once, every later connection is in WAL mode.
-                db.execute("PRAGMA journal_mode=WAL")
+                _wal(db)
         schema.migrate(self.engine)
         if self.path is not None:
             with contextlib.closing(self._open()) as db:
@@ -171,3 +171,18 @@ class Database:
         if self.listeners is not None:
             self.listeners.close_mine()
 
+
+def _wal(db: sqlite3.Connection) -> None:
+    """Put the file in WAL mode (persistent in the file: set once, every later connection is in
+    it). Leaving a rollback journal needs the file to itself, and SQLite answers "database is
+    locked" at once, without its busy handler, while another connection reads or writes it (six
+    stores opening an old file together, each migrating it in turn): tried again until
+    BUSY_TIMEOUT_S, as the busy handler would."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_S
+    while db.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e) or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.01)
